@@ -1,0 +1,55 @@
+"""Typed errors. Every error names the argument (or config field), the rule id and the values.
+
+A caller error is not a refusal: `plan` returns None and `rewind` returns False only when the
+spec says the request is well-formed but cannot be served (admission, rewind floor). Everything
+else - wrong types, negatives, out-of-range layers, steps that break the append rule, forged plans,
+broken configs - raises one of these, and the cache is left exactly as it was.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class KVCacheError(Exception):
+    """Base of every error raised by `kvcache` for bad input.
+
+    Attributes: `rule` (a rule id of `kvcache_spec.rules`), `argument` (the argument or config field
+    at fault) and `values` (the values involved, by name).
+    """
+
+    def __init__(self, rule: str, argument: str, message: str, **values: Any) -> None:
+        self.rule = rule
+        self.argument = argument
+        self.message = message
+        self.values = values
+        shown = ", ".join(f"{name}={value!r}" for name, value in values.items())
+        super().__init__(f"[{rule}] {argument}: {message}" + (f" ({shown})" if shown else ""))
+
+
+class ConfigError(KVCacheError, ValueError):
+    """A configuration field breaks a CFG-* rule."""
+
+
+class ConfigTypeError(ConfigError, TypeError):
+    """A configuration field has the wrong type (bool is not an int here)."""
+
+
+class ArgumentTypeError(KVCacheError, TypeError):
+    """A call argument has the wrong type (bool is not an int here)."""
+
+
+class ArgumentValueError(KVCacheError, ValueError):
+    """A call argument is of the right type but out of its domain (negative, too large)."""
+
+
+class LayerIndexError(ArgumentValueError, IndexError):
+    """A layer index outside [0, n_layers)."""
+
+
+class StepError(ArgumentValueError):
+    """`plan(layer, position, T)` breaks the append-only step rule (gap, overlap, other T)."""
+
+
+class PlanError(ArgumentValueError):
+    """`commit(plan)` got a plan this cache did not issue for the current step, or a malformed one."""

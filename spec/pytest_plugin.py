@@ -1,0 +1,1 @@
+"""pytest plugin entry point (the conformance issue adds --kvcache-target)."""
