@@ -17,7 +17,7 @@ A call the spec rejects returns `Rejected(rule, argument)`; a refusal returns No
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Optional, Sequence, TypeGuard, Union
 
 INT_MAX = 2**31 - 1
 FLAT, RING = 0, 1
@@ -64,7 +64,7 @@ class State:
     next_tag: int                          # tags are never reused, so a stale row never looks current
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
