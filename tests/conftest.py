@@ -1,0 +1,50 @@
+"""Shared builders for the tests."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+from kvcache import CacheConfig, LayerConfig, LayerPolicy, SequenceCache
+
+# CI: derandomized (reproducible) and no deadline (a 2-core CI box must not flake on timing).
+settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("dev", deadline=None)
+settings.register_profile("deep", deadline=None, max_examples=2000)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    import os
+    settings.load_profile(os.environ.get("KVCACHE_PROFILE") or ("ci" if os.environ.get("CI") else "dev"))
+
+
+def flat() -> LayerConfig:
+    return LayerConfig(LayerPolicy.flat(), 2, 4)
+
+
+def ring(window: int) -> LayerConfig:
+    return LayerConfig(LayerPolicy.ring(window), 2, 4)
+
+
+def cache(capacity: int, *layers: LayerConfig, n_layers: Optional[int] = None,
+          max_write: Optional[int] = None) -> SequenceCache:
+    """A cache with the given layers (one flat layer by default)."""
+    chosen = list(layers) or [flat()]
+    return SequenceCache(CacheConfig(capacity, n_layers or len(chosen), chosen, max_write=max_write))
+
+
+def step(c: SequenceCache, T: int, pattern: str = "once") -> None:
+    """One whole step of T tokens at the current length: plan every layer, commit ("once") or per layer."""
+    position = c.length()
+    plans = []
+    for layer in range(c.n_layers):
+        p = c.plan(layer, position, T)
+        assert p is not None
+        plans.append(p)
+        if pattern == "per-layer":
+            c.commit(p)
+    if pattern == "once":
+        c.commit(plans[0])
