@@ -1,0 +1,20 @@
+"""The README's Python examples run as written (so the README cannot drift from the API)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+EXAMPLES = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
+
+
+def test_readme_has_examples() -> None:
+    assert EXAMPLES, "README.md lost its Python examples"
+
+
+@pytest.mark.parametrize("index", range(len(EXAMPLES)))
+def test_readme_example_runs(index: int) -> None:
+    exec(compile(EXAMPLES[index], f"README.md example {index}", "exec"), {})
