@@ -11,7 +11,8 @@ slots; retained_from is found by scanning the pool; rewind succeeds iff a simula
 only sound rows. This module does not import `kvcache`: the model and the reference are independent.
 
 A call the spec rejects returns `Rejected(rule, argument)`; a refusal returns None (plan) or False
-(rewind) and the state unchanged.
+(rewind) and the state unchanged. (ET-MAP: the ExecuTorch adapter maps a Rejected to InvalidArgument,
+a refused plan to OutOfResources and a refused rewind to InvalidArgument.)
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ class Rejected:
 
 @dataclass(frozen=True)
 class Layer:
+    """CFG-DEDUP: a layer's layout depends only on its own Layer (the model keeps one per layer)."""
+
     kind: int
     window: int
     max_write: Optional[int]  # effective: a ring layer's max_write (its window when unset); None for flat
@@ -56,7 +59,7 @@ class Config:
 
 @dataclass(frozen=True)
 class State:
-    length: int
+    length: int                            # LEN-BOUNDS: one length for the whole model, in [0, capacity]
     open_step: Optional[tuple[int, int]]   # (position, T) of the step last committed, still open
     truth: tuple[int, ...]                 # content tag of each position in [0, length)
     pools: tuple[tuple[Optional[Row], ...], ...]  # per layer: slot -> row held, None if never written
@@ -72,7 +75,11 @@ def _is_int(value: Any) -> TypeGuard[int]:
 
 def make_config(capacity: Any, n_layers: Any, layers: Any, initial_capacity: Any = 512,
                 max_write: Any = None) -> Union[Config, Rejected]:
-    """Check a raw configuration. `layers` is a sequence of (kind, window, n_kv_heads, head_dim)."""
+    """Check a raw configuration. `layers` is a sequence of (kind, window, n_kv_heads, head_dim).
+
+    CFG-TYPE: every integer field is an int (bool is not) in [low, INT_MAX]; a violation is rejected
+    under the field's own rule.
+    """
     def bad_int(value: Any, low: int) -> bool:
         return not _is_int(value) or not low <= value <= INT_MAX
 
