@@ -1,0 +1,368 @@
+"""`kvcache trace`: the traceability matrix rule -> model, contracts/checks, tests, vectors.
+
+A rule is traced when
+- the model (`spec/model.py`) cites it, or the rule is out of the model's scope by a listed,
+  justified exemption (`EXEMPTIONS`);
+- the reference (`kvcache/`) checks it: a contract description (read from icontract, see
+  `specdoc.collect_contracts`) or a typed error / check raised with the rule id as a literal, or the
+  rule cannot be checked by the cache at all, again by a listed, justified exemption;
+- at least one test (`tests/test_*.py`, inside a test function or module-level code, not the
+  module docstring) or one golden vector (`spec/vectors/*.json`) cites it.
+And every contract of the reference cites a rule id.
+
+A citation is the rule id written exactly, in upper case, as a whole token: `STEP-APPEND` in text, or
+`STEP_APPEND` in an identifier (`test_STEP_APPEND_gap`). Lower-case words ("clear", "depth") are not
+citations: they are too common to mean a rule.
+
+    kvcache trace            # print the matrix; exit 1 when a rule or a contract is untraced
+    kvcache trace --gaps     # print only the gaps
+
+The matrix is built by pure functions over text and data (`build_matrix`), so a test can show that a
+rule losing its contract or its test turns into a gap.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import pathlib
+import re
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Optional, Sequence
+
+from .rules import RULES, Rule
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+MODEL_PATH = ROOT / "spec" / "model.py"
+KVCACHE_DIR = ROOT / "kvcache"
+TESTS_DIR = ROOT / "tests"
+VECTORS_DIR = ROOT / "spec" / "vectors"
+
+COLUMNS = ("model", "kvcache", "tests")
+
+# Rules a column cannot cite, each with the reason. These are part of the spec's claims: the matrix
+# prints them, and the traceability test fails when an exemption becomes stale (the column cites the
+# rule after all) or has no reason.
+EXEMPTIONS: dict[tuple[str, str], str] = {
+    ("PROTO-COMMIT", "model"):
+        "A consumer obligation. The model decides rewinds by simulating the next step on its pools "
+        "(next_step_sound), which include rows an uncommitted step wrote, so the model is sound without "
+        "it; the obligation is what lets the reference's closed-form rewind floor (which cannot see "
+        "uncommitted rows) agree with the model.",
+    ("PROTO-COMMIT", "kvcache"):
+        "The cache cannot observe it: plan is pure (PLAN-PURE) and the rows are written by the backend. "
+        "Its consequence, an unsound read, is what a data-checking backend detects (DATA-SOUND in "
+        "kvcache/backends/numpy_backend.py).",
+    ("FACES", "model"):
+        "API shape, not behaviour: the model is functions over one state value, so the runner's and the "
+        "backend's view are the same state by construction.",
+    ("REG-KEYS", "model"):
+        "The builder registry is process-global plumbing outside the single-sequence state machine the "
+        "model describes.",
+    ("REG-KEYS", "kvcache"):
+        "A structural property (the key is the tuple (backend_id, kind), kvcache/_registry.py), not a "
+        "per-call condition a contract could state; tests check the collision and the uniqueness.",
+    ("REG-SESSION", "model"):
+        "The session is registry plumbing (install on entry, erase on exit), outside the state machine "
+        "the model describes.",
+    ("THREADS", "model"):
+        "Concurrency: the model is sequential by construction; the rule states which objects may be "
+        "shared across threads.",
+    ("THREADS", "kvcache"):
+        "Thread safety is a property of locks (kvcache/_registry.py) and a documented absence of them "
+        "(SequenceCache), not a condition a contract can check; tests exercise the registries from "
+        "several threads.",
+}
+
+
+def citation_pattern(rule_id: str) -> re.Pattern[str]:
+    """The rule id as a whole upper-case token, with `-` or `_` between its parts.
+
+    `STEP-T` does not match inside `STEP-T-MAX` or `STEP_T_MAX`, but does in `test_STEP_T_rejects_0`.
+    """
+    parts = [re.escape(part) for part in rule_id.split("-")]
+    return re.compile(r"(?<![A-Za-z0-9])" + "[-_]".join(parts) + r"(?![A-Z0-9]|[-_][A-Z0-9])")
+
+
+def cited_ids(text: str, rules: Sequence[Rule]) -> set[str]:
+    return {rule.id for rule in rules if citation_pattern(rule.id).search(text)}
+
+
+# --- the sources the matrix is built from ----------------------------------------------------------
+
+@dataclass(frozen=True)
+class Contract:
+    """A contract of the reference, as the matrix needs it."""
+
+    where: str                 # "SequenceCache.plan (pre)"
+    description: Optional[str]
+    rule_ids: tuple[str, ...]
+
+
+@dataclass
+class Sources:
+    """Everything the matrix reads. Paths are shown relative to the repository root."""
+
+    model: Mapping[str, str]          # model path -> source text
+    contracts: Sequence[Contract]
+    kvcache: Mapping[str, str]        # kvcache source path -> text (typed errors and checks)
+    tests: Mapping[str, str]          # test path -> source text
+    vectors: Mapping[str, Any]        # vector path -> parsed JSON
+    notes: list[str] = field(default_factory=list)  # e.g. "spec/vectors/ does not exist yet"
+
+
+def load_sources(root: pathlib.Path = ROOT) -> Sources:
+    from . import specdoc  # imports kvcache; kept out of module import so `--help` stays cheap
+
+    def relative(path: pathlib.Path) -> str:
+        return str(path.relative_to(root))
+
+    contracts = [Contract(f"{entry.owner} ({entry.kind})", entry.description, entry.rule_ids)
+                 for entry in specdoc.collect_contracts()]
+    notes: list[str] = []
+    vectors: dict[str, Any] = {}
+    vectors_dir = root / "spec" / "vectors"
+    if not vectors_dir.is_dir():
+        notes.append("spec/vectors/ does not exist: no vector cites any rule")
+    else:
+        for path in sorted(vectors_dir.glob("*.json")):
+            vectors[relative(path)] = json.loads(path.read_text())
+        if not vectors:
+            notes.append("spec/vectors/ holds no *.json file")
+    tests_dir = root / "tests"
+    tests = {relative(path): path.read_text() for path in sorted(tests_dir.glob("test_*.py"))
+             if path.name != "test_traceability.py"}  # its own demonstrations are not citations
+    return Sources(
+        model={relative(root / "spec" / "model.py"): (root / "spec" / "model.py").read_text()},
+        contracts=contracts,
+        kvcache={relative(path): path.read_text() for path in sorted((root / "kvcache").rglob("*.py"))},
+        tests=tests, vectors=vectors, notes=notes)
+
+
+# --- finding citations -----------------------------------------------------------------------------
+
+def model_citations(path: str, text: str, rules: Sequence[Rule]) -> dict[str, list[str]]:
+    """rule id -> "model.py:function" places; citations outside any definition count as the module."""
+    found: dict[str, list[str]] = {}
+    tree = ast.parse(text)
+    name = pathlib.Path(path).name
+    covered: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            segment = ast.get_source_segment(text, node) or ""
+            for rule_id in cited_ids(segment, rules):
+                found.setdefault(rule_id, []).append(f"{name}:{node.name}")
+                covered.add(rule_id)
+    for rule_id in cited_ids(text, rules) - covered:
+        found.setdefault(rule_id, []).append(f"{name} (module)")
+    return found
+
+
+def check_citations(path: str, text: str, rules: Sequence[Rule]) -> dict[str, list[str]]:
+    """rule id -> places in the reference that raise or check with the id as a string literal."""
+    ids = {rule.id for rule in rules}
+    found: dict[str, list[str]] = {}
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in ids:
+            place = f"{path}:{node.lineno}"
+            if place not in found.get(node.value, []):
+                found.setdefault(node.value, []).append(place)
+    return found
+
+
+def _test_units(path: str, text: str) -> list[tuple[str, str]]:
+    """(label, source) of each test function (with its decorators and enclosing class header) and of
+    the module-level code that is not the docstring (tables the tests are parametrized with)."""
+    tree = ast.parse(text)
+    units: list[tuple[str, str]] = []
+    module_code: list[str] = []
+
+    def segment(node: ast.AST) -> str:
+        return ast.get_source_segment(text, node) or ""
+
+    def function_source(node: ast.FunctionDef | ast.AsyncFunctionDef) -> str:
+        return "\n".join([segment(d) for d in node.decorator_list] + [segment(node)])
+
+    for index, node in enumerate(tree.body):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            if node.name.startswith("test"):
+                units.append((f"{path}::{node.name}", function_source(node)))
+            else:
+                module_code.append(segment(node))  # helpers the tests call
+        elif isinstance(node, ast.ClassDef) and node.name.startswith("Test"):
+            header = node.name + "\n" + (ast.get_docstring(node) or "")
+            for member in node.body:
+                if isinstance(member, (ast.FunctionDef, ast.AsyncFunctionDef)) and member.name.startswith("test"):
+                    units.append((f"{path}::{node.name}::{member.name}", header + "\n" + function_source(member)))
+        elif index == 0 and isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+            continue  # the module docstring says what the file is about; it tests nothing
+        else:
+            module_code.append(segment(node))
+    units.append((f"{path} (module level)", "\n".join(module_code)))
+    return units
+
+
+def test_citations(path: str, text: str, rules: Sequence[Rule]) -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {}
+    for label, source in _test_units(path, text):
+        for rule_id in cited_ids(source, rules):
+            found.setdefault(rule_id, []).append(label)
+    return found
+
+
+def _strings(data: Any) -> Iterable[str]:
+    if isinstance(data, str):
+        yield data
+    elif isinstance(data, dict):
+        for key, value in data.items():
+            yield str(key)
+            yield from _strings(value)
+    elif isinstance(data, list):
+        for item in data:
+            yield from _strings(item)
+
+
+def vector_citations(path: str, data: Any, rules: Sequence[Rule]) -> dict[str, list[str]]:
+    """rule id -> [path (n strings)]: a vector cites a rule with a string equal to its id (a flag)."""
+    ids = {rule.id for rule in rules}
+    counts: dict[str, int] = {}
+    for text in _strings(data):
+        if text in ids:
+            counts[text] = counts.get(text, 0) + 1
+    return {rule_id: [f"{path} ({count})"] for rule_id, count in counts.items()}
+
+
+# --- the matrix --------------------------------------------------------------------------------------
+
+@dataclass
+class Row:
+    rule: Rule
+    model: list[str] = field(default_factory=list)
+    contracts: list[str] = field(default_factory=list)
+    checks: list[str] = field(default_factory=list)
+    tests: list[str] = field(default_factory=list)
+    vectors: list[str] = field(default_factory=list)
+
+    def has(self, column: str) -> bool:
+        if column == "model":
+            return bool(self.model)
+        if column == "kvcache":
+            return bool(self.contracts or self.checks)
+        return bool(self.tests or self.vectors)
+
+
+@dataclass
+class Matrix:
+    rows: list[Row]
+    uncited_contracts: list[Contract]
+    exemptions: Mapping[tuple[str, str], str]
+    notes: list[str]
+
+    def gaps(self) -> list[str]:
+        """Every traceability failure, one sentence each; empty when everything is traced."""
+        problems: list[str] = []
+        known = {row.rule.id for row in self.rows}
+        for row in self.rows:
+            for column in COLUMNS:
+                exempt = (row.rule.id, column) in self.exemptions
+                if not row.has(column) and not exempt:
+                    problems.append(f"{row.rule.id}: not cited by the {_COLUMN_TEXT[column]}")
+                elif row.has(column) and exempt:
+                    problems.append(f"{row.rule.id}: exempt from the {column} column but cited there "
+                                    f"(remove the stale exemption)")
+        for (rule_id, column), reason in self.exemptions.items():
+            if rule_id not in known or column not in COLUMNS:
+                problems.append(f"exemption ({rule_id}, {column}) names no rule or no column")
+            elif not reason.strip():
+                problems.append(f"exemption ({rule_id}, {column}) gives no reason")
+        for contract in self.uncited_contracts:
+            problems.append(f"contract {contract.where} {contract.description or '(no description)'!r} "
+                            f"cites no rule id")
+        return problems
+
+
+_COLUMN_TEXT = {"model": "model (spec/model.py)",
+                "kvcache": "reference (a contract or a typed error/check in kvcache/)",
+                "tests": "tests (tests/test_*.py) or vectors (spec/vectors/*.json)"}
+
+
+def build_matrix(rules: Sequence[Rule], sources: Sources,
+                 exemptions: Mapping[tuple[str, str], str] = EXEMPTIONS) -> Matrix:
+    rows = {rule.id: Row(rule) for rule in rules}
+
+    def merge(column: str, found: Mapping[str, list[str]]) -> None:
+        for rule_id, places in found.items():
+            if rule_id in rows:
+                getattr(rows[rule_id], column).extend(places)
+
+    for path, text in sources.model.items():
+        merge("model", model_citations(path, text, rules))
+    for contract in sources.contracts:
+        for rule_id in contract.rule_ids:
+            if rule_id in rows:
+                rows[rule_id].contracts.append(contract.where)
+    for path, text in sources.kvcache.items():
+        merge("checks", check_citations(path, text, rules))
+    for path, text in sources.tests.items():
+        merge("tests", test_citations(path, text, rules))
+    for path, data in sources.vectors.items():
+        merge("vectors", vector_citations(path, data, rules))
+    uncited = [contract for contract in sources.contracts if not contract.rule_ids]
+    return Matrix(list(rows.values()), uncited, exemptions, list(sources.notes))
+
+
+# --- printing ----------------------------------------------------------------------------------------
+
+def _summary(places: list[str], limit: int = 3) -> str:
+    if not places:
+        return "-"
+    unique = list(dict.fromkeys(places))
+    shown = ", ".join(unique[:limit])
+    return shown + (f" (+{len(unique) - limit})" if len(unique) > limit else "")
+
+
+def render(matrix: Matrix, gaps_only: bool = False) -> str:
+    lines: list[str] = []
+    if not gaps_only:
+        for row in matrix.rows:
+            lines.append(row.rule.id)
+            cells = [("model", _summary(row.model)),
+                     ("contracts", _summary(row.contracts)),
+                     ("checks", _summary(row.checks)),
+                     ("tests", _summary(row.tests)),
+                     ("vectors", _summary(row.vectors))]
+            for column in COLUMNS:
+                if (row.rule.id, column) in matrix.exemptions:
+                    cells.append((f"exempt ({column})", matrix.exemptions[(row.rule.id, column)]))
+            lines += [f"    {name:<18} {text}" for name, text in cells]
+        lines.append("")
+    for note in matrix.notes:
+        lines.append(f"note: {note}")
+    gaps = matrix.gaps()
+    traced = sum(all(row.has(c) or (row.rule.id, c) in matrix.exemptions for c in COLUMNS) for row in matrix.rows)
+    lines.append(f"{traced}/{len(matrix.rows)} rules traced, {len(matrix.exemptions)} exemptions, "
+                 f"{len(matrix.uncited_contracts)} contracts without a rule id, {len(gaps)} gaps")
+    lines += [f"GAP {gap}" for gap in gaps]
+    return "\n".join(lines)
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if args in (["-h"], ["--help"]):
+        print("usage: kvcache trace [--gaps]\n\n" + (__doc__ or "").split("\n\n")[1])
+        return 0
+    if args not in ([], ["--gaps"]):
+        print("usage: kvcache trace [--gaps]", file=sys.stderr)
+        return 2
+    try:
+        matrix = build_matrix(RULES, load_sources())
+    except (OSError, SyntaxError, ValueError) as error:
+        print(f"kvcache trace: cannot read the sources ({error})", file=sys.stderr)
+        return 2
+    print(render(matrix, gaps_only=args == ["--gaps"]))
+    return 1 if matrix.gaps() else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
