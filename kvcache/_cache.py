@@ -57,6 +57,9 @@ _layer_is_int = icontract.require(
     enabled=True)
 
 
+@icontract.invariant(lambda self: len(self.config.layers) in (1, self.n_layers)
+                     and len(self._layer_policy) == self.n_layers,
+                     "CFG-LAYERS: layers has 1 entry or n_layers; every layer has a policy")
 @icontract.invariant(lambda self: 0 <= self._length <= self._capacity, "LEN-BOUNDS: 0 <= length <= capacity")
 @icontract.invariant(lambda self: self._open_step is None or sum(self._open_step) == self._length,
                      "STEP-APPEND: the open step ends at the length")
