@@ -50,10 +50,6 @@ EXEMPTIONS: dict[tuple[str, str], str] = {
         "(next_step_sound), which include rows an uncommitted step wrote, so the model is sound without "
         "it; the obligation is what lets the reference's closed-form rewind floor (which cannot see "
         "uncommitted rows) agree with the model.",
-    ("PROTO-COMMIT", "kvcache"):
-        "The cache cannot observe it: plan is pure (PLAN-PURE) and the rows are written by the backend. "
-        "Its consequence, an unsound read, is what a data-checking backend detects (DATA-SOUND in "
-        "kvcache/backends/numpy_backend.py).",
     ("FACES", "model"):
         "API shape, not behaviour: the model is functions over one state value, so the runner's and the "
         "backend's view are the same state by construction.",

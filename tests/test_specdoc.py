@@ -1,0 +1,87 @@
+"""spec/SPEC.md stays true: its examples run, its rules are rules.py's, its contract listing is generated."""
+
+from __future__ import annotations
+
+import doctest
+import re
+import subprocess
+import sys
+
+import pytest
+
+from kvcache_spec import specdoc
+from kvcache_spec.rules import RULES
+
+
+@pytest.fixture(scope="module")
+def document() -> str:
+    return specdoc.SPEC_PATH.read_text()
+
+
+def test_every_example_in_the_spec_runs() -> None:
+    """The numbers in SPEC.md are computed by the model and the reference (DATA-SOUND, REWIND-SOUND...)."""
+    result = doctest.testfile(str(specdoc.SPEC_PATH), module_relative=False, optionflags=doctest.REPORT_NDIFF)
+    assert result.attempted > 100, "the examples were found"
+    assert result.failed == 0
+
+
+def _rule_sections(document: str) -> list[tuple[str, str]]:
+    """(id, text) of every '#### ID' section of part 2."""
+    part = document[document.index("## 2. The rules"):document.index("## 3. ")]
+    pieces = re.split(r"^#### ([A-Z][A-Z0-9-]*)\s*$", part, flags=re.MULTILINE)
+    return list(zip(pieces[1::2], pieces[2::2]))
+
+
+def test_rule_sections_are_the_rules_in_order(document: str) -> None:
+    assert [rule_id for rule_id, _ in _rule_sections(document)] == [rule.id for rule in RULES]
+
+
+def test_each_rule_section_quotes_its_statement_and_says_why(document: str) -> None:
+    for (rule_id, text), rule in zip(_rule_sections(document), RULES):
+        assert f"> {rule.statement}\n" in text, f"{rule_id}: the statement differs from spec/rules.py"
+        assert "Why:" in text, f"{rule_id}: no rationale"
+
+
+def test_the_contract_listing_is_the_generated_one(document: str) -> None:
+    committed = specdoc.committed_section(document)
+    generated = specdoc.generate()
+    assert committed == generated, "run `python -m kvcache_spec.specdoc` to regenerate spec/SPEC.md"
+
+
+def test_the_listing_has_a_row_per_contract(document: str) -> None:
+    rows = [line for line in specdoc.committed_section(document).splitlines()
+            if line.startswith("| invariant |") or line.startswith("| pre |") or line.startswith("| post |")]
+    assert len(rows) == len(specdoc.collect_contracts()) > 50
+
+
+def test_preconditions_kept_under_python_O_are_the_typed_ones(document: str) -> None:
+    """ARG-INT, ARG-RANGE, STEP-T...: input validation stays under -O; postconditions and invariants do not."""
+    for line in specdoc.committed_section(document).splitlines():
+        cells = [cell.strip() for cell in line.split(" | ")]
+        if line.startswith("| pre |"):
+            assert (cells[-2] == "typed") == (cells[-1].rstrip(" |") == "kept"), line
+        elif line.startswith("| post |") or line.startswith("| invariant |"):
+            assert cells[-1].rstrip(" |") == "off", line
+
+
+def test_replace_section_round_trips() -> None:
+    text = f"intro\n{specdoc.BEGIN}\nold\n{specdoc.END}\nend\n"
+    replaced = specdoc.replace_section(text, "new\n")
+    assert replaced == f"intro\n{specdoc.BEGIN}\nnew\n{specdoc.END}\nend\n"
+    assert specdoc.committed_section(replaced) == "new\n"
+    with pytest.raises(ValueError):
+        specdoc.replace_section("no markers", "x")
+
+
+def test_check_command() -> None:
+    result = subprocess.run([sys.executable, "-m", "kvcache_spec.specdoc", "--check"], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert specdoc.main(["--bogus"]) == 2
+
+
+def test_descriptions_cite_rules_first() -> None:
+    assert specdoc.cited_rules("STEP-T, STEP-T-MAX") == ("STEP-T", "STEP-T-MAX")
+    assert specdoc.cited_rules("PLAN-SHAPE: every row") == ("PLAN-SHAPE",)
+    assert specdoc.cited_rules("the runs hold exactly count rows") == ()
+    assert specdoc.cited_rules("NOT-A-RULE: x") == ()
+    assert specdoc.cited_rules(None) == ()
