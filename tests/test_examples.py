@@ -4,11 +4,32 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from kvcache import SequenceCache
 from kvcache_spec.examples import runner_loop as example
+
+
+README_RUNNER = Path(example.__file__).with_name("readme_runner.py")
+
+
+def test_readme_runner_runs_in_a_fresh_namespace() -> None:
+    """ADMIT, REWIND-SOUND: the README's runner loop, executed as the README test executes a block."""
+    namespace: dict[str, object] = {}
+    exec(compile(README_RUNNER.read_text(), str(README_RUNNER), "exec"), namespace)
+    stats = namespace["stats"]
+    assert isinstance(stats, dict) and stats["accepted"] > 0 and stats["rolled back"] > 0
+    assert namespace["sequence"] == _ring_sum_greedy([1, 2, 3, 4, 5, 6], 32)
+
+
+def _ring_sum_greedy(prompt: list[int], capacity: int) -> list[int]:
+    """The README toy model without a cache: the next token is the sum of the last 3, modulo 10."""
+    sequence = list(prompt)
+    while len(sequence) < capacity:
+        sequence.append(sum(sequence[-3:]) % 10)
+    return sequence
 
 
 def make_runner(draft: example.Draft = example.draft_model) -> tuple[SequenceCache, example.Runner]:
