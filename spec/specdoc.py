@@ -5,7 +5,7 @@ core modules of `kvcache` define (the optional `kvcache.backends` are not part o
 read from icontract's own bookkeeping - `icontract._checkers.find_checker(function)` with its
 `__preconditions__` / `__postconditions__`, and a class's `__invariants__` - never from a hand-kept
 list. Whether a contract survives `python -O` is measured too, by collecting again in a child
-interpreter started with the other optimisation setting.
+interpreter started with `python -O`.
 
     python -m kvcache_spec.specdoc            # rewrite the marked section of spec/SPEC.md
     python -m kvcache_spec.specdoc --check    # exit 1 when the committed section differs
@@ -181,24 +181,22 @@ def signatures() -> dict[str, str]:
     return shown
 
 
-def _keys_in_other_mode() -> set[tuple[str, str, str, str]]:
-    """Collect again in a child interpreter with the other optimisation setting (-O or not)."""
-    flags = [] if not __debug__ else ["-O"]
+def _keys_under_o() -> set[tuple[str, str, str, str]]:
+    """Collect again in a child interpreter started with `python -O`: the contracts that survive it."""
     code = ("import json; from kvcache_spec.specdoc import collect_contracts; "
             "print(json.dumps([list(e.key) for e in collect_contracts()]))")
-    result = subprocess.run([sys.executable, *flags, "-c", code], capture_output=True, text=True, check=True)
+    result = subprocess.run([sys.executable, "-O", "-c", code], capture_output=True, text=True, check=True)
     return {(m, o, k, d) for m, o, k, d in json.loads(result.stdout)}
 
 
 def collect_both_modes() -> tuple[list[ContractEntry], set[tuple[str, str, str, str]]]:
-    """(every contract with assertions on, the keys of those still present under `python -O`)."""
-    here = collect_contracts()
-    other = _keys_in_other_mode()
-    if __debug__:
-        return here, other
-    # Running under -O ourselves: the full listing comes from the child, which cannot hand us
-    # condition objects, so we refuse rather than render a partial listing.
-    raise RuntimeError("render the contract listing without -O (postconditions and invariants are off under -O)")
+    """(every contract with assertions on, the keys of those still present under `python -O`).
+
+    Only valid with assertions on (`generate` re-runs itself without -O otherwise).
+    """
+    if not __debug__:
+        raise RuntimeError("postconditions and invariants are off under -O: collect without -O")
+    return collect_contracts(), _keys_under_o()
 
 
 # --- rendering -----------------------------------------------------------------------------------
@@ -250,6 +248,11 @@ def _owner_rank(entries: Sequence[ContractEntry], entry: ContractEntry) -> int:
 
 
 def generate() -> str:
+    """The listing. Under `python -O` the contracts this process sees are incomplete, so a child
+    interpreter with assertions on renders it."""
+    if not __debug__:
+        code = "import sys; from kvcache_spec.specdoc import generate; sys.stdout.write(generate())"
+        return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     entries, kept = collect_both_modes()
     return render_listing(entries, kept, signatures())
 
