@@ -94,6 +94,7 @@ class Contract:
     where: str                 # "SequenceCache.plan (pre)"
     description: Optional[str]
     rule_ids: tuple[str, ...]
+    condition: str = ""        # its source, to find it when it has no description
 
 
 @dataclass
@@ -114,8 +115,8 @@ def load_sources(root: pathlib.Path = ROOT) -> Sources:
     def relative(path: pathlib.Path) -> str:
         return str(path.relative_to(root))
 
-    contracts = [Contract(f"{entry.owner} ({entry.kind})", entry.description, entry.rule_ids)
-                 for entry in specdoc.collect_contracts()]
+    contracts = [Contract(f"{entry.module}.{entry.owner} ({entry.kind})", entry.description, entry.rule_ids,
+                          entry.condition) for entry in specdoc.collect_contracts()]
     notes: list[str] = []
     vectors: dict[str, Any] = {}
     vectors_dir = root / "spec" / "vectors"
@@ -274,7 +275,7 @@ class Matrix:
                 problems.append(f"exemption ({rule_id}, {column}) gives no reason")
         for contract in self.uncited_contracts:
             problems.append(f"contract {contract.where} {contract.description or '(no description)'!r} "
-                            f"cites no rule id")
+                            f"[{contract.condition}] cites no rule id")
         return problems
 
 
