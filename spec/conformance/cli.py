@@ -1,0 +1,81 @@
+"""`kvcache conformance`: run the suite against a target; exit 0 conforming, 1 not, 2 usage/harness error."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import threading
+from typing import Optional
+
+from .suite import PROFILES, report_json, report_junit, run_suite
+from .targets import TargetError, parse_target
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kvcache conformance",
+                                     description="Run the kvcache conformance suite against a target.")
+    parser.add_argument("--target", default="reference",
+                        help="reference (default), python:MODULE:FACTORY, or cmd:COMMAND (spec/PROTOCOL.md)")
+    parser.add_argument("--profile", choices=sorted(PROFILES), default="quick")
+    parser.add_argument("--strict", action="store_true", help="lenient and over-strict findings fail the run")
+    parser.add_argument("--exact-layout", action="store_true",
+                        help="a non-canonical layout (LAYOUT-CANON, DEPTH) fails the run")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--timeout", type=float, default=5.0, help="seconds per request (cmd: targets)")
+    parser.add_argument("--json", metavar="F", help="write the JSON report to F ('-' for stdout)")
+    parser.add_argument("--junit", metavar="F", help="write a JUnit XML report to F")
+    return parser
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as exit_:
+        return 0 if exit_.code == 0 else 2
+    # Killed from outside (CI timeout): unwind, so the target's process group is killed and reaped too.
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(2))
+    try:
+        target = parse_target(args.target, timeout=args.timeout)
+    except TargetError as error:
+        print(f"kvcache conformance: {error}", file=sys.stderr)
+        return 2
+    try:
+        result = run_suite(target, args.profile, args.seed)
+    except TargetError as error:
+        print(f"kvcache conformance: {error}", file=sys.stderr)
+        return 2
+    finally:
+        target.close()
+    report = report_json(result, args.strict, args.exact_layout)
+    if args.json:
+        text = json.dumps(report, indent=1)
+        if args.json == "-":
+            print(text)
+        else:
+            with open(args.json, "w", encoding="utf-8") as out:
+                out.write(text + "\n")
+    if args.junit:
+        with open(args.junit, "w", encoding="utf-8") as out:
+            out.write(report_junit(report) + "\n")
+    stats = report["stats"]
+    print(f"kvcache conformance: target {result.target}, profile {result.profile}, seed {result.seed}: "
+          f"{stats['programs']} programs, {stats['calls']} calls in {stats['seconds']} s"
+          + (f", {stats['requests_per_second']} requests/s" if stats["requests_per_second"] else ""))
+    if result.aborted:
+        print(f"  ABORTED: {result.aborted}")
+    for finding in report["semantic"]["findings"]:
+        print(f"  {finding['class']:<11} {finding['rule']:<15} {finding['message'][:160]}")
+        print(f"              config {finding['config_name']}; {len(finding['steps'])} steps: "
+              f"{json.dumps(finding['steps'])[:300]}")
+    print(f"  semantic conformance: {'yes' if report['semantic']['conforming'] else 'NO'}; "
+          f"exact layout: {'canonical' if report['layout']['canonical'] else 'NOT canonical'}")
+    for divergence in report["layout"]["divergences"][:1]:
+        print(f"    first layout divergence: {divergence['divergences'][0]}")
+    for note in report["skipped"]:
+        print(f"  skipped: {note}")
+    print(f"  {'CONFORMING' if report['conforming'] else 'NOT CONFORMING'}"
+          f"{' (strict)' if args.strict else ''}")
+    return 0 if report["conforming"] else 1

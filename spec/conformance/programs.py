@@ -1,0 +1,219 @@
+"""Test programs: systematic edge programs per config, random programs from a seed, and a shrinker.
+
+Programs are JSON step lists with relative arguments (see engine.py), so removing a step keeps the
+others meaningful. Shrinking is our own delta debugging rather than Hypothesis: the same shrinker
+works for in-process and subprocess targets (no Hypothesis database, no in-process assumption), is
+deterministic for a seed, and its output is a plain JSON step list anyone can replay.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any, Callable, Optional
+
+from .. import model
+from .configs import JsonConfig, to_model
+from .engine import Finding, Step
+
+INT_MAX = model.INT_MAX
+
+
+def step(T: Any, commit: str = "once", **extra: Any) -> Step:
+    return {"op": "step", "T": T, "commit": commit, **extra}
+
+
+def plan(layer: Any = 0, position: Any = None, T: Any = 1) -> Step:
+    return {"op": "plan", "layer": layer, "position": {"rel": 0} if position is None else position, "T": T}
+
+
+# Every bad call the harness makes: (name, step). Values are relative where that keeps them bad.
+BAD_CALLS: tuple[tuple[str, Step], ...] = (
+    ("plan layer bool", plan(layer=True)),
+    ("plan layer negative", plan(layer=-1)),
+    ("plan layer n_layers", plan(layer={"n": 0})),
+    ("plan layer huge", plan(layer=INT_MAX + 1)),
+    ("plan layer float", plan(layer=0.0)),
+    ("plan position bool", plan(position=False)),
+    ("plan position negative", plan(position=-1)),
+    ("plan position huge", plan(position=INT_MAX + 1)),
+    ("plan gap", plan(position={"rel": 1})),
+    ("plan overlap", plan(position={"rel": -1})),
+    ("plan open step other T", plan(position={"open": 0}, T={"open": 1})),
+    ("plan T zero", plan(T=0)),
+    ("plan T negative", plan(T=-1)),
+    ("plan T bool", plan(T=True)),
+    ("plan T string", plan(T="1")),
+    ("plan T over max_write", plan(T={"limit": 1})),
+    ("plan T huge", plan(T=INT_MAX + 1)),
+    ("commit stale plan", {"op": "commit", "plan": {"forge": "stale"}}),
+    ("commit shifted read base", {"op": "commit", "plan": {"forge": "shift-base"}}),
+    ("commit extra row", {"op": "commit", "plan": {"forge": "extra-row"}}),
+    ("commit empty write", {"op": "commit", "plan": {"forge": "empty"}}),
+    ("commit three runs", {"op": "commit", "plan": {"forge": "three-runs"}}),
+    ("commit future step", {"op": "commit", "plan": {"forge": "future"}}),
+    ("commit not a plan", {"op": "commit", "plan": {"forge": "not-a-plan"}}),
+    ("can_extend bool", {"op": "can_extend", "n": True}),
+    ("can_extend negative", {"op": "can_extend", "n": -1}),
+    ("can_extend huge", {"op": "can_extend", "n": INT_MAX + 1}),
+    ("rewind bool", {"op": "rewind", "new_len": True}),
+    ("rewind negative", {"op": "rewind", "new_len": -1}),
+    ("rewind huge", {"op": "rewind", "new_len": INT_MAX + 1}),
+    ("rewind grow", {"op": "rewind", "new_len": {"rel": 1}}),
+    ("depth layer negative", {"op": "depth", "layer": -1}),
+    ("depth layer n_layers", {"op": "depth", "layer": {"n": 0}}),
+    ("depth layer bool", {"op": "depth", "layer": False}),
+    ("retained_from layer negative", {"op": "retained_from", "layer": -1}),
+    ("retained_from layer n_layers", {"op": "retained_from", "layer": {"n": 0}}),
+    ("retained_from layer bool", {"op": "retained_from", "layer": True}),
+)
+
+
+def _limit(cfg: model.Config) -> int:
+    limit = model.step_limit(cfg)
+    return cfg.capacity if limit is None else min(limit, cfg.capacity)
+
+
+def edge_programs(cfg_json: JsonConfig) -> list[tuple[str, list[Step]]]:
+    """Systematic programs: admission edges, both commit patterns, wrap-around, rewind chains, bad calls."""
+    cfg = to_model(cfg_json)
+    assert isinstance(cfg, model.Config)
+    limit, capacity = _limit(cfg), cfg.capacity
+    fill = [step(limit)] * (capacity // limit) + ([step(capacity % limit)] if capacity % limit else [])
+    wrap = [step(1 + i % limit, "per-layer" if i % 2 else "once") for i in range(2 * capacity)]
+    programs: list[tuple[str, list[Step]]] = [
+        ("fill to exactly the capacity, then one more", fill + [step(1), {"op": "can_extend", "n": 0},
+                                                           {"op": "can_extend", "n": 1}]),
+        ("admission at the edge: position + T == capacity", [step({"room": 0}) if capacity <= limit
+                                                             else step(limit), step({"room": 0}),
+                                                             {"op": "can_extend", "n": {"room": 0}},
+                                                             {"op": "can_extend", "n": {"room": 1}}]),
+        ("one token at a time, per-layer commit", [step(1, "per-layer")] * capacity + [step(1, "per-layer")]),
+        ("max-size steps, commit once, re-commit", [step(limit, recommit=True)] * (capacity // limit + 1)),
+        ("wrap-around with mixed step sizes", wrap),
+        ("rewind one token after every step", [op for i in range(capacity) for op in
+                                               (step(min(limit, 2)), {"op": "rewind", "new_len": {"back": 1}})]),
+        ("chains of rewinds", [op for i in range(capacity) for op in
+                               (step(limit), step(1), {"op": "rewind", "new_len": {"back": 1 + i % 3}},
+                                {"op": "rewind", "new_len": {"back": 1}})]),
+        ("rewind floor scan", fill[:3] + [{"op": "rewind", "new_len": {"back": k}} for k in range(capacity + 2)]),
+        ("rewind to 0 and to the length", wrap[:capacity] + [{"op": "rewind", "new_len": {"rel": 0}},
+                                                             {"op": "rewind", "new_len": 0}] + wrap[:4]),
+        ("clear and reuse", wrap[:capacity] + [{"op": "clear"}] + wrap[:capacity] +
+         [{"op": "rewind", "new_len": {"back": k}} for k in range(1, 4)]),
+        ("aborted steps (planned, never executed)", [step(1), plan(T=min(2, limit)), plan(layer={"n": -1}),
+                                                     step(1), plan(), step(limit)]),
+        ("bad calls on an empty cache", [bad for _, bad in BAD_CALLS]),
+        ("bad calls in the middle of a step", [step(1, "per-layer"), step(min(2, limit))] +
+         [op for _, bad in BAD_CALLS for op in (bad, {"op": "commit", "plan": {"forge": "open", "layer": 0}})]),
+        ("bad calls at the capacity", fill + [bad for _, bad in BAD_CALLS]),
+        ("queries", [step(1), {"op": "length"}, {"op": "capacity"}, {"op": "faces"}]),
+    ]
+    return programs
+
+
+def random_program(cfg_json: JsonConfig, rng: random.Random, size: int) -> list[Step]:
+    """A random program; the ops are weighted toward full steps and rewinds, with bad calls mixed in."""
+    cfg = to_model(cfg_json)
+    assert isinstance(cfg, model.Config)
+    limit = _limit(cfg)
+    program: list[Step] = []
+    for _ in range(size):
+        roll = rng.random()
+        if roll < 0.45:
+            T: Any = rng.choice([1, 1, rng.randint(1, limit), limit, {"room": 0}, {"room": 1}])
+            program.append(step(T, rng.choice(["once", "per-layer"]), commit_layer=rng.randrange(len(cfg.layers)),
+                                recommit=rng.random() < 0.1))
+        elif roll < 0.62:
+            program.append({"op": "rewind", "new_len": rng.choice([{"back": rng.randint(0, 4)}, {"back": 1},
+                                                                   {"back": rng.randint(0, cfg.capacity)}, 0])})
+        elif roll < 0.65:
+            program.append({"op": "clear"})
+        elif roll < 0.70:
+            program.append(plan(layer=rng.randrange(len(cfg.layers)), T=rng.randint(1, limit)))
+        elif roll < 0.75:
+            program.append({"op": "can_extend", "n": rng.choice([{"room": 0}, {"room": 1}, {"room": -1}, 0, 1])})
+        elif roll < 0.78:
+            program.append({"op": "commit", "plan": {"forge": "open", "layer": rng.randrange(len(cfg.layers))}})
+        else:
+            program.append(rng.choice(BAD_CALLS)[1])
+    return program
+
+
+# --- shrinking -------------------------------------------------------------------------------------
+
+Check = Callable[[JsonConfig, list[Step]], Optional[Finding]]
+
+
+def _smaller_values(value: Any) -> list[Any]:
+    """Simpler variants of one argument, simplest first."""
+    if isinstance(value, bool) or not isinstance(value, (int, dict)):
+        return []
+    if isinstance(value, int):
+        return [v for v in dict.fromkeys([0, 1, value // 2, value - 1]) if abs(v) < abs(value)]
+    out: list[Any] = []
+    for key, inner in value.items():
+        if key in ("rel", "back", "room", "open", "limit", "n") and isinstance(inner, int):
+            out += [{key: v} for v in _smaller_values(inner)]
+    return out
+
+
+def shrink(cfg: JsonConfig, program: list[Step], finding: Finding, check: Check,
+           budget: int = 400) -> tuple[JsonConfig, list[Step]]:
+    """Greedy delta debugging: drop chunks, then single steps, then simplify values and the config.
+
+    A candidate is kept when it reproduces a finding of the same class and rule.
+    """
+    want = finding.key()
+    runs = 0
+
+    def same(c: JsonConfig, p: list[Step]) -> bool:
+        nonlocal runs
+        runs += 1
+        got = check(c, p)
+        return got is not None and got.key() == want
+
+    program = program[:finding.step_index + 1]
+    chunk = max(1, len(program) // 2)
+    while chunk >= 1 and runs < budget:
+        start, removed = 0, False
+        while start < len(program) and runs < budget:
+            candidate = program[:start] + program[start + chunk:]
+            if candidate and same(cfg, candidate):
+                program, removed = candidate, True
+            else:
+                start += chunk
+        if not removed:
+            chunk //= 2
+    for index in range(len(program)):
+        for key in list(program[index]):
+            for simpler in _smaller_values(program[index][key]):
+                if runs >= budget:
+                    break
+                candidate = [dict(s) for s in program]
+                candidate[index][key] = simpler
+                if same(cfg, candidate):
+                    program = candidate
+                    break
+    improved = True
+    while improved and runs < budget:
+        improved = False
+        for simpler_cfg in _simpler_configs(cfg):
+            if runs < budget and same(simpler_cfg, program):
+                cfg, improved = simpler_cfg, True
+                break
+    return cfg, program
+
+
+def _simpler_configs(cfg: JsonConfig) -> list[JsonConfig]:
+    out: list[JsonConfig] = []
+    layers = cfg["layers"]
+    for drop in range(len(layers)) if len(layers) > 1 else []:
+        kept = layers[:drop] + layers[drop + 1:]
+        out.append({**cfg, "layers": kept, "n_layers": len(kept)})
+    if len(layers) == 1 and cfg["n_layers"] > 1:
+        out.append({**cfg, "n_layers": 1})
+    for capacity in (cfg["capacity"] // 2, cfg["capacity"] - 1):
+        if capacity >= 1:
+            out.append({**cfg, "capacity": capacity})
+    valid = [c for c in out if isinstance(to_model(c), model.Config)]
+    return valid

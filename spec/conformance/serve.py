@@ -1,0 +1,98 @@
+"""Serve a Python cache over the conformance protocol (spec/PROTOCOL.md) on stdin/stdout.
+
+    python -m kvcache_spec.conformance.serve [python:MODULE:FACTORY]      (default: the reference)
+
+It is the protocol's reference server: the suite's own subprocess tests run it, and it runs a
+Python target out of process (so a target that hangs cannot hang the harness).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any, Optional, TextIO
+
+from .configs import config, layer
+from .targets import OPTIONAL_METHODS, PROTOCOL_NAME, PROTOCOL_VERSION, PythonTarget
+
+FACE_METHODS = {"can_extend": ("n",), "capacity": (), "length": (), "rewind": ("new_len",), "clear": (),
+                "plan": ("layer", "position", "T"), "commit": ("plan",), "depth": ("layer",),
+                "retained_from": ("layer",), "faces": ()}
+
+
+class Server:
+    def __init__(self, spec: str) -> None:
+        self.target = PythonTarget(spec)
+        self.created = False
+        probe = self.target.create(config(1, [layer("flat")]))
+        self.methods = sorted(self.target.optional) if probe.ok else []
+        self.target.cache = None
+
+    def handle(self, request: Any) -> Optional[dict[str, Any]]:
+        """One request object -> one response object (None after bye)."""
+        if not isinstance(request, dict) or not isinstance(request.get("method"), str):
+            return {"id": request.get("id") if isinstance(request, dict) else None,
+                    "error": {"kind": "protocol", "message": "a request is {id, method, params}"}}
+        rid, method, params = request.get("id"), request["method"], request.get("params") or {}
+
+        def error(kind: str, message: str, rule: Optional[str] = None) -> dict[str, Any]:
+            return {"id": rid, "error": {"kind": kind, "rule": rule, "message": message}}
+
+        if method == "hello":
+            if PROTOCOL_VERSION not in params.get("versions", []):
+                return error("protocol", f"this server speaks version {PROTOCOL_VERSION} only")
+            return {"id": rid, "result": {"protocol": PROTOCOL_NAME, "version": PROTOCOL_VERSION,
+                                          "implementation": self.target.name, "methods": self.methods}}
+        if method == "bye":
+            return {"id": rid, "result": None}
+        if method == "create":
+            created = self.target.create(params.get("config"))
+            self.created = created.ok
+            return {"id": rid, "result": None} if created.ok else error("rejected", created.error, _rule(created.error))
+        if method == "reset":
+            self.target.cache, self.created = None, False
+            return {"id": rid, "result": None}
+        if method not in FACE_METHODS:
+            return error("protocol", f"unknown method {method!r}")
+        if method in OPTIONAL_METHODS and method not in self.methods:
+            return error("unsupported", f"{method} is not implemented")
+        if not self.created:
+            return error("protocol", "no cache: send create first")
+        names = FACE_METHODS[method]
+        if any(name not in params for name in names):
+            return error("protocol", f"{method} takes {names}")
+        outcome = self.target.call(method, {name: params[name] for name in names})
+        if not outcome.ok:
+            return error("rejected", outcome.error, _rule(outcome.error))
+        return {"id": rid, "result": outcome.value}
+
+
+def _rule(message: str) -> Optional[str]:
+    """The rule id in a kvcache error message ('... [RULE] ...'), when there is one."""
+    start = message.find("[")
+    end = message.find("]", start)
+    return message[start + 1:end] if 0 <= start < end else None
+
+
+def serve(spec: str, stdin: TextIO, stdout: TextIO) -> int:
+    server = Server(spec)
+    for line in stdin:
+        try:
+            request = json.loads(line)
+        except ValueError:
+            request = None
+        response = server.handle(request)
+        stdout.write(json.dumps(response) + "\n")
+        stdout.flush()
+        if isinstance(request, dict) and request.get("method") == "bye":
+            break
+    return 0
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    return serve(args[0] if args else "python:kvcache:SequenceCache", sys.stdin, sys.stdout)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,346 @@
+"""Targets: the implementation under test, behind one small interface.
+
+`python:MODULE:FACTORY` calls FACTORY(kvcache.CacheConfig) in this process; `cmd:COMMAND` runs a
+subprocess speaking the JSON-lines protocol of spec/PROTOCOL.md. Both give `Outcome`s with JSON-like
+values (a plan is {"write": [[start, len], ...], "read": [...], "read_base_pos": n}), so the engine
+never sees a target's own types. A subprocess that crashes, hangs, writes garbage, speaks another
+protocol version or exits raises `TargetCrash`; the target is killed (whole process group) and reaped.
+"""
+
+from __future__ import annotations
+
+import abc
+import collections
+import importlib
+import json
+import os
+import select
+import shlex
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from .configs import JsonConfig, to_kvcache
+
+PROTOCOL_NAME = "kvcache-conformance"
+PROTOCOL_VERSION = 1
+OPTIONAL_METHODS = ("length", "depth", "retained_from")
+MAX_LINE_BYTES = 1 << 20          # a response line longer than this is garbage
+STDERR_KEEP_BYTES = 16 << 10      # the tail of the target's log kept for findings
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a call did: returned `value` (ok), or raised / answered an error (not ok)."""
+
+    ok: bool
+    value: Any = None
+    error: str = ""
+
+
+class TargetCrash(Exception):
+    """The target died, hung past its timeout, or broke the protocol."""
+
+
+class TargetError(Exception):
+    """The target cannot be loaded or started at all (a usage or environment error)."""
+
+
+class Target(abc.ABC):
+    name: str
+    optional: frozenset[str] = frozenset(OPTIONAL_METHODS)
+
+    @abc.abstractmethod
+    def create(self, cfg: JsonConfig) -> Outcome:
+        """Build a fresh cache from `cfg` (replacing the current one)."""
+
+    @abc.abstractmethod
+    def call(self, method: str, args: dict[str, Any]) -> Outcome:
+        """Call one face method on the current cache."""
+
+    def close(self) -> None:
+        """Release the target (end a subprocess)."""
+
+    def log_tail(self) -> str:
+        return ""
+
+
+# --- plans as JSON --------------------------------------------------------------------------------
+
+def _run_json(run: Any) -> list[Any]:
+    if isinstance(run, (tuple, list)) and len(run) == 2:
+        return [run[0], run[1]]
+    return [getattr(run, "start"), getattr(run, "len")]
+
+
+def plan_to_json(plan: Any) -> Any:
+    """A target's plan object as JSON; something that is no plan at all comes back as {"unreadable": repr}."""
+    if plan is None or isinstance(plan, dict):
+        return plan
+    try:
+        return {"write": [_run_json(run) for run in plan.write], "read": [_run_json(run) for run in plan.read],
+                "read_base_pos": plan.read_base_pos}
+    except Exception:  # any shape at all may come back from a broken target
+        return {"unreadable": repr(plan)[:200]}
+
+
+def plan_key(plan: Any) -> str:
+    return json.dumps(plan, sort_keys=True)
+
+
+# --- Python targets -------------------------------------------------------------------------------
+
+class PythonTarget(Target):
+    """FACTORY(config) -> an object with SequenceCache's public methods; exceptions count as errors."""
+
+    def __init__(self, spec: str) -> None:
+        self.name = spec
+        try:
+            _, module_name, factory_name = spec.split(":", 2)
+            self.factory = getattr(importlib.import_module(module_name), factory_name)
+        except (ValueError, ImportError, AttributeError) as error:
+            raise TargetError(f"cannot load {spec!r}: {error}") from error
+        self.cache: Any = None
+        self.issued: dict[str, Any] = {}   # plan JSON -> the target's own plan object
+
+    def create(self, cfg: JsonConfig) -> Outcome:
+        self.cache, self.issued = None, {}
+        try:
+            config = to_kvcache(cfg)
+            self.cache = self.factory(config)
+        except Exception as error:
+            return Outcome(False, error=f"{type(error).__name__}: {error}")
+        self.optional = frozenset(m for m in OPTIONAL_METHODS if callable(getattr(self.cache, m, None)))
+        return Outcome(True)
+
+    def _plan_object(self, value: Any) -> Any:
+        """The plan to hand to commit: the target's own object when it issued this one, else a forged one."""
+        if not isinstance(value, dict):
+            return value
+        issued = self.issued.get(plan_key(value))
+        if issued is not None:
+            return issued
+        import kvcache
+
+        try:
+            def runs(items: Any) -> tuple[Any, ...]:
+                made = []
+                for start, length in items:
+                    run = object.__new__(kvcache.Run)   # bypass validation: forged plans may be malformed
+                    object.__setattr__(run, "start", start)
+                    object.__setattr__(run, "len", length)
+                    made.append(run)
+                return tuple(made)
+            plan = object.__new__(kvcache.SeqStepPlan)
+            object.__setattr__(plan, "write", runs(value["write"]))
+            object.__setattr__(plan, "read", runs(value["read"]))
+            object.__setattr__(plan, "read_base_pos", value["read_base_pos"])
+            return plan
+        except (KeyError, TypeError, ValueError):
+            return value
+
+    def call(self, method: str, args: dict[str, Any]) -> Outcome:
+        cache = self.cache
+        try:
+            if method == "faces":
+                return Outcome(True, {"same_object": cache.as_control() is cache.as_planner()})
+            if method == "plan":
+                result = cache.plan(args["layer"], args["position"], args["T"])
+                value = plan_to_json(result)
+                if value is not None:
+                    self.issued[plan_key(value)] = result
+                return Outcome(True, value)
+            if method == "commit":
+                return Outcome(True, cache.commit(self._plan_object(args["plan"])))
+            function = getattr(cache, method)
+            return Outcome(True, function(*args.values()))
+        except Exception as error:
+            return Outcome(False, error=f"{type(error).__name__}: {error}")
+
+
+# --- subprocess targets ---------------------------------------------------------------------------
+
+class SubprocessTarget(Target):
+    """A process speaking spec/PROTOCOL.md on stdin/stdout; its stderr is its log (kept, bounded)."""
+
+    def __init__(self, spec: str, timeout: float = 5.0, start_timeout: Optional[float] = None) -> None:
+        self.name = spec
+        self.argv = shlex.split(spec[len("cmd:"):])
+        if not self.argv:
+            raise TargetError("cmd: target needs a command")
+        # Starting may load a runtime (a Python interpreter, a JIT): the handshake gets longer.
+        self.timeout = timeout
+        self.start_timeout = max(5 * timeout, 5.0) if start_timeout is None else start_timeout
+        self.process: Optional[subprocess.Popen[bytes]] = None
+        self.buffer = b""
+        self.next_id = 0
+        self.stderr_tail: collections.deque[bytes] = collections.deque()
+        self.stderr_bytes = 0
+        self.lock = threading.Lock()
+        self.requests = 0
+        self.info: dict[str, Any] = {}
+
+    # -- process lifetime
+    def _start(self) -> None:
+        try:
+            self.process = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                            stderr=subprocess.PIPE, start_new_session=True, bufsize=0)
+        except OSError as error:
+            raise TargetError(f"cannot start {self.argv!r}: {error}") from error
+        self.buffer = b""
+        assert self.process.stdout is not None and self.process.stdin is not None
+        os.set_blocking(self.process.stdout.fileno(), False)
+        os.set_blocking(self.process.stdin.fileno(), False)
+        threading.Thread(target=self._drain_stderr, args=(self.process,), daemon=True).start()
+        hello = self._request("hello", {"protocol": PROTOCOL_NAME, "versions": [PROTOCOL_VERSION]},
+                              self.start_timeout)
+        result = hello.value if hello.ok else None
+        if not isinstance(result, dict) or result.get("protocol") != PROTOCOL_NAME \
+                or result.get("version") != PROTOCOL_VERSION:
+            self._kill()
+            raise TargetCrash(f"protocol: handshake answered {hello.value if hello.ok else hello.error!r}, "
+                              f"expected protocol {PROTOCOL_NAME!r} version {PROTOCOL_VERSION}")
+        self.info = result
+        methods = result.get("methods", [])
+        self.optional = frozenset(m for m in OPTIONAL_METHODS if isinstance(methods, list) and m in methods)
+
+    def _drain_stderr(self, process: subprocess.Popen[bytes]) -> None:
+        """Keep reading the log so a chatty target never blocks on a full pipe; keep only the tail."""
+        assert process.stderr is not None
+        while True:
+            chunk = process.stderr.read1(65536) if hasattr(process.stderr, "read1") else process.stderr.read(65536)
+            if not chunk:
+                return
+            with self.lock:
+                self.stderr_tail.append(chunk)
+                self.stderr_bytes += len(chunk)
+                kept = sum(len(c) for c in self.stderr_tail)
+                while kept - len(self.stderr_tail[0]) >= STDERR_KEEP_BYTES:
+                    kept -= len(self.stderr_tail.popleft())
+
+    def log_tail(self) -> str:
+        with self.lock:
+            text = b"".join(self.stderr_tail)[-2000:].decode("utf-8", "replace")
+        return text
+
+    def _kill(self) -> None:
+        process, self.process = self.process, None
+        if process is None:
+            return
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        for stream in (process.stdin, process.stdout):
+            try:
+                if stream is not None:
+                    stream.close()
+            except OSError:
+                pass
+        process.wait()
+
+    def _crash(self, what: str) -> TargetCrash:
+        process = self.process
+        code = process.poll() if process is not None else None
+        self._kill()
+        detail = f" (exit code {code})" if code is not None else ""
+        tail = self.log_tail().strip()
+        return TargetCrash(what + detail + (f"; stderr tail: {tail[-500:]!r}" if tail else ""))
+
+    def close(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            try:
+                self._request("bye", {}, 1.0)
+            except TargetCrash:
+                pass
+        if self.process is not None:
+            try:
+                self.process.wait(timeout=1.0)
+            except subprocess.TimeoutExpired:
+                pass
+        self._kill()
+
+    # -- one request, one response line
+    def _write(self, data: bytes, deadline: float) -> None:
+        assert self.process is not None and self.process.stdin is not None
+        fd = self.process.stdin.fileno()
+        while data:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise self._crash("hung: did not read its input within the timeout")
+            _, ready, _ = select.select([], [fd], [], remaining)
+            if not ready:
+                continue
+            try:
+                written = os.write(fd, data)
+            except (BrokenPipeError, ConnectionResetError):
+                raise self._crash("exited: its input was closed") from None
+            data = data[written:]
+
+    def _read_line(self, deadline: float) -> bytes:
+        assert self.process is not None and self.process.stdout is not None
+        fd = self.process.stdout.fileno()
+        while b"\n" not in self.buffer:
+            if len(self.buffer) > MAX_LINE_BYTES:
+                raise self._crash(f"protocol: a response line longer than {MAX_LINE_BYTES} bytes")
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                partial = f" (half a line: {self.buffer[:80]!r})" if self.buffer else ""
+                raise self._crash(f"hung: no response within the timeout{partial}")
+            ready, _, _ = select.select([fd], [], [], remaining)
+            if not ready:
+                continue
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                partial = f" after half a line {self.buffer[:80]!r}" if self.buffer else ""
+                raise self._crash(f"exited early: end of output{partial}")
+            self.buffer += chunk
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        return line
+
+    def _request(self, method: str, params: dict[str, Any], timeout: float) -> Outcome:
+        if self.process is None:
+            raise TargetCrash("not running")
+        self.next_id += 1
+        self.requests += 1
+        request_id = self.next_id
+        deadline = time.monotonic() + timeout
+        self._write((json.dumps({"id": request_id, "method": method, "params": params}) + "\n").encode(), deadline)
+        line = self._read_line(deadline)
+        try:
+            response = json.loads(line)
+        except ValueError:
+            raise self._crash(f"protocol: garbage instead of a JSON response to {method}: {line[:120]!r}") from None
+        if not isinstance(response, dict) or response.get("id") != request_id \
+                or ("result" in response) == ("error" in response):
+            raise self._crash(f"protocol: malformed response to {method} (id {request_id}): {line[:200]!r}")
+        if "error" in response:
+            error = response["error"]
+            if not isinstance(error, dict):
+                raise self._crash(f"protocol: error is not an object: {line[:200]!r}")
+            if error.get("kind") == "protocol":
+                raise self._crash(f"protocol: the target does not understand {method}: {error.get('message')!r}")
+            return Outcome(False, error=f"[{error.get('rule') or error.get('kind')}] {error.get('message', '')}")
+        return Outcome(True, response["result"])
+
+    def create(self, cfg: JsonConfig) -> Outcome:
+        if self.process is None:
+            self._start()
+        return self._request("create", {"config": cfg}, self.timeout)
+
+    def call(self, method: str, args: dict[str, Any]) -> Outcome:
+        return self._request(method, args, self.timeout)
+
+
+def parse_target(spec: str, timeout: float = 5.0) -> Target:
+    """`reference`, `python:MODULE:FACTORY` or `cmd:COMMAND`."""
+    if spec in ("", "reference"):
+        return PythonTarget("python:kvcache:SequenceCache")
+    if spec.startswith("python:"):
+        return PythonTarget(spec)
+    if spec.startswith("cmd:"):
+        return SubprocessTarget(spec, timeout=timeout)
+    raise TargetError(f"unknown target {spec!r}: use python:MODULE:FACTORY or cmd:COMMAND")

@@ -1,0 +1,348 @@
+"""A zoo of deliberately broken caches: the suite must catch each one with the right class.
+
+`Faithful` is a small contract-free port of the reference (closed forms); every mutant changes one
+thing, the way real implementations go wrong (upstream's rewind floor, off-by-one windows, lax
+validation...). `ZOO` maps a name to (factory, the finding class the suite must report, the rule).
+Use one as a target: `--target python:kvcache_spec.conformance.zoo:upstream_floor`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+from kvcache import CacheConfig, Kind, Run, SeqStepPlan
+
+INT_MAX = 2**31 - 1
+
+
+def _int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+class Faithful:
+    """The reference's behaviour in plain Python: one length, per-policy retained marks."""
+
+    def __init__(self, config: CacheConfig) -> None:
+        self.capacity_ = config.capacity
+        self.n_layers = config.n_layers
+        self.policies: list[tuple[int, int]] = []   # (window, slots); window 0 = flat
+        self.layer_policy: list[int] = []
+        for index in range(config.n_layers):
+            policy = config.layer(index).policy
+            if policy.kind is Kind.RING:
+                m = config.max_write if config.max_write is not None else policy.window
+                key = (policy.window, policy.window + m - 1)
+            else:
+                key = (0, 0)
+            if key not in self.policies:
+                self.policies.append(key)
+            self.layer_policy.append(self.policies.index(key))
+        limits = [slots - window + 1 for window, slots in self.policies if window]
+        self.limit: Optional[int] = min(limits) if limits else None
+        self.len_ = 0
+        self.open_step: Optional[tuple[int, int]] = None
+        self.retained = [0] * len(self.policies)
+
+    # --- validation (mutants relax or tighten these)
+    def valid_int(self, value: Any, low: int) -> bool:
+        return _int(value) and low <= value <= INT_MAX
+
+    def valid_layer(self, layer: Any) -> bool:
+        return self.valid_int(layer, 0) and layer < self.n_layers
+
+    def step_allowed(self, position: int, T: int) -> bool:
+        return position == self.len_ or self.open_step == (position, T)
+
+    def admitted(self, position: int, T: int) -> bool:
+        return position + T <= self.capacity_
+
+    # --- layout
+    def read_base(self, window: int, position: int) -> int:
+        return 0 if window == 0 else max(0, position - window + 1)
+
+    def slot(self, slots: int, position: int) -> int:
+        return position % slots
+
+    def runs(self, slots: int, first: int, count: int) -> tuple[Run, ...]:
+        head = min(count, slots - first)
+        return (Run(first, count),) if head == count else (Run(first, head), Run(0, count - head))
+
+    def policy_plan(self, index: int, position: int, T: int) -> SeqStepPlan:
+        window, slots = self.policies[index]
+        if window == 0:
+            return SeqStepPlan((Run(position, T),), (Run(0, position + T),), 0)
+        base = self.read_base(window, position)
+        return SeqStepPlan(self.runs(slots, self.slot(slots, position), T),
+                           self.runs(slots, self.slot(slots, base), position + T - base), base)
+
+    def retained_after(self, index: int, retained: int, end: int) -> int:
+        window, slots = self.policies[index]
+        return 0 if window == 0 else max(retained, end - slots)
+
+    def rewind_safe(self, new_len: int) -> bool:
+        return all(self.read_base(window, new_len) >= min(r, new_len)
+                   for (window, _), r in zip(self.policies, self.retained))
+
+    # --- the faces
+    def can_extend(self, n: int = 1) -> bool:
+        if not self.valid_int(n, 0):
+            raise ValueError("n")
+        return self.len_ + n <= self.capacity_
+
+    def capacity(self) -> int:
+        return self.capacity_
+
+    def length(self) -> int:
+        return self.len_
+
+    def rewind(self, new_len: int) -> bool:
+        if not self.valid_int(new_len, 0):
+            raise ValueError("new_len")
+        if new_len > self.len_ or not self.rewind_safe(new_len):
+            return False
+        self.len_, self.open_step = new_len, None
+        self.retained = [min(r, new_len) for r in self.retained]
+        return True
+
+    def clear(self) -> None:
+        self.len_, self.open_step = 0, None
+        self.retained = [0] * len(self.policies)
+
+    def check_step(self, layer: Any, position: Any, T: Any) -> None:
+        if not self.valid_layer(layer):
+            raise IndexError("layer")
+        if not self.valid_int(position, 0) or not self.valid_int(T, 1):
+            raise ValueError("position or T")
+        if self.limit is not None and T > self.limit:
+            raise ValueError("T > max_write")
+        if not self.step_allowed(position, T):
+            raise ValueError("STEP-APPEND")
+
+    def plan(self, layer: int, position: int, T: int) -> Optional[SeqStepPlan]:
+        self.check_step(layer, position, T)
+        if not self.admitted(position, T):
+            return None
+        return self.policy_plan(self.layer_policy[layer], position, T)
+
+    def issued(self, plan: Any) -> bool:
+        if not isinstance(plan, SeqStepPlan):
+            return False
+        try:
+            T, end = plan.n_written, plan.end
+        except (TypeError, AttributeError):
+            return False
+        position = end - T
+        if position < 0 or T < 1 or not self.step_allowed(position, T) or not self.admitted(position, T):
+            return False
+        if self.limit is not None and T > self.limit:
+            return False
+        return any(self.policy_plan(index, position, T) == plan for index in range(len(self.policies)))
+
+    def commit(self, plan: SeqStepPlan) -> None:
+        if not self.issued(plan):
+            raise ValueError("COMMIT-ISSUED")
+        self.advance(plan)
+
+    def advance(self, plan: SeqStepPlan) -> None:
+        end = plan.end
+        if end > self.len_:
+            self.len_, self.open_step = end, (plan.position, plan.n_written)
+            self.retained = [self.retained_after(i, r, end) for i, r in enumerate(self.retained)]
+
+    def depth(self, layer: int) -> int:
+        if not self.valid_layer(layer):
+            raise IndexError("layer")
+        window, slots = self.policies[self.layer_policy[layer]]
+        return self.capacity_ if window == 0 else min(self.capacity_, slots)
+
+    def retained_from(self, layer: int) -> int:
+        if not self.valid_layer(layer):
+            raise IndexError("layer")
+        return self.retained[self.layer_policy[layer]]
+
+    def as_control(self) -> Any:
+        return self
+
+    def as_planner(self) -> Any:
+        return self
+
+
+# --- the mutants ----------------------------------------------------------------------------------
+
+class ReadBaseOffByOne(Faithful):
+    """Each token sees window + 1 keys (the w vs w+1 bug class)."""
+
+    def read_base(self, window: int, position: int) -> int:
+        return 0 if window == 0 else max(0, position - window)
+
+
+class RingSizedToWindow(Faithful):
+    """Wrap-around modulo the window: a ring of w rows, which multi-token steps overrun."""
+
+    def slot(self, slots: int, position: int) -> int:
+        window = next(w for w, s in self.policies if s == slots)
+        return position % window
+
+
+class UpstreamFloor(Faithful):
+    """Upstream's floor: rewind allowed iff new_len >= max(0, L - window) on every ring."""
+
+    def rewind_safe(self, new_len: int) -> bool:
+        return all(new_len >= max(0, self.len_ - window) for window, _ in self.policies if window)
+
+
+class FloorIgnoresChains(Faithful):
+    """A sound-looking floor from the current length only: forgets what earlier rewinds cost."""
+
+    def rewind_safe(self, new_len: int) -> bool:
+        return all(self.read_base(window, new_len) >= min(max(0, self.len_ - slots), new_len)
+                   for window, slots in self.policies if window)
+
+
+class ImpurePlan(Faithful):
+    """plan moves the length (a backend planning speculatively would skip tokens)."""
+
+    def plan(self, layer: int, position: int, T: int) -> Optional[SeqStepPlan]:
+        plan = super().plan(layer, position, T)
+        if plan is not None and position == self.len_:
+            self.len_ = position + T
+            self.open_step = (position, T)
+        return plan
+
+
+class AcceptsBool(Faithful):
+    """bool passes as an int (plan(True, ...) means layer 1)."""
+
+    def valid_int(self, value: Any, low: int) -> bool:
+        return isinstance(value, int) and low <= value <= INT_MAX
+
+
+class AcceptsGap(Faithful):
+    """Upstream's plan: any position at or after the length (a gap reads rows never written)."""
+
+    def step_allowed(self, position: int, T: int) -> bool:
+        return position >= self.len_ or self.open_step == (position, T)
+
+
+class RefusesExactCapacity(Faithful):
+    """Admission off by one: refuses position + T == capacity."""
+
+    def admitted(self, position: int, T: int) -> bool:
+        return position + T < self.capacity_
+
+
+class CommitNotIdempotent(Faithful):
+    """Every commit advances by T, so per-layer commits count a step once per layer."""
+
+    def advance(self, plan: SeqStepPlan) -> None:
+        end = self.len_ + plan.n_written
+        self.len_, self.open_step = min(end, self.capacity_), (plan.position, plan.n_written)
+        self.retained = [self.retained_after(i, r, self.len_) for i, r in enumerate(self.retained)]
+
+
+class CommitsAnything(Faithful):
+    """commit trusts the plan: the length jumps to wherever a forged plan ends."""
+
+    def commit(self, plan: SeqStepPlan) -> None:
+        try:
+            if plan.end <= self.capacity_:
+                self.advance(plan)
+        except (AttributeError, TypeError):
+            pass
+
+
+class NoOpenStep(Faithful):
+    """Only new steps may be planned: the MLX per-layer commit pattern is refused."""
+
+    def step_allowed(self, position: int, T: int) -> bool:
+        return position == self.len_
+
+
+class ClearKeepsHistory(Faithful):
+    """clear() resets the length but not the retained marks."""
+
+    def clear(self) -> None:
+        self.len_, self.open_step = 0, None
+
+
+class MultiTokenNoEvict(Faithful):
+    """A multi-token ring step writes only its first row (multi-token steps never evicting)."""
+
+    def policy_plan(self, index: int, position: int, T: int) -> SeqStepPlan:
+        plan = super().policy_plan(index, position, T)
+        if self.policies[index][0] and T > 1:
+            first = plan.write[0]
+            return SeqStepPlan((Run(first.start, 1),) + plan.write[1:], plan.read, plan.read_base_pos)
+        return plan
+
+
+class IgnoresMaxWrite(Faithful):
+    """No STEP-T-MAX check: a step longer than max_write is planned."""
+
+    def check_step(self, layer: Any, position: Any, T: Any) -> None:
+        saved, self.limit = self.limit, None
+        try:
+            super().check_step(layer, position, T)
+        finally:
+            self.limit = saved
+
+    def admitted(self, position: int, T: int) -> bool:
+        return position + T <= self.capacity_
+
+    def policy_plan(self, index: int, position: int, T: int) -> SeqStepPlan:
+        window, slots = self.policies[index]
+        if window and T > slots:
+            T = slots
+        return super().policy_plan(index, position, T)
+
+
+class DepthUnchecked(Faithful):
+    """depth(layer) indexes without a bounds check (Python's negative indexes answer)."""
+
+    def depth(self, layer: int) -> int:
+        window, slots = self.policies[self.layer_policy[layer]]
+        return self.capacity_ if window == 0 else min(self.capacity_, slots)
+
+
+class LengthFromSlidingLayer(Faithful):
+    """length() read from a ring layer's retained window instead of the whole model."""
+
+    def length(self) -> int:
+        rings = [slots for window, slots in self.policies if window]
+        return min(self.len_, rings[0]) if rings else self.len_
+
+
+class RefusedRewindCloses(Faithful):
+    """A refused rewind still closes the open step (not ATOMIC)."""
+
+    def rewind(self, new_len: int) -> bool:
+        done = super().rewind(new_len)
+        if not done:
+            self.open_step = None
+        return done
+
+
+ZOO: dict[str, tuple[Callable[[CacheConfig], Any], str, str]] = {
+    "read_base_off_by_one": (ReadBaseOffByOne, "wrong", "PLAN-READ"),
+    "ring_sized_to_window": (RingSizedToWindow, "wrong", "DATA-SOUND"),
+    "upstream_floor": (UpstreamFloor, "wrong", "REWIND-SOUND"),
+    "floor_ignores_chains": (FloorIgnoresChains, "wrong", "REWIND-SOUND"),
+    "impure_plan": (ImpurePlan, "wrong", "PLAN-PURE"),
+    "accepts_bool": (AcceptsBool, "lenient", "ARG-INT"),
+    "accepts_gap": (AcceptsGap, "lenient", "STEP-APPEND"),
+    "refuses_exact_capacity": (RefusesExactCapacity, "over-strict", "ADMIT"),
+    "commit_not_idempotent": (CommitNotIdempotent, "wrong", "COMMIT-ADVANCE"),
+    "commits_anything": (CommitsAnything, "lenient", "COMMIT-ISSUED"),
+    "no_open_step": (NoOpenStep, "over-strict", "STEP-APPEND"),
+    "clear_keeps_history": (ClearKeepsHistory, "wrong", "RETAINED"),
+    "multi_token_no_evict": (MultiTokenNoEvict, "wrong", "PLAN-WRITE"),
+    "ignores_max_write": (IgnoresMaxWrite, "lenient", "STEP-T-MAX"),
+    "depth_unchecked": (DepthUnchecked, "lenient", "LAYER-RANGE"),
+    "length_from_sliding_layer": (LengthFromSlidingLayer, "wrong", "LEN-BOUNDS"),
+    "refused_rewind_closes_step": (RefusedRewindCloses, "wrong", "ATOMIC"),
+}
+
+# Module-level factories, so each mutant is a target: python:kvcache_spec.conformance.zoo:NAME
+faithful = Faithful
+for _name, (_factory, _, _) in ZOO.items():
+    globals()[_name] = _factory
