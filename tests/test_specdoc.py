@@ -25,19 +25,21 @@ def test_every_example_in_the_spec_runs() -> None:
     assert result.failed == 0
 
 
-def _rule_sections(document: str) -> list[tuple[str, str]]:
-    """(id, text) of every '#### ID' section of part 2."""
-    part = document[document.index("## 2. The rules"):document.index("## 3. ")]
-    pieces = re.split(r"^#### ([A-Z][A-Z0-9-]*)\s*$", part, flags=re.MULTILINE)
-    return list(zip(pieces[1::2], pieces[2::2]))
+def _rule_sections(document: str) -> list[tuple[str, str, str]]:
+    """(number, id, text) of every '#### N. ID' section of part 2."""
+    part = document[document.index("\n## 2. The rules"):document.index("\n## 3. ")]
+    pieces = re.split(r"^#### (\d+)\. ([A-Z][A-Z0-9-]*)\s*$", part, flags=re.MULTILINE)
+    return list(zip(pieces[1::3], pieces[2::3], pieces[3::3]))
 
 
 def test_rule_sections_are_the_rules_in_order(document: str) -> None:
-    assert [rule_id for rule_id, _ in _rule_sections(document)] == [rule.id for rule in RULES]
+    sections = _rule_sections(document)
+    assert [rule_id for _, rule_id, _ in sections] == [rule.id for rule in RULES]
+    assert [number for number, _, _ in sections] == [str(n) for n in range(1, len(RULES) + 1)]
 
 
 def test_each_rule_section_quotes_its_statement_and_says_why(document: str) -> None:
-    for (rule_id, text), rule in zip(_rule_sections(document), RULES):
+    for (_, rule_id, text), rule in zip(_rule_sections(document), RULES):
         assert f"> {rule.statement}\n" in text, f"{rule_id}: the statement differs from spec/rules.py"
         assert "Why:" in text, f"{rule_id}: no rationale"
 
