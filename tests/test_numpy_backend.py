@@ -387,3 +387,11 @@ def test_admission_is_the_runners_job() -> None:
         model.step(backend, 3, [4, 5])
     assert caught.value.rule == "ADMIT"
     assert cache.length() == 3
+
+
+def test_the_backend_is_independent_of_the_spec() -> None:
+    """The backend uses the public kvcache API only: importing it loads no kvcache_spec module."""
+    import subprocess
+    import sys
+    code = "import sys, kvcache.backends.numpy_backend; sys.exit('kvcache_spec' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0
