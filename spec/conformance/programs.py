@@ -92,7 +92,7 @@ def edge_programs(cfg_json: JsonConfig) -> list[tuple[str, list[Step]]]:
         ("wrap-around with mixed step sizes", wrap),
         ("rewind one token after every step", [op for i in range(capacity) for op in
                                                (step(min(limit, 2)), {"op": "rewind", "new_len": {"back": 1}})]),
-        ("chains of rewinds", [op for i in range(capacity) for op in
+        ("chains of rewinds", [op for i in range(min(capacity, 8)) for op in
                                (step(limit), step(1), {"op": "rewind", "new_len": {"back": 1 + i % 3}},
                                 {"op": "rewind", "new_len": {"back": 1}})]),
         ("rewind floor scan", fill[:3] + [{"op": "rewind", "new_len": {"back": k}} for k in range(capacity + 2)]),
@@ -106,7 +106,9 @@ def edge_programs(cfg_json: JsonConfig) -> list[tuple[str, list[Step]]]:
         ("bad calls in the middle of a step", [step(1, "per-layer"), step(min(2, limit))] +
          [op for _, bad in BAD_CALLS for op in (bad, {"op": "commit", "plan": {"forge": "open", "layer": 0}})]),
         ("bad calls at the capacity", fill + [bad for _, bad in BAD_CALLS]),
-        ("queries", [step(1), {"op": "length"}, {"op": "capacity"}, {"op": "faces"}]),
+        ("queries", [{"op": "capacity"}, {"op": "faces"}] + [{"op": "depth", "layer": k}
+                                                             for k in range(len(cfg.layers))]
+         + [step(1), {"op": "length"}, {"op": "capacity"}, {"op": "faces"}]),
     ]
     return programs
 
