@@ -42,6 +42,8 @@ def _plan_well_formed(plan: SeqStepPlan) -> bool:
     """PLAN-SHAPE: re-validate a plan's fields (a forged plan may have bypassed its constructor)."""
     try:
         dataclasses.replace(plan)
+        for run in plan.write + plan.read:  # the runs too: Run(0.0, 1) == Run(0, 1) would pass COMMIT-ISSUED
+            dataclasses.replace(run)
     except (KVCacheError, TypeError):
         return False
     return True
