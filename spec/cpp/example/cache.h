@@ -1,0 +1,113 @@
+// Upstream-shaped types (ExecuTorch extension/llm/cache/cache.h, restated): the example caches use them.
+#pragma once
+
+#include <optional>
+#include <vector>
+
+namespace demo {
+
+struct Run {
+  int start;
+  int len;
+};
+
+struct SeqStepPlan {
+  Run write[2];
+  int n_write;
+  Run read[2];
+  int n_read;
+  int read_base_pos;
+};
+
+enum class Kind : int { Flat = 0, Ring = 1 };
+
+struct LayerPolicy {
+  Kind kind;
+  int window;
+};
+
+struct LayerConfig {
+  LayerPolicy policy;
+  int n_kv_heads;
+  int head_dim;
+};
+
+struct CacheConfig {
+  int capacity;
+  int n_layers;
+  std::vector<LayerConfig> layers;
+  int initial_capacity = 512;
+  std::optional<int> max_write;
+};
+
+class SequenceControl {
+ public:
+  virtual ~SequenceControl() = default;
+  virtual bool can_extend(int n = 1) const = 0;
+  virtual int capacity() const = 0;
+  virtual int length() const = 0;
+  virtual bool rewind(int new_len) = 0;
+  virtual void clear() = 0;
+};
+
+class SequencePlanner {
+ public:
+  virtual ~SequencePlanner() = default;
+  virtual std::optional<SeqStepPlan> plan(int layer, int position, int T) const = 0;
+  virtual void commit(const SeqStepPlan& plan) = 0;
+};
+
+class CacheBase {
+ public:
+  virtual ~CacheBase() = default;
+  virtual SequenceControl* as_control() = 0;
+  virtual SequencePlanner* as_planner() = 0;
+};
+
+// Ring/flat layout arithmetic shared by both examples (upstream's policies).
+struct Policy {
+  int window;  // 0: flat
+  int slots;   // ring: window + max_write - 1
+
+  bool operator==(const Policy& o) const { return window == o.window && slots == o.slots; }
+
+  static void runs(int first, int count, int slots, Run out[2], int& n) {
+    int head = count < slots - first ? count : slots - first;
+    if (head == count) {
+      out[0] = {first, count};
+      n = 1;
+    } else {
+      out[0] = {first, head};
+      out[1] = {0, count - head};
+      n = 2;
+    }
+  }
+  int read_base(int position) const { return window == 0 ? 0 : (position - window + 1 > 0 ? position - window + 1 : 0); }
+  SeqStepPlan plan(int position, int T) const {
+    SeqStepPlan p{};
+    if (window == 0) {
+      p.write[0] = {position, T};
+      p.n_write = 1;
+      p.read[0] = {0, position + T};
+      p.n_read = 1;
+      p.read_base_pos = 0;
+      return p;
+    }
+    int base = read_base(position);
+    runs(position % slots, T, slots, p.write, p.n_write);
+    runs(base % slots, position + T - base, slots, p.read, p.n_read);
+    p.read_base_pos = base;
+    return p;
+  }
+};
+
+inline bool same_plan(const SeqStepPlan& a, const SeqStepPlan& b) {
+  if (a.n_write != b.n_write || a.n_read != b.n_read || a.read_base_pos != b.read_base_pos) return false;
+  for (int k = 0; k < a.n_write; ++k)
+    if (a.write[k].start != b.write[k].start || a.write[k].len != b.write[k].len) return false;
+  for (int k = 0; k < a.n_read; ++k)
+    if (a.read[k].start != b.read[k].start || a.read[k].len != b.read[k].len) return false;
+  return true;
+}
+
+}  // namespace demo

@@ -1,0 +1,724 @@
+// kvcache_conformance.hpp - header-only C++17 driver for the kvcache conformance suite.
+//
+// Turns any class with the upstream C++ faces of ExecuTorch's off-graph KV cache into a `cmd:`
+// target speaking spec/PROTOCOL.md (version 1) on stdin/stdout, and replays the golden vectors
+// (spec/vectors/kvcache_vectors.json) without Python:
+//
+//     #include "kvcache_conformance.hpp"
+//     int main(int argc, char** argv) {
+//       return kvcache_conformance::run_main<MyCache, MyCacheConfig>(argc, argv, "my-cache 1.0");
+//     }
+//
+//     ./my_target                         # serve the protocol: kvcache conformance --target cmd:./my_target
+//     ./my_target --vectors FILE.json     # replay the golden vectors; exit 0 when all pass
+//
+// Requirements on Cache (upstream's shapes, duck-typed):
+//   - constructible from `const Config&` (or pass a factory to Driver);
+//   - plan(int layer, int position, int T) -> std::optional<Plan>, Plan with Run write[2], int n_write,
+//     Run read[2], int n_read, int read_base_pos; Run with int start, int len;
+//   - commit(const Plan&) (void, or bool where false means rejected); can_extend(int) -> bool;
+//     capacity() -> int; rewind(int) -> bool; clear();
+//   - optional, detected: length(), depth(int), retained_from(int), as_control()/as_planner().
+// Config has capacity, n_layers, layers (a vector of {policy{kind, window}, n_kv_heads, head_dim}),
+// initial_capacity and max_write (std::optional<int>); kind is an enum with Flat = 0, Ring = 1.
+//
+// A C++ `int` parameter cannot receive `true`, `1.5` or 2^31: the driver rejects such arguments
+// at the JSON boundary (rule ARG-INT / ARG-RANGE). Negatives, zero T, gaps and forged plans reach
+// the implementation. A std::exception thrown by the implementation is a rejection ("rejected").
+// Define KVCACHE_CONFORMANCE_NO_RTTI when compiling with -fno-rtti (faces are then compared by
+// address without dynamic_cast).
+#pragma once
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace kvcache_conformance {
+
+inline constexpr int kProtocolVersion = 1;
+inline constexpr const char* kProtocolName = "kvcache-conformance";
+
+// --- a tiny JSON value, reader and writer ----------------------------------------------------------
+
+struct Json {
+  enum class Type { Null, Bool, Int, Double, String, Array, Object };
+  Type type = Type::Null;
+  bool boolean = false;
+  long long integer = 0;
+  bool big = false;  // an integer literal outside long long: kept as a double
+  double number = 0;
+  std::string string;
+  std::vector<Json> array;
+  std::vector<std::pair<std::string, Json>> object;  // insertion order; written sorted
+
+  static Json null() { return Json{}; }
+  static Json of(bool b) { Json j; j.type = Type::Bool; j.boolean = b; return j; }
+  static Json of(int i) { Json j; j.type = Type::Int; j.integer = i; return j; }
+  static Json of(long long i) { Json j; j.type = Type::Int; j.integer = i; return j; }
+  static Json of(const std::string& s) { Json j; j.type = Type::String; j.string = s; return j; }
+  static Json of(const char* s) { return of(std::string(s)); }
+  static Json arr() { Json j; j.type = Type::Array; return j; }
+  static Json obj() { Json j; j.type = Type::Object; return j; }
+
+  bool is(Type t) const { return type == t; }
+  const Json* get(const std::string& key) const {
+    if (type != Type::Object) return nullptr;
+    for (const auto& kv : object)
+      if (kv.first == key) return &kv.second;
+    return nullptr;
+  }
+  Json& set(const std::string& key, Json value) {
+    for (auto& kv : object)
+      if (kv.first == key) return kv.second = std::move(value);
+    object.emplace_back(key, std::move(value));
+    return object.back().second;
+  }
+  Json& push(Json value) { array.push_back(std::move(value)); return array.back(); }
+};
+
+class JsonReader {
+ public:
+  explicit JsonReader(const std::string& text) : s_(text) {}
+  // Parses one complete value; false (and `error`) on anything else.
+  bool parse(Json& out, std::string& error) {
+    try {
+      out = value(0);
+      skip();
+      if (pos_ != s_.size()) fail("trailing characters");
+      return true;
+    } catch (const std::runtime_error& e) {
+      error = e.what();
+      return false;
+    }
+  }
+
+ private:
+  const std::string& s_;
+  size_t pos_ = 0;
+
+  [[noreturn]] void fail(const std::string& what) const {
+    throw std::runtime_error("JSON: " + what + " at offset " + std::to_string(pos_));
+  }
+  void skip() {
+    while (pos_ < s_.size() && (s_[pos_] == ' ' || s_[pos_] == '\t' || s_[pos_] == '\n' || s_[pos_] == '\r')) ++pos_;
+  }
+  bool literal(const char* word) {
+    size_t n = std::char_traits<char>::length(word);
+    if (s_.compare(pos_, n, word) == 0) { pos_ += n; return true; }
+    return false;
+  }
+  Json value(int depth) {
+    if (depth > 64) fail("nesting too deep");
+    skip();
+    if (pos_ >= s_.size()) fail("unexpected end");
+    char c = s_[pos_];
+    if (c == '{') return object(depth);
+    if (c == '[') return array(depth);
+    if (c == '"') return Json::of(string());
+    if (literal("null")) return Json::null();
+    if (literal("true")) return Json::of(true);
+    if (literal("false")) return Json::of(false);
+    if (c == '-' || (c >= '0' && c <= '9')) return number();
+    fail(std::string("unexpected character '") + c + "'");
+  }
+  Json object(int depth) {
+    Json j = Json::obj();
+    ++pos_;
+    skip();
+    if (pos_ < s_.size() && s_[pos_] == '}') { ++pos_; return j; }
+    for (;;) {
+      skip();
+      if (pos_ >= s_.size() || s_[pos_] != '"') fail("expected a key");
+      std::string key = string();
+      skip();
+      if (pos_ >= s_.size() || s_[pos_] != ':') fail("expected ':'");
+      ++pos_;
+      j.set(key, value(depth + 1));
+      skip();
+      if (pos_ < s_.size() && s_[pos_] == ',') { ++pos_; continue; }
+      if (pos_ < s_.size() && s_[pos_] == '}') { ++pos_; return j; }
+      fail("expected ',' or '}'");
+    }
+  }
+  Json array(int depth) {
+    Json j = Json::arr();
+    ++pos_;
+    skip();
+    if (pos_ < s_.size() && s_[pos_] == ']') { ++pos_; return j; }
+    for (;;) {
+      j.push(value(depth + 1));
+      skip();
+      if (pos_ < s_.size() && s_[pos_] == ',') { ++pos_; continue; }
+      if (pos_ < s_.size() && s_[pos_] == ']') { ++pos_; return j; }
+      fail("expected ',' or ']'");
+    }
+  }
+  static void utf8(std::string& out, unsigned cp) {
+    if (cp < 0x80) { out += static_cast<char>(cp); }
+    else if (cp < 0x800) { out += static_cast<char>(0xC0 | (cp >> 6)); out += static_cast<char>(0x80 | (cp & 0x3F)); }
+    else if (cp < 0x10000) {
+      out += static_cast<char>(0xE0 | (cp >> 12)); out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+      out += static_cast<char>(0x80 | (cp & 0x3F));
+    } else {
+      out += static_cast<char>(0xF0 | (cp >> 18)); out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F)); out += static_cast<char>(0x80 | (cp & 0x3F));
+    }
+  }
+  unsigned hex4() {
+    if (pos_ + 4 > s_.size()) fail("short \\u escape");
+    unsigned v = 0;
+    for (int k = 0; k < 4; ++k) {
+      char h = s_[pos_++];
+      v <<= 4;
+      if (h >= '0' && h <= '9') v |= static_cast<unsigned>(h - '0');
+      else if (h >= 'a' && h <= 'f') v |= static_cast<unsigned>(h - 'a' + 10);
+      else if (h >= 'A' && h <= 'F') v |= static_cast<unsigned>(h - 'A' + 10);
+      else fail("bad \\u escape");
+    }
+    return v;
+  }
+  std::string string() {
+    std::string out;
+    ++pos_;  // opening quote
+    while (pos_ < s_.size()) {
+      char c = s_[pos_++];
+      if (c == '"') return out;
+      if (static_cast<unsigned char>(c) < 0x20) fail("control character in a string");
+      if (c != '\\') { out += c; continue; }
+      if (pos_ >= s_.size()) break;
+      char e = s_[pos_++];
+      switch (e) {
+        case '"': out += '"'; break;
+        case '\\': out += '\\'; break;
+        case '/': out += '/'; break;
+        case 'b': out += '\b'; break;
+        case 'f': out += '\f'; break;
+        case 'n': out += '\n'; break;
+        case 'r': out += '\r'; break;
+        case 't': out += '\t'; break;
+        case 'u': {
+          unsigned cp = hex4();
+          if (cp >= 0xD800 && cp < 0xDC00 && s_.compare(pos_, 2, "\\u") == 0) {
+            pos_ += 2;
+            unsigned low = hex4();
+            cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
+          }
+          utf8(out, cp);
+          break;
+        }
+        default: fail("bad escape");
+      }
+    }
+    fail("unterminated string");
+  }
+  Json number() {
+    size_t start = pos_;
+    if (s_[pos_] == '-') ++pos_;
+    bool integral = true;
+    while (pos_ < s_.size()) {
+      char c = s_[pos_];
+      if (c >= '0' && c <= '9') { ++pos_; continue; }
+      if (c == '.' || c == 'e' || c == 'E' || c == '+' || (c == '-' && pos_ > start)) { integral = false; ++pos_; continue; }
+      break;
+    }
+    std::string text = s_.substr(start, pos_ - start);
+    if (text == "-" || text.empty()) fail("bad number");
+    Json j;
+    if (integral) {
+      errno = 0;
+      char* end = nullptr;
+      long long v = std::strtoll(text.c_str(), &end, 10);
+      if (errno == 0 && end && *end == '\0') { j.type = Json::Type::Int; j.integer = v; return j; }
+      j.type = Json::Type::Int;  // an integer too large for long long: still an integer, out of every range
+      j.big = true;
+      j.integer = text[0] == '-' ? LLONG_MIN : LLONG_MAX;
+      return j;
+    }
+    j.type = Json::Type::Double;
+    j.number = std::strtod(text.c_str(), nullptr);
+    return j;
+  }
+};
+
+inline void write_string(std::string& out, const std::string& s) {
+  out += '"';
+  for (unsigned char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (c < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", c);
+          out += buf;
+        } else {
+          out += static_cast<char>(c);
+        }
+    }
+  }
+  out += '"';
+}
+
+// Canonical text: object keys sorted, no spaces. Two values are equal iff their texts are.
+inline void write(std::string& out, const Json& j) {
+  switch (j.type) {
+    case Json::Type::Null: out += "null"; break;
+    case Json::Type::Bool: out += j.boolean ? "true" : "false"; break;
+    case Json::Type::Int: out += j.big ? (j.integer < 0 ? "-1e999" : "1e999") : std::to_string(j.integer); break;
+    case Json::Type::Double: {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%.17g", j.number);
+      out += buf;
+      break;
+    }
+    case Json::Type::String: write_string(out, j.string); break;
+    case Json::Type::Array:
+      out += '[';
+      for (size_t k = 0; k < j.array.size(); ++k) { if (k) out += ','; write(out, j.array[k]); }
+      out += ']';
+      break;
+    case Json::Type::Object: {
+      std::vector<const std::pair<std::string, Json>*> items;
+      for (const auto& kv : j.object) items.push_back(&kv);
+      std::sort(items.begin(), items.end(), [](auto* a, auto* b) { return a->first < b->first; });
+      out += '{';
+      for (size_t k = 0; k < items.size(); ++k) {
+        if (k) out += ',';
+        write_string(out, items[k]->first);
+        out += ':';
+        write(out, items[k]->second);
+      }
+      out += '}';
+      break;
+    }
+  }
+}
+
+inline std::string dump(const Json& j) { std::string out; write(out, j); return out; }
+
+// --- detection idiom for the optional methods ------------------------------------------------------
+
+template <class C, class = void> struct has_length : std::false_type {};
+template <class C> struct has_length<C, std::void_t<decltype(std::declval<C&>().length())>> : std::true_type {};
+template <class C, class = void> struct has_depth : std::false_type {};
+template <class C> struct has_depth<C, std::void_t<decltype(std::declval<C&>().depth(0))>> : std::true_type {};
+template <class C, class = void> struct has_retained_from : std::false_type {};
+template <class C>
+struct has_retained_from<C, std::void_t<decltype(std::declval<C&>().retained_from(0))>> : std::true_type {};
+template <class C, class = void> struct has_faces : std::false_type {};
+template <class C>
+struct has_faces<C, std::void_t<decltype(std::declval<C&>().as_control()), decltype(std::declval<C&>().as_planner())>>
+    : std::true_type {};
+
+template <class T> const void* object_address(T* p) {
+#ifndef KVCACHE_CONFORMANCE_NO_RTTI
+  if constexpr (std::is_polymorphic_v<T>) return p ? dynamic_cast<const void*>(p) : nullptr;
+#endif
+  return static_cast<const void*>(p);
+}
+template <class T> const void* object_address(T& r) { return object_address(&r); }
+
+// --- the driver ------------------------------------------------------------------------------------
+
+struct Response {
+  bool ok = true;
+  Json value;
+  std::string kind;  // rejected | unsupported | protocol
+  std::string rule;
+  std::string message;
+
+  static Response result(Json v) { Response r; r.value = std::move(v); return r; }
+  static Response error(const std::string& kind, const std::string& rule, const std::string& message) {
+    Response r;
+    r.ok = false;
+    r.kind = kind;
+    r.rule = rule;
+    r.message = message;
+    return r;
+  }
+};
+
+template <class Cache, class Config>
+class Driver {
+ public:
+  using Factory = std::function<std::unique_ptr<Cache>(const Config&)>;
+  using PlanT = typename std::decay_t<decltype(std::declval<Cache&>().plan(0, 0, 0))>::value_type;
+  using LayerT = typename std::decay_t<decltype(std::declval<Config&>().layers)>::value_type;
+
+  explicit Driver(std::string name, Factory factory = nullptr)
+      : name_(std::move(name)), factory_(factory ? std::move(factory) : Factory([](const Config& c) {
+          return std::make_unique<Cache>(c);
+        })) {}
+
+  Json methods() const {
+    Json m = Json::arr();
+    if constexpr (has_length<Cache>::value) m.push(Json::of("length"));
+    if constexpr (has_depth<Cache>::value) m.push(Json::of("depth"));
+    if constexpr (has_retained_from<Cache>::value) m.push(Json::of("retained_from"));
+    return m;
+  }
+  bool supports(const std::string& method) const {
+    if (method == "length") return has_length<Cache>::value;
+    if (method == "depth") return has_depth<Cache>::value;
+    if (method == "retained_from") return has_retained_from<Cache>::value;
+    return true;
+  }
+
+  Response handle(const std::string& method, const Json& params) {
+    try {
+      return dispatch(method, params);
+    } catch (const std::exception& e) {
+      return Response::error("rejected", "", std::string("exception: ") + e.what());
+    }
+  }
+
+  // Serve the protocol until `bye` or end of input.
+  int serve(std::istream& in, std::ostream& out) {
+    std::string line;
+    while (std::getline(in, line)) {
+      Json request;
+      std::string error;
+      Json id = Json::null();
+      Response response;
+      bool bye = false;
+      if (!JsonReader(line).parse(request, error) || !request.is(Json::Type::Object)) {
+        response = Response::error("protocol", "", error.empty() ? "a request is an object" : error);
+      } else {
+        if (const Json* i = request.get("id")) id = *i;
+        const Json* m = request.get("method");
+        const Json* p = request.get("params");
+        Json params = p ? *p : Json::obj();
+        if (!m || !m->is(Json::Type::String)) {
+          response = Response::error("protocol", "", "missing method");
+        } else {
+          bye = m->string == "bye";
+          response = handle(m->string, params);
+        }
+      }
+      Json reply = Json::obj();
+      reply.set("id", id);
+      if (response.ok) {
+        reply.set("result", response.value);
+      } else {
+        Json e = Json::obj();
+        e.set("kind", Json::of(response.kind));
+        e.set("rule", response.rule.empty() ? Json::null() : Json::of(response.rule));
+        e.set("message", Json::of(response.message));
+        reply.set("error", e);
+      }
+      out << dump(reply) << '\n' << std::flush;
+      if (bye) break;
+    }
+    return 0;
+  }
+
+  // Replay the golden vectors; prints failures to `err`, a summary to `out`; 0 when all pass.
+  int replay_vectors(const std::string& path, std::ostream& out, std::ostream& err) {
+    std::ifstream file(path, std::ios::binary);
+    if (!file) { err << "cannot read " << path << "\n"; return 2; }
+    std::stringstream buffer;
+    buffer << file.rdbuf();
+    std::string text = buffer.str();
+    Json doc;
+    std::string error;
+    if (!JsonReader(text).parse(doc, error)) { err << path << ": " << error << "\n"; return 2; }
+    const Json* version = doc.get("formatVersion");
+    if (!version || !version->is(Json::Type::Int) || version->integer != 1) {
+      err << path << ": unsupported formatVersion\n";
+      return 2;
+    }
+    int passed = 0, failed = 0, skipped = 0;
+    const Json* groups = doc.get("testGroups");
+    for (const Json& group : groups ? groups->array : std::vector<Json>{}) {
+      const Json* config = group.get("config");
+      for (const Json& test : group.get("tests")->array) {
+        std::string problem = replay_test(config, test, skipped);
+        if (problem.empty()) {
+          ++passed;
+        } else {
+          ++failed;
+          if (failed <= 20)
+            err << "tcId " << test.get("tcId")->integer << " (" << test.get("comment")->string << "): " << problem << "\n";
+        }
+      }
+    }
+    out << "vectors: " << passed << " passed, " << failed << " failed, " << skipped
+        << " calls to absent optional methods skipped\n";
+    return failed ? 1 : 0;
+  }
+
+ private:
+  std::string name_;
+  Factory factory_;
+  std::unique_ptr<Cache> cache_;
+
+  static bool to_int(const Json& v, int& out, std::string& rule) {
+    if (!v.is(Json::Type::Int)) { rule = "ARG-INT"; return false; }  // bool, float, string: not an int
+    if (v.big || v.integer < INT_MIN || v.integer > INT_MAX) { rule = "ARG-RANGE"; return false; }
+    out = static_cast<int>(v.integer);
+    return true;
+  }
+
+  // Reads int parameters in order; on failure fills `bad` with a rejection.
+  static bool ints(const Json& params, std::initializer_list<std::pair<const char*, int*>> wanted, Response& bad) {
+    for (const auto& w : wanted) {
+      const Json* v = params.get(w.first);
+      if (!v) { bad = Response::error("protocol", "", std::string("missing parameter ") + w.first); return false; }
+      std::string rule;
+      if (!to_int(*v, *w.second, rule)) {
+        bad = Response::error("rejected", rule, std::string(w.first) + " is not a C++ int");
+        return false;
+      }
+    }
+    return true;
+  }
+
+  static Json runs_json(const decltype(PlanT::write)& runs, int n) {
+    Json a = Json::arr();
+    for (int k = 0; k < std::min(std::max(n, 0), 2); ++k) {
+      Json run = Json::arr();
+      run.push(Json::of(static_cast<long long>(runs[k].start)));
+      run.push(Json::of(static_cast<long long>(runs[k].len)));
+      a.push(run);
+    }
+    return a;
+  }
+
+  static Json plan_json(const PlanT& p) {
+    Json j = Json::obj();
+    j.set("write", runs_json(p.write, p.n_write));
+    j.set("read", runs_json(p.read, p.n_read));
+    j.set("read_base_pos", Json::of(static_cast<long long>(p.read_base_pos)));
+    return j;
+  }
+
+  static bool runs_from(const Json* a, decltype(PlanT::write)& runs, int& n, std::string& why) {
+    if (!a || !a->is(Json::Type::Array)) { why = "runs are not an array"; return false; }
+    if (a->array.size() > 2) { why = "more than two runs do not fit Run[2]"; return false; }
+    n = static_cast<int>(a->array.size());
+    for (size_t k = 0; k < a->array.size(); ++k) {
+      const Json& run = a->array[k];
+      int start = 0, len = 0;
+      std::string rule;
+      if (!run.is(Json::Type::Array) || run.array.size() != 2 || !to_int(run.array[0], start, rule) ||
+          !to_int(run.array[1], len, rule)) {
+        why = "a run is not [int, int]";
+        return false;
+      }
+      runs[k].start = start;
+      runs[k].len = len;
+    }
+    return true;
+  }
+
+  // A JSON plan as the implementation's plan type; false when it cannot be represented at all.
+  static bool plan_from(const Json& j, PlanT& p, std::string& rule, std::string& why) {
+    if (!j.is(Json::Type::Object)) { rule = "ARG-TYPE"; why = "plan is not an object"; return false; }
+    rule = "PLAN-SHAPE";
+    p = PlanT{};
+    if (!runs_from(j.get("write"), p.write, p.n_write, why) || !runs_from(j.get("read"), p.read, p.n_read, why))
+      return false;
+    const Json* base = j.get("read_base_pos");
+    std::string int_rule;
+    if (!base || !to_int(*base, p.read_base_pos, int_rule)) { why = "read_base_pos is not an int"; return false; }
+    return true;
+  }
+
+  static bool config_from(const Json& j, Config& c, std::string& rule, std::string& why) {
+    using PolicyT = std::decay_t<decltype(std::declval<LayerT&>().policy)>;
+    using KindT = std::decay_t<decltype(std::declval<PolicyT&>().kind)>;
+    rule = "CFG-TYPE";
+    if (!j.is(Json::Type::Object)) { why = "config is not an object"; return false; }
+    auto field = [&](const Json& from, const char* name, int& out, bool required = true) {
+      const Json* v = from.get(name);
+      if (!v) { if (required) why = std::string("missing ") + name; return !required; }
+      std::string r;
+      if (!to_int(*v, out, r)) { why = std::string(name) + " is not a C++ int"; return false; }
+      return true;
+    };
+    int capacity = 0, n_layers = 0, initial_capacity = 512;
+    if (!field(j, "capacity", capacity) || !field(j, "n_layers", n_layers) ||
+        !field(j, "initial_capacity", initial_capacity, false))
+      return false;
+    c.capacity = capacity;
+    c.n_layers = n_layers;
+    c.initial_capacity = initial_capacity;
+    const Json* mw = j.get("max_write");
+    if (mw && !mw->is(Json::Type::Null)) {
+      int m = 0;
+      if (!field(j, "max_write", m)) return false;
+      c.max_write = m;
+    } else {
+      c.max_write = std::nullopt;
+    }
+    const Json* layers = j.get("layers");
+    if (!layers || !layers->is(Json::Type::Array)) { why = "layers is not an array"; return false; }
+    c.layers.clear();
+    for (const Json& l : layers->array) {
+      LayerT layer{};
+      const Json* kind = l.get("kind");
+      if (!kind || !kind->is(Json::Type::String) || (kind->string != "flat" && kind->string != "ring")) {
+        rule = "CFG-POLICY";
+        why = "kind is not \"flat\" or \"ring\"";
+        return false;
+      }
+      layer.policy.kind = static_cast<KindT>(kind->string == "flat" ? 0 : 1);
+      int window = 0, heads = 0, dim = 0;
+      if (!field(l, "window", window) || !field(l, "n_kv_heads", heads) || !field(l, "head_dim", dim)) return false;
+      layer.policy.window = window;
+      layer.n_kv_heads = heads;
+      layer.head_dim = dim;
+      c.layers.push_back(layer);
+    }
+    return true;
+  }
+
+  Response dispatch(const std::string& method, const Json& params) {
+    Response bad;
+    if (method == "hello") {
+      const Json* versions = params.get("versions");
+      bool offered = false;
+      if (versions && versions->is(Json::Type::Array))
+        for (const Json& v : versions->array) offered |= v.is(Json::Type::Int) && v.integer == kProtocolVersion;
+      if (!offered) return Response::error("protocol", "", "this driver speaks protocol version 1 only");
+      Json r = Json::obj();
+      r.set("protocol", Json::of(kProtocolName));
+      r.set("version", Json::of(kProtocolVersion));
+      r.set("implementation", Json::of(name_));
+      r.set("methods", methods());
+      return Response::result(r);
+    }
+    if (method == "bye") return Response::result(Json::null());
+    if (method == "reset") { cache_.reset(); return Response::result(Json::null()); }
+    if (method == "create") {
+      cache_.reset();
+      const Json* config = params.get("config");
+      Config c{};
+      std::string rule, why;
+      if (!config || !config_from(*config, c, rule, why)) return Response::error("rejected", rule, why);
+      cache_ = factory_(c);
+      return Response::result(Json::null());
+    }
+    if (!supports(method)) return Response::error("unsupported", "", method + " is not implemented");
+    if (!cache_) return Response::error("protocol", "", "no cache: send create first");
+    Cache& cache = *cache_;
+    if (method == "plan") {
+      int layer = 0, position = 0, T = 0;
+      if (!ints(params, {{"layer", &layer}, {"position", &position}, {"T", &T}}, bad)) return bad;
+      auto p = cache.plan(layer, position, T);
+      return Response::result(p ? plan_json(*p) : Json::null());
+    }
+    if (method == "commit") {
+      const Json* j = params.get("plan");
+      PlanT p{};
+      std::string rule, why;
+      if (!j || !plan_from(*j, p, rule, why)) return Response::error("rejected", rule, why);
+      if constexpr (std::is_same_v<decltype(cache.commit(p)), void>) {
+        cache.commit(p);
+      } else {
+        if (!cache.commit(p)) return Response::error("rejected", "COMMIT-ISSUED", "commit returned false");
+      }
+      return Response::result(Json::null());
+    }
+    if (method == "can_extend") {
+      int n = 0;
+      if (!ints(params, {{"n", &n}}, bad)) return bad;
+      return Response::result(Json::of(static_cast<bool>(cache.can_extend(n))));
+    }
+    if (method == "capacity") return Response::result(Json::of(static_cast<long long>(cache.capacity())));
+    if (method == "rewind") {
+      int new_len = 0;
+      if (!ints(params, {{"new_len", &new_len}}, bad)) return bad;
+      return Response::result(Json::of(static_cast<bool>(cache.rewind(new_len))));
+    }
+    if (method == "clear") { cache.clear(); return Response::result(Json::null()); }
+    if (method == "faces") {
+      bool same = true;
+      if constexpr (has_faces<Cache>::value) {
+        const void* control = object_address(cache.as_control());
+        const void* planner = object_address(cache.as_planner());
+        same = control == planner && control == object_address(cache);
+      }
+      Json r = Json::obj();
+      r.set("same_object", Json::of(same));
+      return Response::result(r);
+    }
+    if (method == "length") {
+      if constexpr (has_length<Cache>::value) return Response::result(Json::of(static_cast<long long>(cache.length())));
+    }
+    if (method == "depth" || method == "retained_from") {
+      int layer = 0;
+      if (!ints(params, {{"layer", &layer}}, bad)) return bad;
+      if (method == "depth") {
+        if constexpr (has_depth<Cache>::value) return Response::result(Json::of(static_cast<long long>(cache.depth(layer))));
+      } else {
+        if constexpr (has_retained_from<Cache>::value)
+          return Response::result(Json::of(static_cast<long long>(cache.retained_from(layer))));
+      }
+    }
+    return Response::error("protocol", "", "unknown method " + method);
+  }
+
+  std::string replay_test(const Json* config, const Json& test, int& skipped) {
+    if (config && !config->is(Json::Type::Null)) {
+      Json params = Json::obj();
+      params.set("config", *config);
+      Response created = handle("create", params);
+      if (!created.ok) return "create refused the group's config: " + created.message;
+    }
+    const Json* calls = test.get("calls");
+    for (size_t k = 0; k < calls->array.size(); ++k) {
+      const Json& call = calls->array[k];
+      const std::string& method = call.get("method")->string;
+      const Json& params = *call.get("params");
+      const Json& expect = *call.get("expect");
+      if (!supports(method)) { ++skipped; continue; }
+      Response got = handle(method, params);
+      std::string where = "call " + std::to_string(k) + " " + method + dump(params) + ": ";
+      if (const Json* result = expect.get("result")) {
+        if (!got.ok) return where + "expected " + dump(*result) + ", got error " + got.message;
+        if (dump(got.value) != dump(*result)) return where + "expected " + dump(*result) + ", got " + dump(got.value);
+        continue;
+      }
+      bool served = got.ok && !got.value.is(Json::Type::Null) &&
+                    !(got.value.is(Json::Type::Bool) && !got.value.boolean);
+      if (method == "create" && got.ok) return where + "an invalid config was accepted (" + dump(expect) + ")";
+      if (served && method != "commit" && method != "clear" && method != "create")
+        return where + "must not be served (" + dump(expect) + "), got " + dump(got.value);
+    }
+    return "";
+  }
+};
+
+// Serve the protocol on stdin/stdout, or `--vectors FILE` to replay the golden vectors.
+template <class Cache, class Config>
+int run_main(int argc, char** argv, const char* name,
+             typename Driver<Cache, Config>::Factory factory = nullptr) {
+  Driver<Cache, Config> driver(name, std::move(factory));
+  if (argc >= 3 && std::string(argv[1]) == "--vectors") return driver.replay_vectors(argv[2], std::cout, std::cerr);
+  if (argc >= 2) {
+    std::cerr << "usage: " << argv[0] << " [--vectors FILE]\n";
+    return 2;
+  }
+  std::ios::sync_with_stdio(false);
+  return driver.serve(std::cin, std::cout);
+}
+
+}  // namespace kvcache_conformance
