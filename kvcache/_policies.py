@@ -29,10 +29,14 @@ def _plan_covers(plan: SeqStepPlan, position: int, T: int) -> bool:
 @icontract.require(lambda n_slots: n_slots >= 1)
 @icontract.require(lambda first, n_slots: 0 <= first < n_slots)
 @icontract.require(lambda count, n_slots: 1 <= count <= n_slots)
+@icontract.require(lambda first, count: first <= INT_MAX and count <= INT_MAX, "PLAN-SHAPE: a Run's fields fit an int")
 @icontract.ensure(lambda result, count: _runs_total(result) == count, "the runs hold exactly count rows")
 @icontract.ensure(lambda result, n_slots: all(0 <= r.start and r.end <= n_slots for r in result),
                   "PLAN-SHAPE: every row lies in [0, n_slots)")
 @icontract.ensure(lambda result, first: result[0].start == first, "the first run starts at the first slot")
+@icontract.ensure(lambda result, n_slots: len(result) == 1 or (len(result) == 2 and result[0].end == n_slots
+                                                            and result[1].start == 0),
+                  "logical order: a second run continues at row 0 once the first reaches the end of the ring")
 def wrap_runs(first: int, count: int, n_slots: int) -> tuple[Run, ...]:
     """`count` consecutive slots of a ring of `n_slots`, from `first`: one run, or two when it wraps."""
     head = min(count, n_slots - first)
@@ -83,6 +87,7 @@ class FlatPolicy(LayoutPolicy):
 
     @icontract.require(lambda position: position >= 0)
     @icontract.require(lambda T: T >= 1)
+    @icontract.require(lambda position, T: position + T <= INT_MAX, "ARG-RANGE: the step ends within INT_MAX")
     @icontract.ensure(lambda result, position, T: _plan_covers(result, position, T), "PLAN-WRITE, PLAN-READ")
     @icontract.ensure(lambda result: result.read_base_pos == 0, "PLAN-READ: flat reads from position 0")
     @icontract.ensure(lambda result, position: result.write[0].start == position, "LAYOUT-CANON: row = position")
@@ -149,6 +154,7 @@ class RingPolicy(LayoutPolicy):
 
     @icontract.require(lambda position: position >= 0)
     @icontract.require(lambda self, T: 1 <= T <= self.max_write, "STEP-T, STEP-T-MAX")
+    @icontract.require(lambda position, T: position + T <= INT_MAX, "ARG-RANGE: the step ends within INT_MAX")
     @icontract.ensure(lambda result, position, T: _plan_covers(result, position, T), "PLAN-WRITE, PLAN-READ")
     @icontract.ensure(lambda self, result, position: result.read_base_pos == max(0, position - self.window + 1),
                       "PLAN-READ: a ring step reads its new tokens' windows")

@@ -1,0 +1,584 @@
+"""The CrossHair gate: every icontract obligation in `kvcache` is confirmed over all paths, or the gate fails.
+
+What it checks. An *obligation* is a postcondition of a function or method, or a class invariant at
+one method icontract wraps with the invariant check (so an invariant of a class with 15 wrapped
+methods is 15 obligations). The gate takes the inventory from icontract itself (what actually runs),
+not from CrossHair, so a contract CrossHair does not enumerate still shows up - as a failure, unless
+the scope below names it and says what covers it instead.
+
+How it checks. Each in-scope target (a function or one method) is analysed in a fresh forked worker
+with CrossHair's `check` pipeline for `--analysis_kind=icontract` (load the target, `analyze_any`,
+then analyse each condition), two workers at a time. The gate calls that pipeline through
+CrossHair's API rather than parsing `crosshair check --report_all` output because the CLI merges
+messages by source line (a refuted postcondition is reported only at the line that raised, its
+sibling conditions vanish) and its exit code is 0 for "Not confirmed", for "Unable to meet
+precondition" and for "Targets found, but contain no checkable functions" (which is what `python -O`
+produces: the postconditions and invariants are compiled out). A fresh process per target also
+matters: CrossHair state left by one analysis (e.g. of `__eq__` taking `other: object`) makes later
+analyses in the same process end "Unable to meet precondition" (measured), and the CLI on a whole
+module is order dependent for that reason.
+
+What "confirmed" needs (CrossHair's own account, discussion pschanely/CrossHair#156): the search
+exhausted every path (`Confirmed over all paths.`), the code is deterministic, and the callees'
+contracts hold. CrossHair may skip a contracted callee's body and assume its postconditions
+("short-circuiting"), so a callee's false postcondition is never reported at the caller: the gate
+therefore checks every contracted callee as a target of its own (all of `kvcache` is inventoried).
+Every obligation must reach "confirmed"; counterexample, "Not confirmed" (unknown), "Unable to meet
+precondition", a CrossHair error, an empty inventory, or running out of budget fail the gate.
+
+Scope (what is *not* sent to CrossHair, and what covers it instead) is the table `SCOPE` below; the
+gate prints it with the results. In short: `SequenceCache` (CrossHair cannot construct a symbolic
+cache: its config holds a list of `LayerConfig` objects - measured "Unable to meet precondition" on
+every condition at 10 s each), covered by the Z3 induction proofs (`kvcache_proofs.z3_induction`,
+proof names given per rule) and the exhaustive model checker (`kvcache_proofs.model_checker`);
+`RingPolicy`'s invariants at `__eq__`, `__hash__`, `__str__` (unbounded `other: object`, hashing and
+formatting realise symbolic ints: "Not confirmed" at 5 s), covered by a frame check this gate runs
+(the methods assign no attribute) plus the confirmed rows that establish the invariant; and
+`__delattr__`, where icontract's re-check is a tamper guard, not an obligation.
+
+API: `run_gate(budget_seconds=25.0, ...) -> GateResult` (`.passed`, `.table()`), and `main(argv)`
+(exit 0 pass, 1 fail, 2 environment error). Run: `python -m kvcache_proofs.crosshair_gate`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import fnmatch
+import importlib
+import inspect
+import linecache
+import multiprocessing
+import pkgutil
+import sys
+import textwrap
+import time
+import types
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Optional, Sequence
+
+# Statuses of one obligation. Only CONFIRMED passes.
+CONFIRMED = "confirmed"
+COUNTEREXAMPLE = "counterexample"
+UNKNOWN = "unknown"              # CrossHair: "Not confirmed." (paths left unexplored)
+PRE_UNSAT = "precondition-unmet"  # CrossHair: "Unable to meet precondition."
+ERROR = "error"                  # CrossHair could not analyse (syntax, import, crash)
+NOT_RUN = "not-run"              # inventoried but no CrossHair result (budget, or CrossHair skipped it)
+
+DEFAULT_PACKAGE = "kvcache"
+DEFAULT_BUDGET_SECONDS = 25.0
+
+
+# --- the inventory ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Obligation:
+    """One contract check: a postcondition of `target`, or an invariant at method `target`."""
+
+    target: str      # dotted: module.function or module.Class.method
+    line: int        # the condition's line (its lambda's first line), CrossHair's key too
+    kind: str        # "post", "invariant", or "crosshair" (a check CrossHair adds itself)
+    text: str        # the description, or the condition's source line
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.target, self.line)
+
+
+def _condition_text(condition: Callable[..., Any], description: Optional[str]) -> str:
+    if description:
+        return description
+    code = getattr(condition, "__code__", None)
+    if code is None:
+        return repr(condition)
+    return linecache.getline(code.co_filename, code.co_firstlineno).strip()
+
+
+def _line_of(condition: Callable[..., Any]) -> int:
+    code = getattr(condition, "__code__", None)
+    return code.co_firstlineno if code is not None else 0
+
+
+def _unwrap_chain(value: Any) -> Iterable[Any]:
+    seen = 0
+    while value is not None and seen < 20:
+        yield value
+        value = getattr(value, "__wrapped__", None)
+        seen += 1
+
+
+def _postconditions(function: Any) -> list[Any]:
+    """icontract's postconditions of `function` (empty when none, e.g. under python -O)."""
+    from icontract import _checkers  # icontract's own lookup, the one it uses for inheritance
+
+    checker = _checkers.find_checker(function)
+    return list(getattr(checker, "__postconditions__", []) or []) if checker is not None else []
+
+
+def _invariant_wrapped(value: Any) -> bool:
+    return any(getattr(layer, "__is_invariant_check__", False) for layer in _unwrap_chain(value))
+
+
+def _modules_of(package: str) -> list[types.ModuleType]:
+    root = importlib.import_module(package)
+    modules = [root]
+    for info in pkgutil.walk_packages(getattr(root, "__path__", []), prefix=package + "."):
+        modules.append(importlib.import_module(info.name))
+    return modules
+
+
+def inventory(package: str = DEFAULT_PACKAGE) -> list[Obligation]:
+    """Every postcondition and every (invariant, wrapped method) pair icontract enforces in `package`."""
+    obligations: list[Obligation] = []
+    for module in _modules_of(package):
+        for name, member in sorted(vars(module).items()):
+            if getattr(member, "__module__", None) != module.__name__:
+                continue  # imported, inventoried where it is defined
+            if inspect.isfunction(member):
+                for contract in _postconditions(member):
+                    obligations.append(Obligation(f"{module.__name__}.{name}", _line_of(contract.condition), "post",
+                                                  _condition_text(contract.condition, contract.description)))
+            elif inspect.isclass(member):
+                obligations.extend(_class_obligations(module.__name__, member))
+    return sorted(set(obligations), key=lambda o: (o.target, o.line))
+
+
+def _class_obligations(module_name: str, cls: type) -> list[Obligation]:
+    owner = f"{module_name}.{cls.__qualname__}"
+    found: list[Obligation] = []
+    for name, value in vars(cls).items():
+        function = value.__func__ if isinstance(value, (staticmethod, classmethod)) else value
+        if inspect.isfunction(function):
+            for contract in _postconditions(function):
+                found.append(Obligation(f"{owner}.{name}", _line_of(contract.condition), "post",
+                                        _condition_text(contract.condition, contract.description)))
+    invariants = list(getattr(cls, "__invariants__", []) or [])
+    if invariants:
+        for name in dir(cls):
+            if _invariant_wrapped(inspect.getattr_static(cls, name)):
+                for invariant in invariants:
+                    found.append(Obligation(f"{owner}.{name}", _line_of(invariant.condition), "invariant",
+                                            _condition_text(invariant.condition, invariant.description)))
+    return found
+
+
+# --- the scope: what CrossHair does not analyse, and what covers it -----------------------------------
+
+@dataclass(frozen=True)
+class Exclusion:
+    """Obligations matching `pattern` (fnmatch on the target) and `kinds` are not sent to CrossHair."""
+
+    pattern: str
+    kinds: frozenset[str]
+    reason: str
+    covered_by: tuple[str, ...]
+    read_only: bool = False  # the gate checks (AST) that the matched methods assign no attribute
+
+
+# Rule id (as cited in a contract's description) -> what proves it when CrossHair cannot.
+# Z3 names are proofs of kvcache_proofs.z3_induction (a test checks they exist); "model checker" is
+# kvcache_proofs.model_checker, which runs the implementation, contracts enabled, over every state of
+# small configurations.
+RULE_COVER: dict[str, tuple[str, ...]] = {
+    "LEN-BOUNDS": ("z3:inv-initial", "z3:inv-commit", "z3:inv-rewind", "z3:inv-clear", "model checker"),
+    "RETAINED": ("z3:inv-initial", "z3:inv-commit", "z3:inv-rewind", "z3:inv-clear", "model checker"),
+    "STEP-APPEND": ("model checker",),
+    "PLAN-PURE": ("model checker",),
+    "ADMIT": ("model checker",),
+    "PLAN-WRITE": ("z3:plan-in-depth", "crosshair:RingPolicy.plan", "crosshair:FlatPolicy.plan", "model checker"),
+    "PLAN-READ": ("z3:plan-in-depth", "crosshair:RingPolicy.plan", "crosshair:FlatPolicy.plan", "model checker"),
+    "PLAN-SHAPE": ("z3:plan-in-depth", "z3:wrap-runs", "crosshair:wrap_runs", "model checker"),
+    "DEPTH": ("z3:plan-in-depth", "crosshair:RingPolicy.depth", "crosshair:FlatPolicy.depth", "model checker"),
+    "ATOMIC": ("model checker",),
+    "REWIND-GROW": ("model checker",),
+    "REWIND-SOUND": ("z3:rewind-safe", "z3:rewind-rule-exact", "z3:rewind-to-length-and-zero", "model checker"),
+    "COMMIT-ADVANCE": ("z3:inv-commit", "model checker"),
+    "CLEAR": ("z3:inv-clear", "model checker"),
+}
+
+_ESTABLISHED = "crosshair: the invariant rows of RingPolicy.__init__ and of every method that computes"
+SCOPE: tuple[Exclusion, ...] = (
+    Exclusion(
+        "*.__delattr__", frozenset({"invariant"}),
+        "icontract re-checks invariants after `del obj.attr` as a tamper guard; deleting an attribute is "
+        "no API operation and breaks the invariant by design, so this is not an obligation",
+        ("not an obligation",)),
+    Exclusion(
+        "kvcache._cache.SequenceCache.*", frozenset({"post", "invariant", "crosshair"}),
+        "CrossHair cannot construct a symbolic SequenceCache (its CacheConfig holds a list of LayerConfig "
+        "objects): every condition ends 'Unable to meet precondition' (measured, 10 s each); the cache's "
+        "integer arithmetic lives in the policies, which are checked here",
+        ("per rule, see RULE_COVER",)),
+    Exclusion(
+        "kvcache._policies.RingPolicy.__eq__", frozenset({"invariant"}),
+        "`other: object` ranges over every type: CrossHair reports 'Not confirmed' (5 s)",
+        ("frame check: __eq__ assigns no attribute", _ESTABLISHED), read_only=True),
+    Exclusion(
+        "kvcache._policies.RingPolicy.__ne__", frozenset({"invariant"}),
+        "object.__ne__ calls __eq__, whose `other: object` ranges over every type: 'Not confirmed' (8 s)",
+        ("frame check: __eq__ assigns no attribute", _ESTABLISHED), read_only=True),
+    Exclusion(
+        "kvcache._policies.RingPolicy.__hash__", frozenset({"invariant"}),
+        "hashing a tuple realises the symbolic ints: 'Not confirmed' (5 s)",
+        ("frame check: __hash__ assigns no attribute", _ESTABLISHED), read_only=True),
+    Exclusion(
+        "kvcache._policies.RingPolicy.__str__", frozenset({"invariant"}),
+        "object.__str__ calls __repr__, whose f-string realises the symbolic ints: 'Not confirmed' (5 s)",
+        ("frame check: __repr__ assigns no attribute", _ESTABLISHED), read_only=True),
+)
+
+
+def covers_for(obligation: Obligation, exclusion: Exclusion) -> tuple[str, ...]:
+    """What covers an excluded obligation: the exclusion's list, or per rule id for SequenceCache."""
+    if exclusion.covered_by != ("per rule, see RULE_COVER",):
+        return exclusion.covered_by
+    rules = [rule for rule in RULE_COVER if rule in obligation.text]
+    return tuple(dict.fromkeys(cover for rule in rules for cover in RULE_COVER[rule])) or ("model checker",)
+
+
+def _exclusion_for(obligation: Obligation, scope: Sequence[Exclusion]) -> Optional[Exclusion]:
+    for exclusion in scope:
+        if obligation.kind in exclusion.kinds and fnmatch.fnmatchcase(obligation.target, exclusion.pattern):
+            return exclusion
+    return None
+
+
+def _resolve(target: str) -> Any:
+    """The object a dotted target names (module attribute path)."""
+    parts = target.split(".")
+    for split in range(len(parts), 0, -1):
+        try:
+            obj: Any = importlib.import_module(".".join(parts[:split]))
+        except ImportError:
+            continue
+        for part in parts[split:]:
+            obj = inspect.getattr_static(obj, part)
+        return obj
+    raise ImportError(target)
+
+
+# object's default methods that only call another method of the instance.
+_OBJECT_DELEGATES = {"__str__": "__repr__", "__ne__": "__eq__"}
+
+
+def frame_violations(target: str) -> list[str]:
+    """Assignments to attributes (or setattr/delattr calls) in the method `target`; [] if read-only.
+
+    object.__str__ and object.__ne__ are judged by the method they call (__repr__, __eq__). A method whose source cannot
+    be read is reported as a violation: a frame check that cannot look is no check.
+    """
+    owner_name, method = target.rsplit(".", 1)
+    owner = _resolve(owner_name)
+    function = inspect.unwrap(inspect.getattr_static(owner, method))  # under icontract's invariant wrapper
+    delegate = _OBJECT_DELEGATES.get(method)
+    if delegate is not None and function is getattr(object, method):
+        method = delegate
+        function = inspect.unwrap(inspect.getattr_static(owner, method))
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(function)))
+    except (OSError, TypeError) as error:
+        return [f"{target}: source unavailable ({error})"]
+    problems: list[str] = []
+    for node in ast.walk(tree):
+        targets: list[ast.expr] = []
+        if isinstance(node, ast.Assign):
+            targets = list(node.targets)
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            targets = [node.target]
+        elif isinstance(node, ast.Delete):
+            targets = list(node.targets)
+        elif isinstance(node, ast.Call) and isinstance(node.func, (ast.Name, ast.Attribute)):
+            name = node.func.id if isinstance(node.func, ast.Name) else node.func.attr
+            if name in ("setattr", "delattr", "__setattr__", "__delattr__"):
+                problems.append(f"{owner_name}.{method}: calls {name} (line {node.lineno})")
+        problems += [f"{owner_name}.{method}: assigns an attribute (line {t.lineno})"
+                     for t in targets if isinstance(t, (ast.Attribute, ast.Subscript))]
+    return problems
+
+
+# --- one worker: CrossHair on one target ---------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ConditionResult:
+    """CrossHair's verdict on one condition of one target (plain data: it crosses a process boundary)."""
+
+    target: str
+    line: int
+    status: str
+    seconds: float   # CPU seconds CrossHair spent (its timeouts are CPU time too)
+    detail: str
+    condition: str
+
+
+def _classify(states: Sequence[str]) -> str:
+    if not states:
+        return UNKNOWN
+    if any(s in ("post_fail", "post_err", "exec_err") for s in states):
+        return COUNTEREXAMPLE
+    if any(s in ("syntax_err", "import_err") for s in states):
+        return ERROR
+    if "pre_unsat" in states:
+        return PRE_UNSAT
+    if "cannot_confirm" in states:
+        return UNKNOWN
+    return CONFIRMED if all(s == "confirmed" for s in states) else UNKNOWN
+
+
+def analyse_target(target: str, per_condition_timeout: float, per_path_timeout: float,
+                   line: Optional[int] = None, known_lines: frozenset[int] = frozenset()) -> list[ConditionResult]:
+    """What `crosshair check --analysis_kind=icontract --report_all TARGET` decides, one row per condition.
+
+    With `line`, only the condition at that line is analysed; without, every condition whose line
+    is not in `known_lines` (the conditions CrossHair adds beyond icontract's inventory). Runs in a
+    worker process: it engages CrossHair's audit wall, as `crosshair check` does, and CrossHair
+    leaves state behind (conditions analysed one after the other in one process also get slower).
+    """
+    from crosshair.auditwall import engage_auditwall
+    from crosshair.core_and_libs import analyze_any
+    from crosshair.fnutil import load_files_or_qualnames
+    from crosshair.options import AnalysisKind, AnalysisOptionSet
+
+    options = AnalysisOptionSet(analysis_kind=[AnalysisKind.icontract], per_condition_timeout=per_condition_timeout,
+                                per_path_timeout=per_path_timeout, report_all=True)
+    try:
+        engage_auditwall()
+        entities = list(load_files_or_qualnames([target]))
+        # Materialise the checkables first, as `crosshair check` does: analysing while the
+        # parser's generator is still open gives different (worse) results.
+        checkables = [c for entity in entities for c in analyze_any(entity, options)]
+    except BaseException as error:  # CrossHair's parser raises whatever icontract raises
+        return [ConditionResult(target, 0, ERROR, 0.0, f"{type(error).__name__}: {error}", "")]
+    if not checkables:
+        return [ConditionResult(target, 0, ERROR, 0.0, "Targets found, but contain no checkable functions "
+                                "(contracts compiled out by python -O?)", "")]
+    results: list[ConditionResult] = []
+    for checkable in checkables:
+        inner = getattr(checkable, "checkable", checkable)
+        conditions = getattr(inner, "conditions", None)
+        post = conditions.post[0] if conditions is not None and conditions.post else None
+        at = post.line if post is not None else 0
+        if (line is not None and at != line) or (line is None and at in known_lines):
+            continue
+        source = (post.expr_source or "") if post is not None else ""
+        if not source:
+            source = "no exception on inputs that meet the preconditions"
+        started = time.process_time()
+        try:
+            messages = list(checkable.analyze())
+        except BaseException as error:
+            results.append(ConditionResult(target, at, ERROR, time.process_time() - started,
+                                           f"{type(error).__name__}: {error}", source))
+            continue
+        states = [m.state.value for m in messages]
+        detail = "; ".join(f"line {m.line}: {m.message}" for m in messages if m.state.value != "confirmed")
+        results.append(ConditionResult(target, at, _classify(states), time.process_time() - started,
+                                       detail, source))
+    return results
+
+
+def _warm_up() -> None:
+    """Import CrossHair and Z3 and solve once in the parent, so forked workers start warm."""
+    import crosshair.core_and_libs  # noqa: F401
+    import z3  # type: ignore[import-untyped]
+
+    solver = z3.Solver()
+    x = z3.Int("x")
+    solver.add(x * x == 4, x > 0)
+    solver.check()
+
+
+# --- the gate ------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Row:
+    obligation: Obligation
+    status: str
+    seconds: float
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class ExcludedRow:
+    obligation: Obligation
+    reason: str
+    covered_by: tuple[str, ...]
+    frame_problems: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class GateResult:
+    rows: tuple[Row, ...]                  # in-scope obligations, with CrossHair's verdict
+    excluded: tuple[ExcludedRow, ...]      # out of CrossHair's scope, with what covers them
+    problems: tuple[str, ...]              # gate-level failures (empty inventory, budget, frame check)
+    seconds: float                         # wall clock
+    budget_seconds: float
+    settings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def confirmed(self) -> int:
+        return sum(row.status == CONFIRMED for row in self.rows)
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.rows) and not self.problems and self.confirmed == len(self.rows)
+
+    def table(self, verbose: bool = False) -> str:
+        width = max([len(f"{r.obligation.target}:{r.obligation.line}") for r in self.rows] + [20])
+        lines = [f"CrossHair gate (icontract): {self.confirmed}/{len(self.rows)} obligations confirmed over all "
+                 f"paths in {self.seconds:.1f} s (budget {self.budget_seconds:.0f} s; per condition "
+                 f"{self.settings.get('per_condition_timeout', 0):.1f} s CPU)", ""]
+        lines.append(f"{'contract':<{width}}  {'kind':<9}  {'status':<18}  {'cpu s':>6}  condition")
+        for row in self.rows:
+            o = row.obligation
+            lines.append(f"{o.target + ':' + str(o.line):<{width}}  {o.kind:<9}  {row.status:<18}  "
+                         f"{row.seconds:6.2f}  {o.text[:70]}")
+            if row.status != CONFIRMED and row.detail:
+                lines.append(f"{'':<{width}}    -> {row.detail[:400]}")
+        if self.excluded:
+            lines += ["", f"Out of CrossHair's scope ({len(self.excluded)} obligations), and what covers them:"]
+            by_reason: dict[tuple[str, tuple[str, ...]], list[ExcludedRow]] = {}
+            for ex in self.excluded:
+                by_reason.setdefault((ex.reason, ex.covered_by), []).append(ex)
+            for (reason, covered_by), group in by_reason.items():
+                targets = sorted({f"{e.obligation.target}:{e.obligation.line}" for e in group})
+                shown = targets if verbose or len(targets) <= 4 else targets[:3] + [f"... {len(targets) - 3} more"]
+                lines.append(f"  - {', '.join(shown)}")
+                lines.append(f"      why: {reason}")
+                lines.append(f"      covered by: {', '.join(covered_by)}")
+        if self.problems:
+            lines += ["", "Gate problems:"] + [f"  - {p}" for p in self.problems]
+        lines += ["", "PASS" if self.passed else "FAIL"]
+        return "\n".join(lines)
+
+
+def _settings(budget_seconds: float, per_condition_timeout: Optional[float]) -> tuple[float, float]:
+    # A condition that CrossHair can exhaust here takes well under a second of CPU (measured); the
+    # timeout only bounds how long an unexhaustible one burns before it is reported unknown.
+    condition = per_condition_timeout if per_condition_timeout is not None else max(1.0, min(8.0, budget_seconds / 3))
+    return condition, (condition ** 0.5 if condition > 1.0 else condition)
+
+
+def run_gate(budget_seconds: float = DEFAULT_BUDGET_SECONDS, *, package: str = DEFAULT_PACKAGE,
+             scope: Sequence[Exclusion] = SCOPE, workers: int = 2,
+             per_condition_timeout: Optional[float] = None) -> GateResult:
+    """Inventory `package`'s contracts, analyse the in-scope ones with CrossHair, judge them all.
+
+    `budget_seconds` is wall clock for the whole gate: targets still running when it is spent are
+    stopped and their obligations reported not-run (the gate fails). Runs in the current interpreter's
+    mode: under `python -O` the inventory is empty and the gate fails.
+    """
+    started = time.perf_counter()
+    problems: list[str] = []
+    condition_timeout, path_timeout = _settings(budget_seconds, per_condition_timeout)
+    settings = {"per_condition_timeout": condition_timeout, "per_path_timeout": path_timeout,
+                "workers": float(workers)}
+    if not __debug__:
+        problems.append("running under python -O: icontract compiles postconditions and invariants out, "
+                        "so there is nothing to confirm")
+    obligations = inventory(package)
+    if not obligations:
+        problems.append(f"no checkable contracts found in {package!r} (no postconditions or invariants)")
+    in_scope: list[Obligation] = []
+    excluded: list[ExcludedRow] = []
+    for obligation in obligations:
+        exclusion = _exclusion_for(obligation, scope)
+        if exclusion is None:
+            in_scope.append(obligation)
+            continue
+        frame = tuple(frame_violations(obligation.target)) if exclusion.read_only else ()
+        problems += [f"frame check failed: {p}" for p in frame]
+        excluded.append(ExcludedRow(obligation, exclusion.reason, covers_for(obligation, exclusion), frame))
+
+    tasks = [(o.target, o.line) for o in in_scope]
+    results, run_problems = _run_tasks(tasks, condition_timeout, path_timeout, workers,
+                                       deadline=started + budget_seconds)
+    problems += run_problems
+    by_key = {(r.target, r.line): r for r in results}
+    rows: list[Row] = []
+    for obligation in in_scope:
+        result = by_key.pop(obligation.key, None)
+        if result is None:
+            rows.append(Row(obligation, NOT_RUN, 0.0, _why_not_run(obligation, results, run_problems)))
+        else:
+            rows.append(Row(obligation, result.status, result.seconds, result.detail))
+    for result in by_key.values():
+        # Conditions CrossHair checks that icontract's inventory does not list: its own "no exception
+        # on valid input" check of functions with preconditions only, or a target-level error.
+        rows.append(Row(Obligation(result.target, result.line, "crosshair", result.condition or "(target)"),
+                        result.status, result.seconds, result.detail))
+    rows.sort(key=lambda r: (r.obligation.target, r.obligation.line))
+    return GateResult(tuple(rows), tuple(excluded), tuple(problems), time.perf_counter() - started,
+                      budget_seconds, settings)
+
+
+def _why_not_run(obligation: Obligation, results: Sequence[ConditionResult], run_problems: Sequence[str]) -> str:
+    mine = [p for p in run_problems if f" {obligation.target}:{obligation.line} " in p]
+    if mine:
+        return "; ".join(mine)
+    if any(r.target == obligation.target for r in results):
+        return "CrossHair did not enumerate this condition for its target (a CrossHair blind spot)"
+    return "no CrossHair result for this target"
+
+
+def _run_tasks(tasks: Sequence[tuple[str, int]], condition_timeout: float, path_timeout: float, workers: int,
+               deadline: float) -> tuple[list[ConditionResult], list[str]]:
+    """Analyse each (target, condition line) in its own forked process, `workers` at a time, until
+    `deadline`; plus, per target, one task for the conditions CrossHair adds beyond the inventory."""
+    if not tasks:
+        return [], []
+    try:
+        _warm_up()
+    except ImportError as error:
+        return [], [f"CrossHair or Z3 is not importable: {error}"]
+    known: dict[str, set[int]] = {}
+    for target, line in tasks:
+        known.setdefault(target, set()).add(line)
+    jobs: list[tuple[str, tuple[Any, ...]]] = []
+    # Heaviest first (RingPolicy.plan's conditions take the most CPU), so the tail is short.
+    for target, line in sorted(tasks, key=lambda t: (not t[0].endswith("RingPolicy.plan"), t)):
+        jobs.append((f"{target}:{line}", (target, condition_timeout, path_timeout, line)))
+    for target in sorted(known):
+        jobs.append((f"{target} (other conditions)",
+                     (target, condition_timeout, path_timeout, None, frozenset(known[target]))))
+    context = multiprocessing.get_context("fork")
+    results: list[ConditionResult] = []
+    problems: list[str] = []
+    pool = context.Pool(processes=max(1, workers), maxtasksperchild=1)
+    try:
+        pending = [(name, pool.apply_async(analyse_target, args)) for name, args in jobs]
+        for name, handle in pending:
+            remaining = deadline - time.perf_counter()
+            try:
+                results.extend(handle.get(timeout=max(0.0, remaining)))
+            except multiprocessing.TimeoutError:
+                problems.append(f"budget exhausted before {name} finished")
+            except Exception as error:  # a worker that died
+                problems.append(f"worker for {name} failed: {type(error).__name__}: {error}")
+    finally:
+        pool.terminate()
+        pool.join()
+    return results, problems
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="kvcache_proofs.crosshair_gate",
+                                     description="Fail unless CrossHair confirms every in-scope icontract "
+                                                 "obligation of kvcache over all paths.")
+    parser.add_argument("--budget", type=float, default=DEFAULT_BUDGET_SECONDS, help="wall-clock seconds")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--per-condition-timeout", type=float, default=None, help="CPU seconds per condition")
+    parser.add_argument("--package", default=DEFAULT_PACKAGE)
+    parser.add_argument("-v", "--verbose", action="store_true", help="list every out-of-scope obligation")
+    args = parser.parse_args(list(argv) if argv is not None else None)
+    try:
+        result = run_gate(args.budget, package=args.package, workers=args.workers,
+                          per_condition_timeout=args.per_condition_timeout)
+    except ImportError as error:
+        print(f"crosshair gate: cannot import {error}", file=sys.stderr)
+        return 2
+    print(result.table(verbose=args.verbose))
+    return 0 if result.passed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
