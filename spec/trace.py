@@ -221,9 +221,26 @@ def _strings(data: Any) -> Iterable[str]:
 
 
 def vector_citations(path: str, data: Any, rules: Sequence[Rule]) -> dict[str, list[str]]:
-    """rule id -> [path (n strings)]: a vector cites a rule with a string equal to its id (a flag)."""
+    """rule id -> ["path (n tests)"]: a vector cites a rule by a flag equal to its id.
+
+    Wycheproof-style files (`testGroups[].tests[].flags`) count the tests flagged with the id; the
+    file's `notes` (what each flag means) and `notCovered` (rules the vectors do not test) are not
+    citations. A file of another shape counts every string equal to an id outside those two keys;
+    a JSON Schema (`$schema`) describes vectors and cites nothing.
+    """
     ids = {rule.id for rule in rules}
     counts: dict[str, int] = {}
+    if isinstance(data, dict) and "$schema" in data:
+        return {}
+    if isinstance(data, dict) and isinstance(data.get("testGroups"), list):
+        for group in data["testGroups"]:
+            for test in group.get("tests", []) if isinstance(group, dict) else []:
+                for flag in set(test.get("flags", [])) if isinstance(test, dict) else set():
+                    if flag in ids:
+                        counts[flag] = counts.get(flag, 0) + 1
+        return {rule_id: [f"{path} ({count} tests)"] for rule_id, count in counts.items()}
+    if isinstance(data, dict):
+        data = {key: value for key, value in data.items() if key not in ("notes", "notCovered")}
     for text in _strings(data):
         if text in ids:
             counts[text] = counts.get(text, 0) + 1

@@ -175,5 +175,14 @@ def test_vectors_cite_by_exact_flag() -> None:
     assert found == {"ADMIT": ["spec/vectors/x.json (1)"]}
 
 
+def test_wycheproof_vectors_cite_by_test_flags_only() -> None:
+    """A file's notes (every flag's meaning) and notCovered (rules it does not test) are not citations."""
+    data = {"notes": {"ADMIT": "...", "CLEAR": "..."}, "notCovered": {"THREADS": "not observable"},
+            "testGroups": [{"tests": [{"flags": ["ADMIT"]}, {"flags": ["ADMIT", "STEP-T"]}]}]}
+    found = trace.vector_citations("v.json", data, RULES)
+    assert found == {"ADMIT": ["v.json (2 tests)"], "STEP-T": ["v.json (1 tests)"]}
+    assert trace.vector_citations("schema.json", {"$schema": "x", "enum": ["ADMIT"]}, RULES) == {}
+
+
 def test_rule_ids_are_plain_tokens() -> None:
     assert all(re.fullmatch(r"[A-Z][A-Z0-9]*(-[A-Z0-9]+)*", rule.id) for rule in RULES)
