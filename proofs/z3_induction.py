@@ -292,7 +292,7 @@ def _fresh_history(ring: Ring, L: Expr) -> tuple[Expr, Callable[[Expr], Expr]]:
 def _replay(w: int, m: int, capacity: int, grow_to: int, rewinds: Sequence[int], T: int) -> tuple[list[str], bool]:
     """On the spec model: grow to `grow_to`, apply rewinds as upstream would (accepting them), then run a
     step of T at the new length. Returns the model's DATA-SOUND problems and whether the model itself
-    accepts the last rewind."""
+    accepts the last rewind (every earlier one must be accepted by the model too, or this raises)."""
     # The spec model is the ground truth (DATA-SOUND on data); imported by name, it is typed Any here.
     M: Any = importlib.import_module("kvcache_spec.model")
 
@@ -310,6 +310,8 @@ def _replay(w: int, m: int, capacity: int, grow_to: int, rewinds: Sequence[int],
         state = committed
     model_accepts = True
     for target in rewinds:
+        if not model_accepts:
+            raise AssertionError("the spec model refuses an earlier rewind of the chain: not a witness")
         outcome = M.rewind(config, state, target)
         assert not isinstance(outcome, M.Rejected), outcome
         model_accepts = outcome[0]
@@ -332,7 +334,7 @@ def witness_proofs() -> list[ProofResult]:
     # m < w: upstream accepts, and the step at r reads a row that is not intact.
     started = time.perf_counter()
     R, intact = _fresh_history(ring, L)
-    bad = z3.FreshInt("bad")
+    bad = z3.Int("bad")
     found = _find([w >= 1, m >= 1, m < w, 0 <= r, r <= L, r >= upstream_floor(L), 1 <= T, T <= m,
                    ring.read_base(r) <= bad, bad < r, z3.Not(intact(bad))] + small, [w, m, L, r, T, bad])
     results.append(_witness_result(
@@ -342,7 +344,7 @@ def witness_proofs() -> list[ProofResult]:
 
     # m > w: upstream refuses (r < L - w) a rewind the closed-form rule accepts (sound by rewind-safe).
     started = time.perf_counter()
-    found = _find([w >= 1, m >= 1, m > w, 0 <= r, r <= L, r < upstream_floor(L), ring.rule(L, R, r)] + small,
+    found = _find([w >= 1, m >= 1, m > w, 1 <= r, r <= L, r < upstream_floor(L), ring.rule(L, R, r)] + small,
                   [w, m, L, r])
     results.append(_witness_result(
         "upstream-floor-over-strict", "m > w: upstream's floor refuses a rewind that is sound for every admissible T",
@@ -389,17 +391,77 @@ def _witness_result(name: str, statement: str, started: float, found: Optional[d
                        "" if holds else "witness not confirmed by the spec model: " + note, note)
 
 
+# --- the transcription: the Z3 definitions are the implementation's arithmetic ----------------------
+
+def transcription_check(limit: int = 6, variant: str = "sound") -> ProofResult:
+    """Evaluate the Z3 definitions on every small configuration and compare with kvcache's policies:
+    read_base, retained_after_write, the slot count, wrap_runs, RingPolicy.plan's runs, depth, and
+    SequenceCache's rewind rule (through its public rewind on a real cache). The proofs are about
+    these definitions, so they must be the implementation's, value for value."""
+    started = time.perf_counter()
+    kv: Any = importlib.import_module("kvcache")
+    policies: Any = importlib.import_module("kvcache._policies")
+    ring = Ring(variant)
+    mismatches: list[str] = []
+
+    def value(expr: Expr, **env: int) -> int:
+        subst = [(getattr(ring, k) if hasattr(ring, k) else z3.Int(k), z3.IntVal(v)) for k, v in env.items()]
+        return int(z3.simplify(z3.substitute(expr, *subst)).as_long())
+
+    for w in range(1, limit):
+        for m in range(1, limit):
+            policy = kv.RingPolicy(w, m)
+            S = value(ring.S, w=w, m=m)
+            if S != policy.n_slots:
+                mismatches.append(f"S(w={w}, m={m}) = {S}, RingPolicy.n_slots = {policy.n_slots}")
+                continue
+            for p in range(0, 2 * S + 2):
+                if value(ring.read_base(z3.Int("p")), w=w, p=p) != policy.read_base(p):
+                    mismatches.append(f"read_base({p}) with w={w}")
+                for R in range(0, p + 1):
+                    if value(ring.retained_after_write(z3.Int("R0"), z3.Int("E")), w=w, m=m, R0=R, E=p) \
+                            != policy.retained_after_write(R, p):
+                        mismatches.append(f"retained_after_write({R}, {p}) with w={w}, m={m}")
+                for T in range(1, m + 1):
+                    plan = policy.plan(p, T)
+                    base = value(ring.read_base(z3.Int("p")), w=w, p=p)
+                    for runs, first, count in ((plan.write, p % S, T), (plan.read, base % S, p + T - base)):
+                        head, wraps, tail = _wrap(z3.IntVal(first), z3.IntVal(count), z3.IntVal(S))
+                        expected = [(first, value(head))] + ([(0, value(tail))] if z3.is_true(z3.simplify(wraps)) else [])
+                        if [(run.start, run.len) for run in runs] != expected:
+                            mismatches.append(f"plan({p}, {T}) with w={w}, m={m}: {runs} vs {expected}")
+    # The rewind rule, through a real cache: grow a one-ring cache step by step, then try every target.
+    for w in range(1, 4):
+        for m in range(1, 4):
+            for L in range(0, 10):
+                for r in range(0, L + 1):
+                    cache = kv.SequenceCache(kv.CacheConfig(40, 1, [kv.LayerConfig(kv.LayerPolicy.ring(w))], 512, m))
+                    while cache.length() < L:
+                        cache.commit(cache.plan(0, cache.length(), min(m, L - cache.length())))
+                    R = cache.retained_from(0)
+                    rule = z3.is_true(z3.simplify(z3.substitute(
+                        ring.rule(z3.IntVal(L), z3.IntVal(R), z3.IntVal(r)), (ring.w, z3.IntVal(w)), (ring.m, z3.IntVal(m)))))
+                    if rule != cache.rewind(r):
+                        mismatches.append(f"rewind({r}) from L={L}, R={R}, w={w}, m={m}: Z3 rule {rule}")
+    return ProofResult("transcription", "the Z3 definitions equal kvcache's arithmetic on every configuration with "
+                       f"w, m < {limit} (and the rewind rule on real caches with w, m < 4, L < 10)",
+                       not mismatches, time.perf_counter() - started, "; ".join(mismatches[:5]))
+
+
 # --- entry points ----------------------------------------------------------------------------------
 
 PROOF_NAMES = ("inv-initial", "inv-commit", "inv-rewind", "inv-clear", "step-safe", "rewind-safe",
                "rewind-rule-exact", "rewind-to-length-and-zero", "overwrite-window", "wrap-runs",
-               "plan-in-depth", "upstream-floor-unsound", "upstream-floor-over-strict", "upstream-chain-unsound")
+               "plan-in-depth", "upstream-floor-unsound", "upstream-floor-over-strict", "upstream-chain-unsound",
+               "transcription")
 
 
 def run_proofs(variant: str = "sound") -> list[ProofResult]:
     """Every proof, for the implementation (`sound`) or a deliberately broken variant."""
     ring = Ring(variant)
-    return invariant_proofs(ring) + arithmetic_proofs(ring) + witness_proofs()
+    results = invariant_proofs(ring) + arithmetic_proofs(ring) + witness_proofs()
+    # The transcription is about the sound definitions only: a broken variant is not kvcache.
+    return results + ([transcription_check()] if variant == "sound" else [])
 
 
 def report(results: Sequence[ProofResult]) -> str:
