@@ -1,1 +1,98 @@
-"""pytest plugin entry point (the conformance issue adds --kvcache-target)."""
+"""pytest plugin (entry point `kvcache`): run the conformance suite inside another project's tests.
+
+    pytest --kvcache-target=python:mypkg.cache:make_cache [--kvcache-profile quick] [--kvcache-strict]
+
+Without --kvcache-target the plugin does nothing (it only declares its options). With it, the
+session gets one test per finding class - wrong, crash, lenient, over-strict - plus the exact
+layout; the suite runs once, on the first of them. wrong and crash fail; lenient and over-strict
+fail under --kvcache-strict (otherwise they pass with a warning); layout fails under
+--kvcache-exact-layout. A failure prints each finding's rule, minimal steps and a pytest test.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from typing import Any, Optional
+
+import pytest
+
+CLASSES = ("wrong", "crash", "lenient", "over-strict")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("kvcache", "kvcache conformance suite")
+    group.addoption("--kvcache-target", default=None, metavar="T",
+                    help="run the kvcache conformance suite against T (python:MODULE:FACTORY or cmd:COMMAND)")
+    group.addoption("--kvcache-profile", default="quick", choices=("quick", "pre-merge", "deep"))
+    group.addoption("--kvcache-seed", default=0, type=int)
+    group.addoption("--kvcache-strict", action="store_true", help="lenient and over-strict findings fail")
+    group.addoption("--kvcache-exact-layout", action="store_true", help="a non-canonical layout fails")
+    group.addoption("--kvcache-timeout", default=5.0, type=float, help="seconds per request (cmd: targets)")
+
+
+class _Suite:
+    """Runs the suite once per session, on demand."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.report: Optional[dict[str, Any]] = None
+
+    def get(self) -> dict[str, Any]:
+        if self.report is None:
+            from .conformance.suite import report_json, run_suite
+            from .conformance.targets import parse_target
+
+            option = self.config.getoption
+            target = parse_target(option("kvcache_target"), timeout=option("kvcache_timeout"))
+            try:
+                result = run_suite(target, option("kvcache_profile"), option("kvcache_seed"))
+            finally:
+                target.close()
+            self.report = report_json(result, option("kvcache_strict"), option("kvcache_exact_layout"))
+        return self.report
+
+
+class KvcacheFinding(Exception):
+    pass
+
+
+class KvcacheItem(pytest.Item):
+    def __init__(self, *, suite: _Suite, kind: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.suite, self.kind = suite, kind
+
+    def runtest(self) -> None:
+        report = self.suite.get()
+        if self.kind == "layout":
+            divergences = report["layout"]["divergences"]
+            if divergences and report["exact_layout"]:
+                raise KvcacheFinding("the layout is not canonical:\n" + json.dumps(divergences, indent=1))
+            return
+        found = [f for f in report["semantic"]["findings"] if f["class"] == self.kind]
+        if self.kind == "crash" and report["aborted"] and not found:
+            raise KvcacheFinding(report["aborted"])
+        if not found:
+            return
+        text = "\n\n".join(f"[{f['rule']}] {f['message']}\nconfig: {f['config_name']}\n"
+                           f"steps: {json.dumps(f['steps'])}\n--- paste as a test:\n{f['pytest']}" for f in found)
+        if self.kind in ("wrong", "crash") or report["strict"]:
+            raise KvcacheFinding(text)
+        warnings.warn(f"kvcache conformance: {len(found)} {self.kind} finding(s):\n{text}", stacklevel=1)
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
+        if isinstance(excinfo.value, KvcacheFinding):
+            return f"kvcache conformance ({self.kind}) against {self.config.getoption('kvcache_target')}:\n" \
+                   f"{excinfo.value}"
+        return str(super().repr_failure(excinfo))
+
+    def reportinfo(self) -> tuple[str, int, str]:
+        return "kvcache-conformance", 0, f"kvcache conformance: {self.kind}"
+
+
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not config.getoption("kvcache_target"):
+        return
+    suite = _Suite(config)
+    for kind in CLASSES + ("layout",):
+        items.append(KvcacheItem.from_parent(session, name=f"kvcache_conformance[{kind}]", suite=suite, kind=kind))

@@ -48,9 +48,10 @@ def to_kvcache(cfg: JsonConfig) -> Any:
 
 def describe(cfg: JsonConfig) -> str:
     """A short human name: 'cap 20, ring(4) m=2 x1'."""
-    parts = [f"ring({entry['window']})" if entry["kind"] == "ring" else "flat" for entry in cfg["layers"]]
-    text = f"cap {cfg['capacity']}, " + "+".join(parts)
-    if len(cfg["layers"]) == 1 and cfg["n_layers"] > 1:
+    parts = [f"ring({entry.get('window')})" if entry.get("kind") == "ring" else str(entry.get("kind"))
+             for entry in cfg.get("layers", [])] or ["no layers"]
+    text = f"cap {cfg.get('capacity')!r}, " + "+".join(parts)
+    if len(cfg.get("layers", [])) == 1 and cfg.get("n_layers", 1) != 1:
         text += f" x{cfg['n_layers']}"
     if cfg.get("max_write") is not None:
         text += f", max_write {cfg['max_write']}"
@@ -70,4 +71,22 @@ SUITE_CONFIGS: tuple[JsonConfig, ...] = (
     config(16, [layer("flat"), layer("ring", 4)]),                        # mixed, the MLX shape
     config(20, [layer("ring", 2), layer("ring", 5), layer("flat")], max_write=3),  # mixed windows
     config(12, [layer("ring", 3)], n_layers=4, max_write=1),              # broadcast, decode only
+)
+
+
+# Configurations the spec rejects, with the flag their vectors carry (a CFG-* rule or an upstream gap).
+BAD_CONFIGS: tuple[tuple[str, dict[str, Any], str], ...] = (
+    ("capacity 0", config(0, [layer("flat")]), "CFG-CAPACITY"),
+    ("capacity true", {**config(1, [layer("flat")]), "capacity": True}, "CFG-TYPE"),
+    ("capacity 2^31", config(2**31, [layer("flat")]), "CFG-CAPACITY"),
+    ("n_layers 0", config(4, [layer("flat")], n_layers=0), "CFG-LAYERS"),
+    ("layers empty", config(4, [], n_layers=1), "CFG-LAYERS"),
+    ("3 layer entries for 8 layers", config(4, [layer("flat")] * 3, n_layers=8), "UPSTREAM-LAYERS-SIZE"),
+    ("flat layer with a window", config(4, [layer("flat", 2)]), "CFG-POLICY"),
+    ("ring layer with window 0", config(4, [layer("ring", 0)]), "CFG-POLICY"),
+    ("unknown kind", config(4, [layer("diagonal", 2)]), "CFG-POLICY"),
+    ("n_kv_heads 0", config(4, [layer("flat", 0, 0, 1)]), "CFG-SHAPE"),
+    ("head_dim 0", config(4, [layer("flat", 0, 1, 0)]), "CFG-SHAPE"),
+    ("initial_capacity -1", config(4, [layer("flat")], initial_capacity=-1), "CFG-INITIAL-CAPACITY"),
+    ("max_write 0", config(4, [layer("ring", 2)], max_write=0), "CFG-MAX-WRITE"),
 )

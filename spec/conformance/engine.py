@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Optional, Union
 
 from .. import model
-from .configs import JsonConfig, to_model
+from .configs import JsonConfig, describe, to_model
 from .targets import Outcome, Target, TargetCrash
 
 WRONG, CRASH, LENIENT, OVER_STRICT = "wrong", "crash", "lenient", "over-strict"
@@ -66,6 +66,10 @@ class RunResult:
     calls: int = 0
     layout: list[str] = field(default_factory=list)   # exact-layout divergences (first few)
     skipped: set[str] = field(default_factory=set)
+
+
+class ConfigRejected(Exception):
+    """The target rejected a config the spec rejects: nothing more to run."""
 
 
 class Stop(Exception):
@@ -115,7 +119,9 @@ class Engine:
 
     def __init__(self, target: Target, cfg: JsonConfig, exact: bool = False, light: bool = False) -> None:
         mcfg = to_model(cfg)
-        assert isinstance(mcfg, model.Config), f"the suite drives valid configs only: {mcfg}"
+        self.rejected_config = mcfg if isinstance(mcfg, model.Rejected) else None
+        if isinstance(mcfg, model.Rejected):   # only create is checked: it must be rejected
+            mcfg = model.Config(1, (model.Layer(model.FLAT, 0, None),))
         self.target, self.cfg, self.mcfg, self.exact = target, cfg, mcfg, exact
         self.n_layers = len(mcfg.layers)
         self.ms = model.initial(mcfg)
@@ -350,7 +356,14 @@ class Engine:
         try:
             created = self.target.create(self.cfg)
         except TargetCrash as crash:
-            raise self._fail(CRASH, "CFG-TYPE", f"create: {crash}") from None
+            rule = self.rejected_config.rule if self.rejected_config else "CFG-TYPE"
+            raise self._fail(CRASH, rule, f"create({describe(self.cfg)}): {crash}") from None
+        if self.rejected_config is not None:
+            rule = self.rejected_config.rule
+            if created.ok:
+                raise self._fail(LENIENT, rule, f"create accepted a config the spec rejects ({rule}, "
+                                                f"{self.rejected_config.argument})")
+            raise ConfigRejected()
         if not created.ok:
             raise self._fail(OVER_STRICT, "CFG-TYPE", f"create refused a valid config: {created.error}")
         if not self.light:
@@ -388,6 +401,8 @@ class Engine:
             if self.light:
                 self.index = len(program)
                 self.observe("at the end", "LEN-BOUNDS")
+        except ConfigRejected:
+            pass
         except Stop as stop:
             self.result.finding = stop.finding
             if 0 <= stop.finding.step_index == len(self.result.steps) and stop.finding.step_index < len(program):
@@ -440,6 +455,9 @@ class Engine:
             self.observe("after clear()", "CLEAR")
             return self.result.steps.pop()
         if op in ("length", "capacity", "faces"):
+            if op == "length" and "length" not in self.target.optional:
+                self.result.skipped.add("length() absent: the length is observed through can_extend probes")
+                return None
             verdict, outcome = self.checked(op, {})
             assert isinstance(verdict, Accepted)
             if outcome.value != verdict.value:
@@ -509,6 +527,9 @@ class Engine:
         value = self.forge(forge) if forge else spec
         if value is None:
             return None
+        verdict = self.verdict("commit", {"plan": value})
+        if isinstance(verdict, Accepted) and verdict.value is not self.ms:
+            return None   # a new step committed without executing it would break PROTO-COMMIT: not a test
         concrete = {"op": "commit", "plan": value}
         self.result.steps.append(concrete)
         verdict, outcome = self.checked("commit", {"plan": value})

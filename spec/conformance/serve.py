@@ -46,7 +46,7 @@ class Server:
         if method == "bye":
             return {"id": rid, "result": None}
         if method == "create":
-            created = self.target.create(params.get("config"))
+            created = self.target.create(params.get("config") or {})
             self.created = created.ok
             return {"id": rid, "result": None} if created.ok else error("rejected", created.error, _rule(created.error))
         if method == "reset":

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
 from ..rules import BY_ID
-from .configs import SUITE_CONFIGS, JsonConfig, describe
+from .configs import BAD_CONFIGS, SUITE_CONFIGS, JsonConfig, describe
 from .engine import CRASH, LENIENT, OVER_STRICT, WRONG, Finding, Step, run_program
 from .programs import edge_programs, random_program, shrink
 from .targets import SubprocessTarget, Target, parse_target
@@ -74,7 +74,7 @@ def replay(target: Union[str, Target], config: JsonConfig, steps: list[Step],
 
 def run_suite(target: Target, profile: str = "quick", seed: int = 0,
               configs: tuple[JsonConfig, ...] = SUITE_CONFIGS, deadline: Optional[float] = None,
-              stop_after_first: bool = False) -> SuiteResult:
+              stop_after_first: bool = False, crash_shrink_budget: int = 12) -> SuiteResult:
     """Edge programs for every config, then random ones; each new (class, rule) is shrunk once."""
     n_random, largest, budget, seconds = PROFILES[profile]
     started = time.monotonic()
@@ -107,9 +107,12 @@ def run_suite(target: Target, profile: str = "quick", seed: int = 0,
             result.findings[finding.key()] = Reported(finding, cfg, [])
             result.aborted = f"the target crashed while a cache was being created: {finding.message}"
             return False
+        if not program:   # a config finding: nothing to shrink
+            result.findings[finding.key()] = Reported(finding, cfg, [])
+            return finding.kind != CRASH
         # A crash ends the run (after shrinking, on a small budget: each hang costs a timeout).
         small_cfg, small = shrink(cfg, program, finding, check,
-                                  budget=budget if finding.kind != CRASH else min(budget, 12))
+                                  budget=budget if finding.kind != CRASH else min(budget, crash_shrink_budget))
         final = run_program(target, small_cfg, small, exact=True)
         if final.finding is None or final.finding.key() != finding.key():   # flaky target: keep the original
             small_cfg, final = cfg, run
@@ -130,7 +133,15 @@ def run_suite(target: Target, profile: str = "quick", seed: int = 0,
                 break
             cfg = rng.choice(configs)
             if not one(cfg, random_program(cfg, rng, rng.randint(3, largest))):
-                break
+                return result
+        # Config validation last: a target that crashes on a bad config ends the run.
+        if isinstance(target, SubprocessTarget):
+            for _, bad_cfg, _ in BAD_CONFIGS:
+                if time.monotonic() > deadline or not one(bad_cfg, []):
+                    break
+        else:
+            result.skipped.add("config validation: a python: target gets a kvcache.CacheConfig, "
+                               "which validates itself")
         return result
     finally:
         result.seconds = time.monotonic() - started
@@ -145,15 +156,15 @@ def pytest_text(target: str, reported: Reported) -> str:
     f = reported.finding
     name = f"{f.kind}_{f.rule}".lower().replace("-", "_")
     statement = BY_ID[f.rule].statement if f.rule in BY_ID else ""
+    message = f.message[:300].replace("\n", " ")
     return (f'def test_kvcache_conformance_{name}() -> None:\n'
             f'    """{f.kind} {f.rule}: {statement}"""\n'
-            f'    # {f.message[:300]}\n'
+            f'    # {message}\n'
             f'    from kvcache_spec.conformance import replay\n'
-            f'    config = {json.dumps(reported.config)}\n'
-            f'    steps = {json.dumps(reported.steps)}\n'
+            f'    config = {reported.config!r}\n'
+            f'    steps = {reported.steps!r}\n'
             f'    finding = replay({target!r}, config, steps)\n'
-            f'    assert finding is None, finding\n').replace("true", "True").replace("false", "False") \
-        .replace("null", "None")
+            f'    assert finding is None, finding\n')
 
 
 def report_json(result: SuiteResult, strict: bool, exact_layout: bool) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from typing import Any, Optional
 
 from .. import model
 from ..rules import BY_ID
-from .configs import SUITE_CONFIGS, JsonConfig, config, describe, layer, to_model
+from .configs import BAD_CONFIGS, SUITE_CONFIGS, JsonConfig, config, describe, layer, to_model
 from .engine import Engine, Step
 from .modeltarget import ModelTarget
 from .programs import BAD_CALLS, edge_programs, plan, step
@@ -139,7 +139,9 @@ WINDOWS = config(20, [layer("ring", 2), layer("ring", 5), layer("flat")], max_wr
 
 def targeted_cases() -> dict[str, list[Case]]:
     """Hand-picked programs per config name: each rule's edges and each bug class."""
-    rewind = lambda v: {"op": "rewind", "new_len": v}   # noqa: E731
+    def rewind(new_len: Any) -> Step:
+        return {"op": "rewind", "new_len": new_len}
+
     length, depth0 = {"op": "length"}, {"op": "depth", "layer": 0}
     cases: dict[str, list[Case]] = {}
 
@@ -223,21 +225,6 @@ def targeted_cases() -> dict[str, list[Case]]:
     return cases
 
 
-BAD_CONFIGS: tuple[tuple[str, dict[str, Any], str], ...] = (
-    ("capacity 0", config(0, [layer("flat")]), "CFG-CAPACITY"),
-    ("capacity true", {**config(1, [layer("flat")]), "capacity": True}, "CFG-TYPE"),
-    ("capacity 2^31", config(2**31, [layer("flat")]), "CFG-CAPACITY"),
-    ("n_layers 0", config(4, [layer("flat")], n_layers=0), "CFG-LAYERS"),
-    ("layers empty", config(4, [], n_layers=1), "CFG-LAYERS"),
-    ("3 layer entries for 8 layers", config(4, [layer("flat")] * 3, n_layers=8), "UPSTREAM-LAYERS-SIZE"),
-    ("flat layer with a window", config(4, [layer("flat", 2)]), "CFG-POLICY"),
-    ("ring layer with window 0", config(4, [layer("ring", 0)]), "CFG-POLICY"),
-    ("unknown kind", config(4, [layer("diagonal", 2)]), "CFG-POLICY"),
-    ("n_kv_heads 0", config(4, [layer("flat", 0, 0, 1)]), "CFG-SHAPE"),
-    ("head_dim 0", config(4, [layer("flat", 0, 1, 0)]), "CFG-SHAPE"),
-    ("initial_capacity -1", config(4, [layer("flat")], initial_capacity=-1), "CFG-INITIAL-CAPACITY"),
-    ("max_write 0", config(4, [layer("ring", 2)], max_write=0), "CFG-MAX-WRITE"),
-)
 
 
 # Edge programs the vectors leave to the suite (long, and the targeted cases cover their edges).

@@ -1,0 +1,76 @@
+"""cmd: targets: the protocol server conforms; misbehaving processes give crash findings fast,
+never a hang, a harness traceback or a leftover process."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import pytest
+
+from kvcache_spec.conformance import run_program, run_suite
+from kvcache_spec.conformance.configs import SUITE_CONFIGS
+from kvcache_spec.conformance.engine import CRASH
+from kvcache_spec.conformance.programs import edge_programs
+from kvcache_spec.conformance.targets import SubprocessTarget, TargetError
+
+PYTHON = sys.executable
+
+
+def cmd(module: str, *args: str) -> str:
+    return " ".join(["cmd:" + PYTHON, "-m", module, *args])
+
+
+def test_the_protocol_server_conforms_strictly() -> None:
+    target = SubprocessTarget(cmd("kvcache_spec.conformance.serve"))
+    try:
+        result = run_suite(target, "quick", seed=3)
+    finally:
+        target.close()
+    assert result.conforming(strict=True, exact_layout=True), sorted(result.findings)
+    assert result.requests_per_second and result.requests_per_second > 500
+    assert target.process is None
+
+
+def test_the_protocol_server_serves_a_zoo_mutant_out_of_process() -> None:
+    target = SubprocessTarget(cmd("kvcache_spec.conformance.serve", "python:kvcache_spec.conformance.zoo:upstream_floor"))
+    try:
+        result = run_suite(target, "quick", seed=0)
+    finally:
+        target.close()
+    assert ("wrong", "REWIND-SOUND") in result.findings
+
+
+@pytest.mark.parametrize("mode", ["crash-on-create", "crash-mid-run", "hang", "half-line", "garbage",
+                                  "wrong-version", "wrong-id", "exit-early", "deaf", "huge-line"])
+def test_a_misbehaving_target_is_a_crash_finding(mode: str) -> None:
+    target = SubprocessTarget(cmd("kvcache_spec.conformance.zoo_cmd", mode), timeout=0.3, start_timeout=1.5)
+    started = time.monotonic()
+    try:
+        result = run_suite(target, "quick", seed=0, crash_shrink_budget=2)
+    finally:
+        target.close()
+    elapsed = time.monotonic() - started
+    assert result.classes() == {CRASH}, sorted(result.findings)
+    assert result.aborted and not result.conforming()
+    assert elapsed < 15, elapsed
+    assert target.process is None   # killed and reaped
+
+
+def test_a_chatty_target_does_not_block_on_its_log() -> None:
+    """flood-stderr writes ~60 KB of log per request and otherwise conforms."""
+    target = SubprocessTarget(cmd("kvcache_spec.conformance.zoo_cmd", "flood-stderr"), timeout=5.0)
+    cfg = SUITE_CONFIGS[2]
+    try:
+        for _, program in edge_programs(cfg)[:4]:
+            assert run_program(target, cfg, program).finding is None
+        assert target.stderr_bytes > 1_000_000
+        assert "chatty target" in target.log_tail()
+    finally:
+        target.close()
+
+
+def test_a_command_that_cannot_start_is_a_target_error() -> None:
+    target = SubprocessTarget("cmd:/nonexistent/kvcache-target")
+    with pytest.raises(TargetError):
+        target.create(SUITE_CONFIGS[0])
