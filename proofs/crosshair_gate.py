@@ -460,12 +460,14 @@ def _settings(budget_seconds: float, per_condition_timeout: Optional[float]) -> 
 
 def run_gate(budget_seconds: float = DEFAULT_BUDGET_SECONDS, *, package: str = DEFAULT_PACKAGE,
              scope: Sequence[Exclusion] = SCOPE, workers: int = 2,
-             per_condition_timeout: Optional[float] = None) -> GateResult:
+             per_condition_timeout: Optional[float] = None, select: Optional[str] = None) -> GateResult:
     """Inventory `package`'s contracts, analyse the in-scope ones with CrossHair, judge them all.
 
     `budget_seconds` is wall clock for the whole gate: targets still running when it is spent are
     stopped and their obligations reported not-run (the gate fails). Runs in the current interpreter's
-    mode: under `python -O` the inventory is empty and the gate fails.
+    mode: under `python -O` the inventory is empty and the gate fails. `select` (an fnmatch pattern
+    on targets) analyses only some obligations, for diagnosis: the others are reported not-run, so a
+    selective gate never passes.
     """
     started = time.perf_counter()
     problems: list[str] = []
@@ -489,7 +491,8 @@ def run_gate(budget_seconds: float = DEFAULT_BUDGET_SECONDS, *, package: str = D
         problems += [f"frame check failed: {p}" for p in frame]
         excluded.append(ExcludedRow(obligation, exclusion.reason, covers_for(obligation, exclusion), frame))
 
-    tasks = [(o.target, o.line) for o in in_scope]
+    chosen = [o for o in in_scope if select is None or fnmatch.fnmatchcase(o.target, select)]
+    tasks = [(o.target, o.line) for o in chosen]
     results, run_problems = _run_tasks(tasks, condition_timeout, path_timeout, workers,
                                        deadline=started + budget_seconds)
     problems += run_problems
@@ -497,7 +500,9 @@ def run_gate(budget_seconds: float = DEFAULT_BUDGET_SECONDS, *, package: str = D
     rows: list[Row] = []
     for obligation in in_scope:
         result = by_key.pop(obligation.key, None)
-        if result is None:
+        if obligation not in chosen:
+            rows.append(Row(obligation, NOT_RUN, 0.0, f"not selected (--select {select})"))
+        elif result is None:
             rows.append(Row(obligation, NOT_RUN, 0.0, _why_not_run(obligation, results, run_problems)))
         else:
             rows.append(Row(obligation, result.status, result.seconds, result.detail))
@@ -568,11 +573,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--per-condition-timeout", type=float, default=None, help="CPU seconds per condition")
     parser.add_argument("--package", default=DEFAULT_PACKAGE)
+    parser.add_argument("--select", default=None, help="analyse only targets matching this pattern (never passes)")
     parser.add_argument("-v", "--verbose", action="store_true", help="list every out-of-scope obligation")
     args = parser.parse_args(list(argv) if argv is not None else None)
     try:
         result = run_gate(args.budget, package=args.package, workers=args.workers,
-                          per_condition_timeout=args.per_condition_timeout)
+                          per_condition_timeout=args.per_condition_timeout, select=args.select)
     except ImportError as error:
         print(f"crosshair gate: cannot import {error}", file=sys.stderr)
         return 2

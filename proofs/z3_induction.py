@@ -155,7 +155,7 @@ def _model_text(model: Any) -> str:
         if decl.name().startswith(("j!", "x!", "k!", "div0", "mod0", "idiv0")):
             continue  # bound variables and Z3's division-by-zero helpers (S >= 1 is a premise)
         shown.append(f"{decl.name()} = {model[decl]}")
-    return ", ".join(shown)
+    return " ".join(", ".join(shown).split())  # one line: Z3 pretty-prints function graphs over several
 
 
 def prove(name: str, statement: str, hypotheses: Sequence[Expr], goal: Expr) -> ProofResult:
@@ -175,7 +175,15 @@ def prove(name: str, statement: str, hypotheses: Sequence[Expr], goal: Expr) -> 
     if verdict == z3.unsat:
         return ProofResult(name, statement, True, seconds)
     if verdict == z3.sat:
-        return ProofResult(name, statement, False, seconds, "counterexample: " + _model_text(solver.model()))
+        model = solver.model()
+        # A readable counterexample: ask again with every integer constant of the model kept small.
+        small = [z3.And(-64 <= d(), d() <= 64) for d in model.decls()
+                 if d.arity() == 0 and d.range() == z3.IntSort() and not d.name().startswith(("div0", "mod0"))]
+        solver.add(*small)
+        if solver.check() == z3.sat:
+            model = solver.model()
+        return ProofResult(name, statement, False, time.perf_counter() - started,
+                           "counterexample: " + _model_text(model))
     return ProofResult(name, statement, False, seconds, f"unknown: {solver.reason_unknown()}")
 
 
