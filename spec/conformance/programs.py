@@ -125,9 +125,13 @@ def random_program(cfg_json: JsonConfig, rng: random.Random, size: int) -> list[
             T: Any = rng.choice([1, 1, rng.randint(1, limit), limit, {"room": 0}, {"room": 1}])
             program.append(step(T, rng.choice(["once", "per-layer"]), commit_layer=rng.randrange(len(cfg.layers)),
                                 recommit=rng.random() < 0.1))
-        elif roll < 0.62:
+        elif roll < 0.56:
             program.append({"op": "rewind", "new_len": rng.choice([{"back": rng.randint(0, 4)}, {"back": 1},
                                                                    {"back": rng.randint(0, cfg.capacity)}, 0])})
+        elif roll < 0.62:
+            # a chain of small rewinds: a floor must remember what the earlier ones cost
+            program += [{"op": "rewind", "new_len": {"back": rng.randint(1, limit + 1)}}
+                        for _ in range(rng.randint(2, 4))]
         elif roll < 0.65:
             program.append({"op": "clear"})
         elif roll < 0.70:

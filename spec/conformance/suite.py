@@ -74,7 +74,7 @@ def replay(target: Union[str, Target], config: JsonConfig, steps: list[Step],
 
 def run_suite(target: Target, profile: str = "quick", seed: int = 0,
               configs: tuple[JsonConfig, ...] = SUITE_CONFIGS, deadline: Optional[float] = None,
-              stop_after_first: bool = False, crash_shrink_budget: int = 12) -> SuiteResult:
+              stop_after_first: bool = False, crash_shrink_budget: int = 12, edges: bool = True) -> SuiteResult:
     """Edge programs for every config, then random ones; each new (class, rule) is shrunk once."""
     n_random, largest, budget, seconds = PROFILES[profile]
     started = time.monotonic()
@@ -124,7 +124,7 @@ def run_suite(target: Target, profile: str = "quick", seed: int = 0,
 
     try:
         work: list[tuple[JsonConfig, list[Step]]] = [(cfg, program) for cfg in configs
-                                                     for _, program in edge_programs(cfg)]
+                                                     for _, program in edge_programs(cfg)] if edges else []
         for cfg, program in work:
             if time.monotonic() > deadline or not one(cfg, program):
                 return result
