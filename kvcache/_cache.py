@@ -49,13 +49,22 @@ def _plan_well_formed(plan: SeqStepPlan) -> bool:
     return True
 
 
+def _layer_index_in_range(self: SequenceCache, layer: int) -> bool:
+    return 0 <= layer < self.n_layers
+
+
+def _layer_index_is_int(layer: Any) -> bool:
+    return is_int(layer)
+
+
 # The preconditions shared by every method that takes a layer index; icontract evaluates
-# preconditions bottom-up, so in each stack the type check sits nearest the function.
+# preconditions bottom-up, so in each stack the type check sits nearest the function. Their
+# conditions are named functions, not lambdas: icontract (and CrossHair through it) reads a lambda
+# condition back from the decorator line it sits on, which a shared decorator does not have.
 _layer_in_range = icontract.require(
-    lambda self, layer: 0 <= layer < self.n_layers, "LAYER-RANGE: 0 <= layer < n_layers",
-    error=_layer_error, enabled=True)
+    _layer_index_in_range, "LAYER-RANGE: 0 <= layer < n_layers", error=_layer_error, enabled=True)
 _layer_is_int = icontract.require(
-    lambda layer: is_int(layer), "ARG-INT: layer is an int", error=lambda layer: _not_int("layer", layer),
+    _layer_index_is_int, "ARG-INT: layer is an int", error=lambda layer: _not_int("layer", layer),
     enabled=True)
 
 
