@@ -49,6 +49,14 @@ def _plan_well_formed(plan: SeqStepPlan) -> bool:
     return True
 
 
+@icontract.require(lambda retained, new_len: 0 <= retained and 0 <= new_len)
+@icontract.ensure(lambda result, new_len: 0 <= result <= new_len, "RETAINED: 0 <= retained_from <= length after a rewind")
+@icontract.ensure(lambda result, retained: result <= retained, "a rewind never makes a lost row intact again")
+def retained_after_rewind(retained: int, new_len: int) -> int:
+    """A policy's retained mark after a rewind to new_len: rows at and after new_len leave the branch."""
+    return min(retained, new_len)
+
+
 def _layer_index_in_range(self: SequenceCache, layer: int) -> bool:
     return 0 <= layer < self.n_layers
 
@@ -183,7 +191,7 @@ class SequenceCache(CacheBase, SequenceControl, SequencePlanner):
             return False
         self._length = new_len
         self._open_step = None
-        self._retained = [min(retained, new_len) for retained in self._retained]
+        self._retained = [retained_after_rewind(retained, new_len) for retained in self._retained]
         return True
 
     @icontract.ensure(lambda self: self._state() == (0, None, (0,) * len(self._policies)),
