@@ -184,6 +184,13 @@ def test_gate_fails_on_a_mutated_copy_of_kvcache(tmp_path: Path, monkeypatch: py
     assert not result.passed
 
 
+def test_gate_fails_when_the_budget_runs_out() -> None:
+    result = gate.run_gate(0.05, select="kvcache._policies.RingPolicy.plan")
+    assert not result.passed
+    assert any(p.startswith("budget exhausted before kvcache._policies.RingPolicy.plan:") for p in result.problems)
+    assert all(row.status == gate.NOT_RUN for row in result.rows), result.table()
+
+
 def test_gate_fails_under_python_O_where_crosshair_check_exits_0() -> None:
     gated = subprocess.run([sys.executable, "-O", "-m", "kvcache_proofs.crosshair_gate", "--budget", "10"],
                            capture_output=True, text=True, cwd=REPO, timeout=60)
