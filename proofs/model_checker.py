@@ -1,0 +1,406 @@
+"""Exhaustive model checker: every reachable state of (spec model x implementation), breadth-first.
+
+For every configuration within the bounds (flat, ring and mixed layers, with and without max_write)
+the checker explores every state reachable by the operations a consumer may perform - every
+admissible step with each commit pattern (plan every layer then commit the first / last / every
+plan; or per layer, one layer at a time, so half-done steps are states too), re-running the open
+step, rewinds to every target, clear - and at every state checks every rule: length, retained_from,
+depth and can_extend(n) for every n; plan() for every layer and every current step plus admission
+probes, gaps, overlaps, other Ts, T past max_write; and a representative set of bad calls (wrong
+types, bools, negatives, ints past INT_MAX, layers out of range, forged, doctored and malformed plans),
+each of which must raise the model's rule as a typed error and leave the implementation unchanged.
+Every plan the implementation issues is executed on pools of our own and every read must be sound
+(DATA-SOUND); the layout must also equal the canonical one. The comparisons are `Lockstep`'s
+(`kvcache_spec.stateful`), shared with the Hypothesis machine.
+
+States are deduplicated by `Lockstep.key()`: the model's state with each pool row reduced to its
+position when it holds current content (tags only matter through that equality), the same for our
+pools of the implementation's plans, a half-done per-layer step, and the implementation's attribute
+fingerprint. A violation is reported with a SHORTEST path (BFS parents) within its configuration,
+configurations being tried smallest first; `replay` re-runs it.
+
+Usage: python -m kvcache_proofs.model_checker [--profile quick|pre-merge|deep] [--jobs N]
+       [--target python:MODULE:FACTORY] [--time-budget S] [--progress] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import itertools
+import json
+import multiprocessing
+import os
+import sys
+import time
+from collections import deque
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Iterator, Optional, Sequence
+
+from kvcache_spec import model
+from kvcache_spec.stateful import (COMMIT_WITH, FORGED_KINDS, AbortedStep, CanExtend, Clear, CommitForged,
+                                   CommitOther, ConfigSpec, Depth, Factory, LayerStep, Lockstep, Observe, Op,
+                                   Plan, RetainedFrom, Rewind, Step, reference_factory)
+
+INT_MAX = model.INT_MAX
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """Which configurations to check: every capacity in 1..max_capacity, 1..max_layers layers, each
+    flat or a ring of window 1..max_window, max_write unset or 1..max_max_write (only with a ring)."""
+
+    max_capacity: int
+    max_layers: int
+    max_window: int
+    max_max_write: int
+
+    def configs(self) -> list[ConfigSpec]:
+        """Smallest first, so the first failing configuration is a small one."""
+        specs = []
+        for capacity in range(1, self.max_capacity + 1):
+            for n_layers in range(1, self.max_layers + 1):
+                for windows in itertools.product(range(self.max_window + 1), repeat=n_layers):
+                    writes: list[Optional[int]] = [None]
+                    if any(windows):  # max_write applies to ring layers only
+                        writes += list(range(1, self.max_max_write + 1))
+                    specs += [ConfigSpec(capacity, windows, m) for m in writes]
+        return specs
+
+
+#: pre-merge: the full bounds (deep: 6104 configurations) take minutes; on two cores with the
+#: contracts on, 20 s fit every mix of two layers with windows <= 3 and max_write <= 3 (below, equal
+#: to and above the window), capacity <= 4: 296 configurations, ~4,400 states, ~13 s.
+PROFILES: dict[str, Bounds] = {
+    "quick": Bounds(max_capacity=3, max_layers=2, max_window=2, max_max_write=2),
+    "pre-merge": Bounds(max_capacity=4, max_layers=2, max_window=3, max_max_write=3),
+    "deep": Bounds(max_capacity=8, max_layers=3, max_window=4, max_max_write=4),
+}
+DEFAULT_BUDGET = {"quick": 15.0, "pre-merge": 60.0, "deep": 3600.0}
+
+
+# --- the operations explored and the checks made at each state ------------------------------------
+
+def transitions(lock: Lockstep) -> Iterator[Op]:
+    """Every operation a consumer may perform now (PROTO-COMMIT: a half-done step is finished first)."""
+    n, state = lock.spec.n_layers, lock.state
+    if lock.pending is not None:
+        position, T, layer = lock.pending
+        yield LayerStep(layer, position, T)
+        return
+    steps = [(state.length, T) for T in lock.admissible_Ts()]
+    if state.open_step is not None:
+        steps.insert(0, state.open_step)
+    for position, T in steps:
+        for commit_with in COMMIT_WITH if n > 1 else COMMIT_WITH[:1]:
+            yield Step(position, T, "plan-all-then-commit", commit_with)
+        if n > 1:
+            yield LayerStep(0, position, T)  # the per-layer pattern, one layer at a time
+    for new_len in range(state.length + 2):  # every target, and one past the length (refused)
+        yield Rewind(new_len)
+    yield Clear()
+
+
+def checks(lock: Lockstep) -> Iterator[Op]:
+    """Calls that must change nothing: observations, plan probes and a representative set of bad calls."""
+    n, state, capacity = lock.spec.n_layers, lock.state, lock.spec.capacity
+    length, limit = state.length, lock.step_limit()
+    yield Observe(tuple(range(capacity + 2)))
+    probes = {(length, T) for T in range(1, (limit or capacity - length + 1) + 2)}  # admission, STEP-T-MAX
+    probes |= {(length + 1, 1), (max(0, length - 1), 1), (length, capacity - length + 1)}  # gap, overlap, ADMIT
+    if state.open_step is not None:
+        position, T = state.open_step
+        probes |= {(position, T), (position, T + 1), (position, max(1, T - 1))}  # the open step, other Ts
+    for position, T in sorted(probes):
+        for layer in range(n):
+            yield Plan(layer, position, T)
+    yield AbortedStep(length, 1, n)
+    for layer, position, T in [(True, length, 1), (n, length, 1), (-1, length, 1), (2**31, length, 1),
+                               (0, -1, 1), (0, 2**31, 1), (0, True, 1), (0, float(length), 1),
+                               (0, length, 0), (0, length, -1), (0, length, True), (0, length, 2**31)]:
+        yield Plan(layer, position, T)
+    for bad in (-1, True, 2**31, 1.0):
+        yield CanExtend(bad)
+        yield Rewind(bad)
+    for layer in (-1, n, True, None):
+        yield Depth(layer)
+        yield RetainedFrom(layer)
+    for kind in FORGED_KINDS:
+        yield CommitForged(kind)
+    # Plans of steps that are not current (stale or future), and current ones doctored.
+    others = {(p, T) for p in {0, length - 1, length + 1, length - 2} if p >= 0
+              for T in range(1, min(limit or 2, 2) + 1)}
+    for position, T in sorted(others):
+        for layer in range(n):
+            yield CommitOther(position, T, layer)
+    for T in lock.admissible_Ts():
+        for layer in range(n):
+            yield CommitOther(length, T, layer, base_shift=+1)
+            if length >= 1:
+                yield CommitOther(length, T, layer, base_shift=-1)
+
+
+# --- the search ---------------------------------------------------------------------------------
+
+@dataclass
+class Counterexample:
+    config: ConfigSpec
+    ops: list[Op]
+    problems: list[str]
+
+    def program(self, target: str = "reference") -> str:
+        """Python that replays it (paste into a test); `target` is "reference" or python:MODULE:FACTORY."""
+        factory = "reference_factory" if target == "reference" else f"resolve_target({target!r})"
+        lines = ["from kvcache_spec.stateful import *",
+                 "from kvcache_proofs.model_checker import resolve_target",
+                 f"lock = Lockstep({self.config!r}, {factory}, thorough=False)"]
+        lines += [f"assert not lock.apply({op!r})" for op in self.ops]
+        return "\n".join(lines)
+
+
+@dataclass
+class ConfigResult:
+    config: ConfigSpec
+    states: int = 0
+    transitions: int = 0
+    checks: int = 0
+    seconds: float = 0.0
+    complete: bool = True
+    counterexample: Optional[Counterexample] = None
+
+
+def check_config(spec: ConfigSpec, factory: Factory = reference_factory,
+                 deadline: Optional[float] = None) -> ConfigResult:
+    """Breadth-first over every reachable state of one configuration; stops at the first violation
+    (BFS: its path is a shortest one) or at the deadline (time.monotonic())."""
+    started = time.monotonic()
+    result = ConfigResult(spec)
+    root = Lockstep(spec, factory, thorough=False)
+    parents: dict[Any, tuple[Any, Optional[Op]]] = {}
+
+    def path_to(key: Any) -> list[Op]:
+        ops: list[Op] = []
+        while True:
+            parent, op = parents[key]
+            if op is None:
+                return ops[::-1]
+            ops.append(op)
+            key = parent
+
+    def fail(key: Any, op: Op, problems: list[str]) -> ConfigResult:
+        result.counterexample = Counterexample(spec, path_to(key) + [op], problems)
+        result.seconds = time.monotonic() - started
+        return result
+
+    root_problems = list(root.setup_problems)
+    root.setup_problems = []
+    root_key = root.key()
+    parents[root_key] = (None, None)
+    if root_problems:
+        return fail(root_key, Observe(), root_problems)
+    queue: deque[tuple[Any, Lockstep]] = deque([(root_key, root)])
+    while queue:
+        if deadline is not None and time.monotonic() > deadline:
+            result.complete = False
+            break
+        key, lock = queue.popleft()
+        result.states += 1
+        for op in checks(lock):  # in place: each one verifies that it changed nothing
+            result.checks += 1
+            problems = lock.apply(op)
+            if problems:
+                return fail(key, op, problems)
+        lock.issued.clear()
+        for op in transitions(lock):
+            result.transitions += 1
+            child = lock.clone()
+            problems = child.apply(op)
+            if problems:
+                return fail(key, op, problems)
+            child.issued.clear()
+            child_key = child.key()
+            if child_key not in parents:
+                parents[child_key] = (key, op)
+                queue.append((child_key, child))
+    result.seconds = time.monotonic() - started
+    return result
+
+
+def replay(spec: ConfigSpec, ops: Sequence[Op], factory: Factory = reference_factory) -> list[str]:
+    """Apply `ops` in order; the problems of the first operation that has any (empty: none)."""
+    lock = Lockstep(spec, factory, thorough=False)
+    problems = list(lock.setup_problems)
+    lock.setup_problems = []
+    if problems:
+        return problems
+    for op in ops:
+        problems = lock.apply(op)
+        if problems:
+            return problems
+    return []
+
+
+# --- all configurations, in parallel --------------------------------------------------------------
+
+@dataclass
+class CheckReport:
+    bounds: Bounds
+    target: str
+    configs_total: int
+    configs_checked: int = 0
+    states: int = 0
+    transitions: int = 0
+    checks: int = 0
+    seconds: float = 0.0
+    jobs: int = 1
+    complete: bool = True
+    counterexample: Optional[Counterexample] = None
+    largest: Optional[tuple[ConfigSpec, int]] = None  # the configuration with the most states
+
+    @property
+    def ok(self) -> bool:
+        return self.complete and self.counterexample is None
+
+    @property
+    def states_per_second(self) -> float:
+        return self.states / self.seconds if self.seconds > 0 else 0.0
+
+    def summary(self) -> str:
+        verdict = ("holds" if self.ok else "VIOLATION" if self.counterexample
+                   else "INCOMPLETE (time budget exhausted)")
+        text = (f"model checker: {verdict} - {self.states} states, {self.transitions} transitions, "
+                f"{self.checks} checks, {self.configs_checked}/{self.configs_total} configs, "
+                f"{self.seconds:.1f} s, {self.states_per_second:.0f} states/s, {self.jobs} job(s); "
+                f"bounds {self.bounds}")
+        if self.counterexample:
+            cx = self.counterexample
+            text += (f"\nshortest counterexample ({len(cx.ops)} operations) on {cx.config}:\n  "
+                     + "\n  ".join(repr(op) for op in cx.ops) + "\nproblems:\n  " + "\n  ".join(cx.problems)
+                     + "\nreplay:\n" + cx.program(self.target))
+        return text
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "ok": self.ok, "complete": self.complete, "target": self.target, "bounds": asdict(self.bounds),
+            "configs_total": self.configs_total, "configs_checked": self.configs_checked, "states": self.states,
+            "transitions": self.transitions, "checks": self.checks, "seconds": round(self.seconds, 3),
+            "states_per_second": round(self.states_per_second, 1), "jobs": self.jobs,
+        }
+        if self.counterexample:
+            data["counterexample"] = {"config": asdict(self.counterexample.config),
+                                      "ops": [repr(op) for op in self.counterexample.ops],
+                                      "problems": self.counterexample.problems}
+        return data
+
+
+def resolve_target(reference: str) -> Factory:
+    """`python:MODULE:FACTORY` -> the factory (a callable taking a kvcache.CacheConfig)."""
+    parts = reference.split(":")
+    if len(parts) != 3 or parts[0] != "python" or not parts[1] or not parts[2]:
+        raise ValueError(f"a target is python:MODULE:FACTORY, not {reference!r}")
+    factory = getattr(importlib.import_module(parts[1]), parts[2])
+    if not callable(factory):
+        raise ValueError(f"{reference} is not callable")
+    return factory  # type: ignore[no-any-return]
+
+
+def _worker(job: tuple[ConfigSpec, str, float]) -> ConfigResult:
+    spec, target, deadline_in = job
+    factory = reference_factory if target == "reference" else resolve_target(target)
+    # deadlines travel as seconds left, monotonic clocks are per process
+    return check_config(spec, factory, time.monotonic() + deadline_in)
+
+
+class _Progress:
+    def __init__(self, enabled: bool, total: int) -> None:
+        self.enabled, self.total, self.started, self.last = enabled, total, time.monotonic(), 0.0
+
+    def update(self, done: int, states: int, final: bool = False) -> None:
+        now = time.monotonic()
+        if not self.enabled or (not final and now - self.last < 0.5):
+            return
+        self.last = now
+        elapsed = now - self.started
+        rate = states / elapsed if elapsed > 0 else 0.0
+        print(f"\rmodel checker: {done}/{self.total} configs, {states} states, {rate:.0f} states/s, "
+              f"{elapsed:.0f} s", end="\n" if final else "", file=sys.stderr, flush=True)
+
+
+def check_all(bounds: Bounds, factory: Factory = reference_factory, time_budget: Optional[float] = None,
+              *, jobs: int = 1, target: Optional[str] = None, progress: bool = False,
+              configs: Optional[Sequence[ConfigSpec]] = None) -> CheckReport:
+    """Check every configuration of `bounds` (or `configs`). With jobs > 1 the configurations are spread
+    over worker processes; the factory travels by name (`target`, python:MODULE:FACTORY, derived from a
+    module-level factory; a local one is checked in this process). Stops at the first violation; the report's counterexample is the shortest found."""
+    specs = list(configs) if configs is not None else bounds.configs()
+    if target is None and factory is not reference_factory:
+        target = f"python:{getattr(factory, '__module__', '?')}:{getattr(factory, '__qualname__', '?')}"
+    name = target or "reference"
+    if "<" in name:  # a local factory cannot be named in a worker process: check in this one
+        jobs = 1
+    report = CheckReport(bounds, name, len(specs), jobs=jobs)
+    started = time.monotonic()
+    deadline = None if time_budget is None else started + time_budget
+    bar = _Progress(progress, len(specs))
+
+    def absorb(result: ConfigResult) -> bool:
+        report.configs_checked += result.complete
+        report.states += result.states
+        report.transitions += result.transitions
+        report.checks += result.checks
+        report.complete &= result.complete
+        if report.largest is None or result.states > report.largest[1]:
+            report.largest = (result.config, result.states)
+        cx = result.counterexample
+        if cx and (report.counterexample is None or len(cx.ops) < len(report.counterexample.ops)):
+            report.counterexample = cx
+        bar.update(report.configs_checked, report.states)
+        return cx is None and result.complete
+
+    if jobs <= 1:
+        for spec in specs:
+            if not absorb(check_config(spec, factory, deadline)):
+                break
+    else:
+        left = 1e9 if time_budget is None else time_budget
+        ctx = multiprocessing.get_context("fork" if sys.platform != "win32" else "spawn")
+        with ctx.Pool(jobs) as pool:
+            for result in pool.imap_unordered(_worker, [(s, name, left) for s in specs], chunksize=4):
+                if not absorb(result):
+                    pool.terminate()
+                    break
+    report.complete &= report.configs_checked == len(specs) or report.counterexample is not None
+    report.seconds = time.monotonic() - started
+    bar.update(report.configs_checked, report.states, final=True)
+    return report
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="kvcache-model-checker", description=__doc__.splitlines()[0])
+    parser.add_argument("--profile", choices=sorted(PROFILES), default="pre-merge")
+    parser.add_argument("--target", help="python:MODULE:FACTORY (default: the reference, kvcache.SequenceCache)")
+    parser.add_argument("--jobs", type=int, default=None, help="worker processes (default: every core)")
+    parser.add_argument("--time-budget", type=float, default=None, help="seconds (default: per profile)")
+    parser.add_argument("--progress", action="store_true", help="progress on stderr even when not a tty")
+    parser.add_argument("--json", metavar="FILE", help="write the report as JSON")
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exit_:
+        return 0 if exit_.code == 0 else 2
+    try:
+        factory = reference_factory if args.target is None else resolve_target(args.target)
+    except (ValueError, ImportError, AttributeError) as error:
+        print(f"model checker: bad --target: {error}", file=sys.stderr)
+        return 2
+    jobs = args.jobs or os.cpu_count() or 1
+    report = check_all(PROFILES[args.profile], factory, args.time_budget or DEFAULT_BUDGET[args.profile],
+                       jobs=jobs, target=args.target, progress=args.progress or sys.stderr.isatty())
+    print(report.summary())
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as handle:
+            json.dump(report.to_json(), handle, indent=2)
+    return 0 if report.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

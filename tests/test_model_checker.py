@@ -1,0 +1,95 @@
+"""The exhaustive model checker: the reference holds; broken variants give shortest counterexamples."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kvcache_proofs import _mc_broken, model_checker
+from kvcache_proofs.model_checker import Bounds, ConfigSpec, check_all, check_config, replay
+from kvcache_spec.stateful import Observe, Rewind, Step
+
+
+def test_reference_holds_on_the_quick_bounds() -> None:
+    report = check_all(model_checker.PROFILES["quick"], jobs=2, time_budget=120)
+    assert report.ok, report.summary()
+    assert report.configs_checked == report.configs_total == len(model_checker.PROFILES["quick"].configs())
+    assert report.states > 500 and report.checks > report.states * 20
+
+
+def test_every_reachable_state_of_a_small_ring() -> None:
+    """Capacity 3, ring(2), max_write 1 (a ring of 2 slots, wrapped once the length reaches 3)."""
+    result = check_config(ConfigSpec(capacity=3, windows=(2,), max_write=1))
+    assert result.complete and result.counterexample is None
+    assert result.states >= 4  # at least one state per length 0..3
+
+
+def test_upstream_floor_shortest_counterexample() -> None:
+    """ring(1), max_write 1: after two one-token steps upstream's floor (length - window = 1) refuses
+    rewind(0), which always succeeds. No shorter program reaches length 2 (T <= max_write = 1)."""
+    spec = ConfigSpec(capacity=2, windows=(1,), max_write=1)
+    result = check_config(spec, _mc_broken.upstream_floor)
+    cx = result.counterexample
+    assert cx is not None
+    assert len(cx.ops) == 3 and cx.ops[-1] == Rewind(0), cx.ops
+    assert cx.problems[0].startswith("REWIND-SOUND")
+    assert replay(spec, cx.ops, _mc_broken.upstream_floor) == cx.problems
+    assert replay(spec, cx.ops[:-1], _mc_broken.upstream_floor) == []
+    assert replay(spec, cx.ops) == []  # the reference runs the same program cleanly
+
+
+def test_upstream_floor_unsound_direction() -> None:
+    """window 3 > max_write 1: upstream lets rewind(1) through at length 4 where the model refuses."""
+    spec = ConfigSpec(capacity=4, windows=(3,), max_write=1)
+    ops = [Step(p, 1) for p in range(4)] + [Rewind(1)]
+    problems = replay(spec, ops, _mc_broken.upstream_floor)
+    assert problems and problems[0].startswith("REWIND-SOUND") and "model says False" in problems[0]
+
+
+@pytest.mark.parametrize("name, rule_id", [("lenient_step", "STEP-APPEND"), ("ring_slot_extra", "DEPTH"),
+                                           ("ring_slot_short", "DEPTH")])
+def test_broken_variants_are_caught(name: str, rule_id: str) -> None:
+    report = check_all(model_checker.PROFILES["quick"], _mc_broken.BROKEN[name], time_budget=60)
+    assert not report.ok and report.counterexample is not None
+    assert report.counterexample.problems[0].startswith(rule_id), report.summary()
+    assert len(report.counterexample.ops) == 1  # seen in the first state already
+
+
+def test_short_ring_data_level_counterexample() -> None:
+    """With the depth check satisfied by construction (observations skipped), the data level still
+    catches the short ring: replay its plans on our own pools."""
+    spec = ConfigSpec(capacity=6, windows=(2,), max_write=2)
+    problems = replay(spec, [Step(0, 2), Step(2, 2)], _mc_broken.ring_slot_short)
+    assert any(p.startswith("DATA-SOUND") for p in problems), problems
+
+
+def test_counterexample_program_replays(tmp_path: Path) -> None:
+    report = check_all(Bounds(2, 1, 1, 1), _mc_broken.upstream_floor, time_budget=60)
+    assert report.counterexample is not None
+    program = report.counterexample.program(report.target)
+    assert "resolve_target('python:kvcache_proofs._mc_broken:upstream_floor')" in program
+    with pytest.raises(AssertionError):
+        exec(program, {})  # noqa: S102 - the program is the product under test
+
+
+def test_main_exit_codes_and_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "mc.json"
+    assert model_checker.main(["--profile", "quick", "--jobs", "1", "--json", str(out),
+                               "--target", "python:kvcache_proofs._mc_broken:lenient_step"]) == 1
+    data = json.loads(out.read_text())
+    assert data["ok"] is False and data["counterexample"]["ops"] == ["Plan(layer=0, position=1, T=1)"]
+    assert model_checker.main(["--profile", "nope"]) == 2
+    assert model_checker.main(["--target", "python:no_such_module:f"]) == 2
+    assert "VIOLATION" in capsys.readouterr().out
+
+
+def test_time_budget_exhausted_is_not_a_pass() -> None:
+    report = check_all(model_checker.PROFILES["deep"], time_budget=0.5)
+    assert not report.ok and not report.complete and report.counterexample is None
+    assert "INCOMPLETE" in report.summary()
+
+
+def test_observe_is_a_check_of_every_n() -> None:
+    assert next(iter(model_checker.checks(model_checker.Lockstep(ConfigSpec(3, (0,)))))) == Observe((0, 1, 2, 3, 4))
