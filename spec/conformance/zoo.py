@@ -322,6 +322,21 @@ class RefusedRewindCloses(Faithful):
         return done
 
 
+class RotatedRing(Faithful):
+    """Not a mutant: a sound, non-canonical layout (ring slot = (position + 1) mod S). It must pass
+    semantic conformance and fail only exact layout conformance (LAYOUT-CANON)."""
+
+    def slot(self, slots: int, position: int) -> int:
+        return (position + 1) % slots
+
+    def depth(self, layer: int) -> int:
+        """The whole ring even when the capacity is smaller: rotated rows may use any of them."""
+        if not self.valid_layer(layer):
+            raise IndexError("layer")
+        window, slots = self.policies[self.layer_policy[layer]]
+        return self.capacity_ if window == 0 else slots
+
+
 ZOO: dict[str, tuple[Callable[[CacheConfig], Any], str, str]] = {
     "read_base_off_by_one": (ReadBaseOffByOne, "wrong", "PLAN-READ"),
     "ring_sized_to_window": (RingSizedToWindow, "wrong", "DATA-SOUND"),
@@ -344,5 +359,6 @@ ZOO: dict[str, tuple[Callable[[CacheConfig], Any], str, str]] = {
 
 # Module-level factories, so each mutant is a target: python:kvcache_spec.conformance.zoo:NAME
 faithful = Faithful
+rotated_ring = RotatedRing
 for _name, (_factory, _, _) in ZOO.items():
     globals()[_name] = _factory
