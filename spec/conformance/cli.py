@@ -7,7 +7,7 @@ import json
 import signal
 import sys
 import threading
-from typing import Optional
+from typing import Any, Optional, TextIO
 
 from .suite import PROFILES, report_json, report_junit, run_suite
 from .targets import TargetError, parse_target
@@ -60,22 +60,30 @@ def main(argv: Optional[list[str]] = None) -> int:
     if args.junit:
         with open(args.junit, "w", encoding="utf-8") as out:
             out.write(report_junit(report) + "\n")
+    summary(report, result.target, args, sys.stderr if args.json == "-" else sys.stdout)
+    return 0 if report["conforming"] else 1
+
+
+def summary(report: dict[str, Any], target: str, args: argparse.Namespace, out: TextIO) -> None:
+    """The human summary (to stderr when the JSON report goes to stdout)."""
+    def line(text: str) -> None:
+        out.write(text + "\n")
+
     stats = report["stats"]
-    print(f"kvcache conformance: target {result.target}, profile {result.profile}, seed {result.seed}: "
+    line(f"kvcache conformance: target {target}, profile {report['profile']}, seed {report['seed']}: "
           f"{stats['programs']} programs, {stats['calls']} calls in {stats['seconds']} s"
           + (f", {stats['requests_per_second']} requests/s" if stats["requests_per_second"] else ""))
-    if result.aborted:
-        print(f"  ABORTED: {result.aborted}")
+    if report["aborted"]:
+        line(f"  ABORTED: {report['aborted']}")
     for finding in report["semantic"]["findings"]:
-        print(f"  {finding['class']:<11} {finding['rule']:<15} {finding['message'][:160]}")
-        print(f"              config {finding['config_name']}; {len(finding['steps'])} steps: "
+        line(f"  {finding['class']:<11} {finding['rule']:<15} {finding['message'][:160]}")
+        line(f"              config {finding['config_name']}; {len(finding['steps'])} steps: "
               f"{json.dumps(finding['steps'])[:300]}")
-    print(f"  semantic conformance: {'yes' if report['semantic']['conforming'] else 'NO'}; "
+    line(f"  semantic conformance: {'yes' if report['semantic']['conforming'] else 'NO'}; "
           f"exact layout: {'canonical' if report['layout']['canonical'] else 'NOT canonical'}")
     for divergence in report["layout"]["divergences"][:1]:
-        print(f"    first layout divergence: {divergence['divergences'][0]}")
+        line(f"    first layout divergence: {divergence['divergences'][0]}")
     for note in report["skipped"]:
-        print(f"  skipped: {note}")
-    print(f"  {'CONFORMING' if report['conforming'] else 'NOT CONFORMING'}"
+        line(f"  skipped: {note}")
+    line(f"  {'CONFORMING' if report['conforming'] else 'NOT CONFORMING'}"
           f"{' (strict)' if args.strict else ''}")
-    return 0 if report["conforming"] else 1
