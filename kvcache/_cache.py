@@ -49,9 +49,9 @@ def _plan_well_formed(plan: SeqStepPlan) -> bool:
     return True
 
 
-@icontract.require(lambda retained, new_len: 0 <= retained and 0 <= new_len)
+@icontract.require(lambda retained, new_len: 0 <= retained and 0 <= new_len, "ARG-RANGE: marks are positions")
 @icontract.ensure(lambda result, new_len: 0 <= result <= new_len, "RETAINED: 0 <= retained_from <= length after a rewind")
-@icontract.ensure(lambda result, retained: result <= retained, "a rewind never makes a lost row intact again")
+@icontract.ensure(lambda result, retained: result <= retained, "RETAINED: a rewind never makes a lost row intact again")
 def retained_after_rewind(retained: int, new_len: int) -> int:
     """A policy's retained mark after a rewind to new_len: rows at and after new_len leave the branch."""
     return min(retained, new_len)
@@ -80,6 +80,8 @@ _layer_is_int = icontract.require(
                      and len(self._layer_policy) == self.n_layers,
                      "CFG-LAYERS: layers has 1 entry or n_layers; every layer has a policy")
 @icontract.invariant(lambda self: 0 <= self._length <= self._capacity, "LEN-BOUNDS: 0 <= length <= capacity")
+@icontract.invariant(lambda self: len(set(self._policies)) == len(self._policies),
+                     "CFG-DEDUP: layers with equal policies share one policy object")
 @icontract.invariant(lambda self: self._open_step is None or sum(self._open_step) == self._length,
                      "STEP-APPEND: the open step ends at the length")
 @icontract.invariant(lambda self: all(0 <= r <= self._length for r in self._retained),
@@ -276,8 +278,10 @@ class SequenceCache(CacheBase, SequenceControl, SequencePlanner):
 
     # --- faces -----------------------------------------------------------------------------------
 
+    @icontract.ensure(lambda self, result: result is self, "FACES: the runner's face is this cache")
     def as_control(self) -> SequenceControl:
         return self
 
+    @icontract.ensure(lambda self, result: result is self, "FACES: the backend's face is this cache")
     def as_planner(self) -> SequencePlanner:
         return self

@@ -26,17 +26,17 @@ def _plan_covers(plan: SeqStepPlan, position: int, T: int) -> bool:
     return _runs_total(plan.write) == T and plan.end == position + T
 
 
-@icontract.require(lambda n_slots: n_slots >= 1)
-@icontract.require(lambda first, n_slots: 0 <= first < n_slots)
-@icontract.require(lambda count, n_slots: 1 <= count <= n_slots)
+@icontract.require(lambda n_slots: n_slots >= 1, "LAYOUT-CANON: a ring has at least one slot")
+@icontract.require(lambda first, n_slots: 0 <= first < n_slots, "LAYOUT-CANON: the first slot is a slot of the ring")
+@icontract.require(lambda count, n_slots: 1 <= count <= n_slots, "PLAN-SHAPE: non-empty, at most one lap of the ring")
 @icontract.require(lambda first, count: first <= INT_MAX and count <= INT_MAX, "PLAN-SHAPE: a Run's fields fit an int")
-@icontract.ensure(lambda result, count: _runs_total(result) == count, "the runs hold exactly count rows")
+@icontract.ensure(lambda result, count: _runs_total(result) == count, "PLAN-WRITE, PLAN-READ: the runs hold exactly count rows")
 @icontract.ensure(lambda result, n_slots: all(0 <= r.start and r.end <= n_slots for r in result),
                   "PLAN-SHAPE: every row lies in [0, n_slots)")
-@icontract.ensure(lambda result, first: result[0].start == first, "the first run starts at the first slot")
+@icontract.ensure(lambda result, first: result[0].start == first, "LAYOUT-CANON: the first run starts at the first slot")
 @icontract.ensure(lambda result, n_slots: len(result) == 1 or (len(result) == 2 and result[0].end == n_slots
                                                             and result[1].start == 0),
-                  "logical order: a second run continues at row 0 once the first reaches the end of the ring")
+                  "PLAN-SHAPE: logical order: a second run continues at row 0 once the first reaches the end of the ring")
 def wrap_runs(first: int, count: int, n_slots: int) -> tuple[Run, ...]:
     """`count` consecutive slots of a ring of `n_slots`, from `first`: one run, or two when it wraps."""
     head = min(count, n_slots - first)
@@ -85,8 +85,8 @@ class FlatPolicy(LayoutPolicy):
     def __repr__(self) -> str:
         return "FlatPolicy()"
 
-    @icontract.require(lambda position: position >= 0)
-    @icontract.require(lambda T: T >= 1)
+    @icontract.require(lambda position: position >= 0, "ARG-RANGE: position >= 0")
+    @icontract.require(lambda T: T >= 1, "STEP-T: T >= 1")
     @icontract.require(lambda position, T: position + T <= INT_MAX, "ARG-RANGE: the step ends within INT_MAX")
     @icontract.ensure(lambda result, position, T: _plan_covers(result, position, T), "PLAN-WRITE, PLAN-READ")
     @icontract.ensure(lambda result: result.read_base_pos == 0, "PLAN-READ: flat reads from position 0")
@@ -94,7 +94,7 @@ class FlatPolicy(LayoutPolicy):
     def plan(self, position: int, T: int) -> SeqStepPlan:
         return SeqStepPlan(write=(Run(position, T),), read=(Run(0, position + T),), read_base_pos=0)
 
-    @icontract.require(lambda capacity: capacity >= 1)
+    @icontract.require(lambda capacity: capacity >= 1, "CFG-CAPACITY: capacity >= 1")
     @icontract.ensure(lambda result, capacity: result == capacity, "DEPTH: a flat pool holds every position")
     def depth(self, capacity: int) -> int:
         return capacity
@@ -102,12 +102,12 @@ class FlatPolicy(LayoutPolicy):
     def max_step(self) -> Optional[int]:
         return None
 
-    @icontract.require(lambda position: position >= 0)
-    @icontract.ensure(lambda result: result == 0)
+    @icontract.require(lambda position: position >= 0, "ARG-RANGE: position >= 0")
+    @icontract.ensure(lambda result: result == 0, "PLAN-READ: a flat step reads from position 0")
     def read_base(self, position: int) -> int:
         return 0
 
-    @icontract.require(lambda retained, end: 0 <= retained <= end)
+    @icontract.require(lambda retained, end: 0 <= retained <= end, "RETAINED: 0 <= retained <= end")
     @icontract.ensure(lambda result: result == 0, "RETAINED: a flat pool never overwrites a row")
     def retained_after_write(self, retained: int, end: int) -> int:
         return 0
@@ -152,7 +152,7 @@ class RingPolicy(LayoutPolicy):
     def __repr__(self) -> str:
         return f"RingPolicy(window={self.window}, max_write={self.max_write})"
 
-    @icontract.require(lambda position: position >= 0)
+    @icontract.require(lambda position: position >= 0, "ARG-RANGE: position >= 0")
     @icontract.require(lambda self, T: 1 <= T <= self.max_write, "STEP-T, STEP-T-MAX")
     @icontract.require(lambda position, T: position + T <= INT_MAX, "ARG-RANGE: the step ends within INT_MAX")
     @icontract.ensure(lambda result, position, T: _plan_covers(result, position, T), "PLAN-WRITE, PLAN-READ")
@@ -170,7 +170,7 @@ class RingPolicy(LayoutPolicy):
             read_base_pos=base,
         )
 
-    @icontract.require(lambda capacity: capacity >= 1)
+    @icontract.require(lambda capacity: capacity >= 1, "CFG-CAPACITY: capacity >= 1")
     @icontract.ensure(lambda self, result, capacity: result == min(capacity, self.n_slots),
                       "DEPTH: the ring, or less when the sequence never wraps it")
     def depth(self, capacity: int) -> int:
@@ -179,13 +179,15 @@ class RingPolicy(LayoutPolicy):
     def max_step(self) -> Optional[int]:
         return self.max_write
 
-    @icontract.require(lambda position: position >= 0)
-    @icontract.ensure(lambda self, result, position: 0 <= result <= position and position - result < self.window)
+    @icontract.require(lambda position: position >= 0, "ARG-RANGE: position >= 0")
+    @icontract.ensure(lambda self, result, position: 0 <= result <= position and position - result < self.window,
+                      "PLAN-READ: the window start, at most window - 1 before the position")
     def read_base(self, position: int) -> int:
         return max(0, position - self.window + 1)
 
-    @icontract.require(lambda retained, end: 0 <= retained <= end)
-    @icontract.ensure(lambda result, retained, end: retained <= result <= end)
+    @icontract.require(lambda retained, end: 0 <= retained <= end, "RETAINED: 0 <= retained <= end")
+    @icontract.ensure(lambda result, retained, end: retained <= result <= end,
+                      "RETAINED: the mark moves forward, never past the end")
     @icontract.ensure(lambda self, result, end: end - result <= self.n_slots, "RETAINED: a ring holds n_slots rows")
     def retained_after_write(self, retained: int, end: int) -> int:
         return max(retained, end - self.n_slots)

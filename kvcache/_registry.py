@@ -11,6 +11,8 @@ import threading
 from types import TracebackType
 from typing import Callable, Optional
 
+import icontract
+
 from ._errors import ArgumentTypeError
 from ._faces import CacheBase, SequenceControl
 from .et import Error, Result
@@ -95,6 +97,8 @@ def make_unique_key() -> str:
 class CacheSession:
     """Installs `cache` under `key` for the duration of a `with` block; erases it on exit."""
 
+    @icontract.ensure(lambda self: CacheRegistry.get(self.key) is self.cache,
+                      "REG-SESSION: the cache is installed under its key")
     def __init__(self, key: str, cache: CacheBase) -> None:
         _check_str("key", key)
         self.key = key
@@ -105,6 +109,8 @@ class CacheSession:
         """The runner's face of the session's cache."""
         return self.cache.as_control()
 
+    @icontract.ensure(lambda self: CacheRegistry.get(self.key) is not self.cache,
+                      "REG-SESSION: the cache is erased on exit")
     def close(self) -> None:
         CacheRegistry.erase(self.key)
 

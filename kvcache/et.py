@@ -11,6 +11,8 @@ import enum
 from dataclasses import dataclass
 from typing import Generic, Optional, TypeVar
 
+import icontract
+
 from ._errors import KVCacheError
 from ._faces import SequenceControl, SequencePlanner
 from ._types import SeqStepPlan
@@ -57,6 +59,8 @@ class Result(Generic[T_co]):
         return self._value
 
 
+@icontract.ensure(lambda result: result.error() in (Error.Ok, Error.OutOfResources, Error.InvalidArgument),
+                  "ET-MAP: a plan, OutOfResources (refused) or InvalidArgument (caller error)")
 def plan(planner: SequencePlanner, layer: int, position: int, T: int) -> Result[SeqStepPlan]:
     """`planner.plan` as a Result: a refusal is OutOfResources, a caller error InvalidArgument."""
     try:
@@ -68,6 +72,8 @@ def plan(planner: SequencePlanner, layer: int, position: int, T: int) -> Result[
     return Result(step)
 
 
+@icontract.ensure(lambda result: result in (Error.Ok, Error.InvalidArgument),
+                  "ET-MAP: Ok, or InvalidArgument for a refusal or a caller error")
 def rewind(control: SequenceControl, new_len: int) -> Error:
     """`control.rewind` as an Error: a refused rewind, or a caller error, is InvalidArgument."""
     try:
