@@ -29,6 +29,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--kvcache-strict", action="store_true", help="lenient and over-strict findings fail")
     group.addoption("--kvcache-exact-layout", action="store_true", help="a non-canonical layout fails")
     group.addoption("--kvcache-timeout", default=5.0, type=float, help="seconds per request (cmd: targets)")
+    group.addoption("--kvcache-isolate", action="store_true", help="run a python: target in a subprocess")
 
 
 class _Suite:
@@ -44,7 +45,8 @@ class _Suite:
             from .conformance.targets import parse_target
 
             option = self.config.getoption
-            target = parse_target(option("kvcache_target"), timeout=option("kvcache_timeout"))
+            target = parse_target(option("kvcache_target"), timeout=option("kvcache_timeout"),
+                                  isolate=option("kvcache_isolate"))
             try:
                 result = run_suite(target, option("kvcache_profile"), option("kvcache_seed"))
             finally:

@@ -74,3 +74,10 @@ def test_a_command_that_cannot_start_is_a_target_error() -> None:
     target = SubprocessTarget("cmd:/nonexistent/kvcache-target")
     with pytest.raises(TargetError):
         target.create(SUITE_CONFIGS[0])
+
+
+def test_isolate_runs_a_python_target_out_of_process() -> None:
+    from kvcache_spec.conformance.cli import main
+
+    assert main(["--isolate", "--target", "python:kvcache_spec.conformance.zoo:accepts_gap"]) == 0
+    assert main(["--isolate", "--strict", "--target", "python:kvcache_spec.conformance.zoo:accepts_gap"]) == 1

@@ -22,6 +22,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--strict", action="store_true", help="lenient and over-strict findings fail the run")
     parser.add_argument("--exact-layout", action="store_true",
                         help="a non-canonical layout (LAYOUT-CANON, DEPTH) fails the run")
+    parser.add_argument("--isolate", action="store_true",
+                        help="run a python: target in a subprocess, so a hang or a crash is a finding")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--timeout", type=float, default=5.0, help="seconds per request (cmd: targets)")
     parser.add_argument("--json", metavar="F", help="write the JSON report to F ('-' for stdout)")
@@ -38,7 +40,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(2))
     try:
-        target = parse_target(args.target, timeout=args.timeout)
+        target = parse_target(args.target, timeout=args.timeout, isolate=args.isolate)
     except TargetError as error:
         print(f"kvcache conformance: {error}", file=sys.stderr)
         return 2

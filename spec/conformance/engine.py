@@ -18,6 +18,10 @@ depth, retained_from, length, capacity, faces. Arguments may be relative ({"rel"
 {"back": k} is max(0, length - k), {"room": d} is capacity - length + d, {"open": d} the open step's
 position / T + d, {"limit": d} the step limit + d, {"n": d} is n_layers + d) so that a shrunk
 program still means what it meant; `RunResult.steps` holds the concrete (resolved) steps.
+
+Semantic conformance accepts any sound layout inside depth(layer), with one limit: rewind answers
+are compared with the model's, which decides REWIND-SOUND on the canonical layout. A layout with
+more rows than the canonical one may soundly accept rewinds the spec refuses; it is reported wrong.
 """
 
 from __future__ import annotations

@@ -111,6 +111,8 @@ class PythonTarget(Target):
         try:
             config = to_kvcache(cfg)
             self.cache = self.factory(config)
+        except SystemExit as exit_:
+            raise TargetCrash(f"the target called exit({exit_.code!r})") from None
         except Exception as error:
             return Outcome(False, error=f"{type(error).__name__}: {error}")
         self.optional = frozenset(m for m in OPTIONAL_METHODS if callable(getattr(self.cache, m, None)))
@@ -157,6 +159,8 @@ class PythonTarget(Target):
                 return Outcome(True, cache.commit(self._plan_object(args["plan"])))
             function = getattr(cache, method)
             return Outcome(True, function(*args.values()))
+        except SystemExit as exit_:
+            raise TargetCrash(f"the target called exit({exit_.code!r})") from None
         except Exception as error:
             return Outcome(False, error=f"{type(error).__name__}: {error}")
 
@@ -168,7 +172,7 @@ class SubprocessTarget(Target):
 
     def __init__(self, spec: str, timeout: float = 5.0, start_timeout: Optional[float] = None) -> None:
         self.name = spec
-        self.argv = shlex.split(spec[len("cmd:"):])
+        self.argv = shlex.split(spec[len("cmd:"):] if spec.startswith("cmd:") else spec)
         if not self.argv:
             raise TargetError("cmd: target needs a command")
         # Starting may load a runtime (a Python interpreter, a JIT): the handshake gets longer.
@@ -335,10 +339,18 @@ class SubprocessTarget(Target):
         return self._request(method, args, self.timeout)
 
 
-def parse_target(spec: str, timeout: float = 5.0) -> Target:
-    """`reference`, `python:MODULE:FACTORY` or `cmd:COMMAND`."""
+def parse_target(spec: str, timeout: float = 5.0, isolate: bool = False) -> Target:
+    """`reference`, `python:MODULE:FACTORY` or `cmd:COMMAND`.
+
+    isolate: run a Python target in a subprocess (the protocol server), so that a target that hangs
+    or kills its interpreter is a crash finding instead of a hung or dead harness.
+    """
     if spec in ("", "reference"):
-        return PythonTarget("python:kvcache:SequenceCache")
+        spec = "python:kvcache:SequenceCache"
+    if spec.startswith("python:") and isolate:
+        import sys
+        return SubprocessTarget(f"cmd:{shlex.quote(sys.executable)} -m kvcache_spec.conformance.serve "
+                                f"{shlex.quote(spec)}", timeout=timeout)
     if spec.startswith("python:"):
         return PythonTarget(spec)
     if spec.startswith("cmd:"):
