@@ -77,7 +77,7 @@ class _SkewedRing(LayoutPolicy):
 def _skewed_ring_cache(skew: int) -> Callable[[kvcache.CacheConfig], kvcache.SequenceCache]:
     def factory(config: kvcache.CacheConfig) -> kvcache.SequenceCache:
         cache = kvcache.SequenceCache(config)
-        policies = []
+        policies: list[LayoutPolicy] = []
         for policy in cache._policies:
             if isinstance(policy, kvcache.RingPolicy):
                 # the short ring keeps at least the window: fewer slots than that is no ring at all
@@ -86,7 +86,7 @@ def _skewed_ring_cache(skew: int) -> Callable[[kvcache.CacheConfig], kvcache.Seq
                 policies.append(skewed)
             else:
                 policies.append(policy)
-        cache._policies = policies  # type: ignore[assignment]
+        cache._policies = policies
         return cache
     return factory
 

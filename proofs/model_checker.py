@@ -115,16 +115,20 @@ def checks(lock: Lockstep) -> Iterator[Op]:
         for layer in range(n):
             yield Plan(layer, position, T)
     yield AbortedStep(length, 1, n)
-    for layer, position, T in [(True, length, 1), (n, length, 1), (-1, length, 1), (2**31, length, 1),
-                               (0, -1, 1), (0, 2**31, 1), (0, True, 1), (0, float(length), 1),
-                               (0, length, 0), (0, length, -1), (0, length, True), (0, length, 2**31)]:
+    bad_plans: list[tuple[Any, Any, Any]] = [
+        (True, length, 1), (n, length, 1), (-1, length, 1), (2**31, length, 1),            # layer
+        (0, -1, 1), (0, 2**31, 1), (0, True, 1), (0, float(length), 1),                    # position
+        (0, length, 0), (0, length, -1), (0, length, True), (0, length, 2**31)]            # T
+    for layer, position, T in bad_plans:
         yield Plan(layer, position, T)
-    for bad in (-1, True, 2**31, 1.0):
+    bad_values: tuple[Any, ...] = (-1, True, 2**31, 1.0)
+    for bad in bad_values:
         yield CanExtend(bad)
         yield Rewind(bad)
-    for layer in (-1, n, True, None):
-        yield Depth(layer)
-        yield RetainedFrom(layer)
+    bad_layers: tuple[Any, ...] = (-1, n, True, None)
+    for bad in bad_layers:
+        yield Depth(bad)
+        yield RetainedFrom(bad)
     for kind in FORGED_KINDS:
         yield CommitForged(kind)
     # Plans of steps that are not current (stale or future), and current ones doctored.
@@ -229,15 +233,13 @@ def check_config(spec: ConfigSpec, factory: Factory = reference_factory,
 def replay(spec: ConfigSpec, ops: Sequence[Op], factory: Factory = reference_factory) -> list[str]:
     """Apply `ops` in order; the problems of the first operation that has any (empty: none)."""
     lock = Lockstep(spec, factory, thorough=False)
-    problems = list(lock.setup_problems)
+    problems: list[str] = list(lock.setup_problems)
     lock.setup_problems = []
-    if problems:
-        return problems
     for op in ops:
-        problems = lock.apply(op)
         if problems:
-            return problems
-    return []
+            break
+        problems = lock.apply(op)
+    return problems
 
 
 # --- all configurations, in parallel --------------------------------------------------------------
@@ -298,10 +300,10 @@ def resolve_target(reference: str) -> Factory:
     parts = reference.split(":")
     if len(parts) != 3 or parts[0] != "python" or not parts[1] or not parts[2]:
         raise ValueError(f"a target is python:MODULE:FACTORY, not {reference!r}")
-    factory = getattr(importlib.import_module(parts[1]), parts[2])
+    factory: Factory = getattr(importlib.import_module(parts[1]), parts[2])
     if not callable(factory):
         raise ValueError(f"{reference} is not callable")
-    return factory  # type: ignore[no-any-return]
+    return factory
 
 
 def _worker(job: tuple[ConfigSpec, str, float]) -> ConfigResult:

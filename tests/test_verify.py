@@ -1,0 +1,109 @@
+"""`kvcache verify`: verdicts, exit codes, reports."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from kvcache_proofs import verify
+from kvcache_spec import cli
+
+BROKEN = "python:kvcache_proofs._mc_broken:"
+
+
+def _reports(tmp_path: Path) -> tuple[Path, Path, list[str]]:
+    json_file, junit_file = tmp_path / "verify.json", tmp_path / "verify.xml"
+    return json_file, junit_file, ["--json", str(json_file), "--junit", str(junit_file)]
+
+
+def test_reference_passes_the_quick_profile(tmp_path: Path) -> None:
+    """Every stage but CrossHair's (tests/test_proofs.py runs the gate; its time depends on the load)."""
+    json_file, junit_file, report_args = _reports(tmp_path)
+    assert verify.main(["--profile", "quick", "--stages", "stateful,z3,model-checker", *report_args]) == 0
+    data = json.loads(json_file.read_text())
+    assert data["verdict"] == "pass"
+    assert [s["name"] for s in data["stages"]] == ["stateful", "z3", "model-checker"]
+    assert all(s["verdict"] == "pass" for s in data["stages"])
+    checker = data["stages"][-1]["numbers"]
+    assert checker["states"] > 500 and checker["configs"] == "96/96"
+    suite = ET.parse(junit_file).getroot().find("testsuite")
+    assert suite is not None and suite.get("tests") == "3" and suite.get("failures") == "0"
+
+
+def test_crosshair_stage_reads_the_gate_result(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The gate runs in a child process; its JSON line decides the verdict (a failing gate is a FAIL)."""
+    monkeypatch.setattr(verify, "_CROSSHAIR_CHILD", 'import json; print(json.dumps({"passed": False, '
+                        '"confirmed": 3, "rows": 4, "excluded": 0, "table": "budget exhausted"}))')
+    assert verify.main(["--profile", "quick", "--stages", "crosshair"]) == 1
+    monkeypatch.setattr(verify, "_CROSSHAIR_CHILD", 'import json; print(json.dumps({"passed": True, '
+                        '"confirmed": 4, "rows": 4, "excluded": 0, "table": ""}))')
+    assert verify.main(["--profile", "quick", "--stages", "crosshair"]) == 0
+
+
+def test_broken_implementation_fails_with_a_shortest_counterexample(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Upstream's rewind floor: the model checker finds the 3-operation program (two steps, rewind(0))."""
+    json_file, junit_file, report_args = _reports(tmp_path)
+    code = verify.main(["--profile", "quick", "--stages", "model-checker",
+                        "--target", BROKEN + "upstream_floor", *report_args])
+    assert code == 1
+    out = capsys.readouterr().out
+    assert "shortest counterexample (3 operations)" in out and "Rewind(new_len=0)" in out
+    stage = json.loads(json_file.read_text())["stages"][0]
+    assert stage["verdict"] == "FAIL" and stage["numbers"]["counterexample ops"] == 3
+    failure = ET.parse(junit_file).getroot().find("testsuite/testcase/failure")
+    assert failure is not None and "REWIND-SOUND" in (failure.text or "")
+
+
+@pytest.mark.parametrize("variant", ["lenient_step", "ring_slot_short"])
+def test_broken_implementation_fails_the_state_machine(variant: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert verify.main(["--profile", "quick", "--stages", "stateful", "--target", BROKEN + variant]) == 1
+    assert "state = KVCacheMachine()" in capsys.readouterr().out  # the paste-able program
+
+
+@pytest.mark.parametrize("argv", [["--profile", "nope"], ["--stages", "stateful,nope"], ["--target", "kvcache"],
+                                  ["--target", "python:no_such_module:factory"], ["--bogus"]])
+def test_usage_errors_exit_2(argv: list[str]) -> None:
+    assert verify.main(argv) == 2
+
+
+def test_dispatcher_runs_verify() -> None:
+    assert cli.main(["verify", "--profile", "nope"]) == 2
+
+
+def test_missing_stage_module_is_an_environment_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A stage that cannot run (its module missing) is exit 2 when nothing failed, reported as ERROR."""
+    monkeypatch.setattr(verify, "_CROSSHAIR_CHILD",
+                        'import json; print(json.dumps({"import_error": "No module named crosshair_gate"}))')
+    json_file, junit_file, report_args = _reports(tmp_path)
+    assert verify.main(["--profile", "quick", "--stages", "crosshair", *report_args]) == 2
+    assert json.loads(json_file.read_text())["stages"][0]["verdict"] == "ERROR"
+    assert ET.parse(junit_file).getroot().find("testsuite/testcase/error") is not None
+
+
+def test_missing_z3_module_is_an_environment_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = verify.importlib.import_module
+
+    def without_z3(name: str) -> object:
+        if name == "kvcache_proofs.z3_induction":
+            raise ImportError("No module named 'kvcache_proofs.z3_induction'")
+        return real(name)
+
+    monkeypatch.setattr(verify.importlib, "import_module", without_z3)
+    assert verify.main(["--profile", "quick", "--stages", "z3"]) == 2
+
+
+def test_a_failure_outranks_an_environment_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(verify, "_CROSSHAIR_CHILD", 'import json; print(json.dumps({"import_error": "gone"}))')
+    assert verify.main(["--profile", "quick", "--stages", "crosshair,model-checker",
+                        "--target", BROKEN + "lenient_step"]) == 1
+
+
+def test_pre_commit_hook_declares_the_quick_profile() -> None:
+    text = (Path(__file__).resolve().parents[1] / ".pre-commit-hooks.yaml").read_text()
+    for line in ("id: kvcache-verify", "entry: kvcache verify --profile quick", "language: python",
+                 "pass_filenames: false", "always_run: true"):
+        assert line in text
