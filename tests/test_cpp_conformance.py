@@ -20,19 +20,38 @@ GXX = shutil.which("g++")
 pytestmark = pytest.mark.skipif(GXX is None, reason="no g++ on PATH: the C++ driver tests need a C++17 compiler")
 
 
+# A cache whose planner face is another object: the driver must answer same_object false (FACES).
+SPLIT_FACES = """
+#include "kvcache_conformance.hpp"
+#include "example/reference_port.h"
+struct SplitFaces : demo::ReferencePort {
+  explicit SplitFaces(const demo::CacheConfig& c) : demo::ReferencePort(c), other(c) {}
+  demo::SequencePlanner* as_planner() override { return &other; }
+  demo::ReferencePort other;
+};
+int main(int argc, char** argv) {
+  return kvcache_conformance::run_main<SplitFaces, demo::CacheConfig>(argc, argv, "split faces");
+}
+"""
+
+
 @pytest.fixture(scope="session")
 def binaries(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Both examples, compiled in parallel, warnings as errors (the header must compile cleanly)."""
+    """The examples (and two variants), compiled in parallel, warnings as errors."""
     assert GXX is not None
     out = tmp_path_factory.mktemp("kvcache_cpp")
-    jobs = {name: subprocess.Popen([GXX, "-std=c++17", "-O1", "-Wall", "-Wextra", "-Wpedantic", "-Werror",
-                                    "-o", str(out / name), str(CPP / "example" / source)],
+    (out / "split_faces.cpp").write_text(SPLIT_FACES)
+    flags = ["-std=c++17", "-O1", "-Wall", "-Wextra", "-Wpedantic", "-Werror", f"-I{CPP}"]
+    sources = {name: ([], CPP / "example" / source) for name, source in EXAMPLES.items()}
+    sources["port_nortti"] = (["-fno-rtti", "-DKVCACHE_CONFORMANCE_NO_RTTI"], CPP / "example" / EXAMPLES["port"])
+    sources["split_faces"] = ([], out / "split_faces.cpp")
+    jobs = {name: subprocess.Popen([GXX, *flags, *extra, "-o", str(out / name), str(source)],
                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-            for name, source in EXAMPLES.items()}
+            for name, (extra, source) in sources.items()}
     for name, job in jobs.items():
         output, _ = job.communicate(timeout=120)
         assert job.returncode == 0, f"g++ failed for {name}:\n{output}"
-    return {name: out / name for name in EXAMPLES}
+    return {name: out / name for name in sources}
 
 
 def test_the_faithful_port_replays_every_vector(binaries: dict[str, Path]) -> None:
@@ -84,3 +103,16 @@ def test_the_driver_answers_protocol_errors_on_bad_lines(binaries: dict[str, Pat
     assert done.returncode == 0 and len(replies) == 5
     assert all('"kind":"protocol"' in reply for reply in replies[:4])
     assert replies[4] == '{"id":4,"result":null}'
+
+
+FACES_SESSION = "\n".join([
+    '{"id": 1, "method": "hello", "params": {"protocol": "kvcache-conformance", "versions": [1]}}',
+    '{"id": 2, "method": "create", "params": {"config": {"capacity": 4, "n_layers": 1, "layers": '
+    '[{"kind": "flat", "window": 0, "n_kv_heads": 1, "head_dim": 1}], "max_write": null}}}',
+    '{"id": 3, "method": "faces", "params": {}}']) + "\n"
+
+
+@pytest.mark.parametrize("name, same", [("port", "true"), ("port_nortti", "true"), ("split_faces", "false")])
+def test_the_driver_tells_one_object_from_two(binaries: dict[str, Path], name: str, same: str) -> None:
+    done = subprocess.run([binaries[name]], input=FACES_SESSION, capture_output=True, text=True, timeout=10)
+    assert done.stdout.splitlines()[-1] == '{"id":3,"result":{"same_object":%s}}' % same

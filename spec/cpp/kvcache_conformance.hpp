@@ -335,6 +335,18 @@ template <class T> const void* object_address(T* p) {
 }
 template <class T> const void* object_address(T& r) { return object_address(&r); }
 
+// FACES: is `face` (a pointer or a reference returned by as_control / as_planner) the cache itself?
+// When Cache derives from the face type, compare with the upcast (exact, no RTTI needed); otherwise
+// compare most-derived addresses.
+template <class Cache, class Face> bool is_this_object(Cache& cache, Face&& face) {
+  using Pointer = std::conditional_t<std::is_pointer_v<std::decay_t<Face>>, std::decay_t<Face>,
+                                     std::add_pointer_t<std::remove_reference_t<Face>>>;
+  Pointer pointer;
+  if constexpr (std::is_pointer_v<std::decay_t<Face>>) pointer = face; else pointer = &face;
+  if constexpr (std::is_convertible_v<Cache*, Pointer>) return pointer == static_cast<Pointer>(&cache);
+  return object_address(pointer) == object_address(&cache);
+}
+
 // --- the driver ------------------------------------------------------------------------------------
 
 struct Response {
@@ -652,9 +664,7 @@ class Driver {
     if (method == "faces") {
       bool same = true;
       if constexpr (has_faces<Cache>::value) {
-        const void* control = object_address(cache.as_control());
-        const void* planner = object_address(cache.as_planner());
-        same = control == planner && control == object_address(cache);
+        same = is_this_object(cache, cache.as_control()) && is_this_object(cache, cache.as_planner());
       }
       Json r = Json::obj();
       r.set("same_object", Json::of(same));
