@@ -19,9 +19,10 @@ depth, retained_from, length, capacity, faces. Arguments may be relative ({"rel"
 position / T + d, {"limit": d} the step limit + d, {"n": d} is n_layers + d) so that a shrunk
 program still means what it meant; `RunResult.steps` holds the concrete (resolved) steps.
 
-Semantic conformance accepts any sound layout inside depth(layer), with one limit: rewind answers
-are compared with the model's, which decides REWIND-SOUND on the canonical layout. A layout with
-more rows than the canonical one may soundly accept rewinds the spec refuses; it is reported wrong.
+Semantic conformance accepts any sound layout inside depth(layer). Rewind answers are the model's
+(REWIND-SOUND on the canonical layout), except that a target whose layout already diverged may
+accept a rewind the canonical layout refuses when every next step would read only sound rows of its
+own pools (a ring with more rows retains more): that is recorded as a layout divergence.
 """
 
 from __future__ import annotations
@@ -222,6 +223,11 @@ class Engine:
             self.observe(f"after the rejected {shown}", "ATOMIC", lenient_rule=rule)
             self.open_step_kept(f"the rejected {shown}")
         elif isinstance(verdict, Refused):
+            if not _is_refusal(outcome) and rule == "REWIND-SOUND" and self.result.layout:
+                rewound = self.sound_on_own_layout(args["new_len"])
+                if rewound is not None:
+                    self._layout(f"{shown} accepted: refused on the canonical layout, sound on the target's")
+                    return Accepted(rewound, rule), outcome
             if not _is_refusal(outcome):
                 raise self._fail(WRONG, rule, f"{shown} must be refused ({rule}) but the target "
                                               f"answered {outcome.value!r}")
@@ -234,6 +240,24 @@ class Engine:
         elif not outcome.ok:
             raise self._fail(OVER_STRICT, rule, f"{shown} is valid but the target raised: {outcome.error}")
         return verdict, outcome
+
+    def sound_on_own_layout(self, new_len: int) -> Optional[model.State]:
+        """A non-canonical target accepted a rewind the canonical layout refuses: it is right when
+        every admissible next step, on every layer, reads only sound rows of the target's own pools
+        (plans are pure, so asking for them changes nothing). The rewound state, or None."""
+        state = replace(self.ms, length=new_len, open_step=None, open_tag=None, truth=self.ms.truth[:new_len])
+        limit = model.step_limit(self.mcfg)
+        top = self.mcfg.capacity - new_len if limit is None else min(limit, self.mcfg.capacity - new_len)
+        for T in range(1, top + 1):
+            truth = model.step_truth(state, new_len, T)
+            for layer in range(self.n_layers):
+                got = self._call("plan", {"layer": layer, "position": new_len, "T": T}, "REWIND-SOUND")
+                if _is_refusal(got) or _well_formed(got.value):
+                    return None
+                _, problems = model.execute(self.pools[layer], truth, new_len, T, json_plan(got.value))
+                if problems:
+                    return None
+        return state
 
     def open_step_kept(self, context: str) -> None:
         """ATOMIC: a rejected or refused call leaves the open step open (it may still be planned)."""

@@ -337,6 +337,15 @@ class RotatedRing(Faithful):
         return self.capacity_ if window == 0 else slots
 
 
+class BiggerRing(Faithful):
+    """Not a mutant: rings of window + max_write rows (one more than canonical). It retains more, so
+    it soundly accepts rewinds the canonical layout refuses: semantic yes, exact layout no."""
+
+    def __init__(self, config: CacheConfig) -> None:
+        super().__init__(config)
+        self.policies = [(window, slots + 1 if window else slots) for window, slots in self.policies]
+
+
 ZOO: dict[str, tuple[Callable[[CacheConfig], Any], str, str]] = {
     "read_base_off_by_one": (ReadBaseOffByOne, "wrong", "PLAN-READ"),
     "ring_sized_to_window": (RingSizedToWindow, "wrong", "DATA-SOUND"),
@@ -360,5 +369,6 @@ ZOO: dict[str, tuple[Callable[[CacheConfig], Any], str, str]] = {
 # Module-level factories, so each mutant is a target: python:kvcache_spec.conformance.zoo:NAME
 faithful = Faithful
 rotated_ring = RotatedRing
+bigger_ring = BiggerRing
 for _name, (_factory, _, _) in ZOO.items():
     globals()[_name] = _factory
