@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
@@ -45,6 +46,17 @@ def test_gate_confirms_every_in_scope_obligation_of_kvcache(real_gate: gate.Gate
     assert real_gate.confirmed == len(real_gate.rows) >= 41
 
 
+def test_the_gate_leaves_this_process_s_contracts_enforced(real_gate: gate.GateResult) -> None:
+    """Importing CrossHair patches icontract in the importing process; the gate imports it only in
+    its workers, so kvcache still rejects a gap here (and in every test that runs after this file)."""
+    import kvcache
+
+    assert "crosshair.core_and_libs" not in sys.modules
+    cache = kvcache.SequenceCache(kvcache.CacheConfig(8, 1, [kvcache.LayerConfig(kvcache.LayerPolicy.flat())]))
+    with pytest.raises(kvcache.StepError):
+        cache.plan(0, 3, 1)
+
+
 def test_every_obligation_is_confirmed_or_excluded_with_a_cover(real_gate: gate.GateResult) -> None:
     inventory = set(gate.inventory("kvcache"))
     seen = {row.obligation for row in real_gate.rows if row.obligation.kind != "crosshair"}
@@ -64,6 +76,8 @@ def test_scope_covers_name_real_proofs(real_gate: gate.GateResult) -> None:
                 assert name in z3p.PROOF_NAMES, cover
             elif kind == "crosshair":
                 assert any(target.endswith("." + name) for target in confirmed_targets), cover
+            elif kind == "tests":
+                assert (REPO / name).is_file(), cover
             else:
                 assert cover == "model checker", cover
     # Every SequenceCache obligation cites a rule the cover table knows, so none is covered by default.
@@ -185,10 +199,22 @@ def test_gate_fails_on_a_mutated_copy_of_kvcache(tmp_path: Path, monkeypatch: py
 
 
 def test_gate_fails_when_the_budget_runs_out() -> None:
-    result = gate.run_gate(0.05, select="kvcache._policies.RingPolicy.plan")
-    assert not result.passed
-    assert any(p.startswith("budget exhausted before kvcache._policies.RingPolicy.plan:") for p in result.problems)
-    assert all(row.status == gate.NOT_RUN for row in result.rows), result.table()
+    # A host that unwinds on SIGTERM (as `kvcache conformance` does) must not leak into the workers
+    # the gate terminates at its budget, and gets its handler back.
+    def host_handler(signum: int, frame: object) -> None:
+        raise SystemExit(2)
+
+    previous = signal.signal(signal.SIGTERM, host_handler)
+    try:
+        for _ in range(3):
+            result = gate.run_gate(0.3, select="kvcache._policies.RingPolicy.plan")
+            assert not result.passed
+            assert any(p.startswith("budget exhausted before kvcache._policies.RingPolicy.plan:")
+                       for p in result.problems), result.problems
+            assert all(row.status == gate.NOT_RUN for row in result.rows), result.table()
+        assert signal.getsignal(signal.SIGTERM) is host_handler
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def test_gate_fails_under_python_O_where_crosshair_check_exits_0() -> None:
