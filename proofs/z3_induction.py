@@ -36,9 +36,23 @@ Witnesses (Z3 finds them; the spec model, kvcache_spec.model, replays them on da
   upstream-chain-unsound    m = w: two rewinds in a row; upstream recomputes its floor from the new
                             length and accepts a rewind to rows the ring lost before the first
 
+  transcription             the Z3 definitions (S, read_base, retained_after_write, the runs, the
+                            rewind rule) equal kvcache's, value for value, on small configurations
+
+Scope. One ring policy: the cache keeps one mark per distinct policy, a step's T is bounded by the
+smallest max_write (so T <= m holds for every ring), every policy's mark moves with the one shared
+length, and a rewind is accepted iff every policy's rule accepts - so the per-policy proofs compose.
+A flat policy never overwrites (R = 0, reads [0, p + T)); plan-in-depth covers its runs. Committing
+the open step again changes nothing (the length does not move), so it is not an operation here.
+Abandoned branches need no history: `intact` is arbitrary wherever Inv does not constrain it.
+Every proof first checks that its hypotheses are satisfiable (a proof from contradictory premises
+is reported as failing, "vacuous").
+
 Broken variants (`run_proofs(variant=...)`) show the proofs can fail: "slots-minus-one" sizes the
 ring w + m - 2, "upstream-floor" replaces the rewind rule by upstream's floor.
 
+API: `run_proofs(variant="sound") -> list[ProofResult]` (name, statement, holds, seconds,
+counterexample, witness), `PROOF_NAMES`, `report(results)`, `main(argv)`.
 Run: `python -m kvcache_proofs.z3_induction [--variant NAME]` (exit 0 all hold, 1 a proof fails).
 """
 
