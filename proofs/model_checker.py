@@ -307,10 +307,10 @@ def resolve_target(reference: str) -> Factory:
 
 
 def _worker(job: tuple[ConfigSpec, str, float]) -> ConfigResult:
-    spec, target, deadline_in = job
+    spec, target, wall_deadline = job
     factory = reference_factory if target == "reference" else resolve_target(target)
-    # deadlines travel as seconds left, monotonic clocks are per process
-    return check_config(spec, factory, time.monotonic() + deadline_in)
+    # the deadline travels as wall-clock time (shared by the processes), checked on the monotonic clock
+    return check_config(spec, factory, time.monotonic() + (wall_deadline - time.time()))
 
 
 class _Progress:
@@ -364,10 +364,10 @@ def check_all(bounds: Bounds, factory: Factory = reference_factory, time_budget:
             if not absorb(check_config(spec, factory, deadline)):
                 break
     else:
-        left = 1e9 if time_budget is None else time_budget
+        wall_deadline = time.time() + (1e9 if time_budget is None else time_budget)
         ctx = multiprocessing.get_context("fork" if sys.platform != "win32" else "spawn")
         with ctx.Pool(jobs) as pool:
-            for result in pool.imap_unordered(_worker, [(s, name, left) for s in specs], chunksize=4):
+            for result in pool.imap_unordered(_worker, [(s, name, wall_deadline) for s in specs], chunksize=4):
                 if not absorb(result):
                     pool.terminate()
                     break

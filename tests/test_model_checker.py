@@ -93,3 +93,8 @@ def test_time_budget_exhausted_is_not_a_pass() -> None:
 
 def test_observe_is_a_check_of_every_n() -> None:
     assert next(iter(model_checker.checks(model_checker.Lockstep(ConfigSpec(3, (0,)))))) == Observe((0, 1, 2, 3, 4))
+
+
+def test_time_budget_holds_across_worker_processes() -> None:
+    report = check_all(model_checker.PROFILES["deep"], time_budget=1.0, jobs=2)
+    assert not report.complete and report.seconds < 10, report.summary()
