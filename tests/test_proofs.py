@@ -170,7 +170,7 @@ def test_gate_fails_with_counterexample_unknown_and_unmet_precondition(broken_mo
         "Box.__init__": gate.COUNTEREXAMPLE}, result.table()
     assert not result.passed
     table = result.table()
-    assert "when calling wrong_post(99)" in table  # the counterexample is printed
+    assert re.search(r"when calling wrong_post\((99|100)\)", table)  # the counterexample is printed
     assert "FAIL" in table.splitlines()[-1]
     # The frame check catches the "read-only" __eq__ (and __ne__, which calls it) that assigns.
     assert sum("assigns an attribute" in p for p in result.problems) == 2, result.problems
@@ -193,8 +193,9 @@ def test_gate_fails_on_a_mutated_copy_of_kvcache(tmp_path: Path, monkeypatch: py
         for name in [n for n in sys.modules if n.startswith(package)]:
             del sys.modules[name]
     failing = [row for row in result.rows if row.status == gate.COUNTEREXAMPLE]
-    assert [row.obligation.text for row in failing] == ["RETAINED: a ring holds n_slots rows"], result.table()
-    assert "when calling retained_after_write" in failing[0].detail
+    assert len(failing) == 1, result.table()
+    assert failing[0].obligation.target.endswith("RingPolicy.retained_after_write")
+    assert "n_slots" in failing[0].obligation.text and "when calling retained_after_write" in failing[0].detail
     assert not result.passed
 
 
