@@ -6,17 +6,25 @@ methods is 15 obligations). The gate takes the inventory from icontract itself (
 not from CrossHair, so a contract CrossHair does not enumerate still shows up - as a failure, unless
 the scope below names it and says what covers it instead.
 
-How it checks. Each in-scope target (a function or one method) is analysed in a fresh forked worker
-with CrossHair's `check` pipeline for `--analysis_kind=icontract` (load the target, `analyze_any`,
-then analyse each condition), two workers at a time. The gate calls that pipeline through
-CrossHair's API rather than parsing `crosshair check --report_all` output because the CLI merges
+How it checks. Each in-scope condition of a target (a function or one method) is analysed in a fresh
+forked worker with CrossHair's `check` pipeline for `--analysis_kind=icontract` (load the target,
+`analyze_any`, analyse that condition), two workers at a time. Targeting methods one by one also
+closes a blind spot: when CrossHair analyses a whole class it skips the invariants on `__init__`
+(its analyze_class says so), while a method target gets them - and the inventory demands an
+(invariant, `__init__`) row, so a CrossHair that skipped them would fail the gate, not pass it.
+
+Why not the CLI. The gate calls that pipeline through CrossHair's API rather than parsing
+`crosshair check --report_all` output because the CLI merges
 messages by source line (a refuted postcondition is reported only at the line that raised, its
 sibling conditions vanish) and its exit code is 0 for "Not confirmed", for "Unable to meet
 precondition" and for "Targets found, but contain no checkable functions" (which is what `python -O`
-produces: the postconditions and invariants are compiled out). A fresh process per target also
+produces: the postconditions and invariants are compiled out). A fresh process per condition also
 matters: CrossHair state left by one analysis (e.g. of `__eq__` taking `other: object`) makes later
 analyses in the same process end "Unable to meet precondition" (measured), and the CLI on a whole
-module is order dependent for that reason.
+module is order dependent for that reason; conditions analysed one after another in one process
+also get slower (measured). CrossHair itself is imported only in a forked "zygote" and its workers:
+importing `crosshair.core_and_libs` patches icontract in the importing process (measured: a
+SequenceCache.plan with a gap stops raising), so `run_gate` can be called from any process.
 
 What "confirmed" needs (CrossHair's own account, discussion pschanely/CrossHair#156): the search
 exhausted every path (`Confirmed over all paths.`), the code is deterministic, and the callees'
