@@ -18,3 +18,9 @@ def test_readme_has_examples() -> None:
 @pytest.mark.parametrize("index", range(len(EXAMPLES)))
 def test_readme_example_runs(index: int) -> None:
     exec(compile(EXAMPLES[index], f"README.md example {index}", "exec"), {})
+
+
+def test_readme_runner_loop_is_the_tested_example() -> None:
+    """The README's runner loop is spec/examples/readme_runner.py word for word (tested in test_examples)."""
+    example = (README.parent / "spec" / "examples" / "readme_runner.py").read_text()
+    assert example in EXAMPLES
