@@ -40,17 +40,35 @@ recursion here), and it does not use driver functions as evidence for the contra
 Every obligation must reach "confirmed"; counterexample, "Not confirmed" (unknown), "Unable to meet
 precondition", a CrossHair error, an empty inventory, or running out of budget fail the gate.
 
-Scope (what is *not* sent to CrossHair, and what covers it instead) is the table `SCOPE` below; the
-gate prints it with the results. In short: `SequenceCache` (CrossHair cannot construct a symbolic
-cache: its config holds a list of `LayerConfig` objects - measured "Unable to meet precondition" on
-every condition at 10 s each), covered by the Z3 induction proofs (`kvcache_proofs.z3_induction`,
-proof names given per rule) and the exhaustive model checker (`kvcache_proofs.model_checker`);
-`RingPolicy`'s invariants at `__eq__`, `__ne__`, `__hash__`, `__str__` (unbounded `other: object`,
-hashing and formatting realise symbolic ints: "Not confirmed" at 5-8 s), covered by a frame check
-this gate runs (the methods assign no attribute) plus the confirmed rows that establish the
-invariant; and `__delattr__`, where icontract's re-check is a tamper guard, not an obligation. An
-excluded obligation whose description cites no rule of `RULE_COVER` is a gate failure: a new
-contract cannot fall out of scope silently.
+Scope (what is *not* sent to CrossHair, and what covers it instead) is `scope_for(sequence_cache)`:
+the table `SCOPE` plus the SequenceCache part; the gate prints it with the results.
+
+SequenceCache is analysed from a symbolic state. CrossHair cannot construct a SequenceCache through
+its constructor (a CacheConfig holding a list of LayerConfig objects: every condition ended "Unable
+to meet precondition", 10 s each), so `kvcache_proofs._crosshair_plugin` registers a creator
+(`crosshair.register_type`) in the workers: a symbolic configuration (capacity, ring windows and
+max_write symbolic within the config checks; four layer shapes: flat, ring, flat + ring, ring + ring)
+and a symbolic state (length, open step, retained marks) constrained by nothing but the class
+invariants, which CrossHair assumes on entry. A confirmed postcondition or invariant therefore holds
+from every state the invariants allow, reachable or not: an inductive check. The class invariants as
+written suffice for every postcondition (no invariant was strengthened, the creator adds no state
+constraint). `plan`, `rewind` and `commit` are analysed once per layer shape (a worker each; the
+worst verdict counts) with `cache_condition_timeout` CPU seconds per condition and per path (one
+path through RingPolicy.plan with a symbolic ring size, a nonlinear `mod`, takes seconds).
+How much runs is `sequence_cache`: "full" (every obligation; the deep profile, minutes of CPU),
+"fast" (the default, so pre-merge: the postconditions of can_extend, clear and retained_from, about
+a second more), "none". What a scope leaves out is listed as out of scope with its rule's cover.
+Always out: `SequenceCache.policy`'s invariants (it validates no layer index, so CrossHair reports
+policy(-2)'s IndexError against every invariant; it assigns nothing: frame check) and `__delattr__`.
+
+Other exclusions: `RingPolicy`'s invariants at `__eq__`, `__ne__`, `__hash__`, `__str__` (unbounded
+`other: object`, hashing and formatting realise symbolic ints: "Not confirmed" at 5-8 s), covered by
+a frame check this gate runs (the methods assign no attribute) plus the confirmed rows that
+establish the invariant; the adapters `kvcache.et` and `CacheSession` (abstract faces), covered per
+rule (`RULE_COVER`: Z3 induction proofs, the exhaustive model checker, tests); and `__delattr__`,
+where icontract's re-check is a tamper guard, not an obligation. An excluded obligation whose
+description cites no rule of `RULE_COVER` is a gate failure: a new contract cannot fall out of scope
+silently.
 
 CrossHair's CLI, for the record (0.0.113): `crosshair check --report_all` prints one line per
 condition, `FILE:LINE: info: Confirmed over all paths.`, `... info: Not confirmed.`, `... info:
@@ -62,9 +80,10 @@ other error. `--per_condition_timeout` bounds CPU seconds per condition (and, wh
 default `--max_uninteresting_iterations` of 5, which would stop a search before it is exhausted);
 `--per_path_timeout` defaults to its square root. The gate sets both from its budget.
 
-API: `run_gate(budget_seconds=25.0, ...) -> GateResult` (`.passed`, `.table()`, `.rows`,
-`.excluded`, `.problems`; raises ImportError when CrossHair or Z3 is missing), and `main(argv)`
-(exit 0 pass, 1 fail, 2 environment error). Run: `python -m kvcache_proofs.crosshair_gate [--budget S]`.
+API: `run_gate(budget_seconds=25.0, ..., sequence_cache="fast") -> GateResult` (`.passed`, `.table()`,
+`.rows`, `.excluded`, `.problems`; raises ImportError when CrossHair or Z3 is missing), and
+`main(argv)` (exit 0 pass, 1 fail, 2 environment error). Run:
+`python -m kvcache_proofs.crosshair_gate [--budget S] [--sequence-cache none|fast|full]`.
 Measured on this 2-core machine: about 8 s quiet, 14-19 s while other jobs load it (budget 25 s).
 """
 
@@ -205,6 +224,7 @@ class Exclusion:
     reason: str
     covered_by: tuple[str, ...]
     read_only: bool = False  # the gate checks (AST) that the matched methods assign no attribute
+    spare_posts_of: tuple[str, ...] = ()  # fnmatch patterns of targets whose postconditions stay in scope
 
 
 # Rule id (as cited in a contract's description) -> what proves it when CrossHair cannot.
@@ -245,12 +265,6 @@ SCOPE: tuple[Exclusion, ...] = (
         "no API operation and breaks the invariant by design, so this is not an obligation",
         ("not an obligation",)),
     Exclusion(
-        "kvcache._cache.SequenceCache.*", frozenset({"post", "invariant", "crosshair"}),
-        "CrossHair cannot construct a symbolic SequenceCache (its CacheConfig holds a list of LayerConfig "
-        "objects): every condition ends 'Unable to meet precondition' (measured, 10 s each); the cache's "
-        "integer arithmetic lives in the policies, which are checked here",
-        ("per rule, see RULE_COVER",)),
-    Exclusion(
         "kvcache.et.*", frozenset({"post", "crosshair"}),
         "the argument is an abstract face (SequencePlanner / SequenceControl): CrossHair would have to invent "
         "every implementation of it - 'Not confirmed' (8 s)",
@@ -278,6 +292,47 @@ SCOPE: tuple[Exclusion, ...] = (
 )
 
 
+# --- SequenceCache: analysed from a symbolic state (kvcache_proofs._crosshair_plugin) --------------------
+
+#: How much of SequenceCache the gate analyses: "full" every obligation (the deep profile), "fast" the
+#: postconditions of FAST_CACHE_TARGETS (about a second of CPU; the default, so pre-merge), "none" nothing.
+SEQUENCE_CACHE_SCOPES = ("none", "fast", "full")
+DEFAULT_SEQUENCE_CACHE = "fast"
+FAST_CACHE_TARGETS = ("can_extend", "clear", "retained_from")
+#: Targets whose conditions are analysed once per layer shape of the plugin, each in its own worker:
+#: they are the expensive ones (ring arithmetic with a symbolic ring size), and a split runs in parallel.
+SPLIT_CACHE_TARGETS = ("plan", "rewind", "commit")
+#: CPU seconds per condition (per shape for the split targets) for SequenceCache; also its per-path
+#: timeout: one path through RingPolicy.plan with a symbolic ring size can take several seconds.
+CACHE_CONDITION_TIMEOUT = 60.0
+
+
+def _is_cache_target(target: str, package: str) -> bool:
+    return target.startswith(f"{package}._cache.SequenceCache.")
+
+
+def scope_for(sequence_cache: str = DEFAULT_SEQUENCE_CACHE, package: str = DEFAULT_PACKAGE) -> tuple[Exclusion, ...]:
+    """The gate's scope: SCOPE, plus what `sequence_cache` (SEQUENCE_CACHE_SCOPES) leaves out of SequenceCache."""
+    if sequence_cache not in SEQUENCE_CACHE_SCOPES:
+        raise ValueError(f"sequence_cache must be one of {SEQUENCE_CACHE_SCOPES}, not {sequence_cache!r}")
+    cache = f"{package}._cache.SequenceCache"
+    policy = Exclusion(
+        f"{cache}.policy", frozenset({"invariant", "crosshair"}),
+        "policy(layer) validates no input (a helper the contracts call): CrossHair reports policy(-2) raising "
+        "IndexError as a counterexample to every invariant; an exception changes no state, and the method "
+        "assigns nothing (frame check). Finding: policy(-1) silently returns the last layer's policy",
+        ("frame check: policy assigns no attribute",), read_only=True)
+    if sequence_cache == "full":
+        return (policy,) + SCOPE
+    spared = tuple(f"{cache}.{name}" for name in FAST_CACHE_TARGETS) if sequence_cache == "fast" else ()
+    rest = Exclusion(
+        f"{cache}.*", frozenset({"post", "invariant", "crosshair"}),
+        "analysed from a symbolic state only with --sequence-cache full (the deep profile: minutes of CPU)"
+        + (f"; here only the postconditions of {', '.join(FAST_CACHE_TARGETS)}" if spared else ""),
+        ("per rule, see RULE_COVER",), spare_posts_of=spared)
+    return SCOPE[:1] + (policy, rest) + SCOPE[1:]  # __delattr__ first: it is no obligation in any scope
+
+
 def covers_for(obligation: Obligation, exclusion: Exclusion) -> tuple[str, ...]:
     """What covers an excluded obligation: the exclusion's list, or per rule id for SequenceCache."""
     if exclusion.covered_by != ("per rule, see RULE_COVER",):
@@ -289,6 +344,9 @@ def covers_for(obligation: Obligation, exclusion: Exclusion) -> tuple[str, ...]:
 def _exclusion_for(obligation: Obligation, scope: Sequence[Exclusion]) -> Optional[Exclusion]:
     for exclusion in scope:
         if obligation.kind in exclusion.kinds and fnmatch.fnmatchcase(obligation.target, exclusion.pattern):
+            if obligation.kind == "post" and any(fnmatch.fnmatchcase(obligation.target, spared)
+                                                 for spared in exclusion.spare_posts_of):
+                continue
             return exclusion
     return None
 
@@ -375,19 +433,28 @@ def _classify(states: Sequence[str]) -> str:
 
 
 def analyse_target(target: str, per_condition_timeout: float, per_path_timeout: float,
-                   line: Optional[int] = None, known_lines: frozenset[int] = frozenset()) -> list[ConditionResult]:
+                   line: Optional[int] = None, known_lines: frozenset[int] = frozenset(),
+                   shape: Optional[int] = None) -> list[ConditionResult]:
     """What `crosshair check --analysis_kind=icontract --report_all TARGET` decides, one row per condition.
 
     With `line`, only the condition at that line is analysed; without, every condition whose line
     is not in `known_lines` (the conditions CrossHair adds beyond icontract's inventory). Runs in a
     worker process: it engages CrossHair's audit wall, as `crosshair check` does, and CrossHair
     leaves state behind (conditions analysed one after the other in one process also get slower).
+    With `shape`, the SequenceCache creator builds only that layer shape (`_crosshair_plugin.SHAPES`);
+    the detail of a verdict other than confirmed names it.
     """
     from crosshair.auditwall import engage_auditwall
     from crosshair.core_and_libs import analyze_any
     from crosshair.fnutil import load_files_or_qualnames
     from crosshair.options import AnalysisKind, AnalysisOptionSet
 
+    shape_name = ""
+    if shape is not None:
+        from kvcache_proofs import _crosshair_plugin
+
+        _crosshair_plugin.SHAPES = (_crosshair_plugin.SHAPES[shape],)
+        shape_name = f"[{'+'.join(_crosshair_plugin.SHAPES[0])}] "
     options = AnalysisOptionSet(analysis_kind=[AnalysisKind.icontract], per_condition_timeout=per_condition_timeout,
                                 per_path_timeout=per_path_timeout, report_all=True)
     try:
@@ -420,7 +487,7 @@ def analyse_target(target: str, per_condition_timeout: float, per_path_timeout: 
                                            f"{type(error).__name__}: {error}", source))
             continue
         states = [m.state.value for m in messages]
-        detail = "; ".join(f"line {m.line}: {m.message}" for m in messages if m.state.value != "confirmed")
+        detail = "; ".join(f"{shape_name}line {m.line}: {m.message}" for m in messages if m.state.value != "confirmed")
         results.append(ConditionResult(target, at, _classify(states), time.process_time() - started,
                                        detail, source))
     return results
@@ -513,15 +580,19 @@ def _settings(budget_seconds: float, per_condition_timeout: Optional[float]) -> 
 
 
 def run_gate(budget_seconds: float = DEFAULT_BUDGET_SECONDS, *, package: str = DEFAULT_PACKAGE,
-             scope: Sequence[Exclusion] = SCOPE, workers: int = 2,
-             per_condition_timeout: Optional[float] = None, select: Optional[str] = None) -> GateResult:
+             scope: Optional[Sequence[Exclusion]] = None, workers: int = 2,
+             per_condition_timeout: Optional[float] = None, select: Optional[str] = None,
+             sequence_cache: str = DEFAULT_SEQUENCE_CACHE,
+             cache_condition_timeout: float = CACHE_CONDITION_TIMEOUT) -> GateResult:
     """Inventory `package`'s contracts, analyse the in-scope ones with CrossHair, judge them all.
 
     `budget_seconds` is wall clock for the whole gate: targets still running when it is spent are
     stopped and their obligations reported not-run (the gate fails). Runs in the current interpreter's
     mode: under `python -O` the inventory is empty and the gate fails. `select` (an fnmatch pattern
-    on targets) analyses only some obligations, for diagnosis: the others are reported not-run, so a
-    selective gate never passes.
+    on targets, or on TARGET:LINE) analyses only some obligations, for diagnosis: the others are reported not-run, so a
+    selective gate never passes. `scope` defaults to `scope_for(sequence_cache, package)`; SequenceCache's
+    conditions get `cache_condition_timeout` CPU seconds each (per path too), per layer shape for the
+    SPLIT_CACHE_TARGETS.
     """
     started = time.perf_counter()
     if importlib.util.find_spec("crosshair") is None:  # not imported here: see _warm_up
@@ -529,7 +600,9 @@ def run_gate(budget_seconds: float = DEFAULT_BUDGET_SECONDS, *, package: str = D
     problems: list[str] = []
     condition_timeout, path_timeout = _settings(budget_seconds, per_condition_timeout)
     settings = {"per_condition_timeout": condition_timeout, "per_path_timeout": path_timeout,
-                "workers": float(workers)}
+                "workers": float(workers), "cache_condition_timeout": cache_condition_timeout}
+    if scope is None:
+        scope = scope_for(sequence_cache, package)
     if not __debug__:
         problems.append("running under python -O: icontract compiles postconditions and invariants out, "
                         "so there is nothing to confirm")
@@ -551,10 +624,15 @@ def run_gate(budget_seconds: float = DEFAULT_BUDGET_SECONDS, *, package: str = D
                             "no rule of RULE_COVER: say what covers it")
         excluded.append(ExcludedRow(obligation, exclusion.reason, covers, frame))
 
-    chosen = [o for o in in_scope if select is None or fnmatch.fnmatchcase(o.target, select)]
+    chosen = [o for o in in_scope if select is None or fnmatch.fnmatchcase(o.target, select)
+              or fnmatch.fnmatchcase(f"{o.target}:{o.line}", select)]
     tasks = [(o.target, o.line) for o in chosen]
+    inventoried: dict[str, set[int]] = {}
+    for obligation in obligations:
+        inventoried.setdefault(obligation.target, set()).add(obligation.line)
     results, run_problems = _run_tasks(tasks, condition_timeout, path_timeout, workers,
-                                       deadline=started + budget_seconds)
+                                       deadline=started + budget_seconds, package=package,
+                                       cache_timeout=cache_condition_timeout, inventoried=inventoried)
     problems += run_problems
     by_key = {(r.target, r.line): r for r in results}
     rows: list[Row] = []
@@ -586,9 +664,12 @@ def _why_not_run(obligation: Obligation, results: Sequence[ConditionResult], run
 
 
 def _run_tasks(tasks: Sequence[tuple[str, int]], condition_timeout: float, path_timeout: float, workers: int,
-               deadline: float) -> tuple[list[ConditionResult], list[str]]:
+               deadline: float, package: str = DEFAULT_PACKAGE, cache_timeout: float = CACHE_CONDITION_TIMEOUT,
+               inventoried: Optional[dict[str, set[int]]] = None) -> tuple[list[ConditionResult], list[str]]:
     """Analyse each (target, condition line) in its own process, `workers` at a time, until `deadline`;
-    plus, per target, one task for the conditions CrossHair adds beyond the inventory.
+    plus, per target, one task for the conditions CrossHair adds beyond the inventory (`inventoried`:
+    every inventoried line per target, in scope or not). SequenceCache targets are analysed from the
+    plugin's symbolic state; SPLIT_CACHE_TARGETS once per layer shape, and the shapes' verdicts merge.
 
     The processes fork from one "zygote" child that has imported CrossHair once (importing it here
     would patch icontract in this process, see _warm_up); the zygote sends the results back.
@@ -598,17 +679,36 @@ def _run_tasks(tasks: Sequence[tuple[str, int]], condition_timeout: float, path_
     known: dict[str, set[int]] = {}
     for target, line in tasks:
         known.setdefault(target, set()).add(line)
+    for target in known:  # an excluded condition of an analysed target is no "other" condition
+        known[target] |= (inventoried or {}).get(target, set())
+    from kvcache_proofs import _crosshair_plugin as plugin  # imports no CrossHair: see its docstring
+
+    def timeouts(target: str) -> tuple[float, float]:
+        return (cache_timeout, cache_timeout) if _is_cache_target(target, package) else (condition_timeout, path_timeout)
+
+    def shapes(target: str) -> list[Optional[int]]:
+        split = _is_cache_target(target, package) and target.rsplit(".", 1)[1] in SPLIT_CACHE_TARGETS
+        return list(range(len(plugin.SHAPES))) if split else [None]
+
+    def weight(target: str) -> int:  # heaviest first, so the tail is short
+        if _is_cache_target(target, package):
+            return 0 if target.rsplit(".", 1)[1] in SPLIT_CACHE_TARGETS else 2
+        return 1 if target.endswith("RingPolicy.plan") else 3
+
     jobs: list[tuple[str, tuple[Any, ...]]] = []
-    # Heaviest first (RingPolicy.plan's conditions take the most CPU), so the tail is short.
-    for target, line in sorted(tasks, key=lambda t: (not t[0].endswith("RingPolicy.plan"), t)):
-        jobs.append((f"{target}:{line}", (target, condition_timeout, path_timeout, line)))
+    for target, line in sorted(tasks, key=lambda t: (weight(t[0]), t)):
+        for shape in shapes(target):
+            suffix = "" if shape is None else f" [{'+'.join(plugin.SHAPES[shape])}]"
+            jobs.append((f"{target}:{line}{suffix}", (target, *timeouts(target), line, frozenset(), shape)))
     for target in sorted(known):
         jobs.append((f"{target} (other conditions)",
-                     (target, condition_timeout, path_timeout, None, frozenset(known[target]))))
+                     (target, *timeouts(target), None, frozenset(known[target]), None)))
+    needs_plugin = any(_is_cache_target(target, package) for target in known)
     context = multiprocessing.get_context("fork")
     receiver, sender = context.Pipe(duplex=False)
     with _default_sigterm():
-        zygote = context.Process(target=_zygote, args=(jobs, workers, deadline, sender), name="crosshair-gate")
+        zygote = context.Process(target=_zygote, args=(jobs, workers, deadline, sender,
+                                                       package if needs_plugin else None), name="crosshair-gate")
         zygote.start()
         sender.close()
         try:
@@ -624,12 +724,36 @@ def _run_tasks(tasks: Sequence[tuple[str, int]], condition_timeout: float, path_
                 zygote.kill()
             zygote.join()
             receiver.close()
-    return list(results), list(problems)
+    return _merge_shapes(list(results)), list(problems)
 
 
-def _zygote(jobs: Sequence[tuple[str, tuple[Any, ...]]], workers: int, deadline: float, sender: Any) -> None:
-    """Import CrossHair once, then fork one worker per job (`workers` at a time) and report."""
+def _merge_shapes(results: list[ConditionResult]) -> list[ConditionResult]:
+    """One result per (target, line): a condition analysed per layer shape holds if it holds for all."""
+    order = [COUNTEREXAMPLE, ERROR, PRE_UNSAT, UNKNOWN, NOT_RUN, CONFIRMED]  # the worst verdict wins
+    merged: dict[tuple[str, int], ConditionResult] = {}
+    for result in results:
+        previous = merged.get((result.target, result.line))
+        if previous is None:
+            merged[(result.target, result.line)] = result
+            continue
+        worst = min(previous.status, result.status, key=order.index)
+        detail = "; ".join(d for d in (previous.detail, result.detail) if d)
+        merged[(result.target, result.line)] = ConditionResult(result.target, result.line, worst,
+                                                               previous.seconds + result.seconds, detail,
+                                                               previous.condition)
+    return list(merged.values())
+
+
+def _zygote(jobs: Sequence[tuple[str, tuple[Any, ...]]], workers: int, deadline: float, sender: Any,
+            plugin_package: Optional[str] = None) -> None:
+    """Import CrossHair once (and register the SequenceCache creator of `plugin_package`), then fork one
+    worker per job (`workers` at a time) and report."""
     import crosshair.core_and_libs  # noqa: F401  (the workers inherit it)
+
+    if plugin_package is not None:
+        from kvcache_proofs import _crosshair_plugin
+
+        _crosshair_plugin.register(plugin_package)
 
     _warm_up()
     context = multiprocessing.get_context("fork")
@@ -683,11 +807,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--per-condition-timeout", type=float, default=None, help="CPU seconds per condition")
     parser.add_argument("--package", default=DEFAULT_PACKAGE)
     parser.add_argument("--select", default=None, help="analyse only targets matching this pattern (never passes)")
+    parser.add_argument("--sequence-cache", choices=SEQUENCE_CACHE_SCOPES, default=DEFAULT_SEQUENCE_CACHE,
+                        help="how much of SequenceCache to analyse from a symbolic state (full: minutes)")
+    parser.add_argument("--cache-condition-timeout", type=float, default=CACHE_CONDITION_TIMEOUT,
+                        help="CPU seconds per SequenceCache condition (and per layer shape of plan/rewind/commit)")
     parser.add_argument("-v", "--verbose", action="store_true", help="list every out-of-scope obligation")
     args = parser.parse_args(list(argv) if argv is not None else None)
     try:
         result = run_gate(args.budget, package=args.package, workers=args.workers,
-                          per_condition_timeout=args.per_condition_timeout, select=args.select)
+                          per_condition_timeout=args.per_condition_timeout, select=args.select,
+                          sequence_cache=args.sequence_cache, cache_condition_timeout=args.cache_condition_timeout)
     except ImportError as error:
         print(f"crosshair gate: cannot import {error}", file=sys.stderr)
         return 2

@@ -43,7 +43,10 @@ def test_gate_confirms_every_in_scope_obligation_of_kvcache(real_gate: gate.Gate
         assert (target, "post") in confirmed, target
     assert ("kvcache._policies.RingPolicy.__init__", "invariant") in confirmed  # the invariant is established
     assert ("kvcache._cache.retained_after_rewind", "post") in confirmed
-    assert real_gate.confirmed == len(real_gate.rows) >= 41
+    # The default (pre-merge) SequenceCache scope: these postconditions, from a symbolic cache state.
+    for name in gate.FAST_CACHE_TARGETS:
+        assert (f"kvcache._cache.SequenceCache.{name}", "post") in confirmed, name
+    assert real_gate.confirmed == len(real_gate.rows) >= 44
 
 
 def test_the_gate_leaves_this_process_s_contracts_enforced(real_gate: gate.GateResult) -> None:
@@ -196,6 +199,75 @@ def test_gate_fails_on_a_mutated_copy_of_kvcache(tmp_path: Path, monkeypatch: py
     assert len(failing) == 1, result.table()
     assert failing[0].obligation.target.endswith("RingPolicy.retained_after_write")
     assert "n_slots" in failing[0].obligation.text and "when calling retained_after_write" in failing[0].detail
+    assert not result.passed
+
+
+# --- SequenceCache from a symbolic state (kvcache_proofs._crosshair_plugin) ------------------------------
+
+def test_sequence_cache_scopes_partition_its_obligations() -> None:
+    """full leaves out only what is no obligation (__delattr__) and policy() (frame-checked); fast and none
+    leave out the rest with a cover per rule; no scope loses an obligation."""
+    cache = [o for o in gate.inventory("kvcache") if o.target.startswith("kvcache._cache.SequenceCache.")]
+    assert len(cache) >= 120
+    for name in gate.SEQUENCE_CACHE_SCOPES:
+        scope = gate.scope_for(name)
+        analysed = [o for o in cache if gate._exclusion_for(o, scope) is None]
+        excluded = [o for o in cache if gate._exclusion_for(o, scope) is not None]
+        assert len(analysed) + len(excluded) == len(cache)
+        if name == "full":
+            assert {o.target.rsplit(".", 1)[1] for o in excluded} == {"__delattr__", "policy"}, excluded
+        elif name == "fast":
+            assert {(o.target.rsplit(".", 1)[1], o.kind) for o in analysed} == {
+                (target, "post") for target in gate.FAST_CACHE_TARGETS}
+        else:
+            assert not analysed
+        for o in excluded:
+            assert gate.covers_for(o, gate._exclusion_for(o, scope)), o  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("method", ["can_extend", "clear", "depth", "retained_from", "as_control", "length"])
+def test_sequence_cache_method_confirmed_from_every_invariant_state(method: str) -> None:
+    """Every obligation (postconditions and the five invariants) of a cheap SequenceCache method, confirmed
+    from the plugin's symbolic state: the full scope, restricted to one method (the deep profile runs all)."""
+    result = gate.run_gate(90.0, sequence_cache="full", select=f"kvcache._cache.SequenceCache.{method}",
+                           cache_condition_timeout=20.0)
+    mine = [row for row in result.rows if row.obligation.target == f"kvcache._cache.SequenceCache.{method}"]
+    assert len([row for row in mine if row.obligation.kind == "invariant"]) == 5
+    assert mine and all(row.status == gate.CONFIRMED for row in mine), result.table()
+
+
+def _mutant(tmp_path: Path, package: str, old: str, new: str) -> None:
+    shutil.copytree(REPO / "kvcache", tmp_path / package)
+    cache_py = tmp_path / package / "_cache.py"
+    source = cache_py.read_text()
+    assert source.count(old) == 1, old
+    cache_py.write_text(source.replace(old, new))
+
+
+@pytest.mark.parametrize("old, new, rule", [
+    # rewind forgets to close the open step: a later re-plan of the old step would be accepted
+    ("self._length = new_len\n        self._open_step = None\n", "self._length = new_len\n", "REWIND-SOUND"),
+    # clear keeps the retained marks
+    ("self._open_step = None\n        self._retained = [0] * len(self._policies)\n\n    # --- the backend",
+     "self._open_step = None\n\n    # --- the backend", "CLEAR"),
+])
+def test_sequence_cache_scope_finds_a_broken_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                   old: str, new: str, rule: str) -> None:
+    package = f"kvcache_cache_mutant_{rule.replace('-', '_').lower()}"
+    _mutant(tmp_path, package, old, new)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        target = next(o for o in gate.inventory(package) if o.kind == "post" and o.text.startswith(rule)
+                      and ".SequenceCache." in o.target)
+        result = gate.run_gate(90.0, package=package, sequence_cache="full", select=f"{target.target}:{target.line}",
+                               cache_condition_timeout=20.0)
+    finally:
+        for name in [n for n in sys.modules if n.startswith(package)]:
+            del sys.modules[name]
+    row = next(row for row in result.rows if row.obligation == target)
+    assert row.status == gate.COUNTEREXAMPLE, result.table()
+    method = target.target.rsplit(".", 1)[1]
+    assert f"when calling {method}(" in row.detail
     assert not result.passed
 
 
