@@ -1,30 +1,32 @@
-"""A CrossHair creator for `kvcache.SequenceCache`: every cache state the class invariants allow.
+"""CrossHair creators for `kvcache.SequenceCache` (every state the class invariants allow) and `CacheConfig`.
 
 CrossHair builds a symbolic instance of a class by calling its `__init__` with symbolic arguments;
 for `SequenceCache` that means inventing a `CacheConfig` holding a list of `LayerConfig` objects,
-and every condition ended "Unable to meet precondition". `register()` gives CrossHair a creator
-instead, so a method's conditions are checked from a *symbolic state*, not from the states a few
-constructor calls reach:
+and every condition ended "Unable to meet precondition". `register()` gives CrossHair creators
+instead (`crosshair.register_type`), so a method's conditions are checked from a *symbolic state*:
 
-- the configuration: capacity C in [1, INT_MAX]; one of four layer shapes (flat; ring; flat + ring;
-  two rings of different windows, as CFG-DEDUP keeps them apart); each ring's window w in
-  [1, INT_MAX]; the config's max_write None (each ring's m = w) or M in [1, INT_MAX]. These are the
-  config checks `CacheConfig` and `RingPolicy` enforce; the policies, the layer -> policy map and
-  the step limit are derived from them as `SequenceCache.__init__` derives them (`policy_for`).
+- the configuration (`make_cache_config`, also what `SequenceCache.__init__` is analysed with):
+  capacity C in [1, INT_MAX]; one of SHAPES (flat; ring; flat + ring; two rings of different
+  windows, as CFG-DEDUP keeps them apart); each ring's window w in [1, INT_MAX]; the config's
+  max_write None (each ring's m = w) or M in [1, INT_MAX]. These are the config checks `CacheConfig`
+  and `RingPolicy` enforce; other configs are rejected by them and are not generated. The cache's
+  policies, layer -> policy map and step limit are derived as `SequenceCache.__init__` derives them.
 - the state: the length L, the open step (None, or a pair (p, t)) and one retained mark per policy
   are free symbolic ints. The creator adds no constraint on them: the class invariants (LEN-BOUNDS,
   STEP-APPEND, RETAINED), which CrossHair assumes on entry like preconditions, are the only ones.
   So a confirmed postcondition holds from *every* state the invariants describe - reachable or not:
-  an inductive check, stronger than checking the reachable states.
+  an inductive check, stronger than checking the reachable states. (The invariants as written were
+  enough: none had to be strengthened to the Z3 proofs' inductive invariant.)
 
-How the fields are set: the creator builds a concrete cache with the right shape through the real
-constructor (so the object is a genuine `SequenceCache`, with icontract's wrappers), then replaces
-the integers by symbolic ones with `object.__setattr__` (the frozen config dataclasses refuse plain
-assignment, and icontract would re-check the invariants on a half-built state after each field).
-The creator runs with CrossHair's tracing off, as `register_type` requires; it only builds values.
+How the fields are set: the creator builds a concrete object of the right shape through the real
+constructor (a genuine `SequenceCache`, with icontract's wrappers), then replaces its integers by
+symbolic ones with `object.__setattr__` (the frozen config dataclasses refuse plain assignment, and
+icontract would re-check the invariants on a half-built state after each field). The creators run
+with CrossHair's tracing off, as `register_type` requires; arithmetic on symbolic values resumes it.
 
 Import this module only in a process that may import CrossHair (the gate's workers): importing
-CrossHair patches icontract in the importing process.
+CrossHair patches icontract in the importing process (this module imports CrossHair only in
+`register` and the creators). `package` names the kvcache copy under analysis (a mutant in tests).
 """
 
 from __future__ import annotations
@@ -66,28 +68,20 @@ def _shape(factory: Any) -> tuple[str, ...]:
     return SHAPES[-1]
 
 
-def make_sequence_cache(factory: Any, package: str = "kvcache") -> Any:
-    """A SequenceCache with a symbolic configuration and a symbolic state (see the module docstring)."""
+def make_cache_config(factory: Any, package: str = "kvcache") -> Any:
+    """A CacheConfig of one of SHAPES, with symbolic capacity, windows and max_write (within the config
+    checks), built concretely and then given its symbolic integers. For `SequenceCache.__init__`."""
     from crosshair.tracers import ResumedTracing
     from crosshair.util import IgnoreAttempt
 
     api = importlib.import_module(package)
-    RingPolicy = importlib.import_module(f"{package}._policies").RingPolicy
-    CacheConfig, LayerConfig, LayerPolicy = api.CacheConfig, api.LayerConfig, api.LayerPolicy
     shape = _shape(factory)
     has_max_write = factory.space.smt_fork(desc="config_max_write_given")
-    # A concrete cache of this shape, through the real constructor; its integers are replaced below.
-    windows_concrete = [1 + index for index, _ in enumerate(shape)]
-    layers = [LayerConfig(LayerPolicy.flat() if kind == "flat" else LayerPolicy.ring(window))
-              for kind, window in zip(shape, windows_concrete)]
-    cache = api.SequenceCache(CacheConfig(capacity=1, n_layers=len(shape), layers=layers,
-                                      max_write=1 if has_max_write else None))
-
-    capacity = _bounded_int(factory, "capacity", 1)
-    max_write: Optional[Any] = _bounded_int(factory, "max_write", 1) if has_max_write else None
-    config = cache.config
-    object.__setattr__(config, "capacity", capacity)
-    object.__setattr__(config, "max_write", max_write)
+    layers = [api.LayerConfig(api.LayerPolicy.flat() if kind == "flat" else api.LayerPolicy.ring(1 + index))
+              for index, kind in enumerate(shape)]
+    config = api.CacheConfig(capacity=1, n_layers=len(shape), layers=layers, max_write=1 if has_max_write else None)
+    object.__setattr__(config, "capacity", _bounded_int(factory, "capacity", 1))
+    object.__setattr__(config, "max_write", _bounded_int(factory, "max_write", 1) if has_max_write else None)
     windows = []
     for index, kind in enumerate(shape):
         if kind == "ring":
@@ -99,6 +93,25 @@ def make_sequence_cache(factory: Any, package: str = "kvcache") -> Any:
             equal = bool(windows[0] == windows[1])
         if equal:
             raise IgnoreAttempt("two rings of one window are one policy")
+    return config
+
+
+def make_sequence_cache(factory: Any, package: str = "kvcache") -> Any:
+    """A SequenceCache with a symbolic configuration and a symbolic state (see the module docstring)."""
+    from crosshair.tracers import ResumedTracing
+
+    api = importlib.import_module(package)
+    RingPolicy = importlib.import_module(f"{package}._policies").RingPolicy
+    symbolic = make_cache_config(factory, package)
+    shape = tuple("ring" if layer.policy.kind.name == "RING" else "flat" for layer in symbolic.layers)
+    # A concrete cache of this shape, through the real constructor; its integers are replaced below.
+    layers = [api.LayerConfig(api.LayerPolicy.flat() if kind == "flat" else api.LayerPolicy.ring(1 + index))
+              for index, kind in enumerate(shape)]
+    cache = api.SequenceCache(api.CacheConfig(capacity=1, n_layers=len(shape), layers=layers,
+                                              max_write=None if symbolic.max_write is None else 1))
+    object.__setattr__(cache, "config", symbolic)
+    capacity, max_write = symbolic.capacity, symbolic.max_write
+    windows = [layer.policy.window for layer in symbolic.layers if layer.policy.kind.name == "RING"]
 
     # Policies in layer order, one per layer here (the shapes have no two equal layers); each ring
     # policy gets its symbolic window and max_write, and n_slots as RingPolicy.__init__ computes it.
@@ -142,6 +155,7 @@ def register(package: str = "kvcache") -> None:
     import crosshair
     import crosshair.core_and_libs  # noqa: F401  (its registrations first: an early one would skip them)
 
-    cache_class = importlib.import_module(package).SequenceCache
-    crosshair.register_type(cache_class, lambda factory: make_sequence_cache(factory, package))
+    api = importlib.import_module(package)
+    crosshair.register_type(api.SequenceCache, lambda factory: make_sequence_cache(factory, package))
+    crosshair.register_type(api.CacheConfig, lambda factory: make_cache_config(factory, package))
     _registered.add(package)

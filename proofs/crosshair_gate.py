@@ -49,7 +49,7 @@ to meet precondition", 10 s each), so `kvcache_proofs._crosshair_plugin` registe
 (`crosshair.register_type`) in the workers: a symbolic configuration (capacity, ring windows and
 max_write symbolic within the config checks; four layer shapes: flat, ring, flat + ring, ring + ring)
 and a symbolic state (length, open step, retained marks) constrained by nothing but the class
-invariants, which CrossHair assumes on entry. A confirmed postcondition or invariant therefore holds
+invariants, which CrossHair assumes on entry; `__init__` is analysed with a creator of such configs. A confirmed postcondition or invariant therefore holds
 from every state the invariants allow, reachable or not: an inductive check. The class invariants as
 written suffice for every postcondition (no invariant was strengthened, the creator adds no state
 constraint). `plan`, `rewind` and `commit` are analysed once per layer shape (a worker each; the
