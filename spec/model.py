@@ -328,10 +328,17 @@ def clear(config: Config, state: State) -> State:
 
 
 def retained_from(config: Config, state: State, layer: Any) -> Union[int, Rejected]:
-    """RETAINED: scan down from the length while the layer still holds the current row."""
+    """RETAINED: scan down from the length while the layer still holds the current row.
+
+    The open step counts as written on every layer: mid-way through a per-layer step the cache cannot
+    know which layers ran it (plan is pure), so the scan runs on the pool with the step (re)executed.
+    Executing it again is harmless on a layer that already ran it: the same rows get the same tags.
+    """
     problem = check_layer(config, layer)
     if problem:
         return problem
+    if state.open_step is not None:
+        state, _ = run_layer(config, state, layer, *state.open_step)
     spec_layer, pool = config.layers[layer], state.pools[layer]
     oldest = state.length
     while oldest > 0 and pool[slot(spec_layer, oldest - 1)] == (oldest - 1, state.truth[oldest - 1]):

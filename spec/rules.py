@@ -93,7 +93,8 @@ RULES: tuple[Rule, ...] = (
     Rule("ATOMIC", "A refused call and a caller error leave the state exactly as it was.",
          "A half-applied rollback is the worst failure: the cache and the pools disagree silently."),
     Rule("RETAINED",
-         "retained_from(layer) is the oldest position p such that the layer holds every row of [p, length) intact; "
+         "retained_from(layer) is the oldest position p such that the layer holds every row of [p, length) intact, "
+         "counting the open step as written on every layer (the cache cannot see a backend's progress); "
          "0 <= retained_from <= length.",
          "Rollback unsupported or silently ignored after a ring wraps is a known bug class."),
     Rule("CLEAR", "clear() forgets all history: length 0, no open step, nothing retained.",
