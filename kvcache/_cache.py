@@ -123,6 +123,8 @@ class SequenceCache(CacheBase, SequenceControl, SequencePlanner):
     def _state(self) -> _State:
         return (self._length, self._open_step, tuple(self._retained))
 
+    @_layer_in_range
+    @_layer_is_int
     def policy(self, layer: int) -> LayoutPolicy:
         """The (shared) policy object of `layer`."""
         return self._policies[self._layer_policy[layer]]

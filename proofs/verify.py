@@ -38,6 +38,7 @@ class Profile:
     stateful_examples: int
     stateful_steps: int
     crosshair_budget: float
+    crosshair_cache_scope: str  # crosshair_gate's sequence_cache scope: none, fast or full
     mc_bounds: str             # a model_checker.PROFILES key
     mc_budget: float
     jobs: Optional[int]        # None: every core
@@ -46,11 +47,13 @@ class Profile:
 PROFILES: dict[str, Profile] = {
     # CrossHair's budget is a ceiling (the gate takes ~8 s on an idle 2-core machine, and fails when its
     # budget runs out, so the ceiling leaves room for a loaded one); the other stages are sized in time.
-    "quick": Profile(stateful_examples=30, stateful_steps=25, crosshair_budget=25.0, mc_bounds="quick",
+    "quick": Profile(stateful_examples=30, stateful_steps=25, crosshair_budget=25.0, crosshair_cache_scope="fast",
+                     mc_bounds="quick",
                      mc_budget=15.0, jobs=None),
     "pre-merge": Profile(stateful_examples=300, stateful_steps=50, crosshair_budget=30.0,
-                         mc_bounds="pre-merge", mc_budget=30.0, jobs=None),
-    "deep": Profile(stateful_examples=2000, stateful_steps=80, crosshair_budget=120.0, mc_bounds="deep",
+                         crosshair_cache_scope="fast", mc_bounds="pre-merge", mc_budget=30.0, jobs=None),
+    "deep": Profile(stateful_examples=2000, stateful_steps=80, crosshair_budget=900.0,
+                    crosshair_cache_scope="full", mc_bounds="deep",
                     mc_budget=7200.0, jobs=None),  # measured ~3550 s on 2 busy cores
 }
 
@@ -115,7 +118,7 @@ _CROSSHAIR_CHILD = """
 import json, sys
 try:
     from kvcache_proofs import crosshair_gate
-    result = crosshair_gate.run_gate(budget_seconds=float(sys.argv[1]))
+    result = crosshair_gate.run_gate(budget_seconds=float(sys.argv[1]), sequence_cache=sys.argv[2])
 except ImportError as error:
     print(json.dumps({"import_error": str(error)}))
     sys.exit(0)
@@ -126,7 +129,8 @@ print(json.dumps({"passed": result.passed, "confirmed": result.confirmed, "rows"
 
 def stage_crosshair(profile: Profile, factory: Callable[..., Any]) -> StageResult:
     started = time.monotonic()
-    child = subprocess.run([sys.executable, "-c", _CROSSHAIR_CHILD, str(profile.crosshair_budget)],
+    child = subprocess.run([sys.executable, "-c", _CROSSHAIR_CHILD, str(profile.crosshair_budget),
+                            profile.crosshair_cache_scope],
                            capture_output=True, text=True, timeout=profile.crosshair_budget * 4 + 120)
     try:
         outcome = json.loads(child.stdout.strip().splitlines()[-1])
@@ -136,7 +140,7 @@ def stage_crosshair(profile: Profile, factory: Callable[..., Any]) -> StageResul
     if "import_error" in outcome:
         raise EnvironmentProblem(f"the CrossHair gate cannot run: {outcome['import_error']}")
     numbers = {"confirmed": f"{outcome['confirmed']}/{outcome['rows']}", "out of scope": outcome["excluded"],
-               "budget s": profile.crosshair_budget}
+               "budget s": profile.crosshair_budget, "SequenceCache scope": profile.crosshair_cache_scope}
     return StageResult("crosshair", PASS if outcome["passed"] else FAIL, time.monotonic() - started, numbers,
                        "" if outcome["passed"] else outcome["table"])
 
