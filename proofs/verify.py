@@ -29,6 +29,8 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
+from kvcache_spec.cli import open_report
+
 STAGES = ("stateful", "crosshair", "z3", "model-checker")
 PASS, FAIL, ERROR = "pass", "FAIL", "ERROR"
 
@@ -198,7 +200,7 @@ def write_json(path: str, results: list[StageResult], profile: str, seconds: flo
     data = {"profile": profile, "verdict": overall(results), "seconds": round(seconds, 3),
             "stages": [{"name": r.name, "verdict": r.verdict, "seconds": round(r.seconds, 3),
                         "numbers": r.numbers, "detail": r.detail} for r in results]}
-    with open(path, "w", encoding="utf-8") as handle:
+    with open_report(path) as handle:
         json.dump(data, handle, indent=2, default=str)
 
 
@@ -215,7 +217,8 @@ def write_junit(path: str, results: list[StageResult], profile: str, seconds: fl
             ET.SubElement(case, "error", message=r.detail.splitlines()[0] if r.detail else "error").text = r.detail
     root = ET.Element("testsuites")
     root.append(suite)
-    ET.ElementTree(root).write(path, encoding="utf-8", xml_declaration=True)
+    with open_report(path) as handle:
+        ET.ElementTree(root).write(handle, encoding="unicode", xml_declaration=True)
 
 
 # --- the command --------------------------------------------------------------------------------

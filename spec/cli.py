@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import importlib
 import sys
-from typing import Callable, Optional
+from pathlib import Path
+from typing import Callable, Optional, TextIO
 
 # subcommand -> (module, function, one line of help). Each function takes argv and returns the exit code.
 SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
@@ -16,6 +17,12 @@ SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     "vectors": ("kvcache_spec.conformance.vectors", "main", "regenerate or check the golden vectors"),
     "trace": ("kvcache_spec.trace", "main", "print the rule -> model, contracts, tests, vectors matrix"),
 }
+
+
+def open_report(path: str) -> TextIO:
+    """Open a report file (--json, --junit) for writing, creating its folder: CI asks for reports/x.xml."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    return open(path, "w", encoding="utf-8")
 
 
 def _usage() -> str:

@@ -9,6 +9,7 @@ import sys
 import threading
 from typing import Any, Optional, TextIO
 
+from ..cli import open_report
 from .suite import PROFILES, report_json, report_junit, run_suite
 from .targets import TargetError, parse_target
 
@@ -57,10 +58,10 @@ def main(argv: Optional[list[str]] = None) -> int:
         if args.json == "-":
             print(text)
         else:
-            with open(args.json, "w", encoding="utf-8") as out:
+            with open_report(args.json) as out:
                 out.write(text + "\n")
     if args.junit:
-        with open(args.junit, "w", encoding="utf-8") as out:
+        with open_report(args.junit) as out:
             out.write(report_junit(report) + "\n")
     summary(report, result.target, args, sys.stderr if args.json == "-" else sys.stdout)
     return 0 if report["conforming"] else 1
