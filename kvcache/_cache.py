@@ -80,7 +80,9 @@ _layer_is_int = icontract.require(
                      and len(self._layer_policy) == self.n_layers,
                      "CFG-LAYERS: layers has 1 entry or n_layers; every layer has a policy")
 @icontract.invariant(lambda self: 0 <= self._length <= self._capacity, "LEN-BOUNDS: 0 <= length <= capacity")
-@icontract.invariant(lambda self: len(set(self._policies)) == len(self._policies),
+# CFG-DEDUP compares pairwise rather than len(set(...)): hashing a policy would make CrossHair realise
+# its symbolic window and ring size.
+@icontract.invariant(lambda self: all(a != b for i, a in enumerate(self._policies) for b in self._policies[i + 1:]),
                      "CFG-DEDUP: layers with equal policies share one policy object")
 @icontract.invariant(lambda self: self._open_step is None or sum(self._open_step) == self._length,
                      "STEP-APPEND: the open step ends at the length")
@@ -118,6 +120,13 @@ class SequenceCache(CacheBase, SequenceControl, SequencePlanner):
         self._open_step: Optional[tuple[int, int]] = None
         self._retained = [0] * len(self._policies)
 
+    def __delattr__(self, name: str) -> None:
+        """Deleting an attribute would break the invariants behind the API's back, so it is refused.
+
+        :raises AttributeError: always
+        """
+        raise AttributeError(f"SequenceCache.{name} cannot be deleted")
+
     # --- helpers (private; contracts call them too) -------------------------------------------
 
     def _state(self) -> _State:
@@ -127,6 +136,11 @@ class SequenceCache(CacheBase, SequenceControl, SequencePlanner):
     @_layer_is_int
     def policy(self, layer: int) -> LayoutPolicy:
         """The (shared) policy object of `layer`."""
+        return self._policy_of(layer)
+
+    def _policy_of(self, layer: int) -> LayoutPolicy:
+        # The unchecked lookup, for methods that have validated `layer` already: a call to the public
+        # policy() would re-check its preconditions and the class invariants on every call.
         return self._policies[self._layer_policy[layer]]
 
     def _step_allowed(self, position: int, T: int) -> bool:
@@ -239,7 +253,7 @@ class SequenceCache(CacheBase, SequenceControl, SequencePlanner):
     def plan(self, layer: int, position: int, T: int) -> Optional[SeqStepPlan]:
         if position + T > self._capacity:
             return None
-        return self.policy(layer).plan(position, T)
+        return self._policy_of(layer).plan(position, T)
 
     @icontract.require(lambda self, plan: self._issued(plan),
                        "COMMIT-ISSUED: plan is what this cache plans for the current step",
@@ -270,7 +284,7 @@ class SequenceCache(CacheBase, SequenceControl, SequencePlanner):
     @_layer_is_int
     @icontract.ensure(lambda self, result: 1 <= result <= self._capacity, "DEPTH: 1 <= depth <= capacity")
     def depth(self, layer: int) -> int:
-        return self.policy(layer).depth(self._capacity)
+        return self._policy_of(layer).depth(self._capacity)
 
     @_layer_in_range
     @_layer_is_int

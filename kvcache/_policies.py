@@ -152,6 +152,13 @@ class RingPolicy(LayoutPolicy):
     def __repr__(self) -> str:
         return f"RingPolicy(window={self.window}, max_write={self.max_write})"
 
+    def __delattr__(self, name: str) -> None:
+        """A policy is a value: deleting its fields would break its invariants, so it is refused.
+
+        :raises AttributeError: always
+        """
+        raise AttributeError(f"RingPolicy.{name} cannot be deleted")
+
     @icontract.require(lambda position: position >= 0, "ARG-RANGE: position >= 0")
     @icontract.require(lambda self, T: 1 <= T <= self.max_write, "STEP-T, STEP-T-MAX")
     @icontract.require(lambda position, T: position + T <= INT_MAX, "ARG-RANGE: the step ends within INT_MAX")

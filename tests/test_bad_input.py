@@ -130,3 +130,19 @@ def test_validation_survives_python_O() -> None:
     """Preconditions (input validation) stay enabled under -O; only self-checks vanish."""
     result = subprocess.run([sys.executable, "-O", "-c", OPTIMIZED_PROBE], capture_output=True, text=True, check=True)
     assert result.stdout.split() == ["ARG-INT", "LAYER-RANGE", "ARG-RANGE", "STEP-APPEND"]
+
+
+def test_attributes_cannot_be_deleted() -> None:
+    """`del` on the cache or a ring policy is refused before it can break an invariant (and CrossHair
+    confirms the invariants at __delattr__ because of it)."""
+    c = fresh()
+    before = observable(c)
+    for name in ("_length", "_retained", "_open_step", "config", "unknown"):
+        with pytest.raises(AttributeError, match="cannot be deleted"):
+            delattr(c, name)
+    assert observable(c) == before
+    policy = c.policy(1)
+    for name in ("window", "n_slots"):
+        with pytest.raises(AttributeError, match="cannot be deleted"):
+            delattr(policy, name)
+    assert c.plan(1, 5, 1) is not None and policy.n_slots == 5  # window 3, max_write 3
