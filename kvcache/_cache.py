@@ -8,45 +8,28 @@ runs, so a rejected call leaves the cache exactly as it was.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, Optional
 
 import icontract
 
-from ._errors import ArgumentTypeError, ArgumentValueError, ConfigTypeError, KVCacheError, LayerIndexError, \
-    PlanError, StepError
+from ._errors import ArgumentTypeError, ArgumentValueError, ConfigTypeError, LayerIndexError, PlanError, \
+    StepError, not_an_int, out_of_range
 from ._faces import CacheBase, SequenceControl, SequencePlanner
 from ._ints import INT_MAX, is_int
 from ._policies import LayoutPolicy, policy_for
-from ._types import CacheConfig, Kind, SeqStepPlan
+from ._types import CacheConfig, Kind, SeqStepPlan, copy_config, plan_value
 
 # State as a value, for snapshots: (length, open step, retained per policy).
 _State = tuple[int, Optional[tuple[int, int]], tuple[int, ...]]
 
 
-def _not_int(argument: str, value: Any) -> ArgumentTypeError:
-    return ArgumentTypeError("ARG-INT", argument, "must be an int (bool is not an int here)",
-                             value=value, type=type(value).__name__)
-
-
-def _out_of_range(argument: str, value: int, low: int, high: int = INT_MAX) -> ArgumentValueError:
-    return ArgumentValueError("ARG-RANGE", argument, f"must lie in [{low}, {high}]", value=value)
+_not_int = not_an_int
+_out_of_range = out_of_range
 
 
 def _layer_error(self: SequenceCache, layer: int) -> LayerIndexError:
     return LayerIndexError("LAYER-RANGE", "layer", "must lie in [0, n_layers)", layer=layer,
                            n_layers=self.n_layers)
-
-
-def _plan_well_formed(plan: SeqStepPlan) -> bool:
-    """PLAN-SHAPE: re-validate a plan's fields (a forged plan may have bypassed its constructor)."""
-    try:
-        dataclasses.replace(plan)
-        for run in plan.write + plan.read:  # the runs too: Run(0.0, 1) == Run(0, 1) would pass COMMIT-ISSUED
-            dataclasses.replace(run)
-    except (KVCacheError, TypeError):
-        return False
-    return True
 
 
 @icontract.require(lambda retained, new_len: 0 <= retained and 0 <= new_len, "ARG-RANGE: marks are positions")
@@ -100,7 +83,7 @@ class SequenceCache(CacheBase, SequenceControl, SequencePlanner):
                                                             value=config),
                        enabled=True)
     def __init__(self, config: CacheConfig) -> None:
-        config = dataclasses.replace(config)  # re-runs the CFG-* checks on a config tampered with after creation
+        config = copy_config(config)  # CFG-*: the whole tree re-validated; later changes to the caller's objects cannot reach it
         self.config = config
         self.n_layers = config.n_layers
         self._capacity = config.capacity
@@ -158,14 +141,21 @@ class SequenceCache(CacheBase, SequenceControl, SequencePlanner):
                          open_step=self._open_step)
 
     def _issued(self, plan: SeqStepPlan) -> bool:
-        """COMMIT-ISSUED: `plan` is what this cache plans, for some layer, for the current step."""
-        T = plan.n_written
-        position = plan.end - T
+        """COMMIT-ISSUED: `plan` is what this cache plans, for some layer, for the current step.
+
+        Compared by value (`plan_value`), never through the argument's own `==` or properties.
+        """
+        value = plan_value(plan)
+        if value is None:
+            return False
+        write, read, base = value
+        T = sum(length for _, length in write)
+        position = base + sum(length for _, length in read) - T
         if position < 0 or not self._step_allowed(position, T) or position + T > self._capacity:
             return False
         if self._step_limit is not None and T > self._step_limit:
             return False
-        return any(policy.plan(position, T) == plan for policy in self._policies)
+        return any(plan_value(policy.plan(position, T)) == value for policy in self._policies)
 
     def _rewind_safe(self, new_len: int) -> bool:
         """REWIND-SOUND: every layer still holds the rows a next step at `new_len` reads.
@@ -261,11 +251,13 @@ class SequenceCache(CacheBase, SequenceControl, SequencePlanner):
                            "COMMIT-ISSUED", "plan", "is not a plan this cache issues for the current step",
                            plan=plan, length=self._length, open_step=self._open_step),
                        enabled=True)
-    @icontract.require(lambda plan: _plan_well_formed(plan), "PLAN-SHAPE: plan is well formed",
+    @icontract.require(lambda plan: plan_value(plan) is not None,
+                       "PLAN-SHAPE: plan is well formed: tuples of one or two exact Runs, int fields in range",
                        error=lambda plan: PlanError("PLAN-SHAPE", "plan", "is malformed", plan=plan), enabled=True)
-    @icontract.require(lambda plan: isinstance(plan, SeqStepPlan), "ARG-TYPE: plan is a SeqStepPlan",
-                       error=lambda plan: ArgumentTypeError("ARG-TYPE", "plan", "must be a SeqStepPlan", value=plan,
-                                                            type=type(plan).__name__),
+    @icontract.require(lambda plan: type(plan) is SeqStepPlan, "ARG-TYPE: plan is exactly a SeqStepPlan, no subclass",
+                       error=lambda plan: ArgumentTypeError(
+                           "ARG-TYPE", "plan", "must be exactly a SeqStepPlan (a subclass could answer its own ==)",
+                           value=plan, type=type(plan).__name__),
                        enabled=True)
     @icontract.snapshot(lambda self: self._length, name="length")
     @icontract.ensure(lambda self, OLD, plan: self._length == max(OLD.length, plan.end),
@@ -273,10 +265,14 @@ class SequenceCache(CacheBase, SequenceControl, SequencePlanner):
     @icontract.ensure(lambda self, plan: self._open_step == (plan.position, plan.n_written),
                       "STEP-APPEND: the committed step is the open step")
     def commit(self, plan: SeqStepPlan) -> None:
-        end = plan.end
+        value = plan_value(plan)  # the preconditions judged these very values
+        assert value is not None
+        write, read, base = value
+        T = sum(length for _, length in write)
+        end = base + sum(length for _, length in read)
         if end > self._length:  # a new step; committing the open step again changes nothing
             self._length = end
-            self._open_step = (plan.position, plan.n_written)
+            self._open_step = (end - T, T)
             self._retained = [policy.retained_after_write(retained, end)
                               for policy, retained in zip(self._policies, self._retained)]
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ._ints import INT_MAX
+
 
 class KVCacheError(Exception):
     """Base of every error raised by `kvcache` for bad input.
@@ -53,3 +55,14 @@ class StepError(ArgumentValueError):
 
 class PlanError(ArgumentValueError):
     """`commit(plan)` got a plan this cache did not issue for the current step, or a malformed one."""
+
+
+def not_an_int(argument: str, value: Any) -> ArgumentTypeError:
+    """ARG-INT: `argument` is not an int (bool is not an int here)."""
+    return ArgumentTypeError("ARG-INT", argument, "must be an int (bool is not an int here)",
+                             value=value, type=type(value).__name__)
+
+
+def out_of_range(argument: str, value: int, low: int, high: int = INT_MAX, rule: str = "ARG-RANGE") -> ArgumentValueError:
+    """ARG-RANGE (or `rule`): `argument` lies outside [low, high]."""
+    return ArgumentValueError(rule, argument, f"must lie in [{low}, {high}]", value=value)

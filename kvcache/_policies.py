@@ -8,11 +8,11 @@ policy object.
 from __future__ import annotations
 
 import abc
-from typing import Optional
+from typing import Any, Optional
 
 import icontract
 
-from ._errors import ConfigError
+from ._errors import ArgumentValueError, ConfigError, not_an_int, out_of_range
 from ._ints import INT_MAX, is_int
 from ._types import Kind, Run, SeqStepPlan
 
@@ -43,6 +43,78 @@ def wrap_runs(first: int, count: int, n_slots: int) -> tuple[Run, ...]:
     if head == count:
         return (Run(first, count),)
     return (Run(first, head), Run(0, count - head))
+
+
+# The typed preconditions shared by both policies: FlatPolicy and RingPolicy are public, so a caller
+# error raises a KVCacheError naming the argument and the rule, under `python -O` too (enabled=True),
+# as the cache's preconditions do. icontract evaluates a stack bottom-up: the type check of an
+# argument sits below its range check. Named functions, not lambdas (see `_cache.py`: icontract and
+# CrossHair read a lambda back from its decorator line, which a shared decorator does not have).
+def _position_is_int(position: Any) -> bool:
+    return is_int(position)
+
+
+def _position_in_range(position: int) -> bool:
+    return 0 <= position <= INT_MAX
+
+
+def _T_is_int(T: Any) -> bool:
+    return is_int(T)
+
+
+def _T_in_range(T: int) -> bool:
+    return 1 <= T <= INT_MAX
+
+
+def _step_ends_in_range(position: int, T: int) -> bool:
+    return position + T <= INT_MAX
+
+
+def _capacity_is_int(capacity: Any) -> bool:
+    return is_int(capacity)
+
+
+def _capacity_in_range(capacity: int) -> bool:
+    return 1 <= capacity <= INT_MAX
+
+
+def _marks_are_ints(retained: Any, end: Any) -> bool:
+    return is_int(retained) and is_int(end)
+
+
+def _marks_in_order(retained: int, end: int) -> bool:
+    return 0 <= retained <= end <= INT_MAX
+
+
+def _marks_error(retained: Any, end: Any) -> Exception:
+    if not is_int(retained):
+        return not_an_int("retained", retained)
+    if not is_int(end):
+        return not_an_int("end", end)
+    return ArgumentValueError("ARG-RANGE", "retained", f"must satisfy 0 <= retained <= end <= {INT_MAX}",
+                              retained=retained, end=end)
+
+
+_position_int = icontract.require(_position_is_int, "ARG-INT: position is an int",
+                                  error=lambda position: not_an_int("position", position), enabled=True)
+_position_range = icontract.require(_position_in_range, "ARG-RANGE: 0 <= position <= INT_MAX",
+                                    error=lambda position: out_of_range("position", position, 0), enabled=True)
+_T_int = icontract.require(_T_is_int, "ARG-INT: T is an int", error=lambda T: not_an_int("T", T), enabled=True)
+_T_range = icontract.require(_T_in_range, "STEP-T: 1 <= T <= INT_MAX",
+                             error=lambda T: out_of_range("T", T, 1, rule="STEP-T"), enabled=True)
+_step_end_range = icontract.require(
+    _step_ends_in_range, "ARG-RANGE: the step ends within INT_MAX",
+    error=lambda position, T: ArgumentValueError("ARG-RANGE", "T", "position + T must not exceed INT_MAX",
+                                                 position=position, T=T), enabled=True)
+_capacity_int = icontract.require(_capacity_is_int, "ARG-INT: capacity is an int",
+                                  error=lambda capacity: not_an_int("capacity", capacity), enabled=True)
+_capacity_range = icontract.require(_capacity_in_range, "CFG-CAPACITY: 1 <= capacity <= INT_MAX",
+                                    error=lambda capacity: out_of_range("capacity", capacity, 1, rule="CFG-CAPACITY"),
+                                    enabled=True)
+_marks_int = icontract.require(_marks_are_ints, "ARG-INT: retained and end are ints", error=_marks_error,
+                               enabled=True)
+_marks_order = icontract.require(_marks_in_order, "ARG-RANGE, RETAINED: 0 <= retained <= end <= INT_MAX", error=_marks_error,
+                                 enabled=True)
 
 
 class LayoutPolicy(abc.ABC):
@@ -85,16 +157,19 @@ class FlatPolicy(LayoutPolicy):
     def __repr__(self) -> str:
         return "FlatPolicy()"
 
-    @icontract.require(lambda position: position >= 0, "ARG-RANGE: position >= 0")
-    @icontract.require(lambda T: T >= 1, "STEP-T: T >= 1")
-    @icontract.require(lambda position, T: position + T <= INT_MAX, "ARG-RANGE: the step ends within INT_MAX")
+    @_step_end_range
+    @_T_range
+    @_T_int
+    @_position_range
+    @_position_int
     @icontract.ensure(lambda result, position, T: _plan_covers(result, position, T), "PLAN-WRITE, PLAN-READ")
     @icontract.ensure(lambda result: result.read_base_pos == 0, "PLAN-READ: flat reads from position 0")
     @icontract.ensure(lambda result, position: result.write[0].start == position, "LAYOUT-CANON: row = position")
     def plan(self, position: int, T: int) -> SeqStepPlan:
         return SeqStepPlan(write=(Run(position, T),), read=(Run(0, position + T),), read_base_pos=0)
 
-    @icontract.require(lambda capacity: capacity >= 1, "CFG-CAPACITY: capacity >= 1")
+    @_capacity_range
+    @_capacity_int
     @icontract.ensure(lambda result, capacity: result == capacity, "DEPTH: a flat pool holds every position")
     def depth(self, capacity: int) -> int:
         return capacity
@@ -102,12 +177,14 @@ class FlatPolicy(LayoutPolicy):
     def max_step(self) -> Optional[int]:
         return None
 
-    @icontract.require(lambda position: position >= 0, "ARG-RANGE: position >= 0")
+    @_position_range
+    @_position_int
     @icontract.ensure(lambda result: result == 0, "PLAN-READ: a flat step reads from position 0")
     def read_base(self, position: int) -> int:
         return 0
 
-    @icontract.require(lambda retained, end: 0 <= retained <= end, "RETAINED: 0 <= retained <= end")
+    @_marks_order
+    @_marks_int
     @icontract.ensure(lambda result: result == 0, "RETAINED: a flat pool never overwrites a row")
     def retained_after_write(self, retained: int, end: int) -> int:
         return 0
@@ -159,9 +236,16 @@ class RingPolicy(LayoutPolicy):
         """
         raise AttributeError(f"RingPolicy.{name} cannot be deleted")
 
-    @icontract.require(lambda position: position >= 0, "ARG-RANGE: position >= 0")
-    @icontract.require(lambda self, T: 1 <= T <= self.max_write, "STEP-T, STEP-T-MAX")
-    @icontract.require(lambda position, T: position + T <= INT_MAX, "ARG-RANGE: the step ends within INT_MAX")
+    @_step_end_range
+    @icontract.require(lambda self, T: T <= self.max_write, "STEP-T-MAX: T <= max_write",
+                       error=lambda self, T: ArgumentValueError(
+                           "STEP-T-MAX", "T", "exceeds the tokens one step may write on this ring", T=T,
+                           max_write=self.max_write),
+                       enabled=True)
+    @_T_range
+    @_T_int
+    @_position_range
+    @_position_int
     @icontract.ensure(lambda result, position, T: _plan_covers(result, position, T), "PLAN-WRITE, PLAN-READ")
     @icontract.ensure(lambda self, result, position: result.read_base_pos == max(0, position - self.window + 1),
                       "PLAN-READ: a ring step reads its new tokens' windows")
@@ -177,7 +261,8 @@ class RingPolicy(LayoutPolicy):
             read_base_pos=base,
         )
 
-    @icontract.require(lambda capacity: capacity >= 1, "CFG-CAPACITY: capacity >= 1")
+    @_capacity_range
+    @_capacity_int
     @icontract.ensure(lambda self, result, capacity: result == min(capacity, self.n_slots),
                       "DEPTH: the ring, or less when the sequence never wraps it")
     def depth(self, capacity: int) -> int:
@@ -186,13 +271,15 @@ class RingPolicy(LayoutPolicy):
     def max_step(self) -> Optional[int]:
         return self.max_write
 
-    @icontract.require(lambda position: position >= 0, "ARG-RANGE: position >= 0")
+    @_position_range
+    @_position_int
     @icontract.ensure(lambda self, result, position: 0 <= result <= position and position - result < self.window,
                       "PLAN-READ: the window start, at most window - 1 before the position")
     def read_base(self, position: int) -> int:
         return max(0, position - self.window + 1)
 
-    @icontract.require(lambda retained, end: 0 <= retained <= end, "RETAINED: 0 <= retained <= end")
+    @_marks_order
+    @_marks_int
     @icontract.ensure(lambda result, retained, end: retained <= result <= end,
                       "RETAINED: the mark moves forward, never past the end")
     @icontract.ensure(lambda self, result, end: end - result <= self.n_slots, "RETAINED: a ring holds n_slots rows")

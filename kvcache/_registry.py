@@ -13,7 +13,7 @@ from typing import Callable, Optional
 
 import icontract
 
-from ._errors import ArgumentTypeError
+from ._errors import ArgumentTypeError, ArgumentValueError
 from ._faces import CacheBase, SequenceControl
 from .et import Error, Result
 
@@ -25,6 +25,11 @@ def _check_str(argument: str, value: object) -> None:
         raise ArgumentTypeError("ARG-TYPE", argument, "must be a str", value=value, type=type(value).__name__)
 
 
+def _check_cache(cache: object) -> None:
+    if not isinstance(cache, CacheBase):
+        raise ArgumentTypeError("ARG-TYPE", "cache", "must be a CacheBase", value=cache, type=type(cache).__name__)
+
+
 class CacheRegistry:
     """Key -> cache, guarded by a lock. `install` overwrites; `get` returns None when missing."""
 
@@ -34,8 +39,7 @@ class CacheRegistry:
     @classmethod
     def install(cls, key: str, cache: CacheBase) -> None:
         _check_str("key", key)
-        if not isinstance(cache, CacheBase):
-            raise ArgumentTypeError("ARG-TYPE", "cache", "must be a CacheBase", value=cache)
+        _check_cache(cache)
         with cls._lock:
             cls._caches[key] = cache
 
@@ -50,6 +54,24 @@ class CacheRegistry:
         _check_str("key", key)
         with cls._lock:
             cls._caches.pop(key, None)
+
+    @classmethod
+    def _install_new(cls, key: str, cache: CacheBase) -> None:
+        """REG-SESSION: install under a key that holds no cache, atomically; a live key is refused."""
+        _check_cache(cache)
+        with cls._lock:
+            live = cls._caches.get(key)
+            if live is not None:
+                raise ArgumentValueError("REG-SESSION", "key", "already holds a live cache: a second session "
+                                         "on it would erase the first one's entry", key=key, cache=live)
+            cls._caches[key] = cache
+
+    @classmethod
+    def _erase_if(cls, key: str, cache: CacheBase) -> None:
+        """Erase `key` only while it still holds `cache` (a session never erases another's entry)."""
+        with cls._lock:
+            if cls._caches.get(key) is cache:
+                del cls._caches[key]
 
 
 class CacheBuilderRegistry:
@@ -69,6 +91,8 @@ class CacheBuilderRegistry:
 
     @classmethod
     def unregister(cls, backend_id: str, kind: str) -> None:
+        _check_str("backend_id", backend_id)
+        _check_str("kind", kind)
         with cls._lock:
             cls._builders.pop((backend_id, kind), None)
 
@@ -81,7 +105,12 @@ class CacheBuilderRegistry:
             builder = cls._builders.get((backend_id, kind))
         if builder is None:
             return Result(_error=Error.NotFound)
-        return Result(builder())
+        built = builder()
+        if not isinstance(built, CacheBase):
+            raise ArgumentTypeError("ARG-TYPE", "builder", "returned something that is not a CacheBase",
+                                    backend_id=backend_id, kind=kind, builder=builder, value=built,
+                                    type=type(built).__name__)
+        return Result(built)
 
 
 _key_counter = itertools.count()
@@ -95,15 +124,21 @@ def make_unique_key() -> str:
 
 
 class CacheSession:
-    """Installs `cache` under `key` for the duration of a `with` block; erases it on exit."""
+    """Installs `cache` under `key` for the duration of a `with` block; erases it on exit.
+
+    REG-SESSION: a key holds one live session. A second session on a key that holds a cache (a live
+    session's, or one installed directly) is refused with an `ArgumentValueError` and changes nothing,
+    and a session's exit erases the key only while it still holds its own cache - so no session, nested
+    or on another thread, ever finds its cache gone inside its own `with` block.
+    """
 
     @icontract.ensure(lambda self: CacheRegistry.get(self.key) is self.cache,
                       "REG-SESSION: the cache is installed under its key")
     def __init__(self, key: str, cache: CacheBase) -> None:
         _check_str("key", key)
+        CacheRegistry._install_new(key, cache)
         self.key = key
         self.cache = cache
-        CacheRegistry.install(key, cache)
 
     def control(self) -> SequenceControl:
         """The runner's face of the session's cache."""
@@ -112,7 +147,7 @@ class CacheSession:
     @icontract.ensure(lambda self: CacheRegistry.get(self.key) is not self.cache,
                       "REG-SESSION: the cache is erased on exit")
     def close(self) -> None:
-        CacheRegistry.erase(self.key)
+        CacheRegistry._erase_if(self.key, self.cache)
 
     def __enter__(self) -> CacheSession:
         return self

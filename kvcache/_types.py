@@ -6,7 +6,7 @@ import enum
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
-from ._errors import ConfigError, ConfigTypeError, PlanError
+from ._errors import ConfigError, ConfigTypeError, KVCacheError, PlanError
 from ._ints import INT_MAX, in_range, is_int
 
 
@@ -88,6 +88,40 @@ class SeqStepPlan:
     def position(self) -> int:
         """The logical position of the step's first new token."""
         return self.end - self.n_written
+
+
+#: A plan as plain values: ((start, len) of each write run), ((start, len) of each read run), read_base_pos.
+PlanValue = tuple[tuple[tuple[int, int], ...], tuple[tuple[int, int], ...], int]
+
+
+def _run_values(runs: object) -> Optional[tuple[tuple[int, int], ...]]:
+    if type(runs) is not tuple or not 1 <= len(runs) <= 2:
+        return None
+    values = []
+    for run in runs:
+        if type(run) is not Run:
+            return None
+        start, length = run.start, run.len
+        if type(start) is not int or type(length) is not int or not (0 <= start <= INT_MAX and 1 <= length <= INT_MAX):
+            return None
+        values.append((start, length))
+    return tuple(values)
+
+
+def plan_value(plan: object) -> Optional[PlanValue]:
+    """ARG-TYPE, PLAN-SHAPE: a plan's fields as plain ints, each read once; None unless `plan` is exactly
+    a SeqStepPlan (no subclass) of one or two exact `Run`s per side with int fields in range.
+
+    Why exact types: a subclass (of the plan, a Run or int) could answer its own `==`, or a property
+    that changes between two reads; with exact types no code of the caller runs while a plan is
+    judged, and the values judged are the values used.
+    """
+    if type(plan) is not SeqStepPlan:
+        return None
+    write, read, base = _run_values(plan.write), _run_values(plan.read), plan.read_base_pos
+    if write is None or read is None or type(base) is not int or not 0 <= base <= INT_MAX:
+        return None
+    return write, read, base
 
 
 class Kind(enum.IntEnum):
@@ -176,3 +210,40 @@ class CacheConfig:
     def layer(self, index: int) -> LayerConfig:
         """The configuration of layer `index` (broadcast when `layers` has one entry)."""
         return self.layers[0] if len(self.layers) == 1 else self.layers[index]
+
+
+def _renamed(error: KVCacheError, owner: str, path: str) -> KVCacheError:
+    """The same error, naming the field by its place in the config tree (`owner.name` -> `path.name`)."""
+    name = error.argument.split(".", 1)[1] if error.argument.startswith(owner + ".") else error.argument
+    return type(error)(error.rule, f"{path}.{name}", error.message, **error.values)
+
+
+def copy_config(config: CacheConfig) -> CacheConfig:
+    """CFG-*: a fresh, fully validated copy of `config`, down to every layer's policy.
+
+    The config types are frozen dataclasses, but `object.__setattr__` still reaches their fields: a
+    config may have been tampered with after it was validated. Every field is read once, checked by
+    the constructors again, and the cache keeps the copy, so a later change to the caller's objects
+    cannot reach it either.
+    """
+    layers = config.layers
+    if not isinstance(layers, (list, tuple)):
+        raise ConfigTypeError("CFG-LAYERS", "CacheConfig.layers", "must be a list or tuple of LayerConfig",
+                              value=layers)
+    copied = []
+    for index, layer in enumerate(tuple(layers)):
+        path = f"CacheConfig.layers[{index}]"
+        if not isinstance(layer, LayerConfig):
+            raise ConfigTypeError("CFG-LAYERS", path, "must be a LayerConfig", value=layer)
+        policy = layer.policy
+        if not isinstance(policy, LayerPolicy):
+            raise ConfigTypeError("CFG-POLICY", f"{path}.policy", "must be a LayerPolicy", value=policy)
+        try:
+            fresh_policy = LayerPolicy(policy.kind, policy.window)
+        except KVCacheError as error:
+            raise _renamed(error, "LayerPolicy", f"{path}.policy") from None
+        try:
+            copied.append(LayerConfig(fresh_policy, layer.n_kv_heads, layer.head_dim))
+        except KVCacheError as error:
+            raise _renamed(error, "LayerConfig", path) from None
+    return CacheConfig(config.capacity, config.n_layers, tuple(copied), config.initial_capacity, config.max_write)

@@ -13,7 +13,7 @@ from typing import Generic, Optional, TypeVar
 
 import icontract
 
-from ._errors import KVCacheError
+from ._errors import ArgumentTypeError, ArgumentValueError, KVCacheError
 from ._faces import SequenceControl, SequencePlanner
 from ._types import SeqStepPlan
 
@@ -43,8 +43,12 @@ class Result(Generic[T_co]):
     _error: Error = Error.Ok
 
     def __post_init__(self) -> None:
+        if type(self._error) is not Error:  # a plain 0 would compare equal to Error.Ok
+            raise ArgumentTypeError("ET-MAP", "_error", "must be an Error member", value=self._error,
+                                    type=type(self._error).__name__)
         if (self._error is Error.Ok) == (self._value is None):
-            raise ValueError("Result holds a value with Error.Ok, or no value with another error")
+            raise ArgumentValueError("ET-MAP", "_value", "a Result holds a value with Error.Ok, or no value with "
+                                     "another error", value=self._value, error=self._error)
 
     def ok(self) -> bool:
         return self._error is Error.Ok
@@ -53,12 +57,24 @@ class Result(Generic[T_co]):
         return self._error
 
     def get(self) -> T_co:
-        """The value; raises ValueError on an error result."""
+        """The value; raises ArgumentValueError (a ValueError) on an error result."""
         if self._value is None:
-            raise ValueError(f"Result holds {self._error.name}, not a value")
+            raise ArgumentValueError("ET-MAP", "result", f"holds {self._error.name}, not a value", error=self._error)
         return self._value
 
 
+def _planner_error(planner: object) -> ArgumentTypeError:
+    return ArgumentTypeError("ARG-TYPE", "planner", "must be a SequencePlanner", value=planner,
+                             type=type(planner).__name__)
+
+
+def _control_error(control: object) -> ArgumentTypeError:
+    return ArgumentTypeError("ARG-TYPE", "control", "must be a SequenceControl", value=control,
+                             type=type(control).__name__)
+
+
+@icontract.require(lambda planner: isinstance(planner, SequencePlanner), "ARG-TYPE: planner is a SequencePlanner",
+                   error=_planner_error, enabled=True)
 @icontract.ensure(lambda result: result.error() in (Error.Ok, Error.OutOfResources, Error.InvalidArgument),
                   "ET-MAP: a plan, OutOfResources (refused) or InvalidArgument (caller error)")
 def plan(planner: SequencePlanner, layer: int, position: int, T: int) -> Result[SeqStepPlan]:
@@ -72,6 +88,8 @@ def plan(planner: SequencePlanner, layer: int, position: int, T: int) -> Result[
     return Result(step)
 
 
+@icontract.require(lambda control: isinstance(control, SequenceControl), "ARG-TYPE: control is a SequenceControl",
+                   error=_control_error, enabled=True)
 @icontract.ensure(lambda result: result in (Error.Ok, Error.InvalidArgument),
                   "ET-MAP: Ok, or InvalidArgument for a refusal or a caller error")
 def rewind(control: SequenceControl, new_len: int) -> Error:

@@ -24,7 +24,8 @@ RULES: tuple[Rule, ...] = (
          "the current-branch content of the logical position it claims.",
          "This is what attention needs; every other rule exists to make it true or to refuse what would break it."),
     # --- configuration
-    Rule("CFG-TYPE", "A cache is built from a CacheConfig, whose integer fields are ints (bool is not) in [.., INT_MAX].",
+    Rule("CFG-TYPE", "A cache is built from a CacheConfig, whose integer fields are ints (bool is not) in [.., INT_MAX]; the whole tree "
+         "(every layer, every policy) is validated again when the cache is built, and the cache keeps its own copy.",
          "A bool or a float that slips into a size is a silent bug in every language with implicit conversions."),
     Rule("CFG-CAPACITY", "capacity >= 1.", "A cache that can hold no token can serve no step."),
     Rule("CFG-LAYERS", "n_layers >= 1, and layers has 1 entry (broadcast) or exactly n_layers.",
@@ -42,7 +43,8 @@ RULES: tuple[Rule, ...] = (
          "plan(True, ...) meaning layer 1 is the kind of silent coercion a spec must forbid."),
     Rule("ARG-RANGE", "Integer arguments lie in their domain: n, position, new_len in [0, INT_MAX].",
          "Negatives and values past a C++ int wrap around silently in other implementations."),
-    Rule("ARG-TYPE", "Non-integer arguments have their declared type (a SeqStepPlan, a str key, a callable builder).",
+    Rule("ARG-TYPE", "Non-integer arguments have their declared type (a str key, a callable builder whose result is a cache, a "
+         "cache for kvcache.et); commit takes exactly a SeqStepPlan (no subclass) and judges it by its field values only.",
          "A wrong type must fail at the boundary with its name, not deep inside."),
     Rule("LAYER-RANGE", "plan, depth and retained_from take 0 <= layer < n_layers.",
          "Upstream checked the layer on plan but not on depth: an out-of-bounds read on the backend's face."),
@@ -104,12 +106,14 @@ RULES: tuple[Rule, ...] = (
          "Runner and backend must agree on one length; two objects would drift."),
     Rule("ET-MAP",
          "kvcache.et.plan maps a refusal to OutOfResources and a caller error to InvalidArgument; "
-         "kvcache.et.rewind maps a refusal or a caller error to InvalidArgument.",
+         "kvcache.et.rewind maps a refusal or a caller error to InvalidArgument; a Result holds a value with Error.Ok "
+         "or no value with another Error member, never both or neither.",
          "OutOfResources tells a runner to stop or evict; a bad layer is a bug (upstream lumps it in: a deliberate difference)."),
     Rule("REG-KEYS",
          "Builders are keyed by the pair (backend_id, kind); make_unique_key() returns distinct keys across threads.",
          "A joined string key lets ('a:b', 'c') and ('a', 'b:c') collide."),
-    Rule("REG-SESSION", "A CacheSession installs its cache under its key and erases it on exit; control() is the runner face.",
+    Rule("REG-SESSION", "A CacheSession installs its cache under a key that holds no cache (a live key is refused) and, on exit, erases "
+         "the key if it still holds its cache; control() is the runner face.",
          "A cache left in the global registry leaks across requests."),
     Rule("THREADS", "The registries are thread-safe; a SequenceCache is not (one sequence, one runner).",
          "Saying so prevents a future caller from sharing one cache across threads without a lock."),

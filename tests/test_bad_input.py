@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import subprocess
 import sys
 from typing import Any, Callable
@@ -10,8 +11,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import kvcache
 from kvcache import (INT_MAX, ArgumentTypeError, CacheBuilderRegistry, CacheConfig, CacheRegistry, CacheSession,
-                     ConfigError, KVCacheError, LayerConfig, LayerPolicy, PlanError, Run, SeqStepPlan, SequenceCache)
+                     ConfigError, KVCacheError, LayerConfig, LayerPolicy, PlanError, Run, SeqStepPlan, SequenceCache,
+                     et, make_unique_key)
 
 from .conftest import cache, flat, ring, step
 
@@ -146,3 +149,74 @@ def test_attributes_cannot_be_deleted() -> None:
         with pytest.raises(AttributeError, match="cannot be deleted"):
             delattr(policy, name)
     assert c.plan(1, 5, 1) is not None and policy.n_slots == 5  # window 3, max_write 3
+
+
+# --- every exported name ------------------------------------------------------------------------------
+
+def _refuses(call: Callable[[], object], rule: str) -> None:
+    with pytest.raises(KVCacheError) as caught:
+        call()
+    assert caught.value.rule == rule, caught.value
+
+
+def _is_error_class(name: str) -> Callable[[], None]:
+    def check() -> None:
+        kind = getattr(kvcache, name)
+        assert issubclass(kind, KVCacheError)
+        error = kind("ARG-INT", "n", "must be an int", value=True)
+        assert (error.rule, error.argument, error.values) == ("ARG-INT", "n", {"value": True})
+    return check
+
+
+def _is_abstract_face(name: str) -> Callable[[], None]:
+    def check() -> None:
+        assert inspect.isabstract(getattr(kvcache, name))  # cannot be built; the et adapter refuses non-faces
+        _refuses(lambda: et.plan(object(), 0, 0, 1), "ARG-TYPE")  # type: ignore[arg-type]
+    return check
+
+
+def _session_on_live_key() -> None:
+    key = make_unique_key()
+    with CacheSession(key, cache(2)):
+        _refuses(lambda: CacheSession(key, cache(2)), "REG-SESSION")
+    _refuses(lambda: CacheSession(key, object()), "ARG-TYPE")  # type: ignore[arg-type]
+
+
+#: Bad input for every name of `kvcache.__all__`: a new export without an entry fails the test below.
+#: Where the name takes no input (a constant, an error class, an abstract face) the entry says so and
+#: checks what it can.
+EXPORTS: dict[str, Callable[[], None]] = {
+    "INT_MAX": lambda: _refuses(lambda: fresh().can_extend(INT_MAX + 1), "ARG-RANGE"),
+    **{name: _is_error_class(name) for name in ("ArgumentTypeError", "ArgumentValueError", "ConfigError",
+                                                 "ConfigTypeError", "KVCacheError", "LayerIndexError",
+                                                 "PlanError", "StepError")},
+    **{name: _is_abstract_face(name) for name in ("CacheBase", "SequenceControl", "SequencePlanner",
+                                                   "LayoutPolicy")},
+    "CacheBuilderRegistry": lambda: _refuses(lambda: CacheBuilderRegistry.unregister(None, "k"), "ARG-TYPE"),  # type: ignore[arg-type]
+    "CacheRegistry": lambda: _refuses(lambda: CacheRegistry.install("k", "not a cache"), "ARG-TYPE"),  # type: ignore[arg-type]
+    "CacheSession": _session_on_live_key,
+    "CacheConfig": lambda: _refuses(lambda: CacheConfig(8, 1, "flat"), "CFG-LAYERS"),  # type: ignore[arg-type]
+    "LayerConfig": lambda: _refuses(lambda: LayerConfig("flat"), "CFG-POLICY"),  # type: ignore[arg-type]
+    "LayerPolicy": lambda: _refuses(lambda: LayerPolicy("ring", 4), "CFG-POLICY"),  # type: ignore[arg-type]
+    "Kind": lambda: _refuses(lambda: LayerPolicy(1, 4), "CFG-POLICY"),  # type: ignore[arg-type]  # an int is no Kind
+    "Run": lambda: _refuses(lambda: Run(0, True), "PLAN-SHAPE"),
+    "SeqStepPlan": lambda: _refuses(lambda: SeqStepPlan((Run(0, 1),), (Run(0, 1),), -1), "PLAN-SHAPE"),
+    "SequenceCache": lambda: _refuses(lambda: SequenceCache({"capacity": 8}), "CFG-TYPE"),  # type: ignore[arg-type]
+    "FlatPolicy": lambda: _refuses(lambda: kvcache.FlatPolicy().depth(0), "CFG-CAPACITY"),
+    "RingPolicy": lambda: _refuses(lambda: kvcache.RingPolicy(4).plan(0, 9), "STEP-T-MAX"),
+    "make_unique_key": lambda: None if make_unique_key() != make_unique_key() else pytest.fail("keys repeat"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(kvcache.__all__))
+def test_every_export_has_bad_input_coverage(name: str) -> None:
+    """Every exported name: a typed error for bad input (or, for names that take none, what holds instead)."""
+    assert name in EXPORTS, f"kvcache exports {name} but tests/test_bad_input.py has no bad-input case for it"
+    EXPORTS[name]()
+
+
+def test_plan_subclasses_and_tampered_trees_are_covered() -> None:
+    """The nested config tree and plan subclasses: the cases live in tests/test_hostile_input.py."""
+    from . import test_hostile_input as hostile
+    assert {"policy None", "kind replaced by a string", "n_kv_heads -1", "flat window 5"} <= set(hostile.TAMPERINGS)
+    assert issubclass(hostile.AlwaysEqual, SeqStepPlan) and issubclass(hostile.Shifting, SeqStepPlan)
