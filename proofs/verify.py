@@ -11,8 +11,9 @@ run, e.g. a missing module), when nothing failed.
 Profiles: quick (seconds; the pre-commit hook), pre-merge (the CI profile, <= 60 s on two cores),
 deep (every core, the model checker's full bounds, minutes).
 `--target python:MODULE:FACTORY` runs the state machine and the model checker against another
-implementation (a callable taking a kvcache.CacheConfig); CrossHair and Z3 are about the
-reference's own code and still run on it.
+implementation (a callable taking a kvcache.CacheConfig), judged by the Python target contract
+(`kvcache_spec.target_contract`, the one `kvcache conformance --target` uses); CrossHair and Z3 are
+about the reference's own code and still run on it.
 """
 
 from __future__ import annotations

@@ -35,6 +35,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 import kvcache
 
 from . import model
+from .target_contract import forge_plan, forge_run, read_plan
 
 Factory = Callable[[kvcache.CacheConfig], Any]
 
@@ -187,10 +188,11 @@ Op = Union[Step, LayerStep, AbortedStep, Rewind, Clear, Observe, Plan, CanExtend
 # --- conversions between the model's plans and the API's ---------------------------------------------
 
 def to_model_plan(plan: Any) -> model.Plan:
-    """The model's view of a target's plan: runs as (start, len) pairs."""
-    return model.Plan(write=tuple((run.start, run.len) for run in plan.write),
-                      read=tuple((run.start, run.len) for run in plan.read),
-                      read_base_pos=plan.read_base_pos)
+    """The model's view of a target's plan (the Python target contract, `target_contract.read_plan`)."""
+    value = read_plan(plan)
+    if isinstance(value, str):
+        raise ValueError(f"not a plan by the Python target contract: {value}")
+    return value
 
 
 def to_api_plan(plan: model.Plan) -> kvcache.SeqStepPlan:
@@ -204,32 +206,18 @@ def _is_int(value: Any) -> bool:
 
 
 def plan_well_formed(plan: Any) -> bool:
-    """PLAN-SHAPE as the spec states it: one or two non-empty runs each, ints, a base >= 0."""
-    def run_ok(run: Any) -> bool:
-        return (isinstance(run, kvcache.Run) and _is_int(run.start) and _is_int(run.len)
-                and 0 <= run.start <= model.INT_MAX and 1 <= run.len <= model.INT_MAX)
-
+    """PLAN-SHAPE as kvcache's API states it (ARG-TYPE, PLAN-SHAPE): exactly a SeqStepPlan of tuples of one
+    or two exact Runs, int fields in range. (A target other than kvcache's own is held to the Python
+    target contract instead: `target_contract.read_plan`.)"""
     def runs_ok(runs: Any) -> bool:
-        return isinstance(runs, tuple) and 1 <= len(runs) <= 2 and all(run_ok(r) for r in runs)
+        return type(runs) is tuple and 1 <= len(runs) <= 2 and all(type(r) is kvcache.Run for r in runs)
 
-    return (runs_ok(plan.write) and runs_ok(plan.read) and _is_int(plan.read_base_pos)
-            and 0 <= plan.read_base_pos <= model.INT_MAX)
-
-
-def _forge_unchecked(write: Any, read: Any, read_base_pos: Any) -> kvcache.SeqStepPlan:
-    """A SeqStepPlan built around its constructor's validation, as a buggy or hostile caller could."""
-    plan = object.__new__(kvcache.SeqStepPlan)
-    object.__setattr__(plan, "write", write)
-    object.__setattr__(plan, "read", read)
-    object.__setattr__(plan, "read_base_pos", read_base_pos)
-    return plan
+    return (type(plan) is kvcache.SeqStepPlan and runs_ok(plan.write) and runs_ok(plan.read)
+            and not isinstance(read_plan(plan), str))
 
 
-def _forge_run(start: Any, length: Any) -> kvcache.Run:
-    run = object.__new__(kvcache.Run)
-    object.__setattr__(run, "start", start)
-    object.__setattr__(run, "len", length)
-    return run
+_forge_unchecked = forge_plan
+_forge_run = forge_run
 
 
 Outcome = tuple[bool, Any]  # (True, value returned) or (False, exception raised)
@@ -256,6 +244,11 @@ def _describe(outcome: Outcome) -> str:
 class Lockstep:
     """A target and the model, driven together. `apply(op)` returns the problems found (empty: agreed).
 
+    Which contract: kvcache's own `SequenceCache` (and subclasses) is held to the reference's API - caller
+    errors are `KVCacheError`s naming the model's rule, plans exactly kvcache's types; any other target
+    to the Python target contract of `target_contract` (duck-typed plans, any exception for a caller
+    error), the contract `kvcache conformance` holds it to as well.
+
     ATOMIC: a call that must change nothing is checked by the target's attribute fingerprint
     (`repr(vars(target))`, exact for plain objects) before and after. The observables (length,
     retained_from, depth, can_extend) are compared with the model's after every operation by the
@@ -274,10 +267,12 @@ class Lockstep:
     pending: Optional[tuple[int, int, int]] = field(init=False, default=None)  # per-layer step: (pos, T, next layer)
     issued: list[Any] = field(init=False, default_factory=list)  # plans the target issued, for stale commits
     setup_problems: list[str] = field(init=False, default_factory=list)
+    reference_api: bool = field(init=False, default=False)  # see the class docstring: which contract
 
     def __post_init__(self) -> None:
         self.config = self.spec.model_config()
         self.target = self.factory(self.spec.cache_config())
+        self.reference_api = isinstance(self.target, kvcache.SequenceCache)
         self.state = model.initial(self.config)
         self.target_pools = []
         for layer in range(self.spec.n_layers):
@@ -365,6 +360,8 @@ class Lockstep:
         if ok:
             return [f"{expected.rule}: {what} {_describe(outcome)}; the model rejects it ({expected.rule}, "
                     f"argument {expected.argument})"]
+        if not self.reference_api:
+            return []  # the Python target contract: any exception is a caller error's answer
         if not isinstance(value, kvcache.KVCacheError):
             return [f"{expected.rule}: {what} {_describe(outcome)}; expected a KVCacheError [{expected.rule}]"]
         if value.rule != expected.rule:
@@ -413,10 +410,13 @@ class Lockstep:
             return problems, None
         if not ok or value is None:
             return problems + [f"ADMIT: {what} {_describe(outcome)}; the model issues {expected}"], None
-        if not isinstance(value, kvcache.SeqStepPlan) or not plan_well_formed(value):
+        read = read_plan(value)
+        if isinstance(read, str):
+            return problems + [f"PLAN-SHAPE: {what} {_describe(outcome)} breaks the plan contract: {read}"], None
+        if self.reference_api and not plan_well_formed(value):
             return problems + [f"PLAN-SHAPE: {what} {_describe(outcome)} is not a well-formed SeqStepPlan"], None
         self.issued.append(value)
-        if to_model_plan(value) != expected:
+        if read != expected:
             problems.append(f"LAYOUT-CANON: {what} {_describe(outcome)}; the canonical plan is {expected}")
         return problems, value
 
@@ -455,9 +455,14 @@ class Lockstep:
         return self._rejected(what, expected, outcome) + self._unchanged(before, what)
 
     def expected_commit(self, plan: Any) -> Union[model.State, model.Rejected]:
-        """The model's answer to commit(plan) for an API plan: the API's plan type stands for the
-        model's; a malformed SeqStepPlan is rejected by PLAN-SHAPE before any comparison."""
-        if not isinstance(plan, kvcache.SeqStepPlan):
+        """The model's answer to commit(plan). kvcache's API: exactly its plan type stands for the model's
+        (anything else is ARG-TYPE); a malformed SeqStepPlan is rejected by PLAN-SHAPE before any
+        comparison. The Python target contract: a plan is judged by its duck-typed fields."""
+        if not self.reference_api:
+            read = read_plan(plan)
+            return (model.Rejected("PLAN-SHAPE", "plan") if isinstance(read, str)
+                    else model.commit(self.config, self.state, read))
+        if type(plan) is not kvcache.SeqStepPlan:
             return model.commit(self.config, self.state, ("not a plan", plan))  # ARG-TYPE, model.Plan included
         if not plan_well_formed(plan):
             return model.Rejected("PLAN-SHAPE", "plan")

@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from ..target_contract import foreign_plan, read_plan
 from .configs import JsonConfig, to_kvcache
 
 PROTOCOL_NAME = "kvcache-conformance"
@@ -70,21 +71,16 @@ class Target(abc.ABC):
 
 # --- plans as JSON --------------------------------------------------------------------------------
 
-def _run_json(run: Any) -> list[Any]:
-    if isinstance(run, (tuple, list)) and len(run) == 2:
-        return [run[0], run[1]]
-    return [getattr(run, "start"), getattr(run, "len")]
-
-
 def plan_to_json(plan: Any) -> Any:
-    """A target's plan object as JSON; something that is no plan at all comes back as {"unreadable": repr}."""
-    if plan is None or isinstance(plan, dict):
-        return plan
-    try:
-        return {"write": [_run_json(run) for run in plan.write], "read": [_run_json(run) for run in plan.read],
-                "read_base_pos": plan.read_base_pos}
-    except Exception:  # any shape at all may come back from a broken target
-        return {"unreadable": repr(plan)[:200]}
+    """A target's plan object as JSON, read by the Python target contract (`kvcache_spec.target_contract`);
+    a plan that breaks it comes back as {"unreadable": what is wrong}, which the engine fails (PLAN-SHAPE)."""
+    if plan is None:
+        return None
+    value = read_plan(plan)
+    if isinstance(value, str):
+        return {"unreadable": value}
+    return {"write": [list(run) for run in value.write], "read": [list(run) for run in value.read],
+            "read_base_pos": value.read_base_pos}
 
 
 def plan_key(plan: Any) -> str:
@@ -119,30 +115,12 @@ class PythonTarget(Target):
         return Outcome(True)
 
     def _plan_object(self, value: Any) -> Any:
-        """The plan to hand to commit: the target's own object when it issued this one, else a forged one."""
+        """The plan to hand to commit (the Python target contract): the target's own object when it issued
+        this one, else a foreign (forged) one."""
         if not isinstance(value, dict):
             return value
         issued = self.issued.get(plan_key(value))
-        if issued is not None:
-            return issued
-        import kvcache
-
-        try:
-            def runs(items: Any) -> tuple[Any, ...]:
-                made = []
-                for start, length in items:
-                    run = object.__new__(kvcache.Run)   # bypass validation: forged plans may be malformed
-                    object.__setattr__(run, "start", start)
-                    object.__setattr__(run, "len", length)
-                    made.append(run)
-                return tuple(made)
-            plan = object.__new__(kvcache.SeqStepPlan)
-            object.__setattr__(plan, "write", runs(value["write"]))
-            object.__setattr__(plan, "read", runs(value["read"]))
-            object.__setattr__(plan, "read_base_pos", value["read_base_pos"])
-            return plan
-        except (KeyError, TypeError, ValueError):
-            return value
+        return issued if issued is not None else foreign_plan(value)
 
     def call(self, method: str, args: dict[str, Any]) -> Outcome:
         cache = self.cache
