@@ -265,7 +265,7 @@ def current_steps(config: Config, state: State) -> list[tuple[int, int]]:
 
 def commit(config: Config, state: State, plan_: Any) -> Union[State, Rejected]:
     """COMMIT-ISSUED by search: the plan must equal the plan of some layer for some current step."""
-    if not isinstance(plan_, Plan):
+    if type(plan_) is not Plan:  # ARG-TYPE: exactly a Plan; a subclass could answer its own ==
         return Rejected("ARG-TYPE", "plan")
     for position, T in current_steps(config, state):
         if any(canonical_plan(layer, position, T) == plan_ for layer in config.layers):

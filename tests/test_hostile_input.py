@@ -114,6 +114,23 @@ def test_plans_with_hostile_runs_or_fields_are_malformed() -> None:
     assert c.length() == 4
 
 
+def test_the_model_refuses_plan_subclasses_too() -> None:
+    """ARG-TYPE in the model: exactly its Plan type, so a subclass's own == cannot pass COMMIT-ISSUED."""
+    from kvcache_spec import model
+
+    class Agreeable(model.Plan):
+        def __eq__(self, other: object) -> bool:
+            return True
+
+        __hash__ = model.Plan.__hash__
+
+    config = model.make_config(8, 1, [(model.FLAT, 0, 1, 1)])
+    assert isinstance(config, model.Config)
+    state = model.initial(config)
+    assert model.commit(config, state, Agreeable(((5, 1),), ((0, 6),), 0)) == model.Rejected("ARG-TYPE", "plan")
+    assert isinstance(model.commit(config, state, model.Plan(((0, 1),), ((0, 1),), 0)), model.State)
+
+
 # --- SequenceCache(config): the whole tree, validated and copied --------------------------------------
 
 def _tampered(change: Callable[[CacheConfig], None]) -> CacheConfig:
