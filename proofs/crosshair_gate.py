@@ -37,8 +37,18 @@ postcondition and invariant on every call. A confirmation is therefore about the
 conditions, assuming its callees' postconditions; the gate checks every contracted callee as a
 target of its own (all of `kvcache` is inventoried), which makes the confirmations compose (no
 recursion here), and it does not use driver functions as evidence for the contracts they call.
-Every obligation must reach "confirmed"; counterexample, "Not confirmed" (unknown), "Unable to meet
-precondition", a CrossHair error, an empty inventory, or running out of budget fail the gate.
+Every obligation must reach "confirmed". The verdict (`GateResult.verdict`, exit code): PASS (0) when
+all do; FAIL (1) on a counterexample, "Unable to meet precondition", a CrossHair error, an empty
+inventory or a gate problem (frame check, missing cover); otherwise INCOMPLETE (3) when some row is
+unknown ("Not confirmed": a bound stopped the search) or not run (the wall-clock budget ran out, or
+--select left it out). Unknown is never PASS and never reported as a counterexample.
+
+Work bounds decide, clocks are safety nets (the constants after the statuses): at most
+`DEFAULT_MAX_ITERATIONS` paths per condition, Z3's deterministic `rlimit` (`SMT_RLIMIT`) per solver
+query instead of the wall-clock timeout CrossHair otherwise gives each query, and CPU and wall limits
+far above the measured needs. Before these bounds the pre-merge gate flaked under load: one
+RingPolicy.plan query missed its 2.2 s wall-clock timeout and the condition ended "Not confirmed"
+after 20 s of CPU (issue 11); with the rlimit it is confirmed in 22 paths, identically run after run.
 
 Scope (what is *not* sent to CrossHair, and what covers it instead) is `scope_for(sequence_cache)`:
 the table `SCOPE` plus the SequenceCache part; the gate prints it with the results.
@@ -57,7 +67,8 @@ worst verdict counts, and a shape that did not answer makes the row not-run) wit
 `cache_condition_timeout` CPU seconds per condition and per path.
 How much runs is `sequence_cache`: "full" (every obligation but commit's and plan's; the deep profile),
 "fast" (the default, so pre-merge: the postconditions of can_extend, clear and retained_from, about
-a second more), "none". What a scope leaves out is listed as out of scope with its rule's cover.
+a second more; RingPolicy.plan is left to "full" for its cost, 6 conditions at 2-2.6 s of CPU each),
+"none". What a scope leaves out is listed as out of scope with its rule's cover.
 
 The code is written so that confirmations are reachable and mean what they say:
 - CFG-DEDUP compares policies pairwise instead of hashing them (hashing realises symbolic ints).
@@ -102,15 +113,19 @@ over all paths." / "I wasn't able to find a counterexample." / "I am having trou
 inputs that meet your preconditions."). Exit codes: 0 no counterexample, 1 counterexample(s), 2
 other error. `--per_condition_timeout` bounds CPU seconds per condition (and, when set, lifts the
 default `--max_uninteresting_iterations` of 5, which would stop a search before it is exhausted);
-`--per_path_timeout` defaults to its square root. The gate sets both from its budget.
+`--per_path_timeout` defaults to its square root, and each Z3 query gets half the per-path timeout as
+wall clock unless CROSSHAIR_SMT_RLIMIT gives it a work limit. `--max_iterations` bounds the paths. The
+gate sets the paths and the rlimit as its work bounds, and the timeouts as safety nets.
 
-API: `run_gate(budget_seconds=25.0, ..., sequence_cache="fast") -> GateResult` (`.passed`, `.table()`,
+API: `run_gate(budget_seconds=60.0, ..., sequence_cache="fast", max_iterations=1000) -> GateResult`
+(`.verdict`, `.passed`, `.summary()`, `.table()`,
 `.rows`, `.excluded`, `.problems`; raises ImportError when CrossHair or Z3 is missing), and
 `main(argv)` (exit 0 pass, 1 fail, 2 environment error). Run:
-`python -m kvcache_proofs.crosshair_gate [--budget S] [--sequence-cache none|fast|full]`.
-Measured on this 2-core machine (default scope "fast", 44 obligations): 9.2 s quiet (three runs),
-12.6-18 s while other jobs load it (budget 25 s). Observed, not explained: with --sequence-cache none
-one RingPolicy.plan condition ended "Not confirmed" (8 s CPU) in three runs of three, 11 s wall.
+`python -m kvcache_proofs.crosshair_gate [--budget S] [--max-iterations N] [--sequence-cache none|fast|full]`.
+Measured on this 2-core machine (default scope "fast", 38 obligations): 6 s wall, 11 s of CPU, quiet;
+the most paths any of them needs is 189, the most CPU 2.6 s (README: the stress measurement).
+The full scope's measurements in this docstring (run-dependent plan verdicts, 650 s of CPU) were
+taken before the work bounds, with wall-clock solver timeouts; not re-measured since.
 """
 
 from __future__ import annotations
@@ -149,7 +164,7 @@ BUDGET_PROBLEM = "budget exhausted"
 EXIT_CODES = {"PASS": 0, "FAIL": 1, "INCOMPLETE": 3}
 
 DEFAULT_PACKAGE = "kvcache"
-DEFAULT_BUDGET_SECONDS = 60.0  # wall clock for the whole gate: a safety net, see _work_bounds
+DEFAULT_BUDGET_SECONDS = 60.0  # wall clock for the whole gate: a safety net (the work bounds follow)
 
 # --- the work bounds (what decides a verdict) and the safety nets (what stops a runaway) -------------
 #: Paths CrossHair may explore per condition (per layer shape for SPLIT_CACHE_TARGETS). A condition
@@ -511,7 +526,7 @@ def analyse_target(target: str, per_condition_timeout: float, per_path_timeout: 
     With `shape`, the SequenceCache creator builds only that layer shape (`_crosshair_plugin.SHAPES`);
     the detail of a verdict other than confirmed names it.
 
-    The work is bounded by counts, the clocks are safety nets (see `_work_bounds`): at most
+    The work is bounded by counts, the clocks are safety nets (DEFAULT_MAX_ITERATIONS, SMT_RLIMIT): at most
     `max_iterations` paths per condition (0: no bound), and every solver query within `SMT_RLIMIT`
     units of Z3's deterministic resource counter instead of its wall-clock timeout. An unknown verdict
     says which bound stopped it.
@@ -693,7 +708,7 @@ class GateResult:
 
 
 def _settings(per_condition_timeout: Optional[float]) -> tuple[float, float]:
-    """(CPU seconds per condition, CPU seconds per path): safety nets only, see `_work_bounds`."""
+    """(CPU seconds per condition, CPU seconds per path): safety nets only (the work bounds are DEFAULT_MAX_ITERATIONS, SMT_RLIMIT)."""
     condition = per_condition_timeout if per_condition_timeout is not None else CONDITION_CPU_SAFETY
     return condition, max(condition / 2, min(condition, 1.0))
 
@@ -707,7 +722,7 @@ def run_gate(budget_seconds: float = DEFAULT_BUDGET_SECONDS, *, package: str = D
     """Inventory `package`'s contracts, analyse the in-scope ones with CrossHair, judge them all.
 
     `budget_seconds` is wall clock for the whole gate: targets still running when it is spent are
-    stopped and their obligations reported not-run (the gate fails). Runs in the current interpreter's
+    stopped and their obligations reported not-run (the gate is INCOMPLETE). Runs in the current interpreter's
     mode: under `python -O` the inventory is empty and the gate fails. `select` (an fnmatch pattern
     on targets, or on TARGET:LINE) analyses only some obligations, for diagnosis: the others are reported not-run, so a
     selective gate never passes. `scope` defaults to `scope_for(sequence_cache, package)`; SequenceCache's
