@@ -2,14 +2,23 @@
 
 Stages, in order: the Hypothesis state machine (target in lockstep with the spec model), the
 CrossHair gate (the reference's icontract obligations over all paths), the Z3 proofs (induction on
-the closed forms), and the exhaustive model checker. Each reports pass / FAIL / ERROR (environment:
-a stage that cannot run) with its time and numbers; `--json` and `--junit` write the same results.
+the closed forms), and the exhaustive model checker. Each reports pass, FAIL (a counterexample: a
+real violation), INCOMPLETE (the analysis did not finish: a work bound or a clock safety net stopped
+it before a verdict - "unknown", never a counterexample) or ERROR (environment: a stage that cannot
+run), with its time and numbers; `--json` and `--junit` write the same results.
 
-Exit: 0 every stage holds; 1 some stage fails; 2 usage or environment error (a stage that could not
-run, e.g. a missing module), when nothing failed.
+Exit: 0 every stage holds; 1 some stage fails; 3 nothing fails but some stage is INCOMPLETE; 2 usage
+or environment error (a stage that could not run, e.g. a missing module), when nothing failed or was
+incomplete. The same in every profile: an unknown never passes and never counts as a counterexample.
 
-Profiles: quick (seconds; the pre-commit hook), pre-merge (the CI profile, <= 60 s on two cores),
-deep (every core, the model checker's full bounds, minutes).
+A verdict is a function of the code, not of the machine's load: every stage's work is bounded by
+counts - the state machine by a fixed number of derandomized examples and steps, CrossHair by paths
+per condition and Z3 by its deterministic resource limit (rlimit), the model checker by its
+configuration bounds (every reachable state of each). The seconds in a profile are safety nets that
+end a runaway stage INCOMPLETE; they are far above the measured times (README: the stress measurement).
+
+Profiles: quick (seconds; the pre-commit hook), pre-merge (the CI profile, <= 60 s on two busy cores),
+deep (every core, the model checker's full bounds, the full CrossHair scope, an hour).
 `--target python:MODULE:FACTORY` runs the state machine and the model checker against another
 implementation (a callable taking a kvcache.CacheConfig), judged by the Python target contract
 (`kvcache_spec.target_contract`, the one `kvcache conformance --target` uses); CrossHair and Z3 are
@@ -33,33 +42,37 @@ from typing import Any, Callable, Optional
 from kvcache_spec.cli import open_report
 
 STAGES = ("stateful", "crosshair", "z3", "model-checker")
-PASS, FAIL, ERROR = "pass", "FAIL", "ERROR"
+PASS, FAIL, INCOMPLETE, ERROR = "pass", "FAIL", "INCOMPLETE", "ERROR"
+EXIT_CODES = {PASS: 0, FAIL: 1, ERROR: 2, INCOMPLETE: 3}
 
 
 @dataclass(frozen=True)
 class Profile:
-    stateful_examples: int
+    stateful_examples: int     # the work bounds ...
     stateful_steps: int
-    crosshair_budget: float
     crosshair_cache_scope: str  # crosshair_gate's sequence_cache scope: none, fast or full
+    crosshair_max_iterations: int  # paths per CrossHair condition
     mc_bounds: str             # a model_checker.PROFILES key
+    crosshair_budget: float    # ... and the safety nets (wall seconds; running out is INCOMPLETE)
     mc_budget: float
     jobs: Optional[int]        # None: every core
 
 
 PROFILES: dict[str, Profile] = {
-    # The budgets are ceilings: a stage that runs out of its budget fails (incomplete is no pass), so they
-    # leave room for a slow machine. Measured pre-merge on this 2-core machine: 36 s in all on a normal day
-    # (CrossHair ~9 s, model checker ~15 s); on a day when everything ran 2.5x slower, CrossHair took 27 s
-    # and the model checker needed more than 30 s for its bounds - hence 60 s and 75 s, not the stage times.
-    "quick": Profile(stateful_examples=30, stateful_steps=25, crosshair_budget=25.0, crosshair_cache_scope="fast",
-                     mc_bounds="quick",
-                     mc_budget=15.0, jobs=None),
-    "pre-merge": Profile(stateful_examples=300, stateful_steps=50, crosshair_budget=60.0,
-                         crosshair_cache_scope="fast", mc_bounds="pre-merge", mc_budget=75.0, jobs=None),
-    "deep": Profile(stateful_examples=2000, stateful_steps=80, crosshair_budget=1800.0,  # full scope: ~690 s measured
-                    crosshair_cache_scope="full", mc_bounds="deep",
-                    mc_budget=7200.0, jobs=None),  # measured ~3550 s on 2 busy cores
+    # pre-merge's counts are sized for 60 s on two cores each running another CPU-bound process: about
+    # 36 s of CPU in all, measured (state machine ~8 s, CrossHair ~11 s, Z3 ~3 s, model checker ~14 s);
+    # it was 300 examples and 296 configurations (~130 s of CPU). The deep profile keeps the large counts
+    # (the full CrossHair scope, the model checker's full bounds).
+    "quick": Profile(stateful_examples=30, stateful_steps=25, crosshair_cache_scope="fast",
+                     crosshair_max_iterations=1000, mc_bounds="quick", crosshair_budget=60.0, mc_budget=60.0,
+                     jobs=None),
+    "pre-merge": Profile(stateful_examples=100, stateful_steps=50, crosshair_cache_scope="fast",
+                         crosshair_max_iterations=1000, mc_bounds="pre-merge", crosshair_budget=120.0,
+                         mc_budget=180.0, jobs=None),
+    "deep": Profile(stateful_examples=2000, stateful_steps=80, crosshair_cache_scope="full",
+                    crosshair_max_iterations=20000, mc_bounds="deep",
+                    crosshair_budget=3600.0,   # full scope: ~690 s measured (with wall-clock solver timeouts)
+                    mc_budget=14400.0, jobs=None),  # measured ~3550 s on 2 busy cores
 }
 
 
@@ -101,8 +114,11 @@ def stage_stateful(profile: Profile, factory: Callable[..., Any]) -> StageResult
         return factory(config)
 
     machine = make_machine(counted, name="KVCacheMachine")
+    # A fixed count of derandomized examples, no example database and no deadline: the same examples
+    # on every run and machine (the "ci" profile says so too; stated here so verify does not depend on it).
     chosen = settings(stateful_settings("ci"), max_examples=profile.stateful_examples,
-                      stateful_step_count=profile.stateful_steps, report_multiple_bugs=False)
+                      stateful_step_count=profile.stateful_steps, report_multiple_bugs=False,
+                      derandomize=True, database=None, deadline=None)
     started = time.monotonic()
     numbers: dict[str, Any] = {"max examples": profile.stateful_examples, "steps": profile.stateful_steps}
     try:
@@ -123,20 +139,24 @@ _CROSSHAIR_CHILD = """
 import json, sys
 try:
     from kvcache_proofs import crosshair_gate
-    result = crosshair_gate.run_gate(budget_seconds=float(sys.argv[1]), sequence_cache=sys.argv[2])
+    result = crosshair_gate.run_gate(budget_seconds=float(sys.argv[1]), sequence_cache=sys.argv[2],
+                                     max_iterations=int(sys.argv[3]))
 except ImportError as error:
     print(json.dumps({"import_error": str(error)}))
     sys.exit(0)
-print(json.dumps({"passed": result.passed, "confirmed": result.confirmed, "rows": len(result.rows),
-                  "excluded": len(result.excluded), "table": result.table()}))
+print(json.dumps({"verdict": result.verdict, "summary": result.summary(), "excluded": len(result.excluded),
+                  "table": result.table()}))
 """
+_GATE_VERDICTS = {"PASS": PASS, "FAIL": FAIL, "INCOMPLETE": INCOMPLETE}
 
 
 def stage_crosshair(profile: Profile, factory: Callable[..., Any]) -> StageResult:
     started = time.monotonic()
+    # A fixed hash seed: the analysis should not depend on the process's string-hash order either.
     child = subprocess.run([sys.executable, "-c", _CROSSHAIR_CHILD, str(profile.crosshair_budget),
-                            profile.crosshair_cache_scope],
-                           capture_output=True, text=True, timeout=profile.crosshair_budget * 4 + 120)
+                            profile.crosshair_cache_scope, str(profile.crosshair_max_iterations)],
+                           capture_output=True, text=True, timeout=profile.crosshair_budget * 4 + 120,
+                           env={**os.environ, "PYTHONHASHSEED": "0"})
     try:
         outcome = json.loads(child.stdout.strip().splitlines()[-1])
     except (IndexError, ValueError):
@@ -144,10 +164,13 @@ def stage_crosshair(profile: Profile, factory: Callable[..., Any]) -> StageResul
                            detail=f"the gate's process ended with {child.returncode}:\n{child.stderr[-4000:]}")
     if "import_error" in outcome:
         raise EnvironmentProblem(f"the CrossHair gate cannot run: {outcome['import_error']}")
-    numbers = {"confirmed": f"{outcome['confirmed']}/{outcome['rows']}", "out of scope": outcome["excluded"],
-               "budget s": profile.crosshair_budget, "SequenceCache scope": profile.crosshair_cache_scope}
-    return StageResult("crosshair", PASS if outcome["passed"] else FAIL, time.monotonic() - started, numbers,
-                       "" if outcome["passed"] else outcome["table"])
+    summary = outcome["summary"]
+    numbers = {"confirmed": f"{summary['confirmed']}/{summary['rows']}", "counterexample": summary["counterexample"],
+               "unknown": summary["unknown"], "out of scope": outcome["excluded"],
+               "max paths": profile.crosshair_max_iterations, "SequenceCache scope": profile.crosshair_cache_scope}
+    verdict = _GATE_VERDICTS[outcome["verdict"]]
+    return StageResult("crosshair", verdict, time.monotonic() - started, numbers,
+                       "" if verdict == PASS else outcome["table"])
 
 
 def stage_z3(profile: Profile, factory: Callable[..., Any]) -> StageResult:
@@ -158,9 +181,12 @@ def stage_z3(profile: Profile, factory: Callable[..., Any]) -> StageResult:
     except ImportError as error:  # z3 itself missing
         raise EnvironmentProblem(f"z3 not available: {error}") from error
     held = sum(bool(r.holds) for r in results)
-    ok = bool(results) and held == len(results)
-    return StageResult("z3", PASS if ok else FAIL, time.monotonic() - started,
-                       {"proofs": f"{held}/{len(results)}"}, "" if ok else proofs.report(results))
+    unknown = sum(r.status == "unknown" for r in results)
+    failed = len(results) - held - unknown
+    verdict = FAIL if failed or not results else INCOMPLETE if unknown else PASS
+    return StageResult("z3", verdict, time.monotonic() - started,
+                       {"proofs": f"{held}/{len(results)}", "counterexample": failed, "unknown": unknown},
+                       "" if verdict == PASS else proofs.report(results))
 
 
 def stage_model_checker(profile: Profile, factory: Callable[..., Any], target: Optional[str] = None,
@@ -171,20 +197,22 @@ def stage_model_checker(profile: Profile, factory: Callable[..., Any], target: O
     report = model_checker.check_all(model_checker.PROFILES[profile.mc_bounds], factory, profile.mc_budget,
                                      jobs=jobs, target=target, progress=progress)
     numbers = {"states": report.states, "configs": f"{report.configs_checked}/{report.configs_total}",
-               "states/s": round(report.states_per_second), "jobs": report.jobs}
+               "states/s": round(report.states_per_second), "jobs": report.jobs,
+               "counterexample": int(report.counterexample is not None),
+               "unknown configs": report.configs_total - report.configs_checked if report.counterexample is None else 0}
     if report.counterexample:
         numbers["counterexample ops"] = len(report.counterexample.ops)
-    return StageResult("model-checker", PASS if report.ok else FAIL, report.seconds, numbers,
-                       "" if report.ok else report.summary())
+    verdict = PASS if report.ok else FAIL if report.counterexample else INCOMPLETE
+    return StageResult("model-checker", verdict, report.seconds, numbers, "" if report.ok else report.summary())
 
 
 # --- reports ------------------------------------------------------------------------------------
 
 def table(results: list[StageResult], profile: str, seconds: float) -> str:
     lines = [f"kvcache verify --profile {profile}", "",
-             f"{'stage':<15} {'verdict':<8} {'seconds':>8}  numbers"]
-    lines += [f"{r.name:<15} {r.verdict:<8} {r.seconds:8.1f}  {r.numbers_text()}" for r in results]
-    lines.append(f"{'total':<15} {overall(results):<8} {seconds:8.1f}")
+             f"{'stage':<15} {'verdict':<10} {'seconds':>8}  numbers"]
+    lines += [f"{r.name:<15} {r.verdict:<10} {r.seconds:8.1f}  {r.numbers_text()}" for r in results]
+    lines.append(f"{'total':<15} {overall(results):<10} {seconds:8.1f}")
     for r in results:
         if r.detail and r.verdict != PASS:
             lines += ["", f"--- {r.name}: {r.verdict}", r.detail]
@@ -192,10 +220,11 @@ def table(results: list[StageResult], profile: str, seconds: float) -> str:
 
 
 def overall(results: list[StageResult]) -> str:
-    if any(r.verdict == FAIL for r in results):
-        return FAIL
-    if any(r.verdict == ERROR for r in results):
-        return ERROR
+    """FAIL if any stage found a violation; else INCOMPLETE if any did not finish; else ERROR if any
+    could not run; else pass."""
+    for verdict in (FAIL, INCOMPLETE, ERROR):
+        if any(r.verdict == verdict for r in results):
+            return verdict
     return PASS
 
 
@@ -208,16 +237,25 @@ def write_json(path: str, results: list[StageResult], profile: str, seconds: flo
 
 
 def write_junit(path: str, results: list[StageResult], profile: str, seconds: float) -> None:
+    # JUnit has two ways to not pass: <failure> is a counterexample (type "counterexample"); <error> is
+    # a stage that did not finish (type "incomplete": unknown) or could not run (type "environment").
     suite = ET.Element("testsuite", name=f"kvcache verify {profile}", tests=str(len(results)),
                        failures=str(sum(r.verdict == FAIL for r in results)),
-                       errors=str(sum(r.verdict == ERROR for r in results)), time=f"{seconds:.3f}")
+                       errors=str(sum(r.verdict in (ERROR, INCOMPLETE) for r in results)), time=f"{seconds:.3f}")
     for r in results:
         case = ET.SubElement(suite, "testcase", classname="kvcache.verify", name=r.name, time=f"{r.seconds:.3f}")
+        properties = ET.SubElement(case, "properties")
+        ET.SubElement(properties, "property", name="verdict", value=r.verdict)
+        for key, value in r.numbers.items():
+            ET.SubElement(properties, "property", name=key, value=str(value))
         ET.SubElement(case, "system-out").text = r.numbers_text()
+        first = r.detail.splitlines()[0] if r.detail else r.verdict
         if r.verdict == FAIL:
-            ET.SubElement(case, "failure", message=r.detail.splitlines()[0] if r.detail else "failed").text = r.detail
+            ET.SubElement(case, "failure", type="counterexample", message=first).text = r.detail
+        elif r.verdict == INCOMPLETE:
+            ET.SubElement(case, "error", type="incomplete", message="unknown: " + first).text = r.detail
         elif r.verdict == ERROR:
-            ET.SubElement(case, "error", message=r.detail.splitlines()[0] if r.detail else "error").text = r.detail
+            ET.SubElement(case, "error", type="environment", message=first).text = r.detail
     root = ET.Element("testsuites")
     root.append(suite)
     with open_report(path) as handle:
@@ -288,7 +326,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         write_json(args.json, results, args.profile, seconds)
     if args.junit:
         write_junit(args.junit, results, args.profile, seconds)
-    return {PASS: 0, FAIL: 1, ERROR: 2}[overall(results)]
+    return EXIT_CODES[overall(results)]
 
 
 if __name__ == "__main__":

@@ -53,7 +53,8 @@ ring w + m - 2, "upstream-floor" replaces the rewind rule by upstream's floor.
 
 API: `run_proofs(variant="sound") -> list[ProofResult]` (name, statement, holds, seconds,
 counterexample, witness), `PROOF_NAMES`, `report(results)`, `main(argv)`.
-Run: `python -m kvcache_proofs.z3_induction [--variant NAME]` (exit 0 all hold, 1 a proof fails).
+Run: `python -m kvcache_proofs.z3_induction [--variant NAME]` (exit 0 all hold, 1 a proof fails, 3 none
+fails but Z3 left one unknown: its work bound `RLIMIT` or the safety-net timeout ran out).
 """
 
 from __future__ import annotations
@@ -68,7 +69,13 @@ from typing import Any, Callable, Optional, Sequence
 import z3  # type: ignore[import-untyped]
 
 VARIANTS = ("sound", "slots-minus-one", "upstream-floor")
-TIMEOUT_MS = 30_000
+# Work, not time, decides a proof: every query gets RLIMIT units of Z3's deterministic resource counter;
+# the wall-clock timeout is only a safety net. A query that runs out of either ends "unknown" - never a
+# counterexample, never a proof. Measured: the sound proofs use at most 0.2 million units; finding the
+# upstream-floor variant's rewind-rule-exact counterexample after the other proofs ran in the same
+# process needs between 20 and 100 million (12 s), hence 500 million.
+RLIMIT = 500_000_000
+TIMEOUT_MS = 120_000
 
 Expr = Any  # a Z3 expression (z3 is untyped)
 
@@ -81,6 +88,20 @@ class ProofResult:
     seconds: float
     counterexample: str = ""   # Z3's model when the proof fails (or "unknown: ...")
     witness: str = ""          # for existence claims: the witness found, and its replay on the model
+
+    @property
+    def status(self) -> str:
+        """"holds", "unknown" (Z3 gave no answer within its bounds) or "counterexample" (any other failure)."""
+        if self.holds:
+            return "holds"
+        return "unknown" if self.counterexample.startswith("unknown") else "counterexample"
+
+
+def _solver() -> Any:
+    solver = z3.Solver()
+    solver.set("rlimit", RLIMIT)
+    solver.set("timeout", TIMEOUT_MS)
+    return solver
 
 
 # --- the symbolic ring ---------------------------------------------------------------------------
@@ -175,11 +196,13 @@ def _model_text(model: Any) -> str:
 def prove(name: str, statement: str, hypotheses: Sequence[Expr], goal: Expr) -> ProofResult:
     """Valid iff hypotheses and not(goal) is unsat; otherwise report Z3's model as the counterexample."""
     started = time.perf_counter()
-    solver = z3.Solver()
-    solver.set("timeout", TIMEOUT_MS)
+    solver = _solver()
     solver.add(*hypotheses)
     # A proof from contradictory hypotheses proves nothing: they must have a model first.
     premises = solver.check()
+    if premises == z3.unknown:
+        return ProofResult(name, statement, False, time.perf_counter() - started,
+                           f"unknown: the hypotheses alone ({solver.reason_unknown()})")
     if premises != z3.sat:
         return ProofResult(name, statement, False, time.perf_counter() - started,
                            f"vacuous: the hypotheses are {premises} on their own")
@@ -296,8 +319,7 @@ def arithmetic_proofs(ring: Ring) -> list[ProofResult]:
 # --- upstream's floor: witnesses, replayed on the spec model ---------------------------------------
 
 def _find(constraints: Sequence[Expr], names: Sequence[Expr]) -> Optional[dict[str, int]]:
-    solver = z3.Solver()
-    solver.set("timeout", TIMEOUT_MS)
+    solver = _solver()
     solver.add(*constraints)
     if solver.check() != z3.sat:
         return None
@@ -489,13 +511,16 @@ def run_proofs(variant: str = "sound") -> list[ProofResult]:
 def report(results: Sequence[ProofResult]) -> str:
     lines = []
     for result in results:
-        lines.append(f"{'holds ' if result.holds else 'FAILS '} {result.seconds:6.2f}s  {result.name}: {result.statement}")
+        mark = {"holds": "holds ", "unknown": "UNKNOWN", "counterexample": "FAILS "}[result.status]
+        lines.append(f"{mark} {result.seconds:6.2f}s  {result.name}: {result.statement}")
         if result.witness:
             lines.append(f"         {result.witness}")
         if result.counterexample:
             lines.append(f"         {result.counterexample}")
     held = sum(r.holds for r in results)
-    lines.append(f"{held}/{len(results)} hold, {sum(r.seconds for r in results):.1f} s")
+    unknown = sum(r.status == "unknown" for r in results)
+    lines.append(f"{held}/{len(results)} hold, {len(results) - held - unknown} fail, {unknown} unknown, "
+                 f"{sum(r.seconds for r in results):.1f} s")
     return "\n".join(lines)
 
 
@@ -506,7 +531,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parser.parse_args(list(argv) if argv is not None else None)
     results = run_proofs(args.variant)
     print(report(results))
-    return 0 if all(r.holds for r in results) else 1
+    if all(r.holds for r in results):
+        return 0
+    return 1 if any(r.status == "counterexample" for r in results) else 3
 
 
 if __name__ == "__main__":

@@ -16,6 +16,14 @@ citations: they are too common to mean a rule.
 
     kvcache trace            # print the matrix; exit 1 when a rule or a contract is untraced
     kvcache trace --gaps     # print only the gaps
+    kvcache trace --tests DIR   # the test files to read (default: see below)
+
+Where the sources come from: the model, the reference and the vectors are read through the installed
+packages (`kvcache_spec.model.__file__`, `kvcache`'s folder, `kvcache_spec`'s `vectors/`), so the
+command works from a wheel as from a checkout. Tests are not installed: they are read from `--tests
+DIR`, else from the `tests/` folder of the checkout the package was imported from (an editable
+install), else from `./tests`. Without any, the test column is not checked: the command says so and
+exits 2 (it cannot judge), never 0. Paths are shown as in the source tree (spec/model.py, kvcache/...).
 
 The matrix is built by pure functions over text and data (`build_matrix`), so a test can show that a
 rule losing its contract or its test turns into a gap.
@@ -23,7 +31,9 @@ rule losing its contract or its test turns into a gap.
 
 from __future__ import annotations
 
+import argparse
 import ast
+import importlib
 import json
 import pathlib
 import re
@@ -33,11 +43,6 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from .rules import RULES, Rule
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-MODEL_PATH = ROOT / "spec" / "model.py"
-KVCACHE_DIR = ROOT / "kvcache"
-TESTS_DIR = ROOT / "tests"
-VECTORS_DIR = ROOT / "spec" / "vectors"
 
 COLUMNS = ("model", "kvcache", "tests")
 
@@ -107,34 +112,56 @@ class Sources:
     tests: Mapping[str, str]          # test path -> source text
     vectors: Mapping[str, Any]        # vector path -> parsed JSON
     notes: list[str] = field(default_factory=list)  # e.g. "spec/vectors/ does not exist yet"
+    tests_checked: bool = True        # False: no test folder was found, the test column is not judged
 
 
-def load_sources(root: pathlib.Path = ROOT) -> Sources:
+def package_dir(name: str) -> pathlib.Path:
+    """The folder an installed (or checked-out) package is imported from."""
+    module = importlib.import_module(name)
+    return pathlib.Path(module.__file__ or "").resolve().parent
+
+
+def default_tests_dir() -> Optional[pathlib.Path]:
+    """The checkout's tests/ when the package is imported from a checkout, else ./tests, else None."""
+    for candidate in (package_dir("kvcache_spec").parent / "tests", pathlib.Path.cwd() / "tests"):
+        if any(candidate.glob("test_*.py")):
+            return candidate
+    return None
+
+
+def load_sources(tests_dir: Optional[pathlib.Path] = None) -> Sources:
+    """The matrix's sources: model, reference and vectors from the installed packages, tests from
+    `tests_dir` (default: `default_tests_dir()`)."""
     from . import specdoc  # imports kvcache; kept out of module import so `--help` stays cheap
 
-    def relative(path: pathlib.Path) -> str:
-        return str(path.relative_to(root))
-
+    spec_dir, kvcache_dir = package_dir("kvcache_spec"), package_dir("kvcache")
     contracts = [Contract(f"{entry.module}.{entry.owner} ({entry.kind})", entry.description, entry.rule_ids,
                           entry.condition) for entry in specdoc.collect_contracts()]
     notes: list[str] = []
     vectors: dict[str, Any] = {}
-    vectors_dir = root / "spec" / "vectors"
+    vectors_dir = spec_dir / "vectors"
     if not vectors_dir.is_dir():
         notes.append("spec/vectors/ does not exist: no vector cites any rule")
     else:
         for path in sorted(vectors_dir.glob("*.json")):
-            vectors[relative(path)] = json.loads(path.read_text())
+            vectors[f"spec/vectors/{path.name}"] = json.loads(path.read_text())
         if not vectors:
             notes.append("spec/vectors/ holds no *.json file")
-    tests_dir = root / "tests"
-    tests = {relative(path): path.read_text() for path in sorted(tests_dir.glob("test_*.py"))
-             if path.name != "test_traceability.py"}  # its own demonstrations are not citations
+    tests_dir = tests_dir or default_tests_dir()
+    tests: dict[str, str] = {}
+    if tests_dir is None:
+        notes.append("no tests/ folder found (tests are not installed with the package): the test column is "
+                     "not checked; pass --tests DIR")
+    else:
+        tests = {f"tests/{path.name}": path.read_text() for path in sorted(tests_dir.glob("test_*.py"))
+                 if path.name != "test_traceability.py"}  # its own demonstrations are not citations
+    model_path = pathlib.Path(importlib.import_module("kvcache_spec.model").__file__ or "")
     return Sources(
-        model={relative(root / "spec" / "model.py"): (root / "spec" / "model.py").read_text()},
+        model={"spec/model.py": model_path.read_text()},
         contracts=contracts,
-        kvcache={relative(path): path.read_text() for path in sorted((root / "kvcache").rglob("*.py"))},
-        tests=tests, vectors=vectors, notes=notes)
+        kvcache={f"kvcache/{path.relative_to(kvcache_dir).as_posix()}": path.read_text()
+                 for path in sorted(kvcache_dir.rglob("*.py"))},
+        tests=tests, vectors=vectors, notes=notes, tests_checked=tests_dir is not None)
 
 
 # --- finding citations -----------------------------------------------------------------------------
@@ -272,14 +299,18 @@ class Matrix:
     uncited_contracts: list[Contract]
     exemptions: Mapping[tuple[str, str], str]
     notes: list[str]
+    tests_checked: bool = True
 
     def gaps(self) -> list[str]:
-        """Every traceability failure, one sentence each; empty when everything is traced."""
+        """Every traceability failure, one sentence each; empty when everything is traced (a column
+        that could not be read, `tests_checked` False, is not judged: the command then exits 2)."""
         problems: list[str] = []
         known = {row.rule.id for row in self.rows}
         for row in self.rows:
             for column in COLUMNS:
                 exempt = (row.rule.id, column) in self.exemptions
+                if column == "tests" and not self.tests_checked:
+                    continue
                 if not row.has(column) and not exempt:
                     problems.append(f"{row.rule.id}: not cited by the {_COLUMN_TEXT[column]}")
                 elif row.has(column) and exempt:
@@ -323,7 +354,7 @@ def build_matrix(rules: Sequence[Rule], sources: Sources,
     for path, data in sources.vectors.items():
         merge("vectors", vector_citations(path, data, rules))
     uncited = [contract for contract in sources.contracts if not contract.rule_ids]
-    return Matrix(list(rows.values()), uncited, exemptions, list(sources.notes))
+    return Matrix(list(rows.values()), uncited, exemptions, list(sources.notes), sources.tests_checked)
 
 
 # --- printing ----------------------------------------------------------------------------------------
@@ -354,28 +385,36 @@ def render(matrix: Matrix, gaps_only: bool = False) -> str:
     for note in matrix.notes:
         lines.append(f"note: {note}")
     gaps = matrix.gaps()
-    traced = sum(all(row.has(c) or (row.rule.id, c) in matrix.exemptions for c in COLUMNS) for row in matrix.rows)
+    judged = [c for c in COLUMNS if c != "tests" or matrix.tests_checked]
+    traced = sum(all(row.has(c) or (row.rule.id, c) in matrix.exemptions for c in judged) for row in matrix.rows)
     lines.append(f"{traced}/{len(matrix.rows)} rules traced, {len(matrix.exemptions)} exemptions, "
-                 f"{len(matrix.uncited_contracts)} contracts without a rule id, {len(gaps)} gaps")
+                 f"{len(matrix.uncited_contracts)} contracts without a rule id, {len(gaps)} gaps"
+                 + ("" if matrix.tests_checked else " (INCOMPLETE: the test column was not checked)"))
     lines += [f"GAP {gap}" for gap in gaps]
     return "\n".join(lines)
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if args in (["-h"], ["--help"]):
-        print("usage: kvcache trace [--gaps]\n\n" + (__doc__ or "").split("\n\n")[1])
-        return 0
-    if args not in ([], ["--gaps"]):
-        print("usage: kvcache trace [--gaps]", file=sys.stderr)
+    parser = argparse.ArgumentParser(prog="kvcache trace", description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--gaps", action="store_true", help="print only the gaps")
+    parser.add_argument("--tests", metavar="DIR", type=pathlib.Path,
+                        help="the folder of tests/test_*.py (default: the checkout's tests/, else ./tests)")
+    try:
+        args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    except SystemExit as exit_:
+        return 0 if exit_.code == 0 else 2
+    if args.tests is not None and not args.tests.is_dir():
+        print(f"kvcache trace: --tests {args.tests} is not a folder", file=sys.stderr)
         return 2
     try:
-        matrix = build_matrix(RULES, load_sources())
+        matrix = build_matrix(RULES, load_sources(args.tests))
     except (OSError, SyntaxError, ValueError) as error:
         print(f"kvcache trace: cannot read the sources ({error})", file=sys.stderr)
         return 2
-    print(render(matrix, gaps_only=args == ["--gaps"]))
-    return 1 if matrix.gaps() else 0
+    print(render(matrix, gaps_only=args.gaps))
+    if matrix.gaps():
+        return 1
+    return 0 if matrix.tests_checked else 2
 
 
 if __name__ == "__main__":

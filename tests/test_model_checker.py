@@ -91,6 +91,20 @@ def test_time_budget_exhausted_is_not_a_pass() -> None:
     assert "INCOMPLETE" in report.summary()
 
 
+def test_main_out_of_time_is_incomplete_exit_3(capsys: pytest.CaptureFixture[str]) -> None:
+    """The clock is a safety net: running out is "incomplete" (3), apart from a violation (1)."""
+    assert model_checker.main(["--profile", "deep", "--jobs", "1", "--time-budget", "0.2"]) == 3
+    out = capsys.readouterr().out
+    assert "INCOMPLETE" in out and "VIOLATION" not in out
+
+
+def test_pre_merge_bounds_are_work_not_time() -> None:
+    """pre-merge's verdict is a function of its bounds: a fixed set of configurations, every state of each."""
+    bounds = model_checker.PROFILES["pre-merge"]
+    assert len(bounds.configs()) == 128
+    assert model_checker.DEFAULT_BUDGET["pre-merge"] >= 120  # a safety net, ~9x the measured 14 s of CPU
+
+
 def test_observe_is_a_check_of_every_n() -> None:
     assert next(iter(model_checker.checks(model_checker.Lockstep(ConfigSpec(3, (0,)))))) == Observe((0, 1, 2, 3, 4))
 

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+import kvcache_spec.examples
+
 README = Path(__file__).resolve().parent.parent / "README.md"
 EXAMPLES = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
 
@@ -22,5 +24,5 @@ def test_readme_example_runs(index: int) -> None:
 
 def test_readme_runner_loop_is_the_tested_example() -> None:
     """The README's runner loop is spec/examples/readme_runner.py word for word (tested in test_examples)."""
-    example = (README.parent / "spec" / "examples" / "readme_runner.py").read_text()
+    example = Path(kvcache_spec.examples.__file__).with_name("readme_runner.py").read_text()  # the installed copy
     assert example in EXAMPLES

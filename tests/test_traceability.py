@@ -10,16 +10,21 @@ from __future__ import annotations
 
 import copy
 import re
+from pathlib import Path
 
 import pytest
 
 from kvcache_spec import trace
 from kvcache_spec.rules import RULES, Rule
 
+# The tests are not installed: they are found from this file, whether the package under test is a
+# checkout or an installed wheel (the model, kvcache and the vectors are read from the packages).
+TESTS = Path(__file__).resolve().parent
+
 
 @pytest.fixture(scope="module")
 def sources() -> trace.Sources:
-    return trace.load_sources()
+    return trace.load_sources(TESTS)
 
 
 @pytest.fixture(scope="module")
@@ -63,10 +68,33 @@ def test_nothing_else_is_a_gap(matrix: trace.Matrix) -> None:
 
 
 def test_trace_command_exit_code_follows_the_gaps(matrix: trace.Matrix, capsys: pytest.CaptureFixture[str]) -> None:
-    assert trace.main([]) == (1 if matrix.gaps() else 0)
+    assert trace.main(["--tests", str(TESTS)]) == (1 if matrix.gaps() else 0)
     out = capsys.readouterr().out
     assert all(rule.id in out for rule in RULES)
     assert trace.main(["--bogus"]) == 2
+    assert trace.main(["--tests", str(TESTS / "no-such-folder")]) == 2
+
+
+def test_the_sources_are_read_from_the_imported_packages(sources: trace.Sources) -> None:
+    """What the matrix reads is what is imported (a wheel's files when installed), shown by source-tree path."""
+    import kvcache
+    import kvcache_spec.model
+
+    assert sources.model == {"spec/model.py": Path(kvcache_spec.model.__file__).read_text()}
+    assert sources.kvcache["kvcache/__init__.py"] == Path(kvcache.__file__).read_text()
+    assert "spec/vectors/kvcache_vectors.json" in sources.vectors
+    assert "tests/test_rules.py" in sources.tests and sources.tests_checked
+
+
+def test_without_tests_the_command_cannot_pass(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """No tests folder found (an installed package, run elsewhere): the test column is not judged, the
+    output says INCOMPLETE, and the exit code is 2 - never 0."""
+    monkeypatch.setattr(trace, "default_tests_dir", lambda: None)
+    monkeypatch.chdir(tmp_path)
+    assert trace.main(["--gaps"]) == 2
+    out = capsys.readouterr().out
+    assert "the test column is not checked" in out and "INCOMPLETE" in out
 
 
 # --- the check can fail ------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -33,14 +34,57 @@ def test_reference_passes_the_quick_profile(tmp_path: Path) -> None:
     assert suite is not None and suite.get("tests") == "3" and suite.get("failures") == "0"
 
 
-def test_crosshair_stage_reads_the_gate_result(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The gate runs in a child process; its JSON line decides the verdict (a failing gate is a FAIL)."""
-    monkeypatch.setattr(verify, "_CROSSHAIR_CHILD", 'import json; print(json.dumps({"passed": False, '
-                        '"confirmed": 3, "rows": 4, "excluded": 0, "table": "budget exhausted"}))')
-    assert verify.main(["--profile", "quick", "--stages", "crosshair"]) == 1
-    monkeypatch.setattr(verify, "_CROSSHAIR_CHILD", 'import json; print(json.dumps({"passed": True, '
-                        '"confirmed": 4, "rows": 4, "excluded": 0, "table": ""}))')
-    assert verify.main(["--profile", "quick", "--stages", "crosshair"]) == 0
+def _gate_child(verdict: str, confirmed: int, counterexample: int, unknown: int) -> str:
+    summary = {"confirmed": confirmed, "counterexample": counterexample, "unknown": unknown,
+               "failed otherwise": 0, "rows": confirmed + counterexample + unknown}
+    return (f"import json; print(json.dumps({{'verdict': {verdict!r}, 'summary': {summary!r}, 'excluded': 0, "
+            f"'table': 'the gate table'}}))")
+
+
+@pytest.mark.parametrize("verdict, confirmed, counterexample, unknown, code, junit", [
+    ("PASS", 4, 0, 0, 0, None),
+    ("FAIL", 3, 1, 0, 1, "failure"),        # a counterexample always fails
+    ("INCOMPLETE", 3, 0, 1, 3, "error"),    # unknown: not a pass, and not a counterexample either
+])
+def test_crosshair_stage_reports_unknown_apart_from_counterexample(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, verdict: str, confirmed: int, counterexample: int,
+        unknown: int, code: int, junit: str) -> None:
+    """The gate runs in a child process; its JSON line decides the verdict, and the table, the JSON and
+    the JUnit report keep counterexample and unknown apart."""
+    monkeypatch.setattr(verify, "_CROSSHAIR_CHILD", _gate_child(verdict, confirmed, counterexample, unknown))
+    json_file, junit_file, report_args = _reports(tmp_path)
+    assert verify.main(["--profile", "quick", "--stages", "crosshair", *report_args]) == code
+    stage = json.loads(json_file.read_text())["stages"][0]
+    assert stage["verdict"] == {"PASS": "pass"}.get(verdict, verdict)
+    assert (stage["numbers"]["counterexample"], stage["numbers"]["unknown"]) == (counterexample, unknown)
+    case = ET.parse(junit_file).getroot().find("testsuite/testcase")
+    assert case is not None
+    if junit is None:
+        assert case.find("failure") is None and case.find("error") is None
+    else:
+        element = case.find(junit)
+        assert element is not None and element.get("type") == ("counterexample" if junit == "failure" else "incomplete")
+        assert case.find({"failure": "error", "error": "failure"}[junit]) is None
+
+
+def test_a_model_checker_out_of_time_is_incomplete_not_a_violation(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The clock is a safety net: when it runs out the stage is INCOMPLETE (exit 3), with no counterexample."""
+    monkeypatch.setitem(verify.PROFILES, "quick", dataclasses.replace(verify.PROFILES["quick"], mc_budget=0.01))
+    json_file, junit_file, report_args = _reports(tmp_path)
+    assert verify.main(["--profile", "quick", "--stages", "model-checker", *report_args]) == 3
+    stage = json.loads(json_file.read_text())["stages"][0]
+    assert stage["verdict"] == "INCOMPLETE" and stage["numbers"]["counterexample"] == 0
+    assert stage["numbers"]["unknown configs"] > 0
+    assert "INCOMPLETE" in capsys.readouterr().out
+    error = ET.parse(junit_file).getroot().find("testsuite/testcase/error")
+    assert error is not None and error.get("type") == "incomplete"
+
+
+def test_a_counterexample_outranks_an_incomplete_stage(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(verify, "_CROSSHAIR_CHILD", _gate_child("INCOMPLETE", 3, 0, 1))
+    assert verify.main(["--profile", "quick", "--stages", "crosshair,model-checker",
+                        "--target", BROKEN + "lenient_step"]) == 1
 
 
 def test_broken_implementation_fails_with_a_shortest_counterexample(
@@ -56,6 +100,7 @@ def test_broken_implementation_fails_with_a_shortest_counterexample(
     assert stage["verdict"] == "FAIL" and stage["numbers"]["counterexample ops"] == 3
     failure = ET.parse(junit_file).getroot().find("testsuite/testcase/failure")
     assert failure is not None and "REWIND-SOUND" in (failure.text or "")
+    assert failure.get("type") == "counterexample"
 
 
 @pytest.mark.parametrize("variant", ["lenient_step", "ring_slot_short"])
