@@ -10,6 +10,7 @@ import threading
 from typing import Any, Optional, TextIO
 
 from ..cli import open_report
+from . import scope as scopes
 from .suite import PROFILES, report_json, report_junit, run_suite
 from .targets import TargetError, parse_target
 
@@ -29,6 +30,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--timeout", type=float, default=5.0, help="seconds per request (cmd: targets)")
     parser.add_argument("--json", metavar="F", help="write the JSON report to F ('-' for stdout)")
     parser.add_argument("--junit", metavar="F", help="write a JUnit XML report to F")
+    parser.add_argument("--scope", metavar="FEATURES",
+                        help="override the target's declared scope: comma-separated features of "
+                             f"{', '.join(scopes.FEATURES)} (or all); configs outside it must be refused")
     return parser
 
 
@@ -41,12 +45,21 @@ def main(argv: Optional[list[str]] = None) -> int:
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(2))
     try:
+        scope = None if args.scope is None else scopes.parse_text(args.scope, "--scope")
+    except scopes.ScopeError as error:
+        print(f"kvcache conformance: --scope: {error}", file=sys.stderr)
+        return 2
+    if scope is not None and (scope.ignored or not scope.features):
+        print(f"kvcache conformance: --scope: unknown feature(s) {', '.join(scope.ignored) or '(none given)'}; "
+              f"choose from {', '.join(scopes.FEATURES)} or all", file=sys.stderr)
+        return 2
+    try:
         target = parse_target(args.target, timeout=args.timeout, isolate=args.isolate)
     except TargetError as error:
         print(f"kvcache conformance: {error}", file=sys.stderr)
         return 2
     try:
-        result = run_suite(target, args.profile, args.seed)
+        result = run_suite(target, args.profile, args.seed, scope=scope)
     except TargetError as error:
         print(f"kvcache conformance: {error}", file=sys.stderr)
         return 2
@@ -88,5 +101,7 @@ def summary(report: dict[str, Any], target: str, args: argparse.Namespace, out: 
         line(f"    first layout divergence: {divergence['divergences'][0]}")
     for note in report["skipped"]:
         line(f"  skipped: {note}")
+    partial = report.get("scope", {}).get("full") is False
     line(f"  {'CONFORMING' if report['conforming'] else 'NOT CONFORMING'}"
-          f"{' (strict)' if args.strict else ''}")
+          f"{' (strict)' if args.strict else ''}"
+          + (f" within the scope {','.join(report['scope']['features'])} only" if partial else ""))
