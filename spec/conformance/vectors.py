@@ -22,7 +22,7 @@ from .configs import BAD_CONFIGS, SUITE_CONFIGS, JsonConfig, config, describe, l
 from .engine import ROW_FORGERIES, Engine, Step
 from .modeltarget import ModelTarget
 from .programs import BAD_CALLS, edge_programs, plan, step
-from .targets import Outcome, Target
+from .targets import Outcome, Target, TargetCrash
 
 FORMAT_VERSION = 1
 VECTORS_DIR = Path(__file__).resolve().parent.parent / "vectors"
@@ -447,6 +447,75 @@ def _replay_test(target: Target, cfg: Optional[JsonConfig], calls: list[dict[str
         elif got.ok and method == "create":
             return f"call {index} create: an invalid config was accepted ({expect})"
     return None
+
+
+# --- findings as vectors (`kvcache conformance --save-findings DIR`) ---------------------------------
+
+FINDINGS_GENERATOR = "kvcache_spec.conformance.findings/1"
+
+
+def _record(cfg: JsonConfig, steps: list[Step], optional: frozenset[str]) -> list[dict[str, Any]]:
+    """The calls the engine sends for `steps` on a target with these optional methods, answered by
+    the model: the same calls (length() or can_extend probes alike) the finding was seen through."""
+    recorder = Recorder()
+    recorder.optional = optional
+    Engine(recorder, cfg, exact=True).run(steps)
+    return recorder.calls
+
+
+def finding_document(finding: Any, cfg: JsonConfig, steps: list[Step], optional: frozenset[str],
+                     scope: scopes.Scope, target: str) -> dict[str, Any]:
+    """One finding as a golden-vector file with one test: the target's own driver replays it
+    (`./my_target --vectors FILE`) and fails where the suite saw the finding."""
+    made = to_model(cfg)
+    group_cfg: Optional[JsonConfig] = cfg
+    if finding.rule == scopes.BORDER_RULE:   # it must refuse the config at all
+        group_cfg = None
+        calls = [{"method": "create", "params": {"config": cfg}, "expect": {"rejected": scopes.BORDER_RULE}}]
+        flags = [scopes.BORDER_RULE] + [scopes.WITHOUT[name] for name in sorted(scope.missing(cfg))]
+    elif isinstance(made, model.Rejected):   # a config finding: it must refuse the config
+        group_cfg = None
+        calls = [{"method": "create", "params": {"config": cfg}, "expect": {"rejected": made.rule}}]
+        flags = [made.rule]
+    else:
+        calls = _record(cfg, steps, optional)
+        flags = _flags(calls, cfg, [finding.rule] if finding.rule in BY_ID else [])
+    comment = f"{finding.kind} {finding.rule}: {finding.message}"
+    flags = sorted(set(flags))
+    clean = [{k: v for k, v in call.items() if not k.startswith("_")} for call in calls]
+    return {
+        "algorithm": "kvcache-sequence-cache", "schema": SCHEMA_FILE, "formatVersion": FORMAT_VERSION,
+        "generatorVersion": FINDINGS_GENERATOR, "numberOfTests": 1,
+        "header": [f"A finding of `kvcache conformance` on {target}, as a golden-vector file: replay it with "
+                   "the target's own driver (./my_target --vectors THIS_FILE); it fails until the finding is "
+                   "fixed. The expected answers are the model's."],
+        "notes": {flag: BY_ID[flag].statement if flag in BY_ID else scopes.FLAG_NOTES.get(flag, "")
+                  for flag in flags},
+        "finding": {"class": finding.kind, "rule": finding.rule, "message": finding.message, "target": target},
+        "testGroups": [{"config": group_cfg, "configName": describe(cfg) if group_cfg else "a config to refuse",
+                        "tests": [{"tcId": 1, "comment": comment[:500], "flags": flags, "result": _result(calls),
+                                   "calls": clean}]}],
+    }
+
+
+def save_findings(found: list[tuple[Any, JsonConfig, list[Step]]], directory: Path, target: Target,
+                  scope: scopes.Scope) -> list[dict[str, Any]]:
+    """Write each (finding, config, steps) as DIR/NN-CLASS-RULE.json and replay it on `target` to
+    say whether it reproduces there; the list of what was written."""
+    directory.mkdir(parents=True, exist_ok=True)
+    saved = []
+    for index, (finding, cfg, steps) in enumerate(found, 1):
+        document = finding_document(finding, cfg, steps, target.optional, scope, target.name)
+        path = directory / f"{index:02d}-{finding.kind}-{finding.rule}.json".lower()
+        path.write_text(render(document))
+        group = document["testGroups"][0]
+        try:
+            problem = _replay_test(target, group["config"], group["tests"][0]["calls"])
+        except TargetCrash as crash:
+            problem = f"crash: {crash}"
+        saved.append({"path": str(path), "class": finding.kind, "rule": finding.rule,
+                      "reproduces": problem is not None, "replay": problem or "passed: it does not reproduce"})
+    return saved
 
 
 # --- the command -----------------------------------------------------------------------------------
