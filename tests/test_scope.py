@@ -189,3 +189,38 @@ def test_dying_on_a_config_outside_the_scope_is_a_crash_at_the_border() -> None:
     run = run_program(DiesOnRing(ZOO.format("flat_only")), config(20, [layer("ring", 4)]), [step(1)])
     assert run.finding is not None and (run.finding.kind, run.finding.rule) == (CRASH, "SCOPE-BORDER")
     assert "SIGABRT" in run.finding.message and "outside the declared scope [flat]" in run.finding.message
+
+
+# --- findings saved as vectors (the C++ replay is in test_cpp_conformance.py) ----------------------
+
+def test_a_border_finding_is_saved_as_a_config_to_refuse(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["--target", ZOO.format("flat_everywhere"), "--save-findings", str(tmp_path)]) == 1
+    assert "reproduces on replay" in capsys.readouterr().out
+    [path] = sorted(tmp_path.iterdir())
+    assert path.name == "01-wrong-scope-border.json"
+    document = json.loads(path.read_text())
+    assert document["finding"]["class"] == "wrong" and document["finding"]["rule"] == "SCOPE-BORDER"
+    [group] = document["testGroups"]
+    [test] = group["tests"]
+    assert group["config"] is None and test["flags"] == ["SCOPE-BORDER", "WITHOUT-RING"]
+    assert [call["method"] for call in test["calls"]] == ["create"]
+    assert test["calls"][0]["expect"] == {"rejected": "SCOPE-BORDER"}
+    assert vectors.replay_vectors(PythonTarget(ZOO.format("flat_everywhere")), document)[:2] == \
+        (0, [f"tcId 1 ({test['comment']}): call 0 create: an invalid config was accepted "
+             "({'rejected': 'SCOPE-BORDER'})"])
+    assert vectors.replay_vectors(PythonTarget(ZOO.format("flat_only")), document) == (1, [], 0)
+    assert vectors.replay_vectors(PythonTarget(REFERENCE), document) == (0, [], 1)   # not its border
+
+
+def test_saved_findings_replay_the_calls_the_finding_was_seen_through(tmp_path: Path) -> None:
+    """A target without length() was observed through can_extend probes: its saved finding is too."""
+    target = PythonTarget(ZOO.format("commit_checks_arithmetic"))
+    result = run_suite(target, "quick", seed=0)
+    reported = result.findings[(LENIENT, "COMMIT-ISSUED")]
+    without_length = frozenset({"depth", "retained_from"})
+    document = vectors.finding_document(reported.finding, reported.config, reported.steps, without_length,
+                                        scopes.FULL, target.name)
+    methods = {call["method"] for group in document["testGroups"] for t in group["tests"] for call in t["calls"]}
+    assert "length" not in methods and "can_extend" in methods and "commit" in methods
+    assert vectors.replay_vectors(target, document)[1]                      # fails on the mutant
+    assert vectors.replay_vectors(PythonTarget(REFERENCE), document) == (1, [], 0)
