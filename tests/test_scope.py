@@ -224,3 +224,11 @@ def test_saved_findings_replay_the_calls_the_finding_was_seen_through(tmp_path: 
     assert "length" not in methods and "can_extend" in methods and "commit" in methods
     assert vectors.replay_vectors(target, document)[1]                      # fails on the mutant
     assert vectors.replay_vectors(PythonTarget(REFERENCE), document) == (1, [], 0)
+
+
+def test_a_scope_with_no_suite_configuration_inside_is_no_verdict() -> None:
+    """A declaration of nothing known (a newer target's features only) must not pass vacuously."""
+    result = run_suite(PythonTarget(ZOO.format("faithful")), "quick", seed=0,
+                       scope=scopes.parse(["paged"], "declared in the target's hello"))
+    assert result.programs == 0 and "nothing to check" in result.aborted
+    assert not result.conforming() and not result.conforming(strict=True)

@@ -100,6 +100,9 @@ def run_suite(target: Target, profile: str = "quick", seed: int = 0,
     result.scope = scopes.summary(scope, configs)
     result.skipped |= set(scopes.notes(result.scope))
     configs, outside = (tuple(part) for part in scopes.split(configs, scope))
+    if not configs:   # a verdict on nothing would be vacuous
+        result.aborted = f"no suite configuration lies inside the scope [{scope}] ({scope.source}): nothing to check"
+        return result
 
     def check(cfg: JsonConfig, program: list[Step]) -> Optional[Finding]:
         return run_program(target, cfg, program, exact=True, scope=scope).finding
