@@ -12,6 +12,7 @@ import json
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Optional
 
 import pytest
 
@@ -56,7 +57,22 @@ struct FlatEverywhere : seed::FlatCache {
     return out;
   }
 };
+// A policy with no window field at all: only flat layers can reach such a cache.
+struct KindOnlyPolicy { seed::Kind kind; };
+struct KindOnlyLayer { KindOnlyPolicy policy; };
+struct KindOnlyConfig { int capacity; int n_layers; std::vector<KindOnlyLayer> layers; };
+struct KindOnlyCache : seed::FlatCache {
+  explicit KindOnlyCache(const KindOnlyConfig& c) : seed::FlatCache(convert(c)) {}
+  static seed::CacheConfig convert(const KindOnlyConfig& c) {
+    seed::CacheConfig out{c.capacity, c.n_layers, {}};
+    for (const KindOnlyLayer& l : c.layers) out.layers.push_back(seed::LayerConfig{{l.policy.kind, 0}, 1, 1});
+    return out;
+  }
+};
 int main(int argc, char** argv) {
+  if (argc >= 2 && std::string(argv[1]) == "--kind-only")
+    return kvcache_conformance::run_main<KindOnlyCache, KindOnlyConfig>(argc - 1, argv + 1, "kind only",
+                                                                         kvcache_conformance::Scope::flat_only());
   return kvcache_conformance::run_main<FlatEverywhere, BareConfig>(argc, argv, "flat everywhere",
                                                                    kvcache_conformance::Scope::flat_only());
 }
@@ -209,18 +225,29 @@ def test_serving_ring_layers_as_flat_is_caught_at_the_border(binaries: dict[str,
     assert done.returncode == 1 and "a target without ring refuses a ring layer" in done.stderr
 
 
-@pytest.mark.parametrize("change, problem", [({"max_write": 2}, "has no max_write field"),
-                                             ({"initial_capacity": 7}, "has no initial_capacity field")])
-def test_a_field_the_config_lacks_is_refused_at_the_boundary_naming_it(binaries: dict[str, Path],
-                                                                        change: dict[str, int], problem: str) -> None:
-    config = {"capacity": 4, "n_layers": 1, "layers": [{"kind": "flat", "window": 0, "n_kv_heads": 1, "head_dim": 1}],
-              "initial_capacity": 512, "max_write": None, **change}
+FLAT = {"kind": "flat", "window": 0, "n_kv_heads": 1, "head_dim": 1}
+
+
+@pytest.mark.parametrize("argv, change, problem", [
+    ([], {"max_write": 2}, "CacheConfig has no max_write field"),
+    ([], {"initial_capacity": 7}, "CacheConfig has no initial_capacity field"),
+    ([], {"layers": [{**FLAT, "n_kv_heads": 0}]}, "LayerConfig has no n_kv_heads field: it must still be >= 1"),
+    (["--kind-only"], {"layers": [{"kind": "ring", "window": 4, "n_kv_heads": 1, "head_dim": 1}]},
+     "LayerPolicy has no window field"),
+    (["--kind-only"], {}, None), ([], {}, None)])
+def test_a_field_the_config_lacks_is_refused_at_the_boundary_naming_it(binaries: dict[str, Path], argv: list[str],
+                                                                        change: dict[str, object],
+                                                                        problem: Optional[str]) -> None:
+    config = {"capacity": 4, "n_layers": 1, "layers": [FLAT], "initial_capacity": 512, "max_write": None, **change}
     lines = [json.dumps({"id": 1, "method": "hello", "params": {"protocol": "kvcache-conformance", "versions": [1]}}),
              json.dumps({"id": 2, "method": "create", "params": {"config": config}})]
-    done = subprocess.run([binaries["flat_everywhere"]], input="\n".join(lines) + "\n", capture_output=True,
+    done = subprocess.run([binaries["flat_everywhere"], *argv], input="\n".join(lines) + "\n", capture_output=True,
                           text=True, timeout=10)
     reply = json.loads(done.stdout.splitlines()[1])
-    assert reply["error"]["kind"] == "rejected" and problem in reply["error"]["message"]
+    if problem is None:
+        assert reply == {"id": 2, "result": None}
+    else:
+        assert reply["error"]["kind"] == "rejected" and problem in reply["error"]["message"]
 
 
 # --- findings replayed by the C++ driver, without Python -----------------------------------------------

@@ -644,11 +644,9 @@ class Driver {
       return true;
     };
     // A field the struct lacks: only the value that means "nothing" for it may be dropped.
-    auto absent = [&](const char* name, const std::string& the_rule, const std::string& meaning) {
+    auto absent = [&](const char* type, const char* name, const char* the_rule, const char* meaning) {
       rule = the_rule;
-      why = std::string("this ") + (std::string(name) == "window" ? "LayerPolicy" : std::string(name) == "n_kv_heads" ||
-                                    std::string(name) == "head_dim" ? "LayerConfig" : "CacheConfig") +
-            " has no " + name + " field: " + meaning;
+      why = std::string("this ") + type + " has no " + name + " field: " + meaning;
       return false;
     };
     int capacity = 0, n_layers = 0, initial_capacity = 512;
@@ -660,14 +658,14 @@ class Driver {
     if constexpr (has_initial_capacity<Config>::value) {
       c.initial_capacity = initial_capacity;
     } else if (initial_capacity != 512) {
-      return absent("initial_capacity", "CFG-INITIAL-CAPACITY", "only the default 512 can be served");
+      return absent("CacheConfig", "initial_capacity", "CFG-INITIAL-CAPACITY", "only the default 512 can be served");
     }
     const Json* mw = j.get("max_write");
     if (mw && !mw->is(Json::Type::Null)) {
       int m = 0;
       if (!field(j, "max_write", m)) return false;
       if constexpr (has_max_write<Config>::value) c.max_write = m;
-      else return absent("max_write", "SCOPE-BORDER", "a config that sets max_write is outside this cache's scope");
+      else return absent("CacheConfig", "max_write", "SCOPE-BORDER", "a config setting it is outside this cache's scope");
     } else {
       if constexpr (has_max_write<Config>::value) c.max_write = std::nullopt;
     }
@@ -686,11 +684,11 @@ class Driver {
       int window = 0, heads = 0, dim = 0;
       if (!field(l, "window", window) || !field(l, "n_kv_heads", heads) || !field(l, "head_dim", dim)) return false;
       if constexpr (has_window<PolicyT>::value) layer.policy.window = window;
-      else if (window != 0) return absent("window", "CFG-POLICY", "only a window of 0 (flat) can be served");
+      else if (window != 0) return absent("LayerPolicy", "window", "CFG-POLICY", "only window 0 (flat) can be served");
       if constexpr (has_n_kv_heads<LayerT>::value) layer.n_kv_heads = heads;
-      else if (heads < 1) return absent("n_kv_heads", "CFG-SHAPE", "it must still be >= 1");
+      else if (heads < 1) return absent("LayerConfig", "n_kv_heads", "CFG-SHAPE", "it must still be >= 1");
       if constexpr (has_head_dim<LayerT>::value) layer.head_dim = dim;
-      else if (dim < 1) return absent("head_dim", "CFG-SHAPE", "it must still be >= 1");
+      else if (dim < 1) return absent("LayerConfig", "head_dim", "CFG-SHAPE", "it must still be >= 1");
       c.layers.push_back(layer);
     }
     return true;
