@@ -88,15 +88,9 @@ def run_suite(target: Target, profile: str = "quick", seed: int = 0,
     result = SuiteResult(target.name, profile, seed)
     rng = random.Random(seed)
     requests_before = target.requests if isinstance(target, SubprocessTarget) else 0
+    scope = scope or declared_scope(target, configs[0], result)
     if scope is None:
-        try:
-            scope = target.declared_scope()
-        except TargetCrash as crash:   # the handshake failed: what the first create would have reported
-            finding = Finding(CRASH, "CFG-TYPE", f"create({describe(configs[0])}): {crash}", -1)
-            result.findings[finding.key()] = Reported(finding, configs[0], [])
-            result.aborted = f"the target crashed while a cache was being created: {finding.message}"
-            result.seconds = time.monotonic() - started
-            return result
+        return result
     result.scope = scopes.summary(scope, configs)
     result.skipped |= set(scopes.notes(result.scope))
     configs, outside = (tuple(part) for part in scopes.split(configs, scope))
@@ -149,13 +143,13 @@ def run_suite(target: Target, profile: str = "quick", seed: int = 0,
         for cfg, program in work:
             if time.monotonic() > deadline or not one(cfg, program):
                 return result
-        for _ in range(n_random if configs else 0):
+        for _ in range(n_random):
             if time.monotonic() > deadline:
                 break
             cfg = rng.choice(configs)
             if not one(cfg, random_program(cfg, rng, rng.randint(3, largest))):
                 return result
-        if not border(outside, deadline, result, one):
+        if not border(outside, deadline, result, one, check):
             return result
         # Config validation last: a target that crashes on a bad config ends the run.
         if isinstance(target, SubprocessTarget):
@@ -172,8 +166,20 @@ def run_suite(target: Target, profile: str = "quick", seed: int = 0,
             result.requests_per_second = (target.requests - requests_before) / result.seconds
 
 
+def declared_scope(target: Target, first: JsonConfig, result: SuiteResult) -> Optional[scopes.Scope]:
+    """The target's declared scope; None (and the crash recorded) when its handshake fails."""
+    try:
+        return target.declared_scope()
+    except TargetCrash as crash:   # what the first create would have reported
+        finding = Finding(CRASH, "CFG-TYPE", f"create({describe(first)}): {crash}", -1)
+        result.findings[finding.key()] = Reported(finding, first, [])
+        result.aborted = f"the target crashed while a cache was being created: {finding.message}"
+        return None
+
+
 def border(outside: tuple[JsonConfig, ...], deadline: float, result: SuiteResult,
-           one: Callable[[JsonConfig, list[Step]], bool]) -> bool:
+           one: Callable[[JsonConfig, list[Step]], bool],
+           check: Callable[[JsonConfig, list[Step]], Optional[Finding]]) -> bool:
     """SCOPE-BORDER: each suite config outside the scope must be refused at creation. One that is
     accepted is probed with the edge programs until the target is seen serving it another way
     (wrong); accepted but never seen wrong stays lenient. False when the suite must stop."""
@@ -181,12 +187,10 @@ def border(outside: tuple[JsonConfig, ...], deadline: float, result: SuiteResult
     for cfg in outside:
         if time.monotonic() > deadline or wrong in result.findings:
             break
-        accepted = (LENIENT, scopes.BORDER_RULE)
-        before = result.findings[accepted].hits if accepted in result.findings else 0
-        if not one(cfg, []):
+        if check(cfg, []) is None:
+            continue   # refused at creation, as it must be
+        if not one(cfg, []):   # accepted (or died on it): recorded
             return False
-        if (result.findings[accepted].hits if accepted in result.findings else 0) == before:
-            continue   # refused, as it must be
         for _, program in edge_programs(cfg):
             if time.monotonic() > deadline or wrong in result.findings:
                 break
