@@ -117,6 +117,12 @@ RULES: tuple[Rule, ...] = (
          "A cache left in the global registry leaks across requests."),
     Rule("THREADS", "The registries are thread-safe; a SequenceCache is not (one sequence, one runner).",
          "Saying so prevents a future caller from sharing one cache across threads without a lock."),
+    # --- conformance scope
+    Rule("SCOPE-BORDER",
+         "An implementation that declares a partial scope (layer kinds, the max_write field) refuses at creation "
+         "every valid configuration that needs a feature outside it.",
+         "A flat-only cache that accepts a sliding-window layer and serves it as full history gives silently "
+         "wrong attention; a refusal at build time is loud and costs nothing."),
 )
 
 BY_ID: dict[str, Rule] = {rule.id: rule for rule in RULES}

@@ -7,11 +7,15 @@ import json
 import signal
 import sys
 import threading
+from pathlib import Path
 from typing import Any, Optional, TextIO
 
 from ..cli import open_report
-from .suite import PROFILES, report_json, report_junit, run_suite
-from .targets import TargetError, parse_target
+from . import scope as scopes
+from .engine import CLASSES
+from .suite import PROFILES, SuiteResult, report_json, report_junit, run_suite
+from .targets import Target, TargetError, parse_target
+from .vectors import save_findings
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -29,6 +33,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--timeout", type=float, default=5.0, help="seconds per request (cmd: targets)")
     parser.add_argument("--json", metavar="F", help="write the JSON report to F ('-' for stdout)")
     parser.add_argument("--junit", metavar="F", help="write a JUnit XML report to F")
+    parser.add_argument("--save-findings", metavar="DIR",
+                        help="write each finding as a golden-vector file in DIR, replayable without Python "
+                             "(./my_target --vectors DIR/01-....json)")
+    parser.add_argument("--scope", metavar="FEATURES",
+                        help="override the target's declared scope: comma-separated features of "
+                             f"{', '.join(scopes.FEATURES)} (or all); configs outside it must be refused")
     return parser
 
 
@@ -41,18 +51,36 @@ def main(argv: Optional[list[str]] = None) -> int:
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(2))
     try:
+        scope = None if args.scope is None else scopes.parse_text(args.scope, "--scope")
+    except scopes.ScopeError as error:
+        print(f"kvcache conformance: --scope: {error}", file=sys.stderr)
+        return 2
+    if scope is not None and (scope.ignored or not scope.features):
+        print(f"kvcache conformance: --scope: unknown feature(s) {', '.join(scope.ignored) or '(none given)'}; "
+              f"choose from {', '.join(scopes.FEATURES)} or all", file=sys.stderr)
+        return 2
+    if args.save_findings:
+        try:
+            Path(args.save_findings).mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            print(f"kvcache conformance: --save-findings: {error}", file=sys.stderr)
+            return 2
+    try:
         target = parse_target(args.target, timeout=args.timeout, isolate=args.isolate)
     except TargetError as error:
         print(f"kvcache conformance: {error}", file=sys.stderr)
         return 2
     try:
-        result = run_suite(target, args.profile, args.seed)
+        result = run_suite(target, args.profile, args.seed, scope=scope)
+        saved = save(result, args.save_findings, target, scope) if args.save_findings else None
     except TargetError as error:
         print(f"kvcache conformance: {error}", file=sys.stderr)
         return 2
     finally:
         target.close()
     report = report_json(result, args.strict, args.exact_layout)
+    if saved is not None:
+        report["saved_findings"] = saved
     if args.json:
         text = json.dumps(report, indent=1)
         if args.json == "-":
@@ -65,6 +93,14 @@ def main(argv: Optional[list[str]] = None) -> int:
             out.write(report_junit(report) + "\n")
     summary(report, result.target, args, sys.stderr if args.json == "-" else sys.stdout)
     return 0 if report["conforming"] else 1
+
+
+def save(result: SuiteResult, directory: str, target: Target, scope: Optional[scopes.Scope]) -> list[dict[str, Any]]:
+    """--save-findings: every finding as a vector file, in the report's order (wrong first)."""
+    order = {kind: rank for rank, kind in enumerate(CLASSES)}
+    found = sorted(result.findings.values(), key=lambda r: (order[r.finding.kind], r.finding.rule))
+    return save_findings([(r.finding, r.config, r.steps) for r in found], Path(directory), target,
+                         scope or target.scope)
 
 
 def summary(report: dict[str, Any], target: str, args: argparse.Namespace, out: TextIO) -> None:
@@ -88,5 +124,10 @@ def summary(report: dict[str, Any], target: str, args: argparse.Namespace, out: 
         line(f"    first layout divergence: {divergence['divergences'][0]}")
     for note in report["skipped"]:
         line(f"  skipped: {note}")
+    for saved in report.get("saved_findings", []):
+        line(f"  saved {saved['path']}: {'reproduces' if saved['reproduces'] else 'DOES NOT reproduce'} "
+             f"on replay ({saved['replay'][:120]})")
+    partial = report.get("scope", {}).get("full") is False
     line(f"  {'CONFORMING' if report['conforming'] else 'NOT CONFORMING'}"
-          f"{' (strict)' if args.strict else ''}")
+          f"{' (strict)' if args.strict else ''}"
+          + (f" within the scope {','.join(report['scope']['features'])} only" if partial else ""))

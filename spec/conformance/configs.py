@@ -62,6 +62,7 @@ def describe(cfg: JsonConfig) -> str:
 SUITE_CONFIGS: tuple[JsonConfig, ...] = (
     config(8, [layer("flat")]),                                           # flat
     config(1, [layer("flat")]),                                           # the smallest cache
+    config(12, [layer("flat")], n_layers=3),                              # flat, broadcast: all a flat-only scope has
     config(20, [layer("ring", 4)]),                                       # ring, max_write = window
     config(20, [layer("ring", 4)], max_write=2),                          # max_write below the window
     config(24, [layer("ring", 3)], max_write=6),                          # max_write above the window

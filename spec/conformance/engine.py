@@ -31,6 +31,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Optional, Union
 
 from .. import model
+from . import scope as scopes
 from .configs import JsonConfig, describe, to_model
 from .targets import Outcome, Target, TargetCrash
 
@@ -122,7 +123,8 @@ def _is_refusal(outcome: Outcome) -> bool:
 class Engine:
     """One program on one target; a fresh cache per program."""
 
-    def __init__(self, target: Target, cfg: JsonConfig, exact: bool = False, light: bool = False) -> None:
+    def __init__(self, target: Target, cfg: JsonConfig, exact: bool = False, light: bool = False,
+                 scope: Optional[scopes.Scope] = None) -> None:
         mcfg = to_model(cfg)
         self.rejected_config = mcfg if isinstance(mcfg, model.Rejected) else None
         if isinstance(mcfg, model.Rejected):   # only create is checked: it must be rejected
@@ -138,6 +140,10 @@ class Engine:
         # light: fewer observation calls (retained marks only after rewinds, clears and at the end; no
         # length check after each plan of a step). The golden vectors use it to stay small.
         self.light = light
+        # SCOPE-BORDER: the scope the program is judged in (None: the target's declared scope), and
+        # the features a valid config needs beyond it (known once the target is started).
+        self.scope = scope
+        self.outside: frozenset[str] = frozenset()
 
     # --- helpers ---------------------------------------------------------------------------------
     def _fail(self, kind: str, rule: str, message: str) -> Stop:
@@ -379,13 +385,24 @@ class Engine:
         return value
 
     # --- the program ---------------------------------------------------------------------------------
+    def _border(self) -> frozenset[str]:
+        """The features this (valid) config needs outside the scope: empty when it is inside."""
+        if self.rejected_config is not None:
+            return frozenset()
+        return (self.scope or self.target.scope).missing(self.cfg)
+
     def start(self) -> None:
         self.result.calls += 1
         try:
             created = self.target.create(self.cfg)
         except TargetCrash as crash:
+            self.outside = self._border()
             rule = self.rejected_config.rule if self.rejected_config else "CFG-TYPE"
             raise self._fail(CRASH, rule, f"create({describe(self.cfg)}): {crash}") from None
+        self.outside = self._border()
+        if self.outside and not created.ok:
+            self.outside = frozenset()   # refused at the border, as SCOPE-BORDER requires: no finding
+            raise ConfigRejected()
         if self.rejected_config is not None:
             rule = self.rejected_config.rule
             if created.ok:
@@ -435,7 +452,25 @@ class Engine:
             self.result.finding = stop.finding
             if 0 <= stop.finding.step_index == len(self.result.steps) and stop.finding.step_index < len(program):
                 self.result.steps.append(self._concrete_guess(program[stop.finding.step_index]))
+        if self.outside:
+            self.result.finding = self.border_finding(self.result.finding, len(program))
         return self.result
+
+    def border_finding(self, finding: Optional[Finding], end: int) -> Finding:
+        """SCOPE-BORDER: the target accepted a config outside its declared scope. Any disagreement
+        with the spec on it is `wrong` (served another way), a crash stays a crash, and no
+        disagreement at all is `lenient` (it should refuse the config, or declare the feature)."""
+        scope = self.scope or self.target.scope
+        head = (f"create({describe(self.cfg)}) needs {', '.join(sorted(self.outside))}, outside the declared "
+                f"scope [{scope}] ({scope.source}), and the target accepted it instead of refusing it")
+        rule = scopes.BORDER_RULE
+        if finding is None:
+            return Finding(LENIENT, rule, f"{head}; it answered as the spec on {end} steps: declare the "
+                                          f"feature in the scope, or refuse the config", end)
+        if finding.kind == CRASH:
+            return Finding(CRASH, rule, f"{head}, then: {finding.message}", finding.step_index)
+        return Finding(WRONG, rule, f"{head}, and serves it another way: {finding.kind} {finding.rule}: "
+                                    f"{finding.message}", finding.step_index)
 
     def _concrete_guess(self, step: Step) -> Step:
         return {key: self.resolve(value, key) if key not in ("op", "plan") else value for key, value in step.items()}
@@ -576,6 +611,8 @@ class Engine:
             return None
         if kind == "not-a-plan":
             return "not a plan"
+        if kind in ROW_FORGERIES:
+            return self.forge_rows(kind)
         if ms.length + 1 > cfg.capacity:
             return None
         fresh = model.canonical_plan(cfg.layers[0], ms.length, 1)
@@ -595,6 +632,63 @@ class Engine:
             return plan_json(model.canonical_plan(cfg.layers[0], ms.length + 1, 1))
         raise ValueError(f"unknown forge kind {kind!r}")
 
+    def forge_rows(self, kind: str) -> Any:
+        """A next-step plan with the step's span - sum(write lens) = T, read_base_pos + sum(read lens)
+        = position + T, position = length - and other rows: runs shifted by a row, a run split in two,
+        or another policy's layout that no layer of this cache has. A commit that checks only a plan's
+        arithmetic takes it for the step's own (COMMIT-ISSUED). None when no such plan exists here."""
+        ms, cfg = self.ms, self.mcfg
+        limit = model.step_limit(cfg)
+        T = min(2, cfg.capacity - ms.length, 2 if limit is None else limit)
+        if T < 1:
+            return None
+        candidates: list[Optional[model.Plan]] = []
+        if kind == "other-layout":
+            present = set(cfg.layers)
+            others = [model.Layer(model.FLAT, 0, None)] + [model.Layer(model.RING, w, m)
+                                                           for w in range(1, 5) for m in range(1, 5)]
+            candidates = [model.canonical_plan(layer, ms.length, 1) for layer in others if layer not in present]
+        for layer in dict.fromkeys(cfg.layers) if kind != "other-layout" else ():
+            fresh = model.canonical_plan(layer, ms.length, T)
+            rows = model.depth_of(cfg, layer)
+            if kind == "shift-write":
+                moved = _shifted(fresh.write, rows)
+                candidates.append(None if moved is None else replace(fresh, write=moved))
+            elif kind == "shift-read":
+                moved = _shifted(fresh.read, rows)
+                candidates.append(None if moved is None else replace(fresh, read=moved))
+            elif kind == "split-write":
+                moved = _split(fresh.write)
+                candidates.append(None if moved is None else replace(fresh, write=moved))
+            else:
+                moved = _split(fresh.read)
+                candidates.append(None if moved is None else replace(fresh, read=moved))
+        for plan in candidates:
+            if plan is not None and isinstance(model.commit(cfg, ms, plan), model.Rejected):
+                return plan_json(plan)
+        return None
+
+
+# Forged plans that keep the step's (position, T) and move its rows (Engine.forge_rows).
+ROW_FORGERIES = ("shift-write", "shift-read", "split-write", "split-read", "other-layout")
+
+
+def _shifted(runs: model.Runs, rows: int) -> Optional[model.Runs]:
+    """Every run one row later (or earlier, when later leaves the pool): the same lengths, other rows."""
+    for delta in (1, -1):
+        moved = tuple((start + delta, n) for start, n in runs)
+        if all(0 <= start and start + n <= rows for start, n in moved):
+            return moved
+    return None
+
+
+def _split(runs: model.Runs) -> Optional[model.Runs]:
+    """A single run of two rows or more split in two: the same rows, listed differently."""
+    if len(runs) != 1 or runs[0][1] < 2:
+        return None
+    start, n = runs[0]
+    return ((start, 1), (start + 1, n - 1))
+
 
 def _show(args: dict[str, Any]) -> str:
     return ", ".join(repr(v) if not isinstance(v, dict) else "<plan>" for v in args.values())
@@ -608,5 +702,6 @@ def _brief(value: Any) -> str:
     return repr(value)
 
 
-def run_program(target: Target, cfg: JsonConfig, program: list[Step], exact: bool = False) -> RunResult:
-    return Engine(target, cfg, exact).run(program)
+def run_program(target: Target, cfg: JsonConfig, program: list[Step], exact: bool = False,
+                scope: Optional[scopes.Scope] = None) -> RunResult:
+    return Engine(target, cfg, exact, scope=scope).run(program)

@@ -52,6 +52,12 @@ BAD_CALLS: tuple[tuple[str, Step], ...] = (
     ("commit three runs", {"op": "commit", "plan": {"forge": "three-runs"}}),
     ("commit future step", {"op": "commit", "plan": {"forge": "future"}}),
     ("commit not a plan", {"op": "commit", "plan": {"forge": "not-a-plan"}}),
+    # the same (position, T), other rows: only a commit that compares the rows rejects these
+    ("commit write runs shifted", {"op": "commit", "plan": {"forge": "shift-write"}}),
+    ("commit read runs shifted", {"op": "commit", "plan": {"forge": "shift-read"}}),
+    ("commit write run split", {"op": "commit", "plan": {"forge": "split-write"}}),
+    ("commit read run split", {"op": "commit", "plan": {"forge": "split-read"}}),
+    ("commit another policy's layout", {"op": "commit", "plan": {"forge": "other-layout"}}),
     ("can_extend bool", {"op": "can_extend", "n": True}),
     ("can_extend negative", {"op": "can_extend", "n": -1}),
     ("can_extend huge", {"op": "can_extend", "n": INT_MAX + 1}),

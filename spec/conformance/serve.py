@@ -41,8 +41,11 @@ class Server:
         if method == "hello":
             if PROTOCOL_VERSION not in params.get("versions", []):
                 return error("protocol", f"this server speaks version {PROTOCOL_VERSION} only")
-            return {"id": rid, "result": {"protocol": PROTOCOL_NAME, "version": PROTOCOL_VERSION,
-                                          "implementation": self.target.name, "methods": self.methods}}
+            hello = {"protocol": PROTOCOL_NAME, "version": PROTOCOL_VERSION,
+                     "implementation": self.target.name, "methods": self.methods}
+            if not self.target.scope.full:   # the factory's kvcache_scope (scope.py)
+                hello["scope"] = self.target.scope.names()
+            return {"id": rid, "result": hello}
         if method == "bye":
             return {"id": rid, "result": None}
         if method == "create":

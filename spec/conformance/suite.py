@@ -7,13 +7,14 @@ import random
 import time
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
-from typing import Any, Optional, Union
+from typing import Any, Callable, Optional, Union
 
 from ..rules import BY_ID
+from . import scope as scopes
 from .configs import BAD_CONFIGS, SUITE_CONFIGS, JsonConfig, describe
 from .engine import CRASH, LENIENT, OVER_STRICT, WRONG, Finding, Step, run_program
 from .programs import edge_programs, random_program, shrink
-from .targets import SubprocessTarget, Target, parse_target
+from .targets import SubprocessTarget, Target, TargetCrash, parse_target
 
 REPORT_FORMAT = "kvcache-conformance-report/1"
 # profile -> (random programs, largest program, shrink budget per finding, wall-clock budget in seconds)
@@ -47,6 +48,7 @@ class SuiteResult:
     first_counterexample_programs: Optional[int] = None
     requests_per_second: Optional[float] = None
     aborted: str = ""
+    scope: dict[str, Any] = field(default_factory=dict)   # scope.summary: features, what was left out
 
     def classes(self) -> set[str]:
         return {kind for kind, _ in self.findings}
@@ -74,21 +76,34 @@ def replay(target: Union[str, Target], config: JsonConfig, steps: list[Step],
 
 def run_suite(target: Target, profile: str = "quick", seed: int = 0,
               configs: tuple[JsonConfig, ...] = SUITE_CONFIGS, deadline: Optional[float] = None,
-              stop_after_first: bool = False, crash_shrink_budget: int = 12, edges: bool = True) -> SuiteResult:
-    """Edge programs for every config, then random ones; each new (class, rule) is shrunk once."""
+              stop_after_first: bool = False, crash_shrink_budget: int = 12, edges: bool = True,
+              scope: Optional[scopes.Scope] = None) -> SuiteResult:
+    """Edge programs for every config inside the scope, then random ones, then the border (configs
+    outside the scope must be refused); each new (class, rule) is shrunk once.
+
+    scope: overrides the target's declared scope (the CLI's --scope)."""
     n_random, largest, budget, seconds = PROFILES[profile]
     started = time.monotonic()
     deadline = started + (seconds if deadline is None else deadline)
     result = SuiteResult(target.name, profile, seed)
     rng = random.Random(seed)
     requests_before = target.requests if isinstance(target, SubprocessTarget) else 0
+    scope = scope or declared_scope(target, configs[0], result)
+    if scope is None:
+        return result
+    result.scope = scopes.summary(scope, configs)
+    result.skipped |= set(scopes.notes(result.scope))
+    configs, outside = (tuple(part) for part in scopes.split(configs, scope))
+    if not configs:   # a verdict on nothing would be vacuous
+        result.aborted = f"no suite configuration lies inside the scope [{scope}] ({scope.source}): nothing to check"
+        return result
 
     def check(cfg: JsonConfig, program: list[Step]) -> Optional[Finding]:
-        return run_program(target, cfg, program, exact=True).finding
+        return run_program(target, cfg, program, exact=True, scope=scope).finding
 
     def one(cfg: JsonConfig, program: list[Step]) -> bool:
         """Run one program; False when the suite must stop."""
-        run = run_program(target, cfg, program, exact=True)
+        run = run_program(target, cfg, program, exact=True, scope=scope)
         result.programs += 1
         result.calls += run.calls
         result.skipped |= run.skipped
@@ -134,6 +149,8 @@ def run_suite(target: Target, profile: str = "quick", seed: int = 0,
             cfg = rng.choice(configs)
             if not one(cfg, random_program(cfg, rng, rng.randint(3, largest))):
                 return result
+        if not border(outside, deadline, result, one, check):
+            return result
         # Config validation last: a target that crashes on a bad config ends the run.
         if isinstance(target, SubprocessTarget):
             for _, bad_cfg, _ in BAD_CONFIGS:
@@ -147,6 +164,41 @@ def run_suite(target: Target, profile: str = "quick", seed: int = 0,
         result.seconds = time.monotonic() - started
         if isinstance(target, SubprocessTarget) and result.seconds > 0:
             result.requests_per_second = (target.requests - requests_before) / result.seconds
+
+
+def declared_scope(target: Target, first: JsonConfig, result: SuiteResult) -> Optional[scopes.Scope]:
+    """The target's declared scope; None (and the crash recorded) when its handshake fails."""
+    try:
+        return target.declared_scope()
+    except TargetCrash as crash:   # what the first create would have reported
+        finding = Finding(CRASH, "CFG-TYPE", f"create({describe(first)}): {crash}", -1)
+        result.findings[finding.key()] = Reported(finding, first, [])
+        result.aborted = f"the target crashed while a cache was being created: {finding.message}"
+        return None
+
+
+def border(outside: tuple[JsonConfig, ...], deadline: float, result: SuiteResult,
+           one: Callable[[JsonConfig, list[Step]], bool],
+           check: Callable[[JsonConfig, list[Step]], Optional[Finding]]) -> bool:
+    """SCOPE-BORDER: each suite config outside the scope must be refused at creation. One that is
+    accepted is probed with the edge programs until the target is seen serving it another way
+    (wrong); accepted but never seen wrong stays lenient. False when the suite must stop."""
+    wrong = (WRONG, scopes.BORDER_RULE)
+    for cfg in outside:
+        if time.monotonic() > deadline or wrong in result.findings:
+            break
+        if check(cfg, []) is None:
+            continue   # refused at creation, as it must be
+        if not one(cfg, []):   # accepted (or died on it): recorded
+            return False
+        for _, program in edge_programs(cfg):
+            if time.monotonic() > deadline or wrong in result.findings:
+                break
+            if not one(cfg, program):
+                return False
+    if wrong in result.findings:   # the same acceptance, now shown to be wrong: one finding, not two
+        result.findings.pop((LENIENT, scopes.BORDER_RULE), None)
+    return True
 
 
 # --- reports ---------------------------------------------------------------------------------------
@@ -183,6 +235,7 @@ def report_json(result: SuiteResult, strict: bool, exact_layout: bool) -> dict[s
                      "findings": findings},
         "layout": {"canonical": not result.layout, "divergences": result.layout},
         "aborted": result.aborted,
+        "scope": result.scope,
         "skipped": sorted(result.skipped),
         "stats": {"programs": result.programs, "calls": result.calls, "seconds": round(result.seconds, 3),
                   "first_counterexample_seconds": None if result.first_counterexample is None

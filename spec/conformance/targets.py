@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from ..target_contract import foreign_plan, read_plan
+from . import scope as scopes
 from .configs import JsonConfig, to_kvcache
 
 PROTOCOL_NAME = "kvcache-conformance"
@@ -53,6 +54,11 @@ class TargetError(Exception):
 class Target(abc.ABC):
     name: str
     optional: frozenset[str] = frozenset(OPTIONAL_METHODS)
+    scope: scopes.Scope = scopes.FULL   # what the target declares it implements (scope.py)
+
+    def declared_scope(self) -> scopes.Scope:
+        """The scope the target declares (a subprocess is started to read its handshake)."""
+        return self.scope
 
     @abc.abstractmethod
     def create(self, cfg: JsonConfig) -> Outcome:
@@ -99,6 +105,10 @@ class PythonTarget(Target):
             self.factory = getattr(importlib.import_module(module_name), factory_name)
         except (ValueError, ImportError, AttributeError) as error:
             raise TargetError(f"cannot load {spec!r}: {error}") from error
+        try:
+            self.scope = scopes.from_factory(self.factory)
+        except scopes.ScopeError as error:
+            raise TargetError(f"{spec}: kvcache_scope: {error}") from error
         self.cache: Any = None
         self.issued: dict[str, Any] = {}   # plan JSON -> the target's own plan object
 
@@ -186,6 +196,12 @@ class SubprocessTarget(Target):
             raise TargetCrash(f"protocol: handshake answered {hello.value if hello.ok else hello.error!r}, "
                               f"expected protocol {PROTOCOL_NAME!r} version {PROTOCOL_VERSION}")
         self.info = result
+        try:
+            self.scope = scopes.FULL if "scope" not in result else \
+                scopes.parse(result["scope"], "declared in the target's hello")
+        except scopes.ScopeError as error:
+            self._kill()
+            raise TargetCrash(f"protocol: hello: {error}") from None
         methods = result.get("methods", [])
         self.optional = frozenset(m for m in OPTIONAL_METHODS if isinstance(methods, list) and m in methods)
 
@@ -307,6 +323,11 @@ class SubprocessTarget(Target):
                 raise self._crash(f"protocol: the target does not understand {method}: {error.get('message')!r}")
             return Outcome(False, error=f"[{error.get('rule') or error.get('kind')}] {error.get('message', '')}")
         return Outcome(True, response["result"])
+
+    def declared_scope(self) -> scopes.Scope:
+        if self.process is None:
+            self._start()
+        return self.scope
 
     def create(self, cfg: JsonConfig) -> Outcome:
         if self.process is None:

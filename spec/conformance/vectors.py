@@ -17,11 +17,12 @@ from typing import Any, Optional
 
 from .. import model
 from ..rules import BY_ID
+from . import scope as scopes
 from .configs import BAD_CONFIGS, SUITE_CONFIGS, JsonConfig, config, describe, layer, to_model
-from .engine import Engine, Step
+from .engine import ROW_FORGERIES, Engine, Step
 from .modeltarget import ModelTarget
 from .programs import BAD_CALLS, edge_programs, plan, step
-from .targets import Outcome, Target
+from .targets import Outcome, Target, TargetCrash
 
 FORMAT_VERSION = 1
 VECTORS_DIR = Path(__file__).resolve().parent.parent / "vectors"
@@ -114,6 +115,7 @@ def _flags(calls: list[dict[str, Any]], cfg: JsonConfig, extra: list[str]) -> li
                       "capacity": {"ADMIT"}, "create": set()}[method]
     if cfg["n_layers"] > 1:
         flags.add("CFG-DEDUP")
+    flags.update(scopes.needs_flags(cfg))
     return sorted(flags)
 
 
@@ -222,9 +224,22 @@ def targeted_cases() -> dict[str, list[Case]]:
     add(FLAT8, "commit takes only plans of the current step", [step(2)] + [
         {"op": "commit", "plan": {"forge": kind}} for kind in
         ("stale", "shift-base", "extra-row", "empty", "three-runs", "future", "not-a-plan")])
+    for cfg in (FLAT8, RING4, MIXED):
+        add(cfg, "commit compares the rows, not only the span: the next step's plan with its runs shifted, "
+            "split, or from another policy's layout is rejected", [step(3)] + [
+                {"op": "commit", "plan": {"forge": kind}} for kind in ROW_FORGERIES] + [length, step(2)])
     return cases
 
 
+
+
+# Valid configs a target whose scope leaves out a feature must refuse (SCOPE-BORDER): (feature, what, config).
+BORDER_CONFIGS: tuple[tuple[str, str, JsonConfig], ...] = (
+    ("flat", "a flat layer", config(8, [layer("flat")])),
+    ("ring", "a ring layer", config(20, [layer("ring", 4)])),
+    ("ring", "a ring layer next to a flat one", config(16, [layer("flat"), layer("ring", 4)])),
+    ("max_write", "a config that sets max_write", config(8, [layer("flat")], max_write=2)),
+)
 
 
 # Edge programs the vectors leave to the suite (long, and the targeted cases cover their edges).
@@ -278,6 +293,10 @@ def build() -> dict[str, Any]:
         assert isinstance(made, model.Rejected), comment
         call = {"method": "create", "params": {"config": bad_cfg}, "expect": {"rejected": made.rule}}
         bad_tests.append(test(f"invalid config: {comment}", [call], sorted({made.rule, flag})))
+    for feature, comment, border_cfg in BORDER_CONFIGS:
+        call = {"method": "create", "params": {"config": border_cfg}, "expect": {"rejected": scopes.BORDER_RULE}}
+        bad_tests.append(test(f"a target without {feature} refuses {comment}", [call],
+                              [scopes.BORDER_RULE, scopes.WITHOUT[feature]]))
     groups.append({"config": None, "configName": "invalid configs (each test creates its own)",
                    "tests": bad_tests})
     covered = sorted({flag for group in groups for t in group["tests"] for flag in t["flags"]})
@@ -292,7 +311,8 @@ def build() -> dict[str, Any]:
                    "(spec/PROTOCOL.md) and grade the answer by its expectation (see schema.json).",
                    "Plans are exact: these vectors test the canonical layout (LAYOUT-CANON)."],
         "notes": {**{rule: BY_ID[rule].statement for rule in covered if rule in BY_ID},
-                  **{flag: text for flag, text in BUG_CLASSES.items()}},
+                  **{flag: text for flag, text in BUG_CLASSES.items()},
+                  **{flag: text for flag, text in scopes.FLAG_NOTES.items() if flag in covered}},
         "notCovered": NOT_COVERED,
         "testGroups": groups,
     }
@@ -334,7 +354,11 @@ SCHEMA: dict[str, Any] = {
                    "as expected; invalid - the test contains caller errors that must be rejected; acceptable - "
                    "the test contains refusals, which an implementation may signal as a refusal value or as an "
                    "error. Calls to optional methods (length, depth, retained_from) are skipped for targets "
-                   "without them.",
+                   "without them. Scope (SCOPE-BORDER): a test flagged NEEDS-FLAT / NEEDS-RING / "
+                   "NEEDS-MAX-WRITE needs that feature and is skipped by a target whose declared scope leaves "
+                   "it out; a test flagged WITHOUT-FLAT / WITHOUT-RING / WITHOUT-MAX-WRITE checks that a target "
+                   "whose scope leaves that feature out refuses a config needing it, and is skipped by every "
+                   "other target.",
     "type": "object",
     "required": ["algorithm", "schema", "formatVersion", "numberOfTests", "notes", "testGroups"],
     "properties": {
@@ -386,18 +410,23 @@ def _same(a: Any, b: Any) -> bool:
     return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
 
 
-def replay_vectors(target: Target, document: Optional[dict[str, Any]] = None) -> tuple[int, list[str]]:
-    """Replay every test; (tests passed, failure messages)."""
+def replay_vectors(target: Target, document: Optional[dict[str, Any]] = None) -> tuple[int, list[str], int]:
+    """Replay every test inside the target's declared scope (NEEDS-/WITHOUT- flags);
+    (tests passed, failure messages, tests skipped as outside the scope)."""
     document = document or json.loads((VECTORS_DIR / VECTORS_FILE).read_text())
-    passed, failures = 0, []
+    passed, failures, skipped = 0, [], 0
+    scope = target.declared_scope()
     for group in document["testGroups"]:
         for t in group["tests"]:
+            if not scopes.applies(t["flags"], scope):
+                skipped += 1
+                continue
             problem = _replay_test(target, group["config"], t["calls"])
             if problem:
                 failures.append(f"tcId {t['tcId']} ({t['comment']}): {problem}")
             else:
                 passed += 1
-    return passed, failures
+    return passed, failures, skipped
 
 
 def _replay_test(target: Target, cfg: Optional[JsonConfig], calls: list[dict[str, Any]]) -> Optional[str]:
@@ -418,6 +447,75 @@ def _replay_test(target: Target, cfg: Optional[JsonConfig], calls: list[dict[str
         elif got.ok and method == "create":
             return f"call {index} create: an invalid config was accepted ({expect})"
     return None
+
+
+# --- findings as vectors (`kvcache conformance --save-findings DIR`) ---------------------------------
+
+FINDINGS_GENERATOR = "kvcache_spec.conformance.findings/1"
+
+
+def _record(cfg: JsonConfig, steps: list[Step], optional: frozenset[str]) -> list[dict[str, Any]]:
+    """The calls the engine sends for `steps` on a target with these optional methods, answered by
+    the model: the same calls (length() or can_extend probes alike) the finding was seen through."""
+    recorder = Recorder()
+    recorder.optional = optional
+    Engine(recorder, cfg, exact=True).run(steps)
+    return recorder.calls
+
+
+def finding_document(finding: Any, cfg: JsonConfig, steps: list[Step], optional: frozenset[str],
+                     scope: scopes.Scope, target: str) -> dict[str, Any]:
+    """One finding as a golden-vector file with one test: the target's own driver replays it
+    (`./my_target --vectors FILE`) and fails where the suite saw the finding."""
+    made = to_model(cfg)
+    group_cfg: Optional[JsonConfig] = cfg
+    if finding.rule == scopes.BORDER_RULE:   # it must refuse the config at all
+        group_cfg = None
+        calls = [{"method": "create", "params": {"config": cfg}, "expect": {"rejected": scopes.BORDER_RULE}}]
+        flags = [scopes.BORDER_RULE] + [scopes.WITHOUT[name] for name in sorted(scope.missing(cfg))]
+    elif isinstance(made, model.Rejected):   # a config finding: it must refuse the config
+        group_cfg = None
+        calls = [{"method": "create", "params": {"config": cfg}, "expect": {"rejected": made.rule}}]
+        flags = [made.rule]
+    else:
+        calls = _record(cfg, steps, optional)
+        flags = _flags(calls, cfg, [finding.rule] if finding.rule in BY_ID else [])
+    comment = f"{finding.kind} {finding.rule}: {finding.message}"
+    flags = sorted(set(flags))
+    clean = [{k: v for k, v in call.items() if not k.startswith("_")} for call in calls]
+    return {
+        "algorithm": "kvcache-sequence-cache", "schema": SCHEMA_FILE, "formatVersion": FORMAT_VERSION,
+        "generatorVersion": FINDINGS_GENERATOR, "numberOfTests": 1,
+        "header": [f"A finding of `kvcache conformance` on {target}, as a golden-vector file: replay it with "
+                   "the target's own driver (./my_target --vectors THIS_FILE); it fails until the finding is "
+                   "fixed. The expected answers are the model's."],
+        "notes": {flag: BY_ID[flag].statement if flag in BY_ID else scopes.FLAG_NOTES.get(flag, "")
+                  for flag in flags},
+        "finding": {"class": finding.kind, "rule": finding.rule, "message": finding.message, "target": target},
+        "testGroups": [{"config": group_cfg, "configName": describe(cfg) if group_cfg else "a config to refuse",
+                        "tests": [{"tcId": 1, "comment": comment[:500], "flags": flags, "result": _result(calls),
+                                   "calls": clean}]}],
+    }
+
+
+def save_findings(found: list[tuple[Any, JsonConfig, list[Step]]], directory: Path, target: Target,
+                  scope: scopes.Scope) -> list[dict[str, Any]]:
+    """Write each (finding, config, steps) as DIR/NN-CLASS-RULE.json and replay it on `target` to
+    say whether it reproduces there; the list of what was written."""
+    directory.mkdir(parents=True, exist_ok=True)
+    saved = []
+    for index, (finding, cfg, steps) in enumerate(found, 1):
+        document = finding_document(finding, cfg, steps, target.optional, scope, target.name)
+        path = directory / f"{index:02d}-{finding.kind}-{finding.rule}.json".lower()
+        path.write_text(render(document))
+        group = document["testGroups"][0]
+        try:
+            problem = _replay_test(target, group["config"], group["tests"][0]["calls"])
+        except TargetCrash as crash:
+            problem = f"crash: {crash}"
+        saved.append({"path": str(path), "class": finding.kind, "rule": finding.rule,
+                      "reproduces": problem is not None, "replay": problem or "passed: it does not reproduce"})
+    return saved
 
 
 # --- the command -----------------------------------------------------------------------------------

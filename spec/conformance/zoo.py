@@ -124,19 +124,26 @@ class Faithful:
             return None
         return self.policy_plan(self.layer_policy[layer], position, T)
 
-    def issued(self, plan: Any) -> bool:
+    def span(self, plan: Any) -> Optional[tuple[int, int]]:
+        """The plan's arithmetic: (position, T) from its write and read lengths, when that is a step
+        this cache may commit now (the length or the open step, admitted, within max_write)."""
         if not isinstance(plan, SeqStepPlan):
-            return False
+            return None
         try:
             T, end = plan.n_written, plan.end
         except (TypeError, AttributeError):
-            return False
+            return None
         position = end - T
         if position < 0 or T < 1 or not self.step_allowed(position, T) or not self.admitted(position, T):
-            return False
+            return None
         if self.limit is not None and T > self.limit:
-            return False
-        return any(self.policy_plan(index, position, T) == plan for index in range(len(self.policies)))
+            return None
+        return position, T
+
+    def issued(self, plan: Any) -> bool:
+        """The span, and the very rows some layer's policy plans for it."""
+        step = self.span(plan)
+        return step is not None and any(self.policy_plan(index, *step) == plan for index in range(len(self.policies)))
 
     def commit(self, plan: SeqStepPlan) -> None:
         if not self.issued(plan):
@@ -346,6 +353,41 @@ class BiggerRing(Faithful):
         self.policies = [(window, slots + 1 if window else slots) for window, slots in self.policies]
 
 
+class CommitChecksArithmetic(Faithful):
+    """commit checks the plan's arithmetic - (position, T) from read_base_pos + sum(read lens), the
+    open step or the length, admission, max_write - but not its rows: a plan with the same span and
+    moved, re-split or foreign runs is taken for the step's own."""
+
+    def issued(self, plan: Any) -> bool:
+        return self.span(plan) is not None and 1 <= len(plan.write) <= 2 and 1 <= len(plan.read) <= 2
+
+
+class FlatOnly(Faithful):
+    """Not a mutant: a flat-only cache shaped like ExecuTorch's first version (PR #21412: no ring
+    policy, no max_write field). It declares its scope and refuses everything outside it."""
+
+    kvcache_scope = ("flat",)
+
+    def __init__(self, config: CacheConfig) -> None:
+        if any(config.layer(index).policy.kind is not Kind.FLAT for index in range(config.n_layers)):
+            raise ValueError("SCOPE-BORDER: this cache implements flat layers only")
+        if config.max_write is not None:
+            raise ValueError("SCOPE-BORDER: this cache's config has no max_write")
+        super().__init__(config)
+
+
+class FlatEverywhere(Faithful):
+    """Declares the flat-only scope but accepts ring layers and serves them as full history (the
+    policy of every layer is flat): silently wrong attention, caught at the border."""
+
+    kvcache_scope = ("flat",)
+
+    def __init__(self, config: CacheConfig) -> None:
+        super().__init__(config)
+        self.policies, self.layer_policy, self.limit = [(0, 0)], [0] * config.n_layers, None
+        self.retained = [0]
+
+
 ZOO: dict[str, tuple[Callable[[CacheConfig], Any], str, str]] = {
     "read_base_off_by_one": (ReadBaseOffByOne, "wrong", "PLAN-READ"),
     "ring_sized_to_window": (RingSizedToWindow, "wrong", "DATA-SOUND"),
@@ -364,11 +406,14 @@ ZOO: dict[str, tuple[Callable[[CacheConfig], Any], str, str]] = {
     "depth_unchecked": (DepthUnchecked, "lenient", "LAYER-RANGE"),
     "length_from_sliding_layer": (LengthFromSlidingLayer, "wrong", "LEN-BOUNDS"),
     "refused_rewind_closes_step": (RefusedRewindCloses, "wrong", "ATOMIC"),
+    "commit_checks_arithmetic": (CommitChecksArithmetic, "lenient", "COMMIT-ISSUED"),
+    "flat_everywhere": (FlatEverywhere, "wrong", "SCOPE-BORDER"),
 }
 
 # Module-level factories, so each mutant is a target: python:kvcache_spec.conformance.zoo:NAME
 faithful = Faithful
 rotated_ring = RotatedRing
 bigger_ring = BiggerRing
+flat_only = FlatOnly
 for _name, (_factory, _, _) in ZOO.items():
     globals()[_name] = _factory

@@ -10,7 +10,18 @@
 //     }
 //
 //     ./my_target                         # serve the protocol: kvcache conformance --target cmd:./my_target
-//     ./my_target --vectors FILE.json     # replay the golden vectors; exit 0 when all pass
+//     ./my_target --vectors FILE.json     # replay golden vectors, or a finding saved by
+//                                         # `kvcache conformance --save-findings DIR`; exit 0 when all pass
+//
+// A cache that implements part of the spec declares its scope (spec/PROTOCOL.md, "Scope"): the layer
+// kinds it implements. ExecuTorch's first version (PR #21412) is flat-only:
+//
+//     return kvcache_conformance::run_main<MyCache, MyCacheConfig>(argc, argv, "my-cache",
+//                                                                   kvcache_conformance::Scope::flat_only());
+//
+// The driver announces the scope in `hello` (the kinds, plus "max_write" when Config has that field)
+// and skips the golden vectors outside it (NEEDS-* / WITHOUT-* flags). It does not filter configs:
+// a config outside the scope reaches your constructor, which must refuse it (throw; SCOPE-BORDER).
 //
 // Requirements on Cache (upstream's shapes, duck-typed):
 //   - constructible from `const Config&` (or pass a factory to Driver);
@@ -18,9 +29,19 @@
 //     Run read[2], int n_read, int read_base_pos; Run with int start, int len;
 //   - commit(const Plan&) (void, or bool where false means rejected); can_extend(int) -> bool;
 //     capacity() -> int; rewind(int) -> bool; clear();
-//   - optional, detected: length(), depth(int), retained_from(int), as_control()/as_planner().
-// Config has capacity, n_layers, layers (a vector of {policy{kind, window}, n_kv_heads, head_dim}),
-// initial_capacity and max_write (std::optional<int>); kind is an enum with Flat = 0, Ring = 1.
+// Requirements on Config: capacity, n_layers, layers (a vector of {policy{kind}, ...}); kind is an enum
+// with Flat = 0, Ring = 1. Other fields and members are free (kv_dtype, valid(), ...): the driver
+// value-initializes the Config and sets only what it detects.
+//
+// Detected (compile-time, SFINAE; absent is fine):
+//   - Cache methods length(), depth(int), retained_from(int), as_control()/as_planner(): absent ones
+//     are announced absent in hello and their vector calls skipped;
+//   - Config fields max_write (std::optional<int>) and initial_capacity (int); LayerConfig fields
+//     n_kv_heads, head_dim (int); LayerPolicy field window (int).
+//   A config field the struct lacks cannot reach the cache, so the driver accepts only the value
+//   that means "nothing" for it and rejects any other at the JSON boundary, naming the field:
+//   max_write null (else SCOPE-BORDER: such a Config is outside the max_write scope), initial_capacity
+//   512 (its default), window 0 (a ring layer needs a window), n_kv_heads / head_dim >= 1 (CFG-SHAPE).
 //
 // A C++ `int` parameter cannot receive `true`, `1.5` or 2^31: the driver rejects such arguments
 // at the JSON boundary (rule ARG-INT / ARG-RANGE). Negatives, zero T, gaps and forged plans reach
@@ -313,7 +334,7 @@ inline void write(std::string& out, const Json& j) {
 
 inline std::string dump(const Json& j) { std::string out; write(out, j); return out; }
 
-// --- detection idiom for the optional methods ------------------------------------------------------
+// --- detection idiom for the optional methods and config fields -----------------------------------
 
 template <class C, class = void> struct has_length : std::false_type {};
 template <class C> struct has_length<C, std::void_t<decltype(std::declval<C&>().length())>> : std::true_type {};
@@ -326,6 +347,27 @@ template <class C, class = void> struct has_faces : std::false_type {};
 template <class C>
 struct has_faces<C, std::void_t<decltype(std::declval<C&>().as_control()), decltype(std::declval<C&>().as_planner())>>
     : std::true_type {};
+
+template <class C, class = void> struct has_max_write : std::false_type {};
+template <class C> struct has_max_write<C, std::void_t<decltype(std::declval<C&>().max_write)>> : std::true_type {};
+template <class C, class = void> struct has_initial_capacity : std::false_type {};
+template <class C>
+struct has_initial_capacity<C, std::void_t<decltype(std::declval<C&>().initial_capacity)>> : std::true_type {};
+template <class C, class = void> struct has_window : std::false_type {};
+template <class C> struct has_window<C, std::void_t<decltype(std::declval<C&>().window)>> : std::true_type {};
+template <class C, class = void> struct has_n_kv_heads : std::false_type {};
+template <class C> struct has_n_kv_heads<C, std::void_t<decltype(std::declval<C&>().n_kv_heads)>> : std::true_type {};
+template <class C, class = void> struct has_head_dim : std::false_type {};
+template <class C> struct has_head_dim<C, std::void_t<decltype(std::declval<C&>().head_dim)>> : std::true_type {};
+
+// The part of the spec a cache implements (SCOPE-BORDER): its layer kinds. "max_write" joins the
+// announced scope by itself when Config has that field.
+struct Scope {
+  std::vector<std::string> layer_kinds;
+  explicit Scope(std::vector<std::string> kinds = {"flat", "ring"}) : layer_kinds(std::move(kinds)) {}
+  static Scope flat_only() { return Scope({"flat"}); }
+  static Scope full() { return Scope(); }
+};
 
 template <class T> const void* object_address(T* p) {
 #ifndef KVCACHE_CONFORMANCE_NO_RTTI
@@ -374,10 +416,35 @@ class Driver {
   using PlanT = typename std::decay_t<decltype(std::declval<Cache&>().plan(0, 0, 0))>::value_type;
   using LayerT = typename std::decay_t<decltype(std::declval<Config&>().layers)>::value_type;
 
-  explicit Driver(std::string name, Factory factory = nullptr)
+  explicit Driver(std::string name, Factory factory = nullptr, Scope scope = Scope::full())
       : name_(std::move(name)), factory_(factory ? std::move(factory) : Factory([](const Config& c) {
           return std::make_unique<Cache>(c);
-        })) {}
+        })), scope_(std::move(scope)) {}
+
+  // The features announced in hello: the layer kinds, and max_write when Config has the field.
+  std::vector<std::string> features() const {
+    std::vector<std::string> out = scope_.layer_kinds;
+    if constexpr (has_max_write<Config>::value) out.push_back("max_write");
+    return out;
+  }
+  bool implements(const std::string& feature) const {
+    std::vector<std::string> all = features();
+    return std::find(all.begin(), all.end(), feature) != all.end();
+  }
+  // A golden-vector test is for this target unless it needs a feature outside the scope (NEEDS-X)
+  // or checks the border of a scope that leaves out a feature this target implements (WITHOUT-X).
+  bool applies(const Json& flags) const {
+    static const std::pair<const char*, const char*> kFeatures[] = {
+        {"FLAT", "flat"}, {"RING", "ring"}, {"MAX-WRITE", "max_write"}};
+    for (const Json& flag : flags.array) {
+      if (!flag.is(Json::Type::String)) continue;
+      for (const auto& f : kFeatures) {
+        if (flag.string == std::string("NEEDS-") + f.first && !implements(f.second)) return false;
+        if (flag.string == std::string("WITHOUT-") + f.first && implements(f.second)) return false;
+      }
+    }
+    return true;
+  }
 
   Json methods() const {
     Json m = Json::arr();
@@ -456,11 +523,21 @@ class Driver {
       err << path << ": unsupported formatVersion\n";
       return 2;
     }
-    int passed = 0, failed = 0, skipped = 0;
+    if (const Json* finding = doc.get("finding")) {  // a file written by --save-findings
+      auto text = [&](const char* key) {
+        const Json* v = finding->get(key);
+        return v && v->is(Json::Type::String) ? v->string : std::string("?");
+      };
+      err << "replaying a finding: " << text("class") << " " << text("rule") << ": " << text("message") << "\n"
+          << std::flush;  // printed first: a crash on replay still says what was being replayed
+    }
+    int passed = 0, failed = 0, skipped = 0, outside = 0;
     const Json* groups = doc.get("testGroups");
     for (const Json& group : groups ? groups->array : std::vector<Json>{}) {
       const Json* config = group.get("config");
       for (const Json& test : group.get("tests")->array) {
+        const Json* flags = test.get("flags");
+        if (flags && !applies(*flags)) { ++outside; continue; }
         std::string problem = replay_test(config, test, skipped);
         if (problem.empty()) {
           ++passed;
@@ -471,14 +548,15 @@ class Driver {
         }
       }
     }
-    out << "vectors: " << passed << " passed, " << failed << " failed, " << skipped
-        << " calls to absent optional methods skipped\n";
+    out << "vectors: " << passed << " passed, " << failed << " failed, " << outside
+        << " tests outside the scope skipped, " << skipped << " calls to absent optional methods skipped\n";
     return failed ? 1 : 0;
   }
 
  private:
   std::string name_;
   Factory factory_;
+  Scope scope_;
   std::unique_ptr<Cache> cache_;
 
   static bool to_int(const Json& v, int& out, std::string& rule) {
@@ -565,20 +643,31 @@ class Driver {
       if (!to_int(*v, out, r)) { why = std::string(name) + " is not a C++ int"; return false; }
       return true;
     };
+    // A field the struct lacks: only the value that means "nothing" for it may be dropped.
+    auto absent = [&](const char* type, const char* name, const char* the_rule, const char* meaning) {
+      rule = the_rule;
+      why = std::string("this ") + type + " has no " + name + " field: " + meaning;
+      return false;
+    };
     int capacity = 0, n_layers = 0, initial_capacity = 512;
     if (!field(j, "capacity", capacity) || !field(j, "n_layers", n_layers) ||
         !field(j, "initial_capacity", initial_capacity, false))
       return false;
     c.capacity = capacity;
     c.n_layers = n_layers;
-    c.initial_capacity = initial_capacity;
+    if constexpr (has_initial_capacity<Config>::value) {
+      c.initial_capacity = initial_capacity;
+    } else if (initial_capacity != 512) {
+      return absent("CacheConfig", "initial_capacity", "CFG-INITIAL-CAPACITY", "only the default 512 can be served");
+    }
     const Json* mw = j.get("max_write");
     if (mw && !mw->is(Json::Type::Null)) {
       int m = 0;
       if (!field(j, "max_write", m)) return false;
-      c.max_write = m;
+      if constexpr (has_max_write<Config>::value) c.max_write = m;
+      else return absent("CacheConfig", "max_write", "SCOPE-BORDER", "a config setting it is outside this cache's scope");
     } else {
-      c.max_write = std::nullopt;
+      if constexpr (has_max_write<Config>::value) c.max_write = std::nullopt;
     }
     const Json* layers = j.get("layers");
     if (!layers || !layers->is(Json::Type::Array)) { why = "layers is not an array"; return false; }
@@ -594,9 +683,12 @@ class Driver {
       layer.policy.kind = static_cast<KindT>(kind->string == "flat" ? 0 : 1);
       int window = 0, heads = 0, dim = 0;
       if (!field(l, "window", window) || !field(l, "n_kv_heads", heads) || !field(l, "head_dim", dim)) return false;
-      layer.policy.window = window;
-      layer.n_kv_heads = heads;
-      layer.head_dim = dim;
+      if constexpr (has_window<PolicyT>::value) layer.policy.window = window;
+      else if (window != 0) return absent("LayerPolicy", "window", "CFG-POLICY", "only window 0 (flat) can be served");
+      if constexpr (has_n_kv_heads<LayerT>::value) layer.n_kv_heads = heads;
+      else if (heads < 1) return absent("LayerConfig", "n_kv_heads", "CFG-SHAPE", "it must still be >= 1");
+      if constexpr (has_head_dim<LayerT>::value) layer.head_dim = dim;
+      else if (dim < 1) return absent("LayerConfig", "head_dim", "CFG-SHAPE", "it must still be >= 1");
       c.layers.push_back(layer);
     }
     return true;
@@ -615,6 +707,9 @@ class Driver {
       r.set("version", Json::of(kProtocolVersion));
       r.set("implementation", Json::of(name_));
       r.set("methods", methods());
+      Json scope = Json::arr();
+      for (const std::string& feature : features()) scope.push(Json::of(feature));
+      r.set("scope", scope);
       return Response::result(r);
     }
     if (method == "bye") return Response::result(Json::null());
@@ -717,11 +812,12 @@ class Driver {
   }
 };
 
-// Serve the protocol on stdin/stdout, or `--vectors FILE` to replay the golden vectors.
+// Serve the protocol on stdin/stdout, or `--vectors FILE` to replay golden vectors or a saved finding.
+// `scope`: the layer kinds the cache implements (default: flat and ring).
 template <class Cache, class Config>
-int run_main(int argc, char** argv, const char* name,
+int run_main(int argc, char** argv, const char* name, Scope scope,
              typename Driver<Cache, Config>::Factory factory = nullptr) {
-  Driver<Cache, Config> driver(name, std::move(factory));
+  Driver<Cache, Config> driver(name, std::move(factory), std::move(scope));
   if (argc >= 3 && std::string(argv[1]) == "--vectors") return driver.replay_vectors(argv[2], std::cout, std::cerr);
   if (argc >= 2) {
     std::cerr << "usage: " << argv[0] << " [--vectors FILE]\n";
@@ -729,6 +825,11 @@ int run_main(int argc, char** argv, const char* name,
   }
   std::ios::sync_with_stdio(false);
   return driver.serve(std::cin, std::cout);
+}
+
+template <class Cache, class Config>
+int run_main(int argc, char** argv, const char* name, typename Driver<Cache, Config>::Factory factory = nullptr) {
+  return run_main<Cache, Config>(argc, argv, name, Scope::full(), std::move(factory));
 }
 
 }  // namespace kvcache_conformance
