@@ -232,3 +232,11 @@ def test_a_scope_with_no_suite_configuration_inside_is_no_verdict() -> None:
                        scope=scopes.parse(["paged"], "declared in the target's hello"))
     assert result.programs == 0 and "nothing to check" in result.aborted
     assert not result.conforming() and not result.conforming(strict=True)
+
+
+def test_a_border_finding_under_a_scope_override_is_not_claimed_to_reproduce(tmp_path: Path) -> None:
+    """--scope flat on a full-scope target: its own replayer skips WITHOUT-RING tests, so the saved
+    border finding does not reproduce there, and the report says so instead of claiming it does."""
+    result = run_suite(PythonTarget(ZOO.format("faithful")), "quick", seed=0, scope=scopes.parse_text("flat", "--scope"))
+    [saved] = cli.save(result, str(tmp_path), PythonTarget(ZOO.format("faithful")), scopes.parse_text("flat", "--scope"))
+    assert saved["rule"] == "SCOPE-BORDER" and saved["reproduces"] is False and saved["replay"].startswith("skipped")

@@ -1,6 +1,8 @@
 """The conformance suite: run the spec's checks against any implementation (Python or subprocess).
 
     kvcache conformance --target python:MODULE:FACTORY    # or cmd:COMMAND, see spec/PROTOCOL.md
+    kvcache conformance ... --scope flat                   # a partial implementation (scope.py, SCOPE-BORDER)
+    kvcache conformance ... --save-findings DIR            # each finding as a vector file, replayable anywhere
     kvcache vectors [--check]                              # golden vectors in spec/vectors/
 """
 

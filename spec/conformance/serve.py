@@ -24,7 +24,8 @@ class Server:
     def __init__(self, spec: str) -> None:
         self.target = PythonTarget(spec)
         self.created = False
-        probe = self.target.create(config(1, [layer("flat")]))
+        inside = layer("flat") if "flat" in self.target.scope.features else layer("ring", 1)   # its own scope
+        probe = self.target.create(config(1, [inside]))
         self.methods = sorted(self.target.optional) if probe.ok else []
         self.target.cache = None
 

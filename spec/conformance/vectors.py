@@ -509,6 +509,10 @@ def save_findings(found: list[tuple[Any, JsonConfig, list[Step]]], directory: Pa
         path = directory / f"{index:02d}-{finding.kind}-{finding.rule}.json".lower()
         path.write_text(render(document))
         group = document["testGroups"][0]
+        if not scopes.applies(group["tests"][0]["flags"], target.scope):   # as the target's own replayer does
+            saved.append({"path": str(path), "class": finding.kind, "rule": finding.rule, "reproduces": False,
+                          "replay": f"skipped: outside the scope the target declares [{target.scope}]"})
+            continue
         try:
             problem = _replay_test(target, group["config"], group["tests"][0]["calls"])
         except TargetCrash as crash:

@@ -548,6 +548,8 @@ class Driver {
         }
       }
     }
+    if (doc.get("finding") && outside)
+      err << "the finding lies outside the scope this target declares: not replayed\n";
     out << "vectors: " << passed << " passed, " << failed << " failed, " << outside
         << " tests outside the scope skipped, " << skipped << " calls to absent optional methods skipped\n";
     return failed ? 1 : 0;
