@@ -5,17 +5,19 @@ The normative rules live in `kvcache_spec.rules`; every contract here cites thei
 """
 
 from ._cache import SequenceCache
-from ._errors import (ArgumentTypeError, ArgumentValueError, ConfigError, ConfigTypeError, KVCacheError,
-                      LayerIndexError, PlanError, StepError)
-from ._faces import CacheBase, SequenceControl, SequencePlanner
+from ._cells import CellStep
+from ._errors import (ArgumentTypeError, ArgumentValueError, ConfigError, ConfigTypeError, ForwardError,
+                      KVCacheError, LayerIndexError, PlanError, StepError)
+from ._faces import BatchControl, CacheBase, CacheControl, CellStepper, SequenceControl, SequencePlanner
 from ._ints import INT_MAX
 from ._policies import FlatPolicy, LayoutPolicy, RingPolicy
 from ._registry import CacheBuilderRegistry, CacheRegistry, CacheSession, make_unique_key
 from ._types import CacheConfig, Kind, LayerConfig, LayerPolicy, Run, SeqStepPlan
 
 __all__ = [
-    "INT_MAX", "ArgumentTypeError", "ArgumentValueError", "CacheBase", "CacheBuilderRegistry", "CacheConfig",
-    "CacheRegistry", "CacheSession", "ConfigError", "ConfigTypeError", "FlatPolicy", "KVCacheError", "Kind",
+    "INT_MAX", "ArgumentTypeError", "ArgumentValueError", "BatchControl", "CacheBase", "CacheBuilderRegistry",
+    "CacheConfig", "CacheControl", "CacheRegistry", "CacheSession", "CellStep", "CellStepper", "ConfigError",
+    "ConfigTypeError", "FlatPolicy", "ForwardError", "KVCacheError", "Kind",
     "LayerConfig", "LayerIndexError", "LayerPolicy", "LayoutPolicy", "PlanError", "RingPolicy", "Run",
     "SeqStepPlan", "SequenceCache", "SequenceControl", "SequencePlanner", "StepError", "make_unique_key",
 ]
