@@ -1,11 +1,11 @@
-"""kvcache: the contract-checked reference of an off-graph LLM KV-cache sequence controller.
+"""kvcache: the contract-checked reference of off-graph LLM KV-cache controllers (sequence and cell layouts).
 
 The public surface mirrors ExecuTorch's `extension/llm/cache` so code and docs translate one to one.
 The normative rules live in `kvcache_spec.rules`; every contract here cites their ids.
 """
 
 from ._cache import SequenceCache
-from ._cells import CellStep
+from ._cells import MAX_SEQS, CellCache, CellStep
 from ._errors import (ArgumentTypeError, ArgumentValueError, ConfigError, ConfigTypeError, ForwardError,
                       KVCacheError, LayerIndexError, PlanError, StepError)
 from ._faces import BatchControl, CacheBase, CacheControl, CellStepper, SequenceControl, SequencePlanner
@@ -15,8 +15,8 @@ from ._registry import CacheBuilderRegistry, CacheRegistry, CacheSession, make_u
 from ._types import CacheConfig, Kind, LayerConfig, LayerPolicy, Run, SeqStepPlan
 
 __all__ = [
-    "INT_MAX", "ArgumentTypeError", "ArgumentValueError", "BatchControl", "CacheBase", "CacheBuilderRegistry",
-    "CacheConfig", "CacheControl", "CacheRegistry", "CacheSession", "CellStep", "CellStepper", "ConfigError",
+    "INT_MAX", "MAX_SEQS", "ArgumentTypeError", "ArgumentValueError", "BatchControl", "CacheBase", "CacheBuilderRegistry",
+    "CacheConfig", "CacheControl", "CacheRegistry", "CacheSession", "CellCache", "CellStep", "CellStepper", "ConfigError",
     "ConfigTypeError", "FlatPolicy", "ForwardError", "KVCacheError", "Kind",
     "LayerConfig", "LayerIndexError", "LayerPolicy", "LayoutPolicy", "PlanError", "RingPolicy", "Run",
     "SeqStepPlan", "SequenceCache", "SequenceControl", "SequencePlanner", "StepError", "make_unique_key",
