@@ -154,6 +154,12 @@ def placed_only_free_cells(old: _Table, new: _Table, seq_ids: Sequence[int], pos
             and all(entry(new, j) == placed.get(j, entry(old, j)) for j in range(max(len(old[0]), len(new[0])))))
 
 
+def declared_in(state: _State) -> tuple[int, ...]:
+    """The seq ids the forward of a state declared (none when no forward is open)."""
+    declared = state[1][0]
+    return () if declared is None else declared
+
+
 def _positions_unique_per_seq(cell_pos: Sequence[int], cell_owners: Sequence[int]) -> bool:
     """CELL-OWNERS: no sequence owns two cells of one position."""
     seen: set[tuple[int, int]] = set()
@@ -577,19 +583,19 @@ class CellCache(CacheBase, BatchControl, CellStepper):
     @_layer_in_range
     @_layer_is_int
     @icontract.snapshot(lambda self: self._state(), name="state")
-    @icontract.ensure(lambda self, OLD, result: result.length == len(OLD.state[1][0] or ())
+    @icontract.ensure(lambda self, OLD, result: result.length == len(declared_in(OLD.state))
                       and result.read_len == len(self._pos)
                       and (OLD.state[1][2] is None or result.cells == OLD.state[1][2]),
                       "CELL-STEP-SHAPE: one cell per declared token (the forward's placement), the read window "
                       "is the used extent")
     @icontract.ensure(lambda self, OLD, layer, positions, result: result.mask_bits == mask_by_formula(
-        self._pos, self._owners, OLD.state[1][0] or (), positions, self._layer_window[layer], result.read_len),
+        self._pos, self._owners, declared_in(OLD.state), positions, self._layer_window[layer], result.read_len),
                       "CELL-MASK: token i attends exactly its sequence's cells inside its window")
     @icontract.ensure(lambda OLD, result: OLD.state[1][1] is not None
                       or result.cells == lowest_free_by_formula(OLD.state[0][0], result.length),
                       "CELL-LAYOUT-CANON: each token takes the lowest free cell, in token order")
     @icontract.ensure(lambda self, OLD, positions, result: OLD.state[1][1] is not None
-                      or placed_only_free_cells(OLD.state[0], self._table(), OLD.state[1][0] or (), positions,
+                      or placed_only_free_cells(OLD.state[0], self._table(), declared_in(OLD.state), positions,
                                                 result.cells),
                       "CELL-PLACE: the first layer writes each token into a cell that was free, at its position, "
                       "owned by its sequence only; no other cell changes")

@@ -524,3 +524,63 @@ def test_random_programs_keep_every_contract(ops: list[tuple[str, int, int, Opti
                     c.place_step(layer, positions)
         elif verb == "clear":
             c.clear()
+
+
+# --- the broken variants (kvcache_proofs._cell_broken) are caught ------------------------------------
+
+# name -> (the reference's answer to the variant's minimal program, by hand; the rule its contracts cite)
+BROKEN_CASES: dict[str, tuple[object, str]] = {
+    "stale_owner_bit": ("0011", "CELL-RM"),
+    "fork_past_cut": ((1, "1001"), "CELL-FORK"),
+    "rm_off_by_one": ((2, "1101"), "CELL-RM"),
+    "stale_memo_mask": ("1111", "CELL-PLACE"),
+    "id_reused_while_owned": ((1, "1000"), "CELL-RM"),
+}
+
+
+def test_every_broken_variant_has_a_program_and_a_case() -> None:
+    from kvcache_proofs import _cell_broken
+
+    assert set(_cell_broken.BROKEN) == set(_cell_broken.PROGRAMS) == set(BROKEN_CASES)
+    for factory in _cell_broken.BROKEN.values():
+        assert factory.__doc__ and ":" in factory.__doc__.splitlines()[0]   # "Bug class: what goes wrong"
+
+
+@pytest.mark.parametrize("name", sorted(BROKEN_CASES))
+def test_broken_variant_is_caught_by_the_contracts(name: str) -> None:
+    """CELL-OWNERS, CELL-FORK, CELL-RM, CELL-MASK, CELL-ID-REUSE: the reference answers its program as
+    the rules say; the variant trips a contract citing the rule it breaks."""
+    import icontract
+
+    from kvcache_proofs._cell_broken import BROKEN, PROGRAMS
+
+    answer, rule = BROKEN_CASES[name]
+    assert PROGRAMS[name](CellCache) == answer
+    with pytest.raises(icontract.ViolationError) as caught:
+        PROGRAMS[name](BROKEN[name])
+    assert rule in str(caught.value).splitlines()[1]
+
+
+BROKEN_UNDER_O = """
+import json
+from kvcache import CellCache
+from kvcache_proofs._cell_broken import BROKEN, PROGRAMS
+if __debug__:
+    raise SystemExit("run me under python -O")
+print(json.dumps({name: [PROGRAMS[name](CellCache), PROGRAMS[name](BROKEN[name])] for name in sorted(BROKEN)}))
+"""
+
+
+def test_broken_variants_answer_wrongly_without_contracts() -> None:
+    """Under -O (contracts off) each variant's bug is real and observable in its program's answer: what a
+    model-based checker must find by comparison."""
+    import json
+
+    result = subprocess.run([sys.executable, "-O", "-c", BROKEN_UNDER_O], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr
+    answers = json.loads(result.stdout)
+    for name, (expected, _) in BROKEN_CASES.items():
+        right, wrong = answers[name]
+        assert right == (list(expected) if isinstance(expected, tuple) else expected), name
+        assert wrong != right, name
