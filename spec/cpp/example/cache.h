@@ -1,6 +1,7 @@
 // Upstream-shaped types (ExecuTorch extension/llm/cache/cache.h, restated): the example caches use them.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <vector>
 
@@ -38,16 +39,22 @@ struct CacheConfig {
   std::vector<LayerConfig> layers;
   int initial_capacity = 512;
   std::optional<int> max_write;
+  std::optional<int> kv_dtype;  // the stored element type (PR #21902); no layout's bookkeeping reads it
 };
 
-class SequenceControl {
+// The shared base of the runner faces (PR #21902).
+class CacheControl {
  public:
-  virtual ~SequenceControl() = default;
+  virtual ~CacheControl() = default;
   virtual bool can_extend(int n = 1) const = 0;
   virtual int capacity() const = 0;
+  virtual void clear() = 0;
+};
+
+class SequenceControl : public CacheControl {
+ public:
   virtual int length() const = 0;
   virtual bool rewind(int new_len) = 0;
-  virtual void clear() = 0;
 };
 
 class SequencePlanner {
@@ -57,11 +64,39 @@ class SequencePlanner {
   virtual void commit(const SeqStepPlan& plan) = 0;
 };
 
+// The cell layout's handoff and faces (PR #21902). A CellStep is owned by the cache and valid until
+// its next verb: cells[i] is query token i's cell, mask_bits holds length x read_len bytes, 1 = attend.
+struct CellStep {
+  int length;
+  int read_len;
+  const int32_t* cells;
+  const uint8_t* mask_bits;
+};
+
+class BatchControl : public CacheControl {
+ public:
+  virtual bool declare_step(const std::vector<int32_t>& seq_ids) = 0;
+  virtual std::optional<int32_t> seq_new() = 0;
+  virtual std::optional<int32_t> seq_clone(int32_t src, std::optional<int> upto) = 0;
+  virtual bool seq_rm(int32_t seq_id, int p0, std::optional<int> p1) = 0;
+  virtual int seq_len(int32_t seq_id) const = 0;
+  virtual int next_pos(int32_t seq_id) const = 0;
+};
+
+class CellStepper {
+ public:
+  virtual ~CellStepper() = default;
+  virtual const CellStep* place_step(int layer, const int32_t* positions, int length) = 0;
+};
+
+// Every face has a default that returns null; a cache returns itself from the faces it implements.
 class CacheBase {
  public:
   virtual ~CacheBase() = default;
-  virtual SequenceControl* as_control() = 0;
-  virtual SequencePlanner* as_planner() = 0;
+  virtual SequenceControl* as_control() { return nullptr; }
+  virtual SequencePlanner* as_planner() { return nullptr; }
+  virtual BatchControl* as_batch_control() { return nullptr; }
+  virtual CellStepper* as_cell_stepper() { return nullptr; }
 };
 
 // Ring/flat layout arithmetic shared by both examples (upstream's policies).
