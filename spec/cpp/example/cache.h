@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <stdexcept>
 #include <vector>
 
 namespace demo {
@@ -41,6 +42,22 @@ struct CacheConfig {
   std::optional<int> max_write;
   std::optional<int> kv_dtype;  // the stored element type (PR #21902); no layout's bookkeeping reads it
 };
+
+// The CFG-* rules, as the faithful ports check them (upstream's valid(cfg), throwing the rule's name).
+inline void check_config(const CacheConfig& cfg) {
+  if (cfg.capacity < 1) throw std::invalid_argument("CFG-CAPACITY");
+  if (cfg.n_layers < 1) throw std::invalid_argument("CFG-LAYERS: n_layers");
+  if (cfg.layers.size() != 1 && cfg.layers.size() != static_cast<size_t>(cfg.n_layers))
+    throw std::invalid_argument("CFG-LAYERS: layers");
+  if (cfg.initial_capacity < 0) throw std::invalid_argument("CFG-INITIAL-CAPACITY");
+  if (cfg.max_write && *cfg.max_write < 1) throw std::invalid_argument("CFG-MAX-WRITE");
+  if (cfg.kv_dtype && *cfg.kv_dtype < 0) throw std::invalid_argument("CFG-TYPE: kv_dtype");
+  for (const LayerConfig& l : cfg.layers) {
+    if (l.policy.kind == Kind::Flat && l.policy.window != 0) throw std::invalid_argument("CFG-POLICY");
+    if (l.policy.kind == Kind::Ring && l.policy.window < 1) throw std::invalid_argument("CFG-POLICY");
+    if (l.n_kv_heads < 1 || l.head_dim < 1) throw std::invalid_argument("CFG-SHAPE");
+  }
+}
 
 // The shared base of the runner faces (PR #21902).
 class CacheControl {

@@ -27,18 +27,7 @@ constexpr int kMaxSeqs = 64;
 class CellCache : public CacheBase, public BatchControl, public CellStepper {
  public:
   explicit CellCache(const CacheConfig& cfg, int max_seqs = kMaxSeqs) : max_seqs_(max_seqs) {
-    if (cfg.capacity < 1) throw std::invalid_argument("CFG-CAPACITY");
-    if (cfg.n_layers < 1) throw std::invalid_argument("CFG-LAYERS: n_layers");
-    if (cfg.layers.size() != 1 && cfg.layers.size() != static_cast<size_t>(cfg.n_layers))
-      throw std::invalid_argument("CFG-LAYERS: layers");
-    if (cfg.initial_capacity < 0) throw std::invalid_argument("CFG-INITIAL-CAPACITY");
-    if (cfg.max_write && *cfg.max_write < 1) throw std::invalid_argument("CFG-MAX-WRITE");
-    if (cfg.kv_dtype && *cfg.kv_dtype < 0) throw std::invalid_argument("CFG-TYPE: kv_dtype");
-    for (const LayerConfig& l : cfg.layers) {
-      if (l.policy.kind == Kind::Flat && l.policy.window != 0) throw std::invalid_argument("CFG-POLICY");
-      if (l.policy.kind == Kind::Ring && l.policy.window < 1) throw std::invalid_argument("CFG-POLICY");
-      if (l.n_kv_heads < 1 || l.head_dim < 1) throw std::invalid_argument("CFG-SHAPE");
-    }
+    check_config(cfg);
     if (max_seqs < 1 || max_seqs > kMaxSeqs) throw std::invalid_argument("CELL-MAX-SEQS");
     capacity_ = cfg.capacity;
     n_layers_ = cfg.n_layers;
