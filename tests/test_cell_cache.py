@@ -402,6 +402,25 @@ def test_CELL_POS_the_largest_position_is_INT_MAX() -> None:
     c.clear()
 
 
+def test_arguments_are_checked_before_the_forward_and_liveness() -> None:
+    """The documented order (kvcache/_cells.py): argument types and ranges, then CELL-FORWARD, then
+    CELL-SEQ-LIVE, then the positions' order (CELL-POS)."""
+    c = busy()                                        # id 2 is not live
+    assert c.declare_step([0])
+    for call, rule in ((lambda: c.seq_clone(2, -1), "ARG-RANGE"), (lambda: c.seq_rm(2, 0, True), "ARG-INT"),
+                       (lambda: c.seq_rm(2, 3, 1), "CELL-RM"), (lambda: c.declare_step([True]), "CELL-SEQ-ID"),
+                       (lambda: c.seq_clone(2), "CELL-FORWARD"), (lambda: c.declare_step([2]), "CELL-FORWARD"),
+                       (lambda: c.place_step(0, [-1]), "CELL-POS"), (lambda: c.place_step(5, [0]), "LAYER-RANGE")):
+        with pytest.raises(KVCacheError) as caught:
+            call()
+        assert caught.value.rule == rule, (rule, caught.value)
+    c.clear()
+    assert c.seq_new() == 0
+    with pytest.raises(KVCacheError) as caught:
+        c.seq_len(1)
+    assert caught.value.rule == "CELL-SEQ-LIVE"
+
+
 def test_CELL_MAX_SEQS_and_config_are_checked() -> None:
     config = CacheConfig(4, 1, [FLAT])
     for bad, error in ((0, ArgumentValueError), (65, ArgumentValueError), (-1, ArgumentValueError),
