@@ -586,7 +586,8 @@ class CellCache(CacheBase, BatchControl, CellStepper):
                       "is the used extent")
     @icontract.ensure(lambda self, OLD, layer, positions, result: result.mask_bits == mask_by_formula(
         self._pos, self._owners, declared_in(OLD.state), positions, self._layer_window[layer], result.read_len),
-                      "CELL-MASK: token i attends exactly its sequence's cells inside its window")
+                      "CELL-MASK, CELL-WINDOW-POS: token i attends exactly its sequence's cells inside its "
+                      "window, measured in positions")
     @icontract.ensure(lambda OLD, result: OLD.state[1][1] is not None
                       or result.cells == lowest_free_by_formula(OLD.state[0][0], result.length),
                       "CELL-LAYOUT-CANON: each token takes the lowest free cell, in token order")
