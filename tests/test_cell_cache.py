@@ -508,41 +508,89 @@ def test_attributes_cannot_be_deleted() -> None:
     assert observe(c) == before
 
 
-# --- random programs under the contracts --------------------------------------------------------------
+# --- random programs, checked at the data level by definition ----------------------------------------
 
-OPS = st.lists(st.tuples(st.sampled_from(["new", "clone", "rm", "step", "clear"]), st.integers(0, 3),
-                         st.integers(0, 6), st.one_of(st.none(), st.integers(0, 6)), st.integers(1, 3)),
-               max_size=25)
+OPS = st.lists(st.tuples(st.sampled_from(["new", "clone", "clone", "rm", "rm", "step", "step", "step", "clear"]),
+                         st.integers(0, 3), st.integers(0, 6), st.one_of(st.none(), st.integers(0, 6)),
+                         st.integers(1, 3)),
+               min_size=4, max_size=30)
 
 
-@settings(max_examples=60)
-@given(ops=OPS, capacity=st.integers(1, 6))
-def test_random_programs_keep_every_contract(ops: list[tuple[str, int, int, Optional[int], int]],
-                                             capacity: int) -> None:
-    """CELL-OWNERS, CELL-USED-END, CELL-MASK: random verbs and forwards, every invariant and postcondition
-    checked on each call (the reference's contracts raise icontract.ViolationError otherwise)."""
+class Truth:
+    """Each live sequence's history as (position, content) pairs, and what each cell holds: the data-level
+    meaning of the rules (CELL-DATA-SOUND), independent of owner bits and mask formulas."""
+
+    def __init__(self) -> None:
+        self.history: dict[int, list[tuple[int, int]]] = {}
+        self.pools: dict[int, dict[int, int]] = {}  # per layer: cell -> the content written there last
+        self.fresh = 0
+
+    def check_forward(self, c: CellCache, seqs: list[int], positions: list[int]) -> None:
+        """Run a declared forward on every layer (in a scrambled order); each token must read exactly the
+        contents of its own sequence's history inside its window, its own step's earlier tokens included."""
+        contents = list(range(self.fresh, self.fresh + len(seqs)))
+        self.fresh += len(seqs)
+        for s, q, content in zip(seqs, positions, contents):
+            self.history[s].append((q, content))
+        for layer in sorted(range(c.n_layers), key=lambda n: (n * 7) % 3):
+            step = c.place_step(layer, positions)
+            window = c.config.layer(layer).policy.window or None
+            pool = self.pools.setdefault(layer, {})
+            for cell, content in zip(step.cells, contents):
+                pool[cell] = content                             # each layer writes its own pool
+            for i, (s, q) in enumerate(zip(seqs, positions)):
+                read = sorted(pool[j] for j in range(step.read_len) if step.attends(i, j))
+                low = 0 if window is None else q - window + 1
+                assert read == sorted(content for p, content in self.history[s] if low <= p <= q), (layer, i)
+
+    def agrees(self, c: CellCache) -> bool:
+        return c.live() == set(self.history) and all(
+            c.seq_len(s) == len(h) and c.next_pos(s) == 1 + max((p for p, _ in h), default=-1)
+            for s, h in self.history.items())
+
+
+@settings(max_examples=150)
+@given(ops=OPS, capacity=st.integers(2, 8))
+def test_random_programs_read_exactly_each_sequences_history(ops: list[tuple[str, int, int, Optional[int], int]],
+                                                             capacity: int) -> None:
+    """CELL-DATA-SOUND, CELL-FORK, CELL-RM, CELL-ID-REUSE, CELL-OWNERS, CELL-USED-END, CELL-MASK: random verbs
+    and forwards (forks with cuts, removals anywhere, gaps in positions, id reuse, clears); every read
+    is checked by definition against the histories, every contract on every call."""
     c = cells(capacity, FLAT, RING(2), RING(1), max_seqs=3)
-    for verb, s, p, q, k in ops:
+    truth = Truth()
+    for verb, s, p, q, k in [("new", 0, 0, None, 1), ("step", 0, 0, None, 2)] + ops:   # a prompt first
         live = sorted(c.live())
         target = live[s % len(live)] if live else None
         if verb == "new":
-            c.seq_new()
+            new = c.seq_new()
+            if new is not None:
+                truth.history[new] = []
         elif verb == "clone" and target is not None:
-            c.seq_clone(target, q)
+            fork = c.seq_clone(target, q)
+            if fork is not None:
+                truth.history[fork] = [(pos, x) for pos, x in truth.history[target] if q is None or pos < q]
         elif verb == "rm" and target is not None:
-            c.seq_rm(target, min(p, q) if q is not None else p, None if q is None else max(p, q))
+            p0, p1 = (p, None) if q is None else (min(p, q), max(p, q))
+            assert c.seq_rm(target, p0, p1)
+            truth.history[target] = [(pos, x) for pos, x in truth.history[target]
+                                     if not (p0 <= pos and (p1 is None or pos < p1))]
+            if not truth.history[target]:
+                del truth.history[target]
         elif verb == "step" and live:
             seqs = [live[(s + i) % len(live)] for i in range(k)]
             if c.declare_step(seqs):
-                nxt = {x: c.next_pos(x) + p % 2 for x in set(seqs)}
+                following = {x: c.next_pos(x) + p % 2 for x in set(seqs)}   # sometimes a gap
                 positions = []
                 for x in seqs:
-                    positions.append(nxt[x])
-                    nxt[x] += 1 + q % 2 if q is not None else 1
-                for layer in (2, 0, 1):
-                    c.place_step(layer, positions)
+                    positions.append(following[x])
+                    following[x] += 1 if q is None else 1 + q % 2
+                truth.check_forward(c, seqs, positions)
+            else:
+                assert len(seqs) > c.free_cells()
         elif verb == "clear":
             c.clear()
+            truth.history.clear()
+        assert truth.agrees(c)
 
 
 # --- the broken variants (kvcache_proofs._cell_broken) are caught ------------------------------------
