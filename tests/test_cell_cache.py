@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any, Callable, Optional
 
 import pytest
@@ -516,6 +517,15 @@ OPS = st.lists(st.tuples(st.sampled_from(["new", "clone", "clone", "rm", "rm", "
                min_size=4, max_size=30)
 
 
+def require(condition: bool, what: str) -> None:
+    """An assertion that survives python -O (the programs below also run there, contracts off)."""
+    if not condition:
+        raise AssertionError(what)
+
+
+Program = list[tuple[str, int, int, Optional[int], int]]
+
+
 class Truth:
     """Each live sequence's history as (position, content) pairs, and what each cell holds: the data-level
     meaning of the rules (CELL-DATA-SOUND), independent of owner bits and mask formulas."""
@@ -541,7 +551,9 @@ class Truth:
             for i, (s, q) in enumerate(zip(seqs, positions)):
                 read = sorted(pool[j] for j in range(step.read_len) if step.attends(i, j))
                 low = 0 if window is None else q - window + 1
-                assert read == sorted(content for p, content in self.history[s] if low <= p <= q), (layer, i)
+                expected = sorted(content for p, content in self.history[s] if low <= p <= q)
+                require(read == expected, f"layer {layer} token {i} (seq {s}, position {q}) read {read}, "
+                                          f"its history in the window is {expected}")
 
     def agrees(self, c: CellCache) -> bool:
         return c.live() == set(self.history) and all(
@@ -549,16 +561,10 @@ class Truth:
             for s, h in self.history.items())
 
 
-@settings(max_examples=150)
-@given(ops=OPS, capacity=st.integers(2, 8))
-def test_random_programs_read_exactly_each_sequences_history(ops: list[tuple[str, int, int, Optional[int], int]],
-                                                             capacity: int) -> None:
-    """CELL-DATA-SOUND, CELL-FORK, CELL-RM, CELL-ID-REUSE, CELL-OWNERS, CELL-USED-END, CELL-MASK: random verbs
-    and forwards (forks with cuts, removals anywhere, gaps in positions, id reuse, clears); every read
-    is checked by definition against the histories, every contract on every call."""
-    c = cells(capacity, FLAT, RING(2), RING(1), max_seqs=3)
+def run_program(c: CellCache, ops: Program) -> None:
+    """Random verbs and forwards on `c` (a prompt first), each answer and each read checked against Truth."""
     truth = Truth()
-    for verb, s, p, q, k in [("new", 0, 0, None, 1), ("step", 0, 0, None, 2)] + ops:   # a prompt first
+    for verb, s, p, q, k in [("new", 0, 0, None, 1), ("step", 0, 0, None, 2)] + ops:
         live = sorted(c.live())
         target = live[s % len(live)] if live else None
         if verb == "new":
@@ -571,7 +577,7 @@ def test_random_programs_read_exactly_each_sequences_history(ops: list[tuple[str
                 truth.history[fork] = [(pos, x) for pos, x in truth.history[target] if q is None or pos < q]
         elif verb == "rm" and target is not None:
             p0, p1 = (p, None) if q is None else (min(p, q), max(p, q))
-            assert c.seq_rm(target, p0, p1)
+            require(c.seq_rm(target, p0, p1), "seq_rm answers True")
             truth.history[target] = [(pos, x) for pos, x in truth.history[target]
                                      if not (p0 <= pos and (p1 is None or pos < p1))]
             if not truth.history[target]:
@@ -586,11 +592,56 @@ def test_random_programs_read_exactly_each_sequences_history(ops: list[tuple[str
                     following[x] += 1 if q is None else 1 + q % 2
                 truth.check_forward(c, seqs, positions)
             else:
-                assert len(seqs) > c.free_cells()
+                require(len(seqs) > c.free_cells(), "declare_step refuses only when the cells run out")
         elif verb == "clear":
             c.clear()
             truth.history.clear()
-        assert truth.agrees(c)
+        require(truth.agrees(c), f"after {verb}: live ids, seq_len or next_pos disagree with the histories")
+
+
+@settings(max_examples=150)
+@given(ops=OPS, capacity=st.integers(2, 8))
+def test_random_programs_read_exactly_each_sequences_history(ops: Program, capacity: int) -> None:
+    """CELL-DATA-SOUND, CELL-FORK, CELL-RM, CELL-ID-REUSE, CELL-OWNERS, CELL-USED-END, CELL-MASK: random verbs
+    and forwards (forks with cuts, removals anywhere, gaps in positions, id reuse, clears); every read
+    is checked by definition against the histories, every contract on every call."""
+    run_program(cells(capacity, FLAT, RING(2), RING(1), max_seqs=3), ops)
+
+
+DATA_LEVEL_UNDER_O = """
+import random
+from kvcache import CacheConfig, CellCache, LayerConfig, LayerPolicy
+from kvcache_proofs._cell_broken import BROKEN
+from tests.test_cell_cache import run_program
+if __debug__:
+    raise SystemExit("run me under python -O")
+VERBS = ["new", "clone", "clone", "rm", "rm", "step", "step", "step", "clear"]
+layers = [LayerConfig(LayerPolicy.flat()), LayerConfig(LayerPolicy.ring(2)), LayerConfig(LayerPolicy.ring(1))]
+for name, factory in [("reference", CellCache)] + sorted(BROKEN.items()):
+    caught = None
+    for seed in range(400):
+        rng = random.Random(seed)
+        ops = [(rng.choice(VERBS), rng.randrange(4), rng.randrange(7), rng.choice([None] + list(range(7))),
+                rng.randrange(1, 4)) for _ in range(rng.randrange(4, 31))]
+        try:
+            run_program(factory(CacheConfig(rng.randrange(2, 9), 3, layers), 3), ops)
+        except AssertionError:
+            caught = seed
+            break
+    print(name, caught)
+"""
+
+
+def test_the_data_level_check_finds_broken_variants_without_contracts() -> None:
+    """The random programs' check is not vacuous: under -O (the reference's contracts off) it finds the
+    broken variants by their reads and answers alone, and passes the reference, over 400 fixed seeds."""
+    result = subprocess.run([sys.executable, "-O", "-c", DATA_LEVEL_UNDER_O], capture_output=True, text=True,
+                            timeout=300, cwd=Path(__file__).resolve().parent.parent)
+    assert result.returncode == 0, result.stderr
+    first_failing = {name: seed for name, seed in (line.split() for line in result.stdout.splitlines())}
+    assert first_failing.pop("reference") == "None"
+    assert sorted(first_failing) == sorted(BROKEN_CASES)
+    assert all(seed != "None" for seed in first_failing.values()), first_failing
 
 
 # --- the broken variants (kvcache_proofs._cell_broken) are caught ------------------------------------
