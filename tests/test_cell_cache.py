@@ -302,6 +302,17 @@ def test_FACES_the_cell_faces_are_the_cache_and_the_sequence_faces_are_none() ->
     assert c.capacity() == 8 and c.max_seqs == MAX_SEQS == 64
 
 
+def test_REG_SESSION_a_cell_cache_in_a_session_has_no_sequence_runner_face() -> None:
+    from kvcache import CacheRegistry, CacheSession, make_unique_key
+
+    c = cells()
+    with CacheSession(make_unique_key(), c) as session:
+        assert CacheRegistry.get(session.key) is c and session.cache.as_batch_control() is c
+        with pytest.raises(ArgumentTypeError) as caught:
+            session.control()
+        assert caught.value.rule == "ARG-TYPE" and caught.value.argument == "cache"
+
+
 # --- bad input: typed errors, nothing changed ---------------------------------------------------------
 
 def busy() -> CellCache:
