@@ -8,7 +8,7 @@ runs, so a rejected call leaves the cache exactly as it was.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Optional, Protocol
 
 import icontract
 
@@ -27,7 +27,13 @@ _not_int = not_an_int
 _out_of_range = out_of_range
 
 
-def _layer_error(self: SequenceCache, layer: int) -> LayerIndexError:
+class _Layered(Protocol):
+    """A cache with layers (the sequence and the cell cache share the layer checks below)."""
+
+    n_layers: int
+
+
+def _layer_error(self: _Layered, layer: int) -> LayerIndexError:
     return LayerIndexError("LAYER-RANGE", "layer", "must lie in [0, n_layers)", layer=layer,
                            n_layers=self.n_layers)
 
@@ -40,7 +46,7 @@ def retained_after_rewind(retained: int, new_len: int) -> int:
     return min(retained, new_len)
 
 
-def _layer_index_in_range(self: SequenceCache, layer: int) -> bool:
+def _layer_index_in_range(self: _Layered, layer: int) -> bool:
     return 0 <= layer < self.n_layers
 
 

@@ -50,7 +50,8 @@ class LayerIndexError(ArgumentValueError, IndexError):
 
 
 class StepError(ArgumentValueError):
-    """`plan(layer, position, T)` breaks the append-only step rule (gap, overlap, other T)."""
+    """A step breaks its layout's step rule: `plan(layer, position, T)` the append-only rule (gap,
+    overlap, other T); `place_step(layer, positions)` the position rule of the cell layout."""
 
 
 class PlanError(ArgumentValueError):
@@ -66,3 +67,9 @@ def not_an_int(argument: str, value: Any) -> ArgumentTypeError:
 def out_of_range(argument: str, value: int, low: int, high: int = INT_MAX, rule: str = "ARG-RANGE") -> ArgumentValueError:
     """ARG-RANGE (or `rule`): `argument` lies outside [low, high]."""
     return ArgumentValueError(rule, argument, f"must lie in [{low}, {high}]", value=value)
+
+
+class ForwardError(StepError):
+    """A cell-cache call breaks the forward protocol (CELL-FORWARD): a table-changing verb while a forward
+    is open, `place_step` with nothing declared, a layer served twice, or positions other than the
+    first layer's."""

@@ -181,11 +181,22 @@ def _is_abstract_face(name: str) -> Callable[[], None]:
     return check
 
 
+def _base_has_no_faces() -> None:
+    """CacheBase is concrete (upstream: every face defaults to null); a bare one serves no face."""
+    base = kvcache.CacheBase()
+    assert [base.as_control(), base.as_planner(), base.as_batch_control(), base.as_cell_stepper()] == [None] * 4
+    _refuses(lambda: et.plan(base, 0, 0, 1), "ARG-TYPE")  # type: ignore[arg-type]
+
+
 def _session_on_live_key() -> None:
     key = make_unique_key()
     with CacheSession(key, cache(2)):
         _refuses(lambda: CacheSession(key, cache(2)), "REG-SESSION")
     _refuses(lambda: CacheSession(key, object()), "ARG-TYPE")  # type: ignore[arg-type]
+
+
+def _one_flat_layer() -> CacheConfig:
+    return CacheConfig(capacity=4, n_layers=1, layers=[LayerConfig(LayerPolicy.flat())])
 
 
 #: Bad input for every name of `kvcache.__all__`: a new export without an entry fails the test below.
@@ -195,9 +206,13 @@ EXPORTS: dict[str, Callable[[], None]] = {
     "INT_MAX": lambda: _refuses(lambda: fresh().can_extend(INT_MAX + 1), "ARG-RANGE"),
     **{name: _is_error_class(name) for name in ("ArgumentTypeError", "ArgumentValueError", "ConfigError",
                                                  "ConfigTypeError", "KVCacheError", "LayerIndexError",
-                                                 "PlanError", "StepError")},
-    **{name: _is_abstract_face(name) for name in ("CacheBase", "SequenceControl", "SequencePlanner",
-                                                   "LayoutPolicy")},
+                                                 "PlanError", "StepError", "ForwardError")},
+    "CacheBase": _base_has_no_faces,
+    **{name: _is_abstract_face(name) for name in ("SequenceControl", "SequencePlanner",
+                                                   "LayoutPolicy", "CacheControl", "BatchControl", "CellStepper")},
+    "MAX_SEQS": lambda: _refuses(lambda: kvcache.CellCache(_one_flat_layer(), kvcache.MAX_SEQS + 1), "CELL-MAX-SEQS"),
+    "CellCache": lambda: _refuses(lambda: kvcache.CellCache(_one_flat_layer(), True), "CELL-MAX-SEQS"),
+    "CellStep": lambda: _refuses(lambda: kvcache.CellStep(True, 1, (0,), b"\x01"), "CELL-STEP-SHAPE"),
     "CacheBuilderRegistry": lambda: _refuses(lambda: CacheBuilderRegistry.unregister(None, "k"), "ARG-TYPE"),  # type: ignore[arg-type]
     "CacheRegistry": lambda: _refuses(lambda: CacheRegistry.install("k", "not a cache"), "ARG-TYPE"),  # type: ignore[arg-type]
     "CacheSession": _session_on_live_key,
