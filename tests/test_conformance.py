@@ -210,7 +210,7 @@ def test_pytest_plugin_does_nothing_without_the_option(tmp_path: Path) -> None:
 def test_pytest_plugin_runs_the_suite_inside_another_test_run(tmp_path: Path) -> None:
     target = "--kvcache-target=" + ZOO_TARGET.format("accepts_bool")
     lenient = _pytest(tmp_path, target)
-    assert lenient.returncode == 0 and "5 passed" in lenient.stdout
+    assert lenient.returncode == 0 and "6 passed" in lenient.stdout
     strict = _pytest(tmp_path, target, "--kvcache-strict")
     assert strict.returncode == 1 and "kvcache_conformance[lenient]" in strict.stdout
     assert "def test_kvcache_conformance_lenient_arg_int" in strict.stdout
