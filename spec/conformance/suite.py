@@ -48,6 +48,10 @@ MAX_SHRINKS = 6         # findings shrunk per (class, rule), or of all crashes, 
 CRASH_SHRINK_BUDGET = 12
 
 
+_ALONE = ("does not reproduce alone in a fresh process: it depends on earlier programs run in the same "
+          "target process (the steps are those of the program that crashed, up to the crash)")
+
+
 @dataclass
 class Reported:
     finding: Finding
@@ -249,7 +253,15 @@ def run_suite(target: Target, profile: str = "quick", seed: int = 0,
             if result.restarts > cap:
                 result.aborted = f"the restart cap ({cap}) was hit: the target crashed or hung {result.restarts} times"
         if not program or finding.step_index < 0:   # an invalid config, or a crash while creating: no steps
-            keep(finding, cfg, [])
+            note = ""
+            if crash and not any(r.cause() == cause(finding, cfg, []) for r in kept_like(finding)):
+                target.fresh()   # a new crash while creating: does it happen alone, in a fresh process?
+                again = run_program(target, cfg, [], exact=True).finding
+                if again is None or again.kind != CRASH:
+                    note = _ALONE
+                else:
+                    finding = again
+            keep(finding, cfg, [], note)
             return
         kept = kept_like(finding)
         quick_cause = cause(finding, cfg, run.steps[-1:])
@@ -265,7 +277,8 @@ def run_suite(target: Target, profile: str = "quick", seed: int = 0,
         # Any crash of the same kind counts while shrinking; the reported rule is the final run's.
         def candidate(c: JsonConfig, p: list[Step]) -> Optional[Finding]:
             got = check(c, p, crash)
-            if crash and got is not None and got.kind == CRASH and _crash_kind(got.message) == _crash_kind(finding.message):
+            if (crash and got is not None and got.kind == CRASH
+                    and _crash_kind(got.message) == _crash_kind(finding.message)):
                 return replace(got, rule=finding.rule)
             return got
 
@@ -282,9 +295,7 @@ def run_suite(target: Target, profile: str = "quick", seed: int = 0,
                 if final.finding is not None and final.finding.kind == CRASH:
                     note = "the shrunk steps do not crash alone; the whole program does, in a fresh process"
                 else:
-                    note = ("does not reproduce alone in a fresh process: it depends on earlier programs run in "
-                            "the same target process (the steps are the program that crashed)")
-                    final = run
+                    note, final = _ALONE, run
         else:
             final = run_program(target, small_cfg, small, exact=True)
             if final.finding is None or final.finding.key() != finding.key():   # flaky: keep the original
