@@ -96,6 +96,13 @@ def test_a_slow_target_wrong_on_every_ring_config_is_caught_before_the_safety_ne
     assert result.verdict() == NOT_CONFORMING
 
 
+def test_an_in_process_hang_is_stopped_by_the_safety_net_inside_the_call() -> None:
+    started = time.monotonic()
+    result = run_suite(PythonTarget(ZOO.format("hangs_in_process")), "quick", seed=0, deadline=2.0)
+    assert result.verdict() == INCOMPLETE and "inside a call" in result.aborted and not result.interrupted
+    assert time.monotonic() - started < 30
+
+
 def test_a_huge_depth_is_incomplete_by_the_row_budget_not_by_the_clock() -> None:
     started = time.monotonic()
     result = run_suite(PythonTarget(ZOO.format("huge_depth")), "quick", seed=0)

@@ -15,7 +15,7 @@ from .coverage import family, in_scope, shortfall
 from .coverage import summary as rules_summary
 from .engine import CRASH, LENIENT, OVER_STRICT, WRONG, Finding, Step, run_program
 from .programs import edge_programs, random_program, shrink
-from .targets import HarnessInterrupted, SubprocessTarget, Target, parse_target
+from .targets import HarnessInterrupted, SubprocessTarget, Target, parse_target, safety_alarm
 
 REPORT_FORMAT = "kvcache-conformance-report/2"
 CONFORMING, NOT_CONFORMING, INCOMPLETE = "CONFORMING", "NOT CONFORMING", "INCOMPLETE"
@@ -304,23 +304,28 @@ def run_suite(target: Target, profile: str = "quick", seed: int = 0,
         if stop_after_first:
             result.aborted = "stopped after the first finding (stop_after_first)"
 
+    if not target.validates_configs:
+        result.skipped.add("config validation: a python: target gets a kvcache.CacheConfig, "
+                           "which validates itself")
     try:
-        for cfg, program in work + [(cfg, random_program(cfg, rng, rng.randint(3, plan.largest)))
-                                    for cfg in randoms]:
-            if stopped():
-                break
-            one(cfg, program)
-        # Config validation last: each invalid configuration must be refused at create.
-        for bad_cfg in bad_configs:
-            if stopped():
-                break
-            one(bad_cfg, [])
-        if not target.validates_configs:
-            result.skipped.add("config validation: a python: target gets a kvcache.CacheConfig, "
-                               "which validates itself")
+        with safety_alarm(safety - time.monotonic()):
+            for cfg, program in work + [(cfg, random_program(cfg, rng, rng.randint(3, plan.largest)))
+                                        for cfg in randoms]:
+                if stopped():
+                    break
+                one(cfg, program)
+            # Config validation last: each invalid configuration must be refused at create.
+            for bad_cfg in bad_configs:
+                if stopped():
+                    break
+                one(bad_cfg, [])
     except HarnessInterrupted as stop:
-        result.interrupted = stop.signal_name
-        result.aborted = f"the harness was interrupted by {stop.signal_name}"
+        if stop.signal_name == "SIGALRM":
+            result.aborted = (f"the wall-clock safety net ({safety - started:.0f} s) stopped the run inside a "
+                              f"call of the target (a hang? run a python: target with --isolate)")
+        else:
+            result.interrupted = stop.signal_name
+            result.aborted = f"the harness was interrupted by {stop.signal_name}"
         target.kill()
     finally:
         result.seconds = time.monotonic() - started

@@ -88,6 +88,31 @@ def stop_on_signals() -> Iterator[None]:
             signal.signal(number, old)
 
 
+@contextlib.contextmanager
+def safety_alarm(seconds: float) -> Iterator[None]:
+    """The wall-clock safety net, also inside a call: after `seconds`, SIGALRM raises
+    `HarnessInterrupted` (SIGALRM) - even out of an in-process target's endless loop, which no
+    per-request timeout bounds. Main thread with setitimer only; elsewhere the suite checks the net
+    between programs."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
+        yield
+        return
+    armed = True
+
+    def handler(signum: int, frame: Optional[FrameType]) -> None:
+        if armed:
+            raise HarnessInterrupted(signum)
+
+    previous = signal.signal(signal.SIGALRM, handler)
+    signal.setitimer(signal.ITIMER_REAL, max(seconds, 0.001))
+    try:
+        yield
+    finally:
+        armed = False
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def signal_text(code: Optional[int]) -> str:
     """An exit status as words: 'killed by SIGSEGV', 'exit code 3'."""
     if code is None:

@@ -509,3 +509,15 @@ HOSTILE: dict[str, Callable[[CacheConfig], Any]] = {
 }
 for _name, _hostile in HOSTILE.items():
     globals().setdefault(_name, _hostile)
+
+
+class HangsInProcess(Faithful):
+    """Loops forever in its first rewind: in process, only the wall-clock safety net can stop it."""
+
+    def rewind(self, new_len: int) -> bool:
+        while True:
+            time.sleep(0.01)
+
+
+HOSTILE["hangs_in_process"] = HangsInProcess
+hangs_in_process = HangsInProcess
