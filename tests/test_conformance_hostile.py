@@ -89,7 +89,8 @@ def test_a_slow_correct_target_is_incomplete_not_conforming() -> None:
 def test_a_slow_target_wrong_on_every_ring_config_is_caught_before_the_safety_net() -> None:
     """Edge programs go round-robin over the configurations: a ring configuration is created within
     the first few programs (~3 s of the target's sleeps), so the defect is found, not cut off."""
-    result = run_suite(PythonTarget(ZOO.format("slow_and_wrong")), "quick", seed=0, deadline=20.0)
+    result = run_suite(PythonTarget(ZOO.format("slow_and_wrong")), "quick", seed=0, deadline=30.0,
+                       stop_after_first=True)
     assert (WRONG, "ADMIT") in result.findings
     assert "ring" in result.findings[(WRONG, "ADMIT")].finding.message or \
         "ring" in json.dumps(result.findings[(WRONG, "ADMIT")].config)

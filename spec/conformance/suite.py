@@ -207,6 +207,8 @@ def run_suite(target: Target, profile: str = "quick", seed: int = 0,
     def stopped() -> bool:
         if result.aborted:
             return True
+        if stop_after_first and result.findings:
+            result.aborted = "stopped after the first finding (stop_after_first)"
         if time.monotonic() > safety:
             result.aborted = (f"the wall-clock safety net ({safety - started:.0f} s) stopped the run: "
                               f"the target answers too slowly for the profile's program count")
@@ -301,8 +303,6 @@ def run_suite(target: Target, profile: str = "quick", seed: int = 0,
             if final.finding is None or final.finding.key() != finding.key():   # flaky: keep the original
                 small_cfg, final = cfg, run
         keep(final.finding or finding, small_cfg, final.steps, note)
-        if stop_after_first:
-            result.aborted = "stopped after the first finding (stop_after_first)"
 
     if not target.validates_configs:
         result.skipped.add("config validation: a python: target gets a kvcache.CacheConfig, "
