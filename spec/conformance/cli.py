@@ -91,34 +91,39 @@ def main(argv: Optional[list[str]] = None) -> int:
     if problem:
         print(f"kvcache conformance: {problem}", file=sys.stderr)
         return 2
-    try:
-        target = parse_target(args.target, timeout=args.timeout, isolate=args.isolate)
-    except TargetError as error:
-        print(f"kvcache conformance: {error}", file=sys.stderr)
-        return 2
-    with stop_on_signals():
-        return _run(target, args)
-
-
-def _run(target: Target, args: argparse.Namespace) -> int:
-    """The run and its reports; a signal stops the run, and the partial report is still written."""
-    to_stdout = args.json == "-"
-    result: Optional[SuiteResult] = None
-    with _protocol_stdout(to_stdout) as out:
+    # stdout is owned from here: even a target module printing while it is imported cannot corrupt it
+    with stop_on_signals(), _protocol_stdout(args.json == "-") as out:
+        target: Optional[Target] = None
         try:
-            result = run_suite(target, args.profile, args.seed)
+            target = parse_target(args.target, timeout=args.timeout, isolate=args.isolate)
+            return _run(target, args, out)
         except TargetError as error:
             print(f"kvcache conformance: {error}", file=sys.stderr)
             return 2
-        except HarnessInterrupted as stop:   # before the run began (run_suite returns its partial result)
-            print(f"kvcache conformance: interrupted by {stop.signal_name} before the run", file=sys.stderr)
+        except HarnessInterrupted as stop:   # outside the run (run_suite itself returns a partial result)
+            if target is not None:
+                target.kill()
+            print(f"kvcache conformance: interrupted by {stop.signal_name} outside the run: no report",
+                  file=sys.stderr)
             return 3
-        finally:
+
+
+def _run(target: Target, args: argparse.Namespace, out: TextIO) -> int:
+    """The run and its reports; a signal stops the run, and the partial report is still written."""
+    to_stdout = args.json == "-"
+    result: Optional[SuiteResult] = None
+    try:
+        result = run_suite(target, args.profile, args.seed)
+    finally:
+        try:
             if result is not None and result.interrupted:
                 target.kill()
             else:
                 target.close()
-        report = report_json(result, args.strict, args.exact_layout)
+        except HarnessInterrupted:   # stopped while saying goodbye: the run itself is complete
+            target.kill()
+    report = report_json(result, args.strict, args.exact_layout)
+    try:
         if args.json:
             text = json.dumps(report, indent=1)
             if to_stdout:
@@ -130,6 +135,9 @@ def _run(target: Target, args: argparse.Namespace) -> int:
         if args.junit:
             with open_report(args.junit) as handle:
                 handle.write(report_junit(report) + "\n")
+    except OSError as error:
+        print(f"kvcache conformance: cannot write the report: {error}", file=sys.stderr)
+        return 2
     summary(report, result.target, args, sys.stderr if to_stdout else sys.stdout)
     return EXIT_CODES[report["verdict"]]
 
