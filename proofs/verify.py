@@ -39,7 +39,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from kvcache_spec.cli import open_report
+from kvcache_spec.cli import open_report, report_path_problem
 
 STAGES = ("stateful", "crosshair", "z3", "model-checker")
 PASS, FAIL, INCOMPLETE, ERROR = "pass", "FAIL", "INCOMPLETE", "ERROR"
@@ -282,6 +282,11 @@ def main(argv: Optional[list[str]] = None) -> int:
         args = _parser().parse_args(argv)
     except SystemExit as exit_:
         return 0 if exit_.code == 0 else 2
+    for option, path in (("--json", args.json), ("--junit", args.junit)):
+        problem = report_path_problem(path)   # before the stages run, not after
+        if problem:
+            print(f"kvcache verify: {option} {path}: {problem}", file=sys.stderr)
+            return 2
     stages = [s.strip() for s in args.stages.split(",") if s.strip()]
     unknown = [s for s in stages if s not in STAGES]
     if unknown or not stages:

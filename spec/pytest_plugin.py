@@ -4,14 +4,17 @@
 
 Without --kvcache-target the plugin does nothing (it only declares its options). With it, the
 session gets one test per finding class - wrong, crash, lenient, over-strict - plus the exact
-layout; the suite runs once, on the first of them. wrong and crash fail; lenient and over-strict
-fail under --kvcache-strict (otherwise they pass with a warning); layout fails under
---kvcache-exact-layout. A failure prints each finding's rule, minimal steps and a pytest test.
+layout and the coverage; the suite runs once, on the first of them. wrong and crash fail; lenient
+and over-strict fail under --kvcache-strict (otherwise they pass with a warning); layout fails under
+--kvcache-exact-layout; coverage fails when the run is INCOMPLETE (it exercised less than its
+profile promises), so the plugin gives the verdicts of `kvcache conformance`. A failure prints each
+finding's rule, minimal steps and a pytest test.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import warnings
 from typing import Any, Optional
 
@@ -42,15 +45,19 @@ class _Suite:
     def get(self) -> dict[str, Any]:
         if self.report is None:
             from .conformance.suite import report_json, run_suite
-            from .conformance.targets import parse_target
+            from .conformance.targets import parse_target, stop_on_signals
 
             option = self.config.getoption
-            target = parse_target(option("kvcache_target"), timeout=option("kvcache_timeout"),
-                                  isolate=option("kvcache_isolate"))
-            try:
-                result = run_suite(target, option("kvcache_profile"), option("kvcache_seed"))
-            finally:
-                target.close()
+            timeout = option("kvcache_timeout")
+            if not (math.isfinite(timeout) and timeout > 0):
+                raise pytest.UsageError(f"--kvcache-timeout {timeout}: must be a finite number above 0")
+            target = parse_target(option("kvcache_target"), timeout=timeout, isolate=option("kvcache_isolate"))
+            # The harness's own SIGTERM/SIGINT stop the run (INCOMPLETE), never blamed on the target.
+            with stop_on_signals():
+                try:
+                    result = run_suite(target, option("kvcache_profile"), option("kvcache_seed"))
+                finally:
+                    target.close()
             self.report = report_json(result, option("kvcache_strict"), option("kvcache_exact_layout"))
         return self.report
 
@@ -66,14 +73,18 @@ class KvcacheItem(pytest.Item):
 
     def runtest(self) -> None:
         report = self.suite.get()
+        if self.kind == "coverage":
+            incomplete = report["coverage"]["incomplete"]
+            if incomplete:
+                raise KvcacheFinding("INCOMPLETE: the run exercised less than its profile promises:\n"
+                                     + "\n".join(incomplete))
+            return
         if self.kind == "layout":
             divergences = report["layout"]["divergences"]
             if divergences and report["exact_layout"]:
                 raise KvcacheFinding("the layout is not canonical:\n" + json.dumps(divergences, indent=1))
             return
         found = [f for f in report["semantic"]["findings"] if f["class"] == self.kind]
-        if self.kind == "crash" and report["aborted"] and not found:
-            raise KvcacheFinding(report["aborted"])
         if not found:
             return
         text = "\n\n".join(f"[{f['rule']}] {f['message']}\nconfig: {f['config_name']}\n"
@@ -96,5 +107,5 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     if not config.getoption("kvcache_target"):
         return
     suite = _Suite(config)
-    for kind in CLASSES + ("layout",):
+    for kind in CLASSES + ("layout", "coverage"):
         items.append(KvcacheItem.from_parent(session, name=f"kvcache_conformance[{kind}]", suite=suite, kind=kind))

@@ -18,7 +18,7 @@ from kvcache_spec.conformance import cli, replay, run_program, run_suite
 from kvcache_spec.conformance.configs import SUITE_CONFIGS, config, layer
 from kvcache_spec.conformance.engine import LENIENT, WRONG
 from kvcache_spec.conformance.modeltarget import ModelTarget
-from kvcache_spec.conformance.suite import pytest_text, report_json
+from kvcache_spec.conformance.suite import INCOMPLETE, pytest_text, report_json, report_junit
 from kvcache_spec.conformance.targets import Outcome, PythonTarget, Target
 from kvcache_spec.conformance.zoo import ZOO
 
@@ -210,7 +210,7 @@ def test_pytest_plugin_does_nothing_without_the_option(tmp_path: Path) -> None:
 def test_pytest_plugin_runs_the_suite_inside_another_test_run(tmp_path: Path) -> None:
     target = "--kvcache-target=" + ZOO_TARGET.format("accepts_bool")
     lenient = _pytest(tmp_path, target)
-    assert lenient.returncode == 0 and "5 passed" in lenient.stdout
+    assert lenient.returncode == 0 and "6 passed" in lenient.stdout
     strict = _pytest(tmp_path, target, "--kvcache-strict")
     assert strict.returncode == 1 and "kvcache_conformance[lenient]" in strict.stdout
     assert "def test_kvcache_conformance_lenient_arg_int" in strict.stdout
@@ -219,3 +219,39 @@ def test_pytest_plugin_runs_the_suite_inside_another_test_run(tmp_path: Path) ->
 def test_suite_configs_cover_max_write_below_and_above_the_window() -> None:
     rings = [(c["layers"][0]["window"], c["max_write"]) for c in SUITE_CONFIGS if c["layers"][0]["kind"] == "ring"]
     assert any(m is not None and m < w for w, m in rings) and any(m is not None and m > w for w, m in rings)
+
+
+# --- coverage is part of the verdict ------------------------------------------------------------------
+
+def test_a_run_that_never_reaches_a_rule_in_scope_is_incomplete() -> None:
+    """The detector on a broken variant of the suite: one flat configuration cannot exercise STEP-T-MAX
+    (no ring) or CFG-DEDUP (one layer), so even the reference is INCOMPLETE there, never CONFORMING."""
+    flat_only = (config(8, [layer("flat")]),)
+    result = run_suite(PythonTarget("python:kvcache:SequenceCache"), "quick", seed=0, configs=flat_only)
+    assert result.findings == {} and result.programs == result.planned
+    assert result.verdict(strict=True, exact_layout=True) == INCOMPLETE
+    assert result.incomplete() == ["rules in scope never exercised: CFG-DEDUP, STEP-T-MAX"]
+    report = report_json(result, strict=True, exact_layout=True)
+    assert report["verdict"] == INCOMPLETE and not report["conforming"]
+    assert report["coverage"]["rules"]["not_exercised"] == ["CFG-DEDUP", "STEP-T-MAX"]
+    case = ET.fromstring(report_junit(report)).find("testcase[@classname='kvcache.conformance.coverage']")
+    assert case is not None and case.find("failure") is not None
+
+
+def test_every_rule_is_in_scope_or_says_why_not() -> None:
+    """The scope of a cmd: target with every optional method: each rule is exercised by the reference's
+    protocol server, or has a reason to be out of scope."""
+    from kvcache_spec.conformance.coverage import in_scope
+    from kvcache_spec.rules import RULES
+
+    scope = in_scope(config_validation=True, optional=frozenset({"length", "depth", "retained_from"}))
+    assert set(scope) == {rule.id for rule in RULES}
+    assert sorted(rule for rule, why in scope.items() if why) == ["ET-MAP", "PROTO-COMMIT", "REG-KEYS",
+                                                                 "REG-SESSION", "THREADS"]
+    bare = in_scope(config_validation=False, optional=frozenset())
+    assert "no depth()" in bare["DEPTH"] and "no retained_from()" in bare["RETAINED"] and bare["CFG-CAPACITY"]
+
+
+def test_a_wall_clock_stop_is_incomplete() -> None:
+    result = run_suite(PythonTarget("python:kvcache:SequenceCache"), "quick", seed=0, deadline=0.0)
+    assert result.verdict() == INCOMPLETE and "safety net" in result.aborted

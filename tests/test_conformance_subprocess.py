@@ -47,13 +47,15 @@ def test_a_misbehaving_target_is_a_crash_finding(mode: str) -> None:
     target = SubprocessTarget(cmd("kvcache_spec.conformance.zoo_cmd", mode), timeout=0.3, start_timeout=1.5)
     started = time.monotonic()
     try:
-        result = run_suite(target, "quick", seed=0, crash_shrink_budget=2)
+        result = run_suite(target, "quick", seed=0, crash_shrink_budget=2, restart_cap=3)
     finally:
         target.close()
     elapsed = time.monotonic() - started
     assert result.classes() == {CRASH}, sorted(result.findings)
-    assert result.aborted and not result.conforming()
-    assert elapsed < 15, elapsed
+    assert result.verdict() == "NOT CONFORMING"
+    # it crashes on every program: the run goes on after each crash, up to the restart cap
+    assert result.restarts == 4 and "restart cap (3)" in result.aborted and result.incomplete()
+    assert elapsed < 40, elapsed
     assert target.process is None   # killed and reaped
 
 
@@ -79,5 +81,5 @@ def test_a_command_that_cannot_start_is_a_target_error() -> None:
 def test_isolate_runs_a_python_target_out_of_process() -> None:
     from kvcache_spec.conformance.cli import main
 
-    assert main(["--isolate", "--target", "python:kvcache_spec.conformance.zoo:accepts_gap"]) == 0
+    assert main(["--isolate", "--target", "python:kvcache_spec.conformance.zoo:accepts_gap"]) == 0   # lenient only
     assert main(["--isolate", "--strict", "--target", "python:kvcache_spec.conformance.zoo:accepts_gap"]) == 1

@@ -1,25 +1,37 @@
-"""`kvcache conformance`: run the suite against a target; exit 0 conforming, 1 not, 2 usage/harness error."""
+"""`kvcache conformance`: run the suite against a target.
+
+Exit codes: 0 CONFORMING (with its coverage printed), 1 NOT CONFORMING (findings), 2 usage or harness
+error, 3 INCOMPLETE (the run exercised less than its profile promises: stopped by a signal, the
+safety net, the restart cap, or a configuration or rule in scope never exercised).
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
-import signal
+import math
+import os
 import sys
-import threading
 from pathlib import Path
-from typing import Any, Optional, TextIO
+from typing import Any, Iterator, Optional, TextIO
 
-from ..cli import open_report
+from ..cli import open_report, report_path_problem
 from . import scope as scopes
 from .engine import CLASSES
-from .suite import PROFILES, SuiteResult, report_json, report_junit, run_suite
-from .targets import Target, TargetError, parse_target
+from .suite import CONFORMING, INCOMPLETE, PROFILES, SuiteResult, report_json, report_junit, run_suite
+from .targets import HarnessInterrupted, Target, TargetError, parse_target, stop_on_signals
 from .vectors import save_findings
+
+EXIT_CODES = {CONFORMING: 0, "NOT CONFORMING": 1, INCOMPLETE: 3}
+EPILOG = ("exit codes: 0 CONFORMING (full coverage), 1 NOT CONFORMING (findings), 2 usage or harness error, "
+          "3 INCOMPLETE (less exercised than the profile promises: interrupted, the wall-clock safety net, "
+          "the restart cap, a configuration never created or a rule in scope never exercised). "
+          "Report folders are created when missing; reports are written atomically.")
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="kvcache conformance",
+    parser = argparse.ArgumentParser(prog="kvcache conformance", epilog=EPILOG,
                                      description="Run the kvcache conformance suite against a target.")
     parser.add_argument("--target", default="reference",
                         help="reference (default), python:MODULE:FACTORY, or cmd:COMMAND (spec/PROTOCOL.md)")
@@ -30,7 +42,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--isolate", action="store_true",
                         help="run a python: target in a subprocess, so a hang or a crash is a finding")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--timeout", type=float, default=5.0, help="seconds per request (cmd: targets)")
+    parser.add_argument("--timeout", type=float, default=5.0,
+                        help="seconds per request (cmd: and --isolate targets); finite, above 0")
     parser.add_argument("--json", metavar="F", help="write the JSON report to F ('-' for stdout)")
     parser.add_argument("--junit", metavar="F", help="write a JUnit XML report to F")
     parser.add_argument("--save-findings", metavar="DIR",
@@ -42,14 +55,52 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def usage_problem(args: argparse.Namespace) -> Optional[str]:
+    """Everything checkable before the run: one line naming the option, or None."""
+    if not (math.isfinite(args.timeout) and args.timeout > 0):
+        return f"--timeout {args.timeout}: seconds per request must be a finite number above 0"
+    if args.junit == "-":
+        return "--junit -: the JUnit report needs a file (only --json may go to stdout)"
+    for option, path in (("--json", args.json), ("--junit", args.junit)):
+        problem = report_path_problem(path, stdout_ok=option == "--json")
+        if problem:
+            return f"{option} {path}: {problem}"
+    return None
+
+
+@contextlib.contextmanager
+def _protocol_stdout(keep: bool) -> Iterator[TextIO]:
+    """Own stdout for the JSON report: while the suite runs, fd 1 and sys.stdout go to stderr, so an
+    in-process target's print() (or a C extension's write to fd 1) cannot corrupt `--json -`."""
+    if not keep:
+        yield sys.stdout
+        return
+    sys.stdout.flush()
+    saved = os.dup(1)
+    real = os.fdopen(os.dup(saved), "w", encoding="utf-8")
+    previous = sys.stdout
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
     try:
-        args = _parser().parse_args(argv)
+        yield real
+    finally:
+        sys.stdout.flush()
+        sys.stdout = previous
+        os.dup2(saved, 1)
+        os.close(saved)
+        real.close()
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = _parser()
+    try:
+        args = parser.parse_args(argv)
     except SystemExit as exit_:
         return 0 if exit_.code == 0 else 2
-    # Killed from outside (CI timeout): unwind, so the target's process group is killed and reaped too.
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(2))
+    problem = usage_problem(args)
+    if problem:
+        print(f"kvcache conformance: {problem}", file=sys.stderr)
+        return 2
     try:
         scope = None if args.scope is None else scopes.parse_text(args.scope, "--scope")
     except scopes.ScopeError as error:
@@ -65,40 +116,67 @@ def main(argv: Optional[list[str]] = None) -> int:
         except OSError as error:
             print(f"kvcache conformance: --save-findings: {error}", file=sys.stderr)
             return 2
+    args.parsed_scope = scope
+    # stdout is owned from here: even a target module printing while it is imported cannot corrupt it
+    with stop_on_signals(), _protocol_stdout(args.json == "-") as out:
+        target: Optional[Target] = None
+        try:
+            target = parse_target(args.target, timeout=args.timeout, isolate=args.isolate)
+            return _run(target, args, out)
+        except TargetError as error:
+            print(f"kvcache conformance: {error}", file=sys.stderr)
+            return 2
+        except HarnessInterrupted as stop:   # outside the run (run_suite itself returns a partial result)
+            if target is not None:
+                target.kill()
+            print(f"kvcache conformance: interrupted by {stop.signal_name} outside the run: no report",
+                  file=sys.stderr)
+            return 3
+
+
+def _run(target: Target, args: argparse.Namespace, out: TextIO) -> int:
+    """The run and its reports; a signal stops the run, and the partial report is still written."""
+    to_stdout = args.json == "-"
+    result: Optional[SuiteResult] = None
     try:
-        target = parse_target(args.target, timeout=args.timeout, isolate=args.isolate)
-    except TargetError as error:
-        print(f"kvcache conformance: {error}", file=sys.stderr)
-        return 2
-    try:
-        result = run_suite(target, args.profile, args.seed, scope=scope)
-        saved = save(result, args.save_findings, target, scope) if args.save_findings else None
-    except TargetError as error:
-        print(f"kvcache conformance: {error}", file=sys.stderr)
-        return 2
+        result = run_suite(target, args.profile, args.seed, scope=args.parsed_scope)
     finally:
-        target.close()
+        try:
+            if result is not None and result.interrupted:
+                target.kill()
+            else:
+                target.close()
+        except HarnessInterrupted:   # stopped while saying goodbye: the run itself is complete
+            target.kill()
     report = report_json(result, args.strict, args.exact_layout)
-    if saved is not None:
+    saved = None
+    if args.save_findings and not result.interrupted:
+        saved = save(result, args.save_findings, target, args.parsed_scope)
         report["saved_findings"] = saved
-    if args.json:
-        text = json.dumps(report, indent=1)
-        if args.json == "-":
-            print(text)
-        else:
-            with open_report(args.json) as out:
+    try:
+        if args.json:
+            text = json.dumps(report, indent=1)
+            if to_stdout:
                 out.write(text + "\n")
-    if args.junit:
-        with open_report(args.junit) as out:
-            out.write(report_junit(report) + "\n")
-    summary(report, result.target, args, sys.stderr if args.json == "-" else sys.stdout)
-    return 0 if report["conforming"] else 1
+                out.flush()
+            else:
+                with open_report(args.json) as handle:
+                    handle.write(text + "\n")
+        if args.junit:
+            with open_report(args.junit) as handle:
+                handle.write(report_junit(report) + "\n")
+    except OSError as error:
+        print(f"kvcache conformance: cannot write the report: {error}", file=sys.stderr)
+        return 2
+    summary(report, result.target, args, sys.stderr if to_stdout else sys.stdout)
+    return EXIT_CODES[report["verdict"]]
 
 
 def save(result: SuiteResult, directory: str, target: Target, scope: Optional[scopes.Scope]) -> list[dict[str, Any]]:
     """--save-findings: every finding as a vector file, in the report's order (wrong first)."""
     order = {kind: rank for rank, kind in enumerate(CLASSES)}
-    found = sorted(result.findings.values(), key=lambda r: (order[r.finding.kind], r.finding.rule))
+    found = sorted((r for kept in result.causes.values() for r in kept),
+                   key=lambda r: (order[r.finding.kind], r.finding.rule))
     return save_findings([(r.finding, r.config, r.steps) for r in found], Path(directory), target,
                          scope or target.scope)
 
@@ -108,26 +186,37 @@ def summary(report: dict[str, Any], target: str, args: argparse.Namespace, out: 
     def line(text: str) -> None:
         out.write(text + "\n")
 
-    stats = report["stats"]
+    stats, coverage = report["stats"], report["coverage"]
+    rules = coverage["rules"]
     line(f"kvcache conformance: target {target}, profile {report['profile']}, seed {report['seed']}: "
-          f"{stats['programs']} programs, {stats['calls']} calls in {stats['seconds']} s"
-          + (f", {stats['requests_per_second']} requests/s" if stats["requests_per_second"] else ""))
-    if report["aborted"]:
-        line(f"  ABORTED: {report['aborted']}")
+         f"{stats['programs']} programs, {stats['calls']} calls in {stats['seconds']} s"
+         + (f", {stats['requests_per_second']} requests/s" if stats["requests_per_second"] else ""))
+    programs, configs, families = coverage["programs"], coverage["configurations"], coverage["families"]
+    in_scope = len(rules["exercised"]) + len(rules["not_exercised"])
+    line(f"  coverage: {programs['run']}/{programs['planned']} programs, {configs['created']}/{configs['planned']} "
+         f"configurations, {len(families['exercised'])}/{len(families['planned'])} families, "
+         f"{len(rules['exercised'])}/{in_scope} rules in scope exercised"
+         + (f", {coverage['restarts']} target restarts" if coverage["restarts"] else ""))
+    for reason in coverage["incomplete"]:
+        line(f"  INCOMPLETE: {reason}")
     for finding in report["semantic"]["findings"]:
-        line(f"  {finding['class']:<11} {finding['rule']:<15} {finding['message'][:160]}")
+        cause = f" (cause {finding['cause']} of {finding['causes_of_rule']})" if finding["causes_of_rule"] > 1 else ""
+        line(f"  {finding['class']:<11} {finding['rule']:<15} {finding['message'][:160]}{cause}")
         line(f"              config {finding['config_name']}; {len(finding['steps'])} steps: "
-              f"{json.dumps(finding['steps'])[:300]}")
+             f"{json.dumps(finding['steps'])[:300]}")
+        if finding["note"]:
+            line(f"              note: {finding['note']}")
     line(f"  semantic conformance: {'yes' if report['semantic']['conforming'] else 'NO'}; "
-          f"exact layout: {'canonical' if report['layout']['canonical'] else 'NOT canonical'}")
+         f"exact layout: {'canonical' if report['layout']['canonical'] else 'NOT canonical'}")
     for divergence in report["layout"]["divergences"][:1]:
         line(f"    first layout divergence: {divergence['divergences'][0]}")
     for note in report["skipped"]:
         line(f"  skipped: {note}")
-    for saved in report.get("saved_findings", []):
-        line(f"  saved {saved['path']}: {'reproduces' if saved['reproduces'] else 'DOES NOT reproduce'} "
-             f"on replay ({saved['replay'][:120]})")
+    for saved_one in report.get("saved_findings", []):
+        line(f"  saved {saved_one['path']}: {'reproduces' if saved_one['reproduces'] else 'DOES NOT reproduce'} "
+             f"on replay ({saved_one['replay'][:120]})")
     partial = report.get("scope", {}).get("full") is False
-    line(f"  {'CONFORMING' if report['conforming'] else 'NOT CONFORMING'}"
-          f"{' (strict)' if args.strict else ''}"
-          + (f" within the scope {','.join(report['scope']['features'])} only" if partial else ""))
+    verdict = report["verdict"]
+    line(f"  {verdict}{' (strict)' if args.strict else ''}"
+         + (f" within the scope {','.join(report['scope']['features'])} only" if partial else "")
+         + (f": {coverage['incomplete'][0]}" if verdict == INCOMPLETE else ""))

@@ -33,6 +33,7 @@ from typing import Any, Optional, Union
 from .. import model
 from . import scope as scopes
 from .configs import JsonConfig, describe, to_model
+from .coverage import EVENTS
 from .targets import Outcome, Target, TargetCrash
 
 WRONG, CRASH, LENIENT, OVER_STRICT = "wrong", "crash", "lenient", "over-strict"
@@ -72,10 +73,25 @@ class RunResult:
     calls: int = 0
     layout: list[str] = field(default_factory=list)   # exact-layout divergences (first few)
     skipped: set[str] = field(default_factory=set)
+    exercised: set[str] = field(default_factory=set)   # rules some answered call or checked answer could break
+    created: bool = False                               # the target created the (valid) configuration
+    pool_rows: int = 0                                  # the harness's own work: pool rows allocated and copied
+    over_budget: bool = False                           # stopped: pool_rows passed the row budget
+
+
+# The exact JSON type of each method's answer besides null (bool is not an int here, as in ARG-INT).
+ANSWER_TYPES: dict[str, tuple[type, ...]] = {
+    "can_extend": (bool,), "rewind": (bool,), "capacity": (int,), "length": (int,), "depth": (int,),
+    "retained_from": (int,), "faces": (dict,),
+}
 
 
 class ConfigRejected(Exception):
     """The target rejected a config the spec rejects: nothing more to run."""
+
+
+class OverBudget(Exception):
+    """The target's pools (its depth) need more harness work than the run's row budget allows."""
 
 
 class Stop(Exception):
@@ -124,7 +140,7 @@ class Engine:
     """One program on one target; a fresh cache per program."""
 
     def __init__(self, target: Target, cfg: JsonConfig, exact: bool = False, light: bool = False,
-                 scope: Optional[scopes.Scope] = None) -> None:
+                 scope: Optional[scopes.Scope] = None, row_budget: Optional[int] = None) -> None:
         mcfg = to_model(cfg)
         self.rejected_config = mcfg if isinstance(mcfg, model.Rejected) else None
         if isinstance(mcfg, model.Rejected):   # only create is checked: it must be rejected
@@ -144,6 +160,9 @@ class Engine:
         # the features a valid config needs beyond it (known once the target is started).
         self.scope = scope
         self.outside: frozenset[str] = frozenset()
+        self.row_budget = row_budget
+        # CFG-DEDUP is exercised by plans on a layer whose policy another layer shares
+        self.shared = [mcfg.layers.count(one) > 1 for one in mcfg.layers]
 
     # --- helpers ---------------------------------------------------------------------------------
     def _fail(self, kind: str, rule: str, message: str) -> Stop:
@@ -152,9 +171,30 @@ class Engine:
     def _call(self, method: str, args: dict[str, Any], rule: str) -> Outcome:
         self.result.calls += 1
         try:
-            return self.target.call(method, args)
+            outcome = self.target.call(method, args)
         except TargetCrash as crash:
             raise self._fail(CRASH, rule, f"{method}({_show(args)}): {crash}") from None
+        self._check_type(method, args, outcome, rule)
+        self.result.exercised.add(rule)
+        return outcome
+
+    def _check_type(self, method: str, args: dict[str, Any], outcome: Outcome, rule: str) -> None:
+        """Answers have exact JSON types: can_extend answering 1 is a broken protocol, not a yes."""
+        expected = ANSWER_TYPES.get(method)
+        # null is a refusal value (graded by the engine: over-strict where the spec serves the call)
+        if expected is None or not outcome.ok or outcome.value is None or type(outcome.value) in expected:
+            return
+        wanted = {bool: "a boolean", int: "an integer", dict: "an object"}[expected[0]]
+        raise self._fail(CRASH, rule, f"{method}({_show(args)}): protocol: answered {outcome.value!r} "
+                                      f"({_json_type(outcome.value)}), not {wanted} or null")
+
+    def _exercise(self, event: str) -> None:
+        self.result.exercised.update(EVENTS[event])
+
+    def _rows(self, count: int) -> None:
+        self.result.pool_rows += count
+        if self.row_budget is not None and self.result.pool_rows > self.row_budget:
+            raise OverBudget()
 
     def _layout(self, message: str) -> None:
         if len(self.result.layout) < 5:
@@ -350,16 +390,21 @@ class Engine:
                                                   f"{rows}: {value}")
         if self.exact and got != canonical:
             self._layout(f"plan({layer}, {position}, {T}) is {value}, canonical {plan_json(canonical)}")
+        self._exercise("plan checked")
+        if self.shared[layer]:
+            self._exercise("plan on a shared policy")
         return got
 
     def execute(self, layer: int, position: int, T: int, got: model.Plan) -> None:
         """Play the backend for one layer: write then read on the target's pool; every read must be sound."""
         truth = model.step_truth(self.ms, position, T)
+        self._rows(len(self.pools[layer]))
         self.pools[layer], problems = model.execute(self.pools[layer], truth, position, T, got)
         if problems:
             rule = problems[0].split(":", 1)[0]
             raise self._fail(WRONG, rule, f"executing layer {layer}'s plan for step ({position}, {T}) "
                                           f"{plan_json(got)}: " + "; ".join(problems[:3]))
+        self._exercise("plan executed")
         self.ms, _ = model.run_layer(self.mcfg, self.ms, layer, position, T)
 
     # --- argument resolution -----------------------------------------------------------------------
@@ -405,15 +450,18 @@ class Engine:
             raise ConfigRejected()
         if self.rejected_config is not None:
             rule = self.rejected_config.rule
+            self.result.exercised.add(rule)
             if created.ok:
                 raise self._fail(LENIENT, rule, f"create accepted a config the spec rejects ({rule}, "
                                                 f"{self.rejected_config.argument})")
             raise ConfigRejected()
         if not created.ok:
             raise self._fail(OVER_STRICT, "CFG-TYPE", f"create refused a valid config: {created.error}")
+        self.result.created = True
+        self.result.exercised.add("CFG-TYPE")   # a valid config answered: refusing it would break CFG-TYPE
         if not self.light:
             _, capacity = self.checked("capacity", {})
-            if capacity.value != self.mcfg.capacity:
+            if not _same(capacity.value, self.mcfg.capacity):
                 raise self._fail(WRONG, "ADMIT", f"capacity() is {capacity.value!r}, not {self.mcfg.capacity}")
         for layer in range(self.n_layers):
             depth = model.depth(self.mcfg, layer)
@@ -427,6 +475,7 @@ class Engine:
                 depth = got.value
             else:
                 self.result.skipped.add("depth() absent: DEPTH not checked; pools sized by the canonical depth")
+            self._rows(depth)
             self.pools.append((None,) * depth)
         if self.light:
             return
@@ -448,6 +497,8 @@ class Engine:
                 self.observe("at the end", "LEN-BOUNDS")
         except ConfigRejected:
             pass
+        except OverBudget:
+            self.result.over_budget = True
         except Stop as stop:
             self.result.finding = stop.finding
             if 0 <= stop.finding.step_index == len(self.result.steps) and stop.finding.step_index < len(program):
@@ -504,7 +555,7 @@ class Engine:
                     self.ms = verdict.value
                     self.open_plans = {}
                     self.observe(f"after rewind({args[name]})", "REWIND-SOUND")
-                elif op == "can_extend" and outcome.value != verdict.value:
+                elif op == "can_extend" and not _same(outcome.value, verdict.value):
                     raise self._fail(WRONG, "ADMIT", f"can_extend({args[name]!r}) is {outcome.value!r} "
                                                      f"at length {self.length}, the spec says {verdict.value}")
                 elif op == "depth" and self.exact and outcome.value != verdict.value:
@@ -523,7 +574,7 @@ class Engine:
                 return None
             verdict, outcome = self.checked(op, {})
             assert isinstance(verdict, Accepted)
-            if outcome.value != verdict.value:
+            if not _same(outcome.value, verdict.value):
                 rule = verdict.rule
                 raise self._fail(WRONG, rule, f"{op}() is {outcome.value!r}, the spec says {verdict.value!r}")
             return {"op": op}
@@ -690,6 +741,19 @@ def _split(runs: model.Runs) -> Optional[model.Runs]:
     return ((start, 1), (start + 1, n - 1))
 
 
+def _same(got: Any, expected: Any) -> bool:
+    """Equal and of the same type: True is not 1 here."""
+    return type(got) is type(expected) and got == expected
+
+
+def _json_type(value: Any) -> str:
+    for kind, name in ((bool, "a boolean"), (int, "an integer"), (float, "a number"), (str, "a string"),
+                       (list, "an array"), (dict, "an object"), (type(None), "null")):
+        if isinstance(value, kind):
+            return name
+    return type(value).__name__
+
+
 def _show(args: dict[str, Any]) -> str:
     return ", ".join(repr(v) if not isinstance(v, dict) else "<plan>" for v in args.values())
 
@@ -703,5 +767,5 @@ def _brief(value: Any) -> str:
 
 
 def run_program(target: Target, cfg: JsonConfig, program: list[Step], exact: bool = False,
-                scope: Optional[scopes.Scope] = None) -> RunResult:
-    return Engine(target, cfg, exact, scope=scope).run(program)
+                scope: Optional[scopes.Scope] = None, row_budget: Optional[int] = None) -> RunResult:
+    return Engine(target, cfg, exact, scope=scope, row_budget=row_budget).run(program)

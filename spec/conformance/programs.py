@@ -224,6 +224,12 @@ def _simpler_configs(cfg: JsonConfig) -> list[JsonConfig]:
         out.append({**cfg, "layers": kept, "n_layers": len(kept)})
     if len(layers) == 1 and cfg["n_layers"] > 1:
         out.append({**cfg, "n_layers": 1})
+    # the simplest family that still fails: a defect that shows on flat layers is not a ring defect
+    if any(entry.get("kind") == "ring" for entry in layers):
+        flat = [{**entry, "kind": "flat", "window": 0} for entry in layers]
+        out.append({**cfg, "layers": flat, "max_write": None})
+    if cfg.get("max_write") is not None:
+        out.append({**cfg, "max_write": None})
     for capacity in (cfg["capacity"] // 2, cfg["capacity"] - 1):
         if capacity >= 1:
             out.append({**cfg, "capacity": capacity})

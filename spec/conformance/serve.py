@@ -3,17 +3,19 @@
     python -m kvcache_spec.conformance.serve [python:MODULE:FACTORY]      (default: the reference)
 
 It is the protocol's reference server: the suite's own subprocess tests run it, and it runs a
-Python target out of process (so a target that hangs cannot hang the harness).
+Python target out of process (so a target that hangs cannot hang the harness). The target's own
+stdout goes to the log (stderr): only the server writes the protocol channel.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import Any, Optional, TextIO
 
 from .configs import config, layer
-from .targets import OPTIONAL_METHODS, PROTOCOL_NAME, PROTOCOL_VERSION, PythonTarget
+from .targets import OPTIONAL_METHODS, PROTOCOL_NAME, PROTOCOL_VERSION, PythonTarget, TargetCrash
 
 FACE_METHODS = {"can_extend": ("n",), "capacity": (), "length": (), "rewind": ("new_len",), "clear": (),
                 "plan": ("layer", "position", "T"), "commit": ("plan",), "depth": ("layer",),
@@ -79,23 +81,38 @@ def _rule(message: str) -> Optional[str]:
 
 
 def serve(spec: str, stdin: TextIO, stdout: TextIO) -> int:
-    server = Server(spec)
-    for line in stdin:
-        try:
-            request = json.loads(line)
-        except ValueError:
-            request = None
-        response = server.handle(request)
-        stdout.write(json.dumps(response) + "\n")
-        stdout.flush()
-        if isinstance(request, dict) and request.get("method") == "bye":
-            break
+    try:
+        server = Server(spec)
+        for line in stdin:
+            try:
+                request = json.loads(line)
+            except ValueError:
+                request = None
+            response = server.handle(request)
+            stdout.write(json.dumps(response) + "\n")
+            stdout.flush()
+            if isinstance(request, dict) and request.get("method") == "bye":
+                break
+    except TargetCrash as crash:   # the target exited or raised a BaseException: die as it would have
+        print(f"kvcache serve: {crash}", file=sys.stderr)
+        return 70
     return 0
+
+
+def protocol_channel() -> TextIO:
+    """Own the protocol channel: a duplicate of the real stdout carries the protocol, while fd 1 and
+    sys.stdout go to stderr (the log). A target's print() - or a C extension writing to fd 1 - then
+    lands in the log instead of corrupting a response."""
+    sys.stdout.flush()
+    channel = os.fdopen(os.dup(1), "w", encoding="utf-8")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    return channel
 
 
 def main(argv: Optional[list[str]] = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    return serve(args[0] if args else "python:kvcache:SequenceCache", sys.stdin, sys.stdout)
+    return serve(args[0] if args else "python:kvcache:SequenceCache", sys.stdin, protocol_channel())
 
 
 if __name__ == "__main__":

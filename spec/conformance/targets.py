@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import abc
 import collections
+import contextlib
+import ctypes
 import importlib
 import json
 import os
@@ -18,10 +20,12 @@ import select
 import shlex
 import signal
 import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Optional
+from types import FrameType
+from typing import Any, Iterator, Optional
 
 from ..target_contract import foreign_plan, read_plan
 from . import scope as scopes
@@ -51,6 +55,88 @@ class TargetError(Exception):
     """The target cannot be loaded or started at all (a usage or environment error)."""
 
 
+class HarnessInterrupted(BaseException):
+    """The harness got SIGTERM, SIGINT or SIGHUP: stop now, kill the target, write a partial report.
+
+    A BaseException, and re-raised untouched by `PythonTarget`, so the harness's own stop is never
+    blamed on an in-process target (a target's own SystemExit or KeyboardInterrupt is a finding)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signal_name = signal.Signals(signum).name
+
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+@contextlib.contextmanager
+def stop_on_signals() -> Iterator[None]:
+    """While the suite runs: SIGTERM, SIGINT and SIGHUP raise `HarnessInterrupted` once; later ones are
+    ignored while the harness kills its target and writes the partial report. Main thread only."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: Optional[FrameType]) -> None:
+        for number in STOP_SIGNALS:
+            signal.signal(number, signal.SIG_IGN)
+        raise HarnessInterrupted(signum)
+
+    previous = {number: signal.signal(number, handler) for number in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for number, old in previous.items():
+            signal.signal(number, old)
+
+
+@contextlib.contextmanager
+def safety_alarm(seconds: float) -> Iterator[None]:
+    """The wall-clock safety net, also inside a call: after `seconds`, SIGALRM raises
+    `HarnessInterrupted` (SIGALRM) - even out of an in-process target's endless loop, which no
+    per-request timeout bounds. Main thread with setitimer only; elsewhere the suite checks the net
+    between programs."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
+        yield
+        return
+    armed = True
+
+    def handler(signum: int, frame: Optional[FrameType]) -> None:
+        if armed:
+            raise HarnessInterrupted(signum)
+
+    previous = signal.signal(signal.SIGALRM, handler)
+    signal.setitimer(signal.ITIMER_REAL, max(seconds, 0.001))
+    try:
+        yield
+    finally:
+        armed = False
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def signal_text(code: Optional[int]) -> str:
+    """An exit status as words: 'killed by SIGSEGV', 'exit code 3'."""
+    if code is None:
+        return "still running"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+def _die_with_parent() -> None:
+    """preexec_fn (Linux): the target gets SIGKILL when the harness dies, even by SIGKILL, so a hung
+    target is never orphaned. Elsewhere the closed stdin (PROTOCOL.md: exit on end of input) does it."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)   # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):
+        pass
+
+
 class Target(abc.ABC):
     name: str
     optional: frozenset[str] = frozenset(OPTIONAL_METHODS)
@@ -59,6 +145,15 @@ class Target(abc.ABC):
     def declared_scope(self) -> scopes.Scope:
         """The scope the target declares (a subprocess is started to read its handshake)."""
         return self.scope
+
+    validates_configs = False   # True: it gets JSON configs, so the spec's CFG-* checks are its own
+
+    def fresh(self) -> None:
+        """Drop any state shared between programs (a subprocess is killed; the next create restarts it)."""
+
+    def kill(self) -> None:
+        """Stop the target now (the harness is interrupted): no goodbye, no waiting."""
+        self.close()
 
     @abc.abstractmethod
     def create(self, cfg: JsonConfig) -> Outcome:
@@ -117,10 +212,12 @@ class PythonTarget(Target):
         try:
             config = to_kvcache(cfg)
             self.cache = self.factory(config)
-        except SystemExit as exit_:
-            raise TargetCrash(f"the target called exit({exit_.code!r})") from None
+        except HarnessInterrupted:
+            raise
         except Exception as error:
             return Outcome(False, error=f"{type(error).__name__}: {error}")
+        except BaseException as error:   # SystemExit, KeyboardInterrupt, ... raised by the target itself
+            raise _base_crash(error) from None
         self.optional = frozenset(m for m in OPTIONAL_METHODS if callable(getattr(self.cache, m, None)))
         return Outcome(True)
 
@@ -147,10 +244,18 @@ class PythonTarget(Target):
                 return Outcome(True, cache.commit(self._plan_object(args["plan"])))
             function = getattr(cache, method)
             return Outcome(True, function(*args.values()))
-        except SystemExit as exit_:
-            raise TargetCrash(f"the target called exit({exit_.code!r})") from None
+        except HarnessInterrupted:
+            raise
         except Exception as error:
             return Outcome(False, error=f"{type(error).__name__}: {error}")
+        except BaseException as error:   # SystemExit, KeyboardInterrupt, ... raised by the target itself
+            raise _base_crash(error) from None
+
+
+def _base_crash(error: BaseException) -> TargetCrash:
+    if isinstance(error, SystemExit):
+        return TargetCrash(f"the target called exit({error.code!r})")
+    return TargetCrash(f"the target raised {type(error).__name__} (a BaseException): {error}"[:300])
 
 
 # --- subprocess targets ---------------------------------------------------------------------------
@@ -158,9 +263,14 @@ class PythonTarget(Target):
 class SubprocessTarget(Target):
     """A process speaking spec/PROTOCOL.md on stdin/stdout; its stderr is its log (kept, bounded)."""
 
+    validates_configs = True
+
     def __init__(self, spec: str, timeout: float = 5.0, start_timeout: Optional[float] = None) -> None:
         self.name = spec
-        self.argv = shlex.split(spec[len("cmd:"):] if spec.startswith("cmd:") else spec)
+        try:
+            self.argv = shlex.split(spec[len("cmd:"):] if spec.startswith("cmd:") else spec)
+        except ValueError as error:   # unbalanced quotes, a trailing backslash
+            raise TargetError(f"cannot parse the command {spec!r}: {error}") from None
         if not self.argv:
             raise TargetError("cmd: target needs a command")
         # Starting may load a runtime (a Python interpreter, a JIT): the handshake gets longer.
@@ -173,15 +283,18 @@ class SubprocessTarget(Target):
         self.stderr_bytes = 0
         self.lock = threading.Lock()
         self.requests = 0
+        self.starts = 0   # processes started (1 + restarts after crashes, hangs and fresh-process re-runs)
         self.info: dict[str, Any] = {}
 
     # -- process lifetime
     def _start(self) -> None:
         try:
             self.process = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                            stderr=subprocess.PIPE, start_new_session=True, bufsize=0)
+                                            stderr=subprocess.PIPE, start_new_session=True, bufsize=0,
+                                            preexec_fn=_die_with_parent if sys.platform == "linux" else None)
         except OSError as error:
             raise TargetError(f"cannot start {self.argv!r}: {error}") from error
+        self.starts += 1
         self.buffer = b""
         assert self.process.stdout is not None and self.process.stdin is not None
         os.set_blocking(self.process.stdout.fileno(), False)
@@ -191,7 +304,7 @@ class SubprocessTarget(Target):
                               self.start_timeout)
         result = hello.value if hello.ok else None
         if not isinstance(result, dict) or result.get("protocol") != PROTOCOL_NAME \
-                or result.get("version") != PROTOCOL_VERSION:
+                or type(result.get("version")) is not int or result.get("version") != PROTOCOL_VERSION:
             self._kill()
             raise TargetCrash(f"protocol: handshake answered {hello.value if hello.ok else hello.error!r}, "
                               f"expected protocol {PROTOCOL_NAME!r} version {PROTOCOL_VERSION}")
@@ -240,11 +353,22 @@ class SubprocessTarget(Target):
                 pass
         process.wait()
 
+    def fresh(self) -> None:
+        self._kill()
+
+    def kill(self) -> None:
+        self._kill()
+
     def _crash(self, what: str) -> TargetCrash:
         process = self.process
         code = process.poll() if process is not None else None
+        if process is not None and code is None and not what.startswith("hung"):
+            try:   # a dying process: give it a moment, so the finding can name its signal
+                code = process.wait(timeout=0.1)
+            except subprocess.TimeoutExpired:
+                pass
         self._kill()
-        detail = f" (exit code {code})" if code is not None else ""
+        detail = f" ({signal_text(code)})" if code is not None else ""
         tail = self.log_tail().strip()
         return TargetCrash(what + detail + (f"; stderr tail: {tail[-500:]!r}" if tail else ""))
 
@@ -294,10 +418,21 @@ class SubprocessTarget(Target):
             chunk = os.read(fd, 65536)
             if not chunk:
                 partial = f" after half a line {self.buffer[:80]!r}" if self.buffer else ""
+                if self._still_running():
+                    raise self._crash(f"closed its stdout while still running{partial}")
                 raise self._crash(f"exited early: end of output{partial}")
             self.buffer += chunk
         line, self.buffer = self.buffer.split(b"\n", 1)
         return line
+
+    def _still_running(self, grace: float = 0.2) -> bool:
+        """After end of output: has the process exited (it usually follows within moments)?"""
+        assert self.process is not None
+        try:
+            self.process.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            return True
+        return False
 
     def _request(self, method: str, params: dict[str, Any], timeout: float) -> Outcome:
         if self.process is None:

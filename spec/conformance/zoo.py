@@ -4,10 +4,16 @@
 thing, the way real implementations go wrong (upstream's rewind floor, off-by-one windows, lax
 validation...). `ZOO` maps a name to (factory, the finding class the suite must report, the rule).
 Use one as a target: `--target python:kvcache_spec.conformance.zoo:upstream_floor`.
+`HOSTILE` holds targets that attack the harness itself (never creating, slow, huge depth, printing,
+exiting, raising BaseException, wrong protocol types, several defects at once).
 """
 
 from __future__ import annotations
 
+import os
+import signal
+import sys
+import time
 from typing import Any, Callable, Optional
 
 from kvcache import CacheConfig, Kind, Run, SeqStepPlan
@@ -417,3 +423,146 @@ bigger_ring = BiggerRing
 flat_only = FlatOnly
 for _name, (_factory, _, _) in ZOO.items():
     globals()[_name] = _factory
+
+
+# --- hostile targets: the harness itself is under test ---------------------------------------------
+# Each must get the verdict it deserves - INCOMPLETE or findings - and never CONFORMING by default.
+
+def never_creates(config: CacheConfig) -> Any:
+    """A factory that refuses every configuration: nothing is ever tested (over-strict, INCOMPLETE)."""
+    raise NotImplementedError("not yet")
+
+
+def creates_nothing_valid(config: CacheConfig) -> Any:
+    """A factory that returns something that is no cache at all."""
+    return object()
+
+
+class Slow(Faithful):
+    """Correct, but every call takes 50 ms: the profile's program count cannot finish in the safety net."""
+
+    DELAY = 0.05
+
+    def __getattribute__(self, name: str) -> Any:
+        value = super().__getattribute__(name)
+        if callable(value) and not name.startswith("_") and name in _FACE_METHODS:
+            def slow(*args: Any) -> Any:
+                time.sleep(Slow.DELAY)
+                return value(*args)
+            return slow
+        return value
+
+
+class SlowAndWrong(Slow):
+    """Slow, and capacity() is wrong on every ring configuration."""
+
+    def capacity(self) -> int:
+        return self.capacity_ + (1 if any(window for window, _ in self.policies) else 0)
+
+
+class HugeDepth(Faithful):
+    """Announces 2**24 rows per layer: sound, but each program costs the harness 2**24 pool rows."""
+
+    def depth(self, layer: int) -> int:
+        super().depth(layer)
+        return 1 << 24
+
+
+class PrintsToStdout(Faithful):
+    """Correct, but chatty on stdout: under --isolate its prints must not break the protocol channel,
+    and in process they must not corrupt `--json -`."""
+
+    def plan(self, layer: int, position: int, T: int) -> Optional[SeqStepPlan]:
+        print(f"planning layer {layer} at {position} for {T} tokens")
+        return super().plan(layer, position, T)
+
+
+class ExitsInProcess(Faithful):
+    """Calls sys.exit(3) on a rewind to 0 of a non-empty cache (a crash, the run goes on)."""
+
+    def rewind(self, new_len: int) -> bool:
+        if new_len == 0 and self.len_ > 0:
+            sys.exit(3)
+        return super().rewind(new_len)
+
+
+class TargetBug(BaseException):
+    """Not an Exception: a target that raises one must be a finding, not a harness traceback."""
+
+
+class RaisesBaseException(Faithful):
+    """Raises a BaseException subclass from clear() on a non-empty cache."""
+
+    def clear(self) -> None:
+        if self.len_ > 0:
+            raise TargetBug("clear() is not implemented for a non-empty cache")
+        super().clear()
+
+
+class WrongProtocolTypes(Faithful):
+    """can_extend answers 1 / 0 instead of True / False (bool is not an int in the protocol)."""
+
+    def can_extend(self, n: int = 1) -> bool:
+        return int(super().can_extend(n))  # type: ignore[return-value]
+
+
+class ManyDefects(AcceptsBool):
+    """Several independent defects for one run to find - OUT OF PROCESS ONLY (`--isolate` or
+    `cmd:python -m kvcache_spec.conformance.serve python:kvcache_spec.conformance.zoo:many_defects`):
+    it kills its own process.
+
+    - crash 1: SIGSEGV on a rewind of exactly 3 tokens from a length of 6 or more on a mixed cache;
+    - crash 2: SIGABRT on can_extend(0) when a flat-only cache is full;
+    - PLAN-READ, cause 1: decode steps (T = 1) of ring-only caches read one key too many;
+    - PLAN-READ, cause 2: multi-token steps (T > 1) of flat-only caches read from position 1, not 0;
+    - lenient ARG-INT: bool passes as an int (AcceptsBool).
+    """
+
+    def rewind(self, new_len: int) -> bool:
+        if _int(new_len) and new_len == self.len_ - 3 and self.len_ >= 6 and self._kinds() == {"flat", "ring"}:
+            os.kill(os.getpid(), signal.SIGSEGV)
+        return super().rewind(new_len)
+
+    def can_extend(self, n: int = 1) -> bool:
+        if _int(n) and n == 0 and self.len_ == self.capacity_ and self._kinds() == {"flat"}:
+            os.kill(os.getpid(), signal.SIGABRT)
+        return super().can_extend(n)
+
+    def _kinds(self) -> set[str]:
+        return {"ring" if window else "flat" for window, _ in self.policies}
+
+    def policy_plan(self, index: int, position: int, T: int) -> SeqStepPlan:
+        plan = super().policy_plan(index, position, T)
+        window, slots = self.policies[index]
+        if self._kinds() == {"ring"} and T == 1 and plan.read_base_pos > 0:
+            base = plan.read_base_pos - 1
+            return SeqStepPlan(plan.write, self.runs(slots, self.slot(slots, base), position + T - base), base)
+        if self._kinds() == {"flat"} and T > 1 and position > 0:
+            return SeqStepPlan(plan.write, (Run(1, position + T - 1),), 1)
+        return plan
+
+
+_FACE_METHODS = frozenset({"can_extend", "capacity", "length", "rewind", "clear", "plan", "commit", "depth",
+                           "retained_from", "as_control", "as_planner"})
+
+# name -> factory (tests/test_conformance_hostile.py gives each its verdict)
+HOSTILE: dict[str, Callable[[CacheConfig], Any]] = {
+    "never_creates": never_creates, "creates_nothing_valid": creates_nothing_valid, "slow": Slow,
+    "slow_and_wrong": SlowAndWrong, "huge_depth": HugeDepth, "prints_to_stdout": PrintsToStdout,
+    "exits_in_process": ExitsInProcess, "raises_base_exception": RaisesBaseException,
+    "wrong_protocol_types": WrongProtocolTypes, "many_defects": ManyDefects,
+}
+for _name, _hostile in HOSTILE.items():
+    globals().setdefault(_name, _hostile)
+
+
+class HangsInProcess(Faithful):
+    """Loops forever in its first rewind: in process, only the wall-clock safety net can stop it."""
+
+    def rewind(self, new_len: int) -> bool:
+        while True:
+            time.sleep(0.01)
+
+
+HOSTILE["hangs_in_process"] = HangsInProcess
+hangs_in_process = HangsInProcess

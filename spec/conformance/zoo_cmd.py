@@ -3,13 +3,17 @@
     python -m kvcache_spec.conformance.zoo_cmd MODE
 
 MODE: crash-on-create, crash-mid-run, hang, half-line, garbage, wrong-version, wrong-id, exit-early,
-deaf (never reads its input), flood-stderr (logs megabytes but otherwise conforms), huge-line.
+deaf (never reads its input), flood-stderr (logs megabytes but otherwise conforms), huge-line,
+hang-ignoring-sigterm [PIDFILE] (ignores SIGTERM and hangs on the first plan; writes its pid first),
+version-true (answers the handshake with "version": true), refuse-create (rejects every config),
+close-stdout (closes its stdout on the first commit and keeps running).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import time
 from typing import Any, Optional
@@ -17,7 +21,8 @@ from typing import Any, Optional
 from .serve import Server
 
 MODES = ("crash-on-create", "crash-mid-run", "hang", "half-line", "garbage", "wrong-version", "wrong-id",
-         "exit-early", "deaf", "flood-stderr", "huge-line")
+         "exit-early", "deaf", "flood-stderr", "huge-line", "hang-ignoring-sigterm", "version-true", "refuse-create",
+         "close-stdout")
 
 
 def _write(text: str) -> None:
@@ -34,6 +39,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     if mode == "deaf":
         time.sleep(3600)
         return 0
+    if mode == "hang-ignoring-sigterm":
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        if len(args) > 1:
+            with open(args[1], "w", encoding="utf-8") as pidfile:
+                pidfile.write(str(os.getpid()))
     server = Server("python:kvcache:SequenceCache")
     count = 0
     for line in sys.stdin:
@@ -45,7 +55,16 @@ def main(argv: Optional[list[str]] = None) -> int:
             os._exit(3)
         if mode == "crash-mid-run" and count == 40:
             os.abort()
-        if mode == "hang" and method == "plan":
+        if mode in ("hang", "hang-ignoring-sigterm") and method == "plan":
+            while True:
+                time.sleep(3600)
+        if mode == "refuse-create" and method == "create":
+            _write(json.dumps({"id": request.get("id"), "error": {"kind": "rejected", "rule": None,
+                                                                  "message": "not implemented"}}) + "\n")
+            continue
+        if mode == "close-stdout" and method == "commit":
+            sys.stdout.close()
+            os.close(1)
             time.sleep(3600)
         if mode == "half-line" and method == "plan":
             _write('{"id": ' + str(request.get("id")) + ', "res')
@@ -62,6 +81,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         assert response is not None
         if mode == "wrong-version" and method == "hello":
             response["result"]["version"] = 99
+        if mode == "version-true" and method == "hello":
+            response["result"]["version"] = True
         if mode == "wrong-id" and method == "depth":
             response["id"] = -1
         _write(json.dumps(response) + "\n")

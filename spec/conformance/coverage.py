@@ -1,0 +1,99 @@
+"""What a conformance run exercised, and what a run must exercise before it may say CONFORMING.
+
+A verdict is only worth what it exercised. The engine records, for every call it makes and every
+answer it checks, the rules that call or check could have caught broken (`RunResult.exercised`);
+the suite adds up the programs planned and run, the configurations created and their families.
+A run whose coverage falls short of its scope is INCOMPLETE, never CONFORMING.
+
+When a rule is exercised - the one place this is defined (the engine reports the events named here):
+
+- the rule a call is checked against: every call the engine makes carries the rule a wrong answer
+  would break (`Engine._call(method, args, rule)`: e.g. ADMIT for can_extend, REWIND-SOUND for an
+  accepted rewind, REWIND-GROW for a rewind past the length, ARG-INT for plan(True, ...),
+  COMMIT-ISSUED for a forged plan, ATOMIC for the length observed after a refused or rejected call,
+  PLAN-PURE for the length observed after a plan, LEN-BOUNDS, RETAINED, CLEAR, FACES, DEPTH); the
+  rule counts once the target answered that call (a crash on it exercises nothing);
+- `EVENTS` below: the checks the engine makes on an answer rather than on a call (a plan's shape,
+  its write and read runs and its layout; the reads of an executed plan; plans on layers that share
+  a policy);
+- a create with a configuration the spec rejects exercises that configuration's CFG-* rule.
+
+Scope (the rules a run must exercise): every rule of spec/rules.py except `OUT_OF_SCOPE` (no face
+call can observe them), the CFG-* validation rules for `python:` targets (they receive a
+`kvcache.CacheConfig`, which validates itself), DEPTH without `depth()` and RETAINED without
+`retained_from()` (optional methods: a target may leave them out).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..rules import RULES
+from .configs import JsonConfig
+
+# Rules no call on one cache's faces can observe, and why.
+OUT_OF_SCOPE: dict[str, str] = {
+    "PROTO-COMMIT": "a consumer obligation: the harness keeps it, a cache cannot break it",
+    "ET-MAP": "the ExecuTorch Error/Result adapter (kvcache.et) is a language binding, not a face method",
+    "REG-KEYS": "the builder registry is process-global API, not part of one cache's faces",
+    "REG-SESSION": "the cache registry session is process-global API, not part of one cache's faces",
+    "THREADS": "thread safety is not observable through a sequential call list",
+}
+# Checked only when the target validates configurations itself (cmd: targets get JSON configs).
+CONFIG_VALIDATION = ("CFG-TYPE", "CFG-CAPACITY", "CFG-LAYERS", "CFG-POLICY", "CFG-MAX-WRITE", "CFG-SHAPE",
+                     "CFG-INITIAL-CAPACITY")
+# An optional method -> the rule only it can show.
+OPTIONAL_RULES = {"depth": "DEPTH", "retained_from": "RETAINED"}
+
+# Engine events -> the rules their check could have caught broken.
+EVENTS: dict[str, tuple[str, ...]] = {
+    "plan checked": ("PLAN-SHAPE", "PLAN-WRITE", "PLAN-READ", "LAYOUT-CANON"),
+    "plan executed": ("DATA-SOUND",),
+    "plan on a shared policy": ("CFG-DEDUP",),
+}
+
+
+def in_scope(config_validation: bool, optional: frozenset[str]) -> dict[str, str]:
+    """The rules a run must exercise -> '' ; the rules outside its scope -> why."""
+    scope: dict[str, str] = {}
+    for rule in RULES:
+        if rule.id in OUT_OF_SCOPE:
+            scope[rule.id] = OUT_OF_SCOPE[rule.id]
+        elif rule.id in CONFIG_VALIDATION and not config_validation:
+            scope[rule.id] = "config validation: a python: target gets a kvcache.CacheConfig, which validates itself"
+        elif any(rule.id == shown and method not in optional for method, shown in OPTIONAL_RULES.items()):
+            method = next(m for m, shown in OPTIONAL_RULES.items() if shown == rule.id)
+            scope[rule.id] = f"the target has no {method}() (optional)"
+        else:
+            scope[rule.id] = ""
+    return scope
+
+
+def family(cfg: JsonConfig) -> str:
+    """A configuration's family: its layer kinds, and whether max_write is set ('flat+ring, max_write')."""
+    kinds = sorted({str(entry.get("kind")) for entry in cfg.get("layers", []) if isinstance(entry, dict)})
+    name = "+".join(kinds) or "no layers"
+    return name + (", max_write" if cfg.get("max_write") is not None else "")
+
+
+def shortfall(planned: int, run: int, configs: set[str], created: set[str], scope: dict[str, str],
+              exercised: set[str]) -> list[str]:
+    """Why a run exercised less than it promised (empty: full coverage)."""
+    reasons: list[str] = []
+    if run < planned:
+        reasons.append(f"{run} of {planned} programs run")
+    never = sorted(configs - created)
+    if never:
+        reasons.append(f"{len(never)} of {len(configs)} configurations never created: {', '.join(never[:4])}"
+                       + (" ..." if len(never) > 4 else ""))
+    missing = sorted(rule for rule, why in scope.items() if not why and rule not in exercised)
+    if missing:
+        reasons.append(f"rules in scope never exercised: {', '.join(missing)}")
+    return reasons
+
+
+def summary(scope: dict[str, str], exercised: set[str]) -> dict[str, Any]:
+    """The rules part of a report: exercised, in scope but not exercised, out of scope (with why)."""
+    return {"exercised": sorted(rule for rule, why in scope.items() if not why and rule in exercised),
+            "not_exercised": sorted(rule for rule, why in scope.items() if not why and rule not in exercised),
+            "out_of_scope": {rule: why for rule, why in sorted(scope.items()) if why}}
