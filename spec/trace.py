@@ -1,7 +1,7 @@
 """`kvcache trace`: the traceability matrix rule -> model, contracts/checks, tests, vectors.
 
 A rule is traced when
-- the model (`spec/model.py`) cites it, or the rule is out of the model's scope by a listed,
+- the model (`spec/model.py` for the sequence cache, `spec/cell_model.py` for the cell layout) cites it, or the rule is out of the model's scope by a listed,
   justified exemption (`EXEMPTIONS`);
 - the reference (`kvcache/`) checks it: a contract description (read from icontract, see
   `specdoc.collect_contracts`) or a typed error / check raised with the rule id as a literal, or the
@@ -34,7 +34,7 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 from .rules import RULES, Rule
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-MODEL_PATH = ROOT / "spec" / "model.py"
+MODEL_PATHS = (ROOT / "spec" / "model.py", ROOT / "spec" / "cell_model.py")  # one per layout
 KVCACHE_DIR = ROOT / "kvcache"
 TESTS_DIR = ROOT / "tests"
 VECTORS_DIR = ROOT / "spec" / "vectors"
@@ -131,7 +131,8 @@ def load_sources(root: pathlib.Path = ROOT) -> Sources:
     tests = {relative(path): path.read_text() for path in sorted(tests_dir.glob("test_*.py"))
              if path.name != "test_traceability.py"}  # its own demonstrations are not citations
     return Sources(
-        model={relative(root / "spec" / "model.py"): (root / "spec" / "model.py").read_text()},
+        model={relative(root / path.relative_to(ROOT)): (root / path.relative_to(ROOT)).read_text()
+               for path in MODEL_PATHS},
         contracts=contracts,
         kvcache={relative(path): path.read_text() for path in sorted((root / "kvcache").rglob("*.py"))},
         tests=tests, vectors=vectors, notes=notes)
@@ -296,7 +297,7 @@ class Matrix:
         return problems
 
 
-_COLUMN_TEXT = {"model": "model (spec/model.py)",
+_COLUMN_TEXT = {"model": "model (spec/model.py, spec/cell_model.py)",
                 "kvcache": "reference (a contract or a typed error/check in kvcache/)",
                 "tests": "tests (tests/test_*.py) or vectors (spec/vectors/*.json)"}
 
