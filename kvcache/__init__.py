@@ -1,21 +1,23 @@
-"""kvcache: the contract-checked reference of an off-graph LLM KV-cache sequence controller.
+"""kvcache: the contract-checked reference of off-graph LLM KV-cache controllers (sequence and cell layouts).
 
 The public surface mirrors ExecuTorch's `extension/llm/cache` so code and docs translate one to one.
 The normative rules live in `kvcache_spec.rules`; every contract here cites their ids.
 """
 
 from ._cache import SequenceCache
-from ._errors import (ArgumentTypeError, ArgumentValueError, ConfigError, ConfigTypeError, KVCacheError,
-                      LayerIndexError, PlanError, StepError)
-from ._faces import CacheBase, SequenceControl, SequencePlanner
+from ._cells import MAX_SEQS, CellCache, CellStep
+from ._errors import (ArgumentTypeError, ArgumentValueError, ConfigError, ConfigTypeError, ForwardError,
+                      KVCacheError, LayerIndexError, PlanError, StepError)
+from ._faces import BatchControl, CacheBase, CacheControl, CellStepper, SequenceControl, SequencePlanner
 from ._ints import INT_MAX
 from ._policies import FlatPolicy, LayoutPolicy, RingPolicy
 from ._registry import CacheBuilderRegistry, CacheRegistry, CacheSession, make_unique_key
 from ._types import CacheConfig, Kind, LayerConfig, LayerPolicy, Run, SeqStepPlan
 
 __all__ = [
-    "INT_MAX", "ArgumentTypeError", "ArgumentValueError", "CacheBase", "CacheBuilderRegistry", "CacheConfig",
-    "CacheRegistry", "CacheSession", "ConfigError", "ConfigTypeError", "FlatPolicy", "KVCacheError", "Kind",
+    "INT_MAX", "MAX_SEQS", "ArgumentTypeError", "ArgumentValueError", "BatchControl", "CacheBase", "CacheBuilderRegistry",
+    "CacheConfig", "CacheControl", "CacheRegistry", "CacheSession", "CellCache", "CellStep", "CellStepper", "ConfigError",
+    "ConfigTypeError", "FlatPolicy", "ForwardError", "KVCacheError", "Kind",
     "LayerConfig", "LayerIndexError", "LayerPolicy", "LayoutPolicy", "PlanError", "RingPolicy", "Run",
     "SeqStepPlan", "SequenceCache", "SequenceControl", "SequencePlanner", "StepError", "make_unique_key",
 ]

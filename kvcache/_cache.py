@@ -9,7 +9,7 @@ runs, so a rejected call leaves the cache exactly as it was.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Optional
+from typing import Any, Optional, Protocol
 
 import icontract
 
@@ -33,7 +33,13 @@ def _out_of_range(argument: str, value: int, low: int, high: int = INT_MAX) -> A
     return ArgumentValueError("ARG-RANGE", argument, f"must lie in [{low}, {high}]", value=value)
 
 
-def _layer_error(self: SequenceCache, layer: int) -> LayerIndexError:
+class _Layered(Protocol):
+    """A cache with layers (the sequence and the cell cache share the layer checks below)."""
+
+    n_layers: int
+
+
+def _layer_error(self: _Layered, layer: int) -> LayerIndexError:
     return LayerIndexError("LAYER-RANGE", "layer", "must lie in [0, n_layers)", layer=layer,
                            n_layers=self.n_layers)
 
@@ -57,7 +63,7 @@ def retained_after_rewind(retained: int, new_len: int) -> int:
     return min(retained, new_len)
 
 
-def _layer_index_in_range(self: SequenceCache, layer: int) -> bool:
+def _layer_index_in_range(self: _Layered, layer: int) -> bool:
     return 0 <= layer < self.n_layers
 
 

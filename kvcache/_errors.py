@@ -48,8 +48,15 @@ class LayerIndexError(ArgumentValueError, IndexError):
 
 
 class StepError(ArgumentValueError):
-    """`plan(layer, position, T)` breaks the append-only step rule (gap, overlap, other T)."""
+    """A step breaks its layout's step rule: `plan(layer, position, T)` the append-only rule (gap,
+    overlap, other T); `place_step(layer, positions)` the position rule of the cell layout."""
 
 
 class PlanError(ArgumentValueError):
     """`commit(plan)` got a plan this cache did not issue for the current step, or a malformed one."""
+
+
+class ForwardError(StepError):
+    """A cell-cache call breaks the forward protocol (CELL-FORWARD): a table-changing verb while a forward
+    is open, `place_step` with nothing declared, a layer served twice, or positions other than the
+    first layer's."""

@@ -1,27 +1,40 @@
 """The faces of a cache: one object, seen by the runner and by the backend.
 
-Upstream recovers each face from `CacheBase` without RTTI; here `as_control()` and `as_planner()`
-return the same object typed as the face.
+Upstream recovers each face from `CacheBase` without RTTI: every `as_*` face has a default that
+returns null, and a cache returns itself from the faces it implements. Here too: the sequence cache
+answers `as_control()` / `as_planner()`, the cell cache `as_batch_control()` / `as_cell_stepper()`,
+and each returns None from the other layout's faces.
 """
 
 from __future__ import annotations
 
 import abc
-from typing import Optional
+from typing import TYPE_CHECKING, Optional, Sequence
 
 from ._types import SeqStepPlan
 
+if TYPE_CHECKING:  # _cells imports this module; the step type is only needed for annotations here
+    from ._cells import CellStep
 
-class SequenceControl(abc.ABC):
-    """The runner's face: admission, length, rollback."""
+
+class CacheControl(abc.ABC):
+    """What every runner face has: admission, capacity, forgetting everything."""
 
     @abc.abstractmethod
     def can_extend(self, n: int = 1) -> bool:
-        """True when `n` more tokens fit: length + n <= capacity."""
+        """True when `n` more tokens fit."""
 
     @abc.abstractmethod
     def capacity(self) -> int:
-        """The most tokens the sequence may hold."""
+        """The most tokens the cache may hold."""
+
+    @abc.abstractmethod
+    def clear(self) -> None:
+        """Forget every token."""
+
+
+class SequenceControl(CacheControl):
+    """The sequence cache's runner face: admission, length, rollback."""
 
     @abc.abstractmethod
     def length(self) -> int:
@@ -30,10 +43,6 @@ class SequenceControl(abc.ABC):
     @abc.abstractmethod
     def rewind(self, new_len: int) -> bool:
         """Roll the sequence back to `new_len`; False (and no change) when that is unsafe or growth."""
-
-    @abc.abstractmethod
-    def clear(self) -> None:
-        """Forget every token."""
 
 
 class SequencePlanner(abc.ABC):
@@ -56,13 +65,69 @@ class SequencePlanner(abc.ABC):
         """The oldest logical position whose row layer `layer` still holds intact."""
 
 
+class BatchControl(CacheControl):
+    """The cell cache's runner face: the sequence verbs, called between forwards."""
+
+    @abc.abstractmethod
+    def declare_step(self, seq_ids: Sequence[int]) -> bool:
+        """Open a forward whose token i belongs to seq_ids[i]; False (no change) when they do not fit."""
+
+    @abc.abstractmethod
+    def seq_new(self) -> Optional[int]:
+        """A new live sequence with an empty history (the lowest id not live); None when none is left."""
+
+    @abc.abstractmethod
+    def seq_clone(self, src: int, upto: Optional[int] = None) -> Optional[int]:
+        """A new live sequence sharing src's cells below position `upto`; None when no id is left."""
+
+    @abc.abstractmethod
+    def seq_rm(self, seq_id: int, p0: int, p1: Optional[int] = None) -> bool:
+        """Drop seq_id's cells with position in [p0, p1) (p1 None: to the end)."""
+
+    @abc.abstractmethod
+    def seq_len(self, seq_id: int) -> int:
+        """The number of cells the sequence owns."""
+
+    @abc.abstractmethod
+    def next_pos(self, seq_id: int) -> int:
+        """One past the sequence's newest position (0 when it owns none)."""
+
+    @abc.abstractmethod
+    def free_cells(self) -> int:
+        """Cells no sequence owns."""
+
+    @abc.abstractmethod
+    def used_end(self) -> int:
+        """One past the highest occupied cell (0 when none)."""
+
+    @abc.abstractmethod
+    def live(self) -> frozenset[int]:
+        """The live sequence ids."""
+
+
+class CellStepper(abc.ABC):
+    """The cell cache's backend face: one placement per forward, one step per layer."""
+
+    @abc.abstractmethod
+    def place_step(self, layer: int, positions: Sequence[int]) -> CellStep:
+        """The cells and the mask layer `layer` uses for the declared tokens at `positions`."""
+
+
 class CacheBase(abc.ABC):
-    """What a registry holds: a cache that can be seen through either face."""
+    """What a registry holds: a cache seen through the faces it implements (None from the others)."""
 
-    @abc.abstractmethod
-    def as_control(self) -> SequenceControl:
-        """The runner's face of this cache."""
+    def as_control(self) -> Optional[SequenceControl]:
+        """The sequence runner's face of this cache, or None."""
+        return None
 
-    @abc.abstractmethod
-    def as_planner(self) -> SequencePlanner:
-        """The backend's face of this cache."""
+    def as_planner(self) -> Optional[SequencePlanner]:
+        """The sequence backend's face of this cache, or None."""
+        return None
+
+    def as_batch_control(self) -> Optional[BatchControl]:
+        """The cell runner's face of this cache, or None."""
+        return None
+
+    def as_cell_stepper(self) -> Optional[CellStepper]:
+        """The cell backend's face of this cache, or None."""
+        return None

@@ -106,8 +106,13 @@ class CacheSession:
         CacheRegistry.install(key, cache)
 
     def control(self) -> SequenceControl:
-        """The runner's face of the session's cache."""
-        return self.cache.as_control()
+        """The sequence runner's face of the session's cache (a cell cache has none: use its
+        `as_batch_control()`)."""
+        control = self.cache.as_control()
+        if control is None:
+            raise ArgumentTypeError("ARG-TYPE", "cache", "has no sequence runner face (as_control() is None)",
+                                    type=type(self.cache).__name__)
+        return control
 
     @icontract.ensure(lambda self: CacheRegistry.get(self.key) is not self.cache,
                       "REG-SESSION: the cache is erased on exit")

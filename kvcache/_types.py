@@ -146,7 +146,9 @@ class CacheConfig:
     """The whole model's cache configuration.
 
     `layers` has one entry (broadcast to every layer) or `n_layers` entries. `max_write` bounds the
-    tokens of one step on ring layers; None means each ring layer's own window.
+    tokens of one step on ring layers; None means each ring layer's own window. `kv_dtype` is
+    upstream's element type of the stored K/V (an int >= 0 when given); neither layout's bookkeeping
+    depends on it, so it is checked and carried, never interpreted.
     """
 
     capacity: int
@@ -154,6 +156,7 @@ class CacheConfig:
     layers: Sequence[LayerConfig]
     initial_capacity: int = 512
     max_write: Optional[int] = None
+    kv_dtype: Optional[int] = None
 
     def __post_init__(self) -> None:
         _check_int_field("CacheConfig", "capacity", self.capacity, 1, "CFG-CAPACITY")
@@ -172,6 +175,8 @@ class CacheConfig:
         _check_int_field("CacheConfig", "initial_capacity", self.initial_capacity, 0, "CFG-INITIAL-CAPACITY")
         if self.max_write is not None:
             _check_int_field("CacheConfig", "max_write", self.max_write, 1, "CFG-MAX-WRITE")
+        if self.kv_dtype is not None:
+            _check_int_field("CacheConfig", "kv_dtype", self.kv_dtype, 0, "CFG-TYPE")
 
     def layer(self, index: int) -> LayerConfig:
         """The configuration of layer `index` (broadcast when `layers` has one entry)."""

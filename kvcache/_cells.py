@@ -1,0 +1,726 @@
+"""The cell layout: many sequences over one pool of per-token cells (upstream PR #21902's `CellCache`).
+
+`CellStep` is the integer-only handoff of one forward to the backend; `CellCache` the controller, the
+engineered way upstream builds it: per cell a position (FREE = -1) and an owner bitset, per sequence
+id its cell count and newest position, the live ids as a bitset, the cells of one forward's placement
+and one memoized step per window. The executable model (`kvcache_spec`) is the brute-force one; this
+module never calls it. Its contracts restate the layout's promises from the table alone (small pure
+helpers such as `mask_by_formula`), never through the code that computes the answers.
+
+Preconditions validate the caller's input, raise a typed `KVCacheError` naming the argument and the
+rule before the body runs (so the state is untouched), and stay enabled under `python -O`.
+Postconditions and class invariants check this implementation and follow `__debug__`.
+The order of the checks, when several fail at once: the arguments' types and ranges (ARG-INT,
+ARG-RANGE, LAYER-RANGE, CELL-SEQ-ID, CELL-DECLARE, CELL-POS, CELL-RM for p1 < p0), then the forward
+protocol (CELL-FORWARD), then liveness (CELL-SEQ-LIVE), then the positions' order (CELL-POS).
+
+Why the table is as long as the used extent, not the capacity: cells at and past used_end() are free by
+CELL-USED-END, so they need no entry, and a capacity up to INT_MAX (a valid config) allocates nothing
+up front. Placing a token past the end appends its cell; removals trim the free tail.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence
+
+import icontract
+
+from ._cache import _layer_in_range, _layer_is_int, _not_int, _out_of_range
+from ._errors import ArgumentTypeError, ArgumentValueError, ConfigTypeError, ForwardError, KVCacheError, StepError
+from ._faces import BatchControl, CacheBase, CellStepper
+from ._ints import INT_MAX, in_range, is_int
+from ._types import CacheConfig, Kind
+
+
+def _shape_error(field: str, what: str, value: Any) -> StepError:
+    return StepError("CELL-STEP-SHAPE", f"CellStep.{field}", what, value=value)
+
+
+@dataclass(frozen=True)
+class CellStep:
+    """The cells and the mask of one forward, for every layer of one window.
+
+    `cells[i]` is the cell query token i writes; the layer reads cells [0, read_len); `mask_bits` holds
+    `length * read_len` bytes, row-major: byte `i * read_len + j` is 1 iff token i attends cell j.
+    Validated on creation (CELL-STEP-SHAPE), so a forged step cannot be built.
+    """
+
+    length: int
+    read_len: int
+    cells: tuple[int, ...]
+    mask_bits: bytes
+
+    def __post_init__(self) -> None:
+        for name, low in (("length", 1), ("read_len", 1)):
+            value = getattr(self, name)
+            if not is_int(value) or not in_range(value, low):
+                raise _shape_error(name, f"must be an int in [{low}, {INT_MAX}]", value)
+        if not isinstance(self.cells, tuple) or len(self.cells) != self.length:
+            raise _shape_error("cells", "must be a tuple of one cell per token", self.cells)
+        if not all(is_int(c) and 0 <= c < self.read_len for c in self.cells) or len(set(self.cells)) != self.length:
+            raise _shape_error("cells", "must be distinct ints in [0, read_len)", self.cells)
+        if not isinstance(self.mask_bits, bytes) or len(self.mask_bits) != self.length * self.read_len:
+            raise _shape_error("mask_bits", "must be bytes of length * read_len", type(self.mask_bits).__name__)
+        if self.mask_bits.translate(None, b"\x00\x01"):  # what is left is neither 0 nor 1
+            raise _shape_error("mask_bits", "every byte must be 0 or 1", self.mask_bits)
+
+    def attends(self, i: int, j: int) -> bool:
+        """True iff query token i attends cell j.
+
+        :raises ArgumentTypeError: i or j is not an int (ARG-INT)
+        :raises ArgumentValueError: i not in [0, length) or j not in [0, read_len) (ARG-RANGE)
+        """
+        for name, value, end in (("i", i, self.length), ("j", j, self.read_len)):
+            if not is_int(value):
+                raise ArgumentTypeError("ARG-INT", name, "must be an int (bool is not an int here)",
+                                        value=value, type=type(value).__name__)
+            if not 0 <= value < end:
+                raise ArgumentValueError("ARG-RANGE", name, f"must lie in [0, {end})", value=value)
+        return self.mask_bits[i * self.read_len + j] == 1
+
+    def row(self, i: int) -> bytes:
+        """Token i's mask row: read_len bytes, 1 = attend."""
+        self.attends(i, 0)  # validates i
+        return self.mask_bits[i * self.read_len:(i + 1) * self.read_len]
+
+
+
+
+# --- CellCache ---------------------------------------------------------------------------------------
+
+#: Upstream's kMaxSeqs: one bit of a 64-bit owner set per sequence id.
+MAX_SEQS = 64
+
+#: The position of a free cell (upstream's -1); also the newest position of a sequence owning nothing.
+FREE = -1
+
+# The state as values, for snapshots. The table: (cell positions, cell owner bitsets, per-id cell
+# count, per-id newest position, live bitset, occupied cells). The forward: (declared ids, placed
+# positions, placed cells, served layers, memoized steps by window).
+_Table = tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...], int, int]
+_Forward = tuple[Optional[tuple[int, ...]], Optional[tuple[int, ...]], Optional[tuple[int, ...]], frozenset[int],
+                 tuple[tuple[Optional[int], CellStep], ...]]
+_State = tuple[_Table, _Forward]
+
+
+# --- small pure helpers for the contracts (each restates a rule from the table alone) -----------------
+
+def mask_by_formula(cell_pos: Sequence[int], cell_owners: Sequence[int], token_seqs: Sequence[int],
+                    token_positions: Sequence[int], window: Optional[int], read_len: int) -> bytes:
+    """CELL-MASK written out cell by cell (the cache builds its masks another way, per sequence).
+
+    Bit (i, j) is 1 iff cell j is occupied, owned by token i's sequence s, and its position p satisfies
+    p <= q_i and, on a windowed layer, p >= q_i - window + 1. Cells past the table are free.
+    """
+    bits = bytearray()
+    for s, q in zip(token_seqs, token_positions):
+        for j in range(read_len):
+            p = cell_pos[j] if j < len(cell_pos) else FREE
+            attends = (p != FREE and cell_owners[j] >> s & 1 == 1 and p <= q
+                       and (window is None or p >= q - window + 1))
+            bits.append(1 if attends else 0)
+    return bytes(bits)
+
+
+def lowest_free_by_formula(cell_pos: Sequence[int], k: int) -> tuple[int, ...]:
+    """CELL-LAYOUT-CANON: the k lowest free cells of a table (the cells past its end are free)."""
+    free = [j for j, p in enumerate(cell_pos) if p == FREE]
+    return tuple((free + list(range(len(cell_pos), len(cell_pos) + k)))[:k])
+
+
+def owned_cells(table: _Table, s: int) -> dict[int, int]:
+    """cell -> position, for every cell sequence s owns in a table."""
+    return {j: p for j, (p, o) in enumerate(zip(table[0], table[1])) if p != FREE and o >> s & 1}
+
+
+def others_view(table: _Table, s: int) -> dict[int, tuple[int, int]]:
+    """cell -> (position, owners without s), for every cell some sequence other than s owns."""
+    keep = ~(1 << s)
+    return {j: (p, o & keep) for j, (p, o) in enumerate(zip(table[0], table[1])) if o & keep}
+
+
+def placed_only_free_cells(old: _Table, new: _Table, seq_ids: Sequence[int], positions: Sequence[int],
+                           cells: Sequence[int]) -> bool:
+    """CELL-PLACE: token i's cell was free in `old` and holds (positions[i], {seq_ids[i]}) in `new`; every
+    other cell is as it was."""
+    def entry(table: _Table, j: int) -> tuple[int, int]:
+        return (table[0][j], table[1][j]) if j < len(table[0]) else (FREE, 0)
+
+    placed = {c: (q, 1 << s) for s, q, c in zip(seq_ids, positions, cells)}
+    return (len(placed) == len(cells) and all(entry(old, c) == (FREE, 0) for c in placed)
+            and all(entry(new, j) == placed.get(j, entry(old, j)) for j in range(max(len(old[0]), len(new[0])))))
+
+
+def declared_in(state: _State) -> tuple[int, ...]:
+    """The seq ids the forward of a state declared (none when no forward is open)."""
+    declared = state[1][0]
+    return () if declared is None else declared
+
+
+def _positions_unique_per_seq(cell_pos: Sequence[int], cell_owners: Sequence[int]) -> bool:
+    """CELL-OWNERS: no sequence owns two cells of one position."""
+    seen: set[tuple[int, int]] = set()
+    for p, owners in zip(cell_pos, cell_owners):
+        for s in range(owners.bit_length()):
+            if owners >> s & 1:
+                if (s, p) in seen:
+                    return False
+                seen.add((s, p))
+    return True
+
+
+def _books_agree(self: CellCache) -> bool:
+    """CELL-OWNERS: each id's count and newest position are those of the cells it owns (one pass)."""
+    count, newest = [0] * self.max_seqs, [FREE] * self.max_seqs
+    for p, owners in zip(self._pos, self._owners):
+        for s in _bits(owners):
+            if s >= self.max_seqs:
+                return False
+            count[s] += 1
+            newest[s] = max(newest[s], p)
+    return count == self._count and newest == self._newest
+
+
+def _cells_well_formed(self: CellCache) -> bool:
+    """CELL-OWNERS: a free cell has no owner; an occupied cell has an owner and a position in [0, INT_MAX]."""
+    return len(self._pos) == len(self._owners) and all(
+        (p == FREE and o == 0) or (0 <= p <= INT_MAX and o != 0) for p, o in zip(self._pos, self._owners))
+
+
+def _forward_consistent(self: CellCache) -> bool:
+    """CELL-FORWARD: the open forward is one declaration, at most one placement and the layers served."""
+    declared, positions, cells = self._declared, self._positions, self._cells
+    if declared is None:
+        return positions is None and cells is None and not self._served and not self._steps
+    if not declared or not all(self._live >> s & 1 for s in declared):
+        return False
+    if positions is None or cells is None:
+        return positions is None and cells is None and not self._served and not self._steps
+    return (len(positions) == len(cells) == len(declared) and len(set(cells)) == len(cells)
+            and all(c < len(self._pos) and self._pos[c] == q and self._owners[c] == 1 << s
+                    for s, q, c in zip(declared, positions, cells))
+            and self._served <= set(range(self.n_layers)) and 0 < len(self._served) < self.n_layers
+            and set(self._steps) <= {self._layer_window[layer] for layer in self._served})
+
+
+def _step_agrees(self: CellCache, window: Optional[int], step: CellStep) -> bool:
+    """CELL-STEP-SHAPE, CELL-MASK: a step of the open forward matches the table as it is now."""
+    declared, positions, cells = self._declared, self._positions, self._cells
+    if declared is None or positions is None or cells is None:
+        return False
+    return (step.length == len(declared) and step.read_len == len(self._pos) and step.cells == cells
+            and step.mask_bits == mask_by_formula(self._pos, self._owners, declared, positions, window,
+                                                  step.read_len))
+
+
+# --- typed errors ------------------------------------------------------------------------------------
+
+def _seq_id_error(self: CellCache, argument: str, value: Any) -> Optional[KVCacheError]:
+    """CELL-SEQ-ID: the typed error for a seq id argument that is not an int in [0, max_seqs), else None."""
+    if not is_int(value):
+        return ArgumentTypeError("CELL-SEQ-ID", argument, "must be an int (bool is not an int here)", value=value,
+                                 type=type(value).__name__)
+    if not 0 <= value < self.max_seqs:
+        return ArgumentValueError("CELL-SEQ-ID", argument, f"must lie in [0, {self.max_seqs})", value=value)
+    return None
+
+
+def _found(error: Optional[KVCacheError]) -> KVCacheError:
+    """The error a failed precondition found: its condition is `..._error(...) is None`, so never None here."""
+    if error is None:
+        raise RuntimeError("a precondition failed without naming its error")
+    return error
+
+
+def _not_live(self: CellCache, argument: str, value: int) -> ArgumentValueError:
+    return ArgumentValueError("CELL-SEQ-LIVE", argument, "is not a live sequence", value=value,
+                              live=sorted(_bits(self._live)))
+
+
+def _forward_open(self: CellCache, verb: str) -> ForwardError:
+    return ForwardError("CELL-FORWARD", verb, "would change the table while a forward is open (serve every "
+                                              "layer first, or clear())",
+                        declared=self._declared, served=sorted(self._served), n_layers=self.n_layers)
+
+
+def _seq_ids_error(self: CellCache, seq_ids: Any) -> Optional[KVCacheError]:
+    """CELL-DECLARE, CELL-SEQ-ID: declare_step takes a non-empty list or tuple of seq ids."""
+    if not isinstance(seq_ids, (list, tuple)):
+        return ArgumentTypeError("CELL-DECLARE", "seq_ids", "must be a list or tuple of seq ids", value=seq_ids,
+                                 type=type(seq_ids).__name__)
+    for index, seq_id in enumerate(seq_ids):
+        error = _seq_id_error(self, f"seq_ids[{index}]", seq_id)
+        if error is not None:
+            return error
+    if not seq_ids:
+        return ArgumentValueError("CELL-DECLARE", "seq_ids", "must not be empty (a step has at least one token)",
+                                  value=seq_ids)
+    return None
+
+
+def _positions_type_error(positions: Any) -> Optional[KVCacheError]:
+    """CELL-POS: positions is a list or tuple of ints in [0, INT_MAX]."""
+    if not isinstance(positions, (list, tuple)):
+        return ArgumentTypeError("CELL-POS", "positions", "must be a list or tuple of ints", value=positions,
+                                 type=type(positions).__name__)
+    for index, position in enumerate(positions):
+        if not is_int(position):
+            return ArgumentTypeError("CELL-POS", f"positions[{index}]", "must be an int (bool is not an int here)",
+                                     value=position, type=type(position).__name__)
+        if not in_range(position, 0):
+            return ArgumentValueError("CELL-POS", f"positions[{index}]", f"must lie in [0, {INT_MAX}]",
+                                      value=position)
+    return None
+
+
+def _forward_error(self: CellCache, layer: int, positions: Sequence[int]) -> Optional[KVCacheError]:
+    """CELL-FORWARD, CELL-POS: place_step fits the open forward (its arguments' types already checked)."""
+    declared = self._declared
+    if declared is None:
+        return ForwardError("CELL-FORWARD", "place_step", "no step is declared (declare_step first)", layer=layer)
+    if layer in self._served:
+        return ForwardError("CELL-FORWARD", "layer", "was already served in this forward", layer=layer,
+                            served=sorted(self._served))
+    if len(positions) != len(declared):
+        return StepError("CELL-POS", "positions", "must hold one position per declared token",
+                         length=len(positions), declared=len(declared))
+    if self._positions is not None:
+        if tuple(positions) != self._positions:
+            return ForwardError("CELL-FORWARD", "positions", "differ from the positions the forward was placed at",
+                                positions=list(positions), placed=list(self._positions))
+        return None
+    newest = {s: self._newest[s] for s in set(declared)}
+    for index, (s, q) in enumerate(zip(declared, positions)):
+        if q <= newest[s]:
+            return StepError("CELL-POS", f"positions[{index}]", "must be newer than every position its sequence "
+                                                                "holds and than its earlier tokens in this step",
+                             value=q, seq_id=s, newest=newest[s])
+        newest[s] = q
+    return None
+
+
+def _bits(mask: int) -> list[int]:
+    """The ids whose bit is set in `mask`, lowest first."""
+    return [s for s in range(mask.bit_length()) if mask >> s & 1]
+
+
+def _lowest_clear_bit(mask: int) -> int:
+    """The lowest id whose bit is clear in `mask`."""
+    return (~mask & (mask + 1)).bit_length() - 1
+
+
+def _max_seqs_error(max_seqs: Any) -> KVCacheError:
+    if not is_int(max_seqs):
+        return ArgumentTypeError("CELL-MAX-SEQS", "max_seqs", "must be an int (bool is not an int here)",
+                                 value=max_seqs, type=type(max_seqs).__name__)
+    return ArgumentValueError("CELL-MAX-SEQS", "max_seqs", f"must lie in [1, {MAX_SEQS}]", value=max_seqs)
+
+
+@icontract.invariant(lambda self: _cells_well_formed(self),
+                     "CELL-OWNERS: a free cell has no owner; an occupied cell has an owner and a position")
+@icontract.invariant(lambda self: _positions_unique_per_seq(self._pos, self._owners),
+                     "CELL-OWNERS: a sequence never owns two cells of one position")
+@icontract.invariant(lambda self: _books_agree(self),
+                     "CELL-OWNERS: seq_len and next_pos are the count and newest position of the cells owned")
+@icontract.invariant(lambda self: self._live >> self.max_seqs == 0, "CELL-MAX-SEQS: live ids lie in [0, max_seqs)")
+@icontract.invariant(lambda self: all(o & ~self._live == 0 for o in self._owners),
+                     "CELL-ID-REUSE: no cell carries an id that is not live")
+@icontract.invariant(lambda self: all(self._count[s] == 0 for s in range(self.max_seqs) if not self._live >> s & 1),
+                     "CELL-OWNERS, CELL-ID-REUSE: live ids and owned cells agree: an id that is not live owns nothing")
+@icontract.invariant(lambda self: len(self._pos) <= self._capacity and (not self._pos or self._pos[-1] != FREE),
+                     "CELL-USED-END: the used extent covers every occupied cell and is tight")
+@icontract.invariant(lambda self: self._occupied == sum(1 for p in self._pos if p != FREE),
+                     "CELL-USED-END: free_cells is capacity minus the occupied cells")
+@icontract.invariant(lambda self: _forward_consistent(self),
+                     "CELL-FORWARD: one declaration, at most one placement, the layers served so far")
+@icontract.invariant(lambda self: all(_step_agrees(self, window, step) for window, step in self._steps.items()),
+                     "CELL-STEP-SHAPE, CELL-MASK: every memoized step agrees with the table")
+class CellCache(CacheBase, BatchControl, CellStepper):
+    """Many sequences over one pool of `capacity` per-token cells, shared by every layer.
+
+    The runner declares which sequence each token of the next forward belongs to (`declare_step`), the
+    backend asks each layer's `place_step(layer, positions)`; the first layer places the tokens in the
+    lowest free cells, every layer gets the cells and the mask of its window. Between forwards the
+    runner creates, forks and trims sequences (`seq_new`, `seq_clone`, `seq_rm`).
+
+    Not thread-safe by design, like the sequence cache.
+    """
+
+    @icontract.require(lambda max_seqs: is_int(max_seqs) and 1 <= max_seqs <= MAX_SEQS,
+                       "CELL-MAX-SEQS: max_seqs is an int in [1, 64]", error=_max_seqs_error, enabled=True)
+    @icontract.require(lambda config: isinstance(config, CacheConfig), "CFG-TYPE: config is a CacheConfig",
+                       error=lambda config: ConfigTypeError("CFG-TYPE", "config", "must be a CacheConfig",
+                                                            value=config),
+                       enabled=True)
+    def __init__(self, config: CacheConfig, max_seqs: int = MAX_SEQS) -> None:
+        config = dataclasses.replace(config)  # re-runs the CFG-* checks on a config tampered with after creation
+        self.config = config
+        self.n_layers = config.n_layers
+        self.max_seqs = max_seqs
+        self._capacity = config.capacity
+        # CELL-MASK: a ring layer masks to its window (in positions, CELL-WINDOW-POS); a flat one does not.
+        self._layer_window: tuple[Optional[int], ...] = tuple(
+            config.layer(i).policy.window if config.layer(i).policy.kind is Kind.RING else None
+            for i in range(config.n_layers))
+        # The table (as long as the used extent).
+        self._pos: list[int] = []
+        self._owners: list[int] = []
+        self._occupied = 0
+        # Per sequence id.
+        self._count = [0] * max_seqs
+        self._newest = [FREE] * max_seqs
+        self._live = 0
+        # The open forward.
+        self._declared: Optional[tuple[int, ...]] = None
+        self._positions: Optional[tuple[int, ...]] = None
+        self._cells: Optional[tuple[int, ...]] = None
+        self._served: frozenset[int] = frozenset()
+        self._steps: dict[Optional[int], CellStep] = {}
+
+    def __delattr__(self, name: str) -> None:
+        """Deleting an attribute would break the invariants behind the API's back, so it is refused.
+
+        :raises AttributeError: always
+        """
+        raise AttributeError(f"CellCache.{name} cannot be deleted")
+
+    # --- state as values (snapshots for the contracts) --------------------------------------------------
+
+    def _table(self) -> _Table:
+        return (tuple(self._pos), tuple(self._owners), tuple(self._count), tuple(self._newest), self._live,
+                self._occupied)
+
+    def _state(self) -> _State:
+        return (self._table(), (self._declared, self._positions, self._cells, self._served,
+                                tuple(self._steps.items())))
+
+    def window(self, layer: int) -> Optional[int]:
+        """The window layer `layer` masks to (None for a flat layer). Unchecked: for valid layers."""
+        return self._layer_window[layer]
+
+    # --- queries ------------------------------------------------------------------------------------------
+
+    @icontract.require(lambda n: 0 <= n <= INT_MAX, "ARG-RANGE: 0 <= n <= INT_MAX",
+                       error=lambda n: _out_of_range("n", n, 0), enabled=True)
+    @icontract.require(lambda n: is_int(n), "ARG-INT: n is an int", error=lambda n: _not_int("n", n), enabled=True)
+    @icontract.ensure(lambda self, n, result: result == (n <= self._capacity - self._occupied),
+                      "CELL-USED-END: can_extend(n) iff n <= free_cells()")
+    def can_extend(self, n: int = 1) -> bool:
+        return n <= self._capacity - self._occupied
+
+    def capacity(self) -> int:
+        return self._capacity
+
+    @icontract.ensure(lambda self, result: result == self._capacity - sum(1 for p in self._pos if p != FREE),
+                      "CELL-USED-END: free_cells() is capacity minus the occupied cells")
+    def free_cells(self) -> int:
+        return self._capacity - self._occupied
+
+    @icontract.ensure(lambda self, result: result == 1 + max((j for j, p in enumerate(self._pos) if p != FREE),
+                                                             default=-1),
+                      "CELL-USED-END: used_end() is one past the highest occupied cell (0 when none)")
+    def used_end(self) -> int:
+        return len(self._pos)
+
+    @icontract.ensure(lambda self, result: all(self._live >> s & 1 for s in result)
+                      and len(result) == bin(self._live).count("1"), "CELL-SEQ-LIVE: the live ids")
+    def live(self) -> frozenset[int]:
+        return frozenset(_bits(self._live))
+
+    @icontract.require(lambda self, seq_id: self._live >> seq_id & 1, "CELL-SEQ-LIVE: seq_id is live",
+                       error=lambda self, seq_id: _not_live(self, "seq_id", seq_id), enabled=True)
+    @icontract.require(lambda self, seq_id: _seq_id_error(self, "seq_id", seq_id) is None,
+                       "CELL-SEQ-ID: seq_id is an int in [0, max_seqs)",
+                       error=lambda self, seq_id: _found(_seq_id_error(self, "seq_id", seq_id)), enabled=True)
+    @icontract.ensure(lambda self, seq_id, result: result == len(owned_cells(self._table(), seq_id)),
+                      "CELL-OWNERS: seq_len is the number of cells the sequence owns")
+    def seq_len(self, seq_id: int) -> int:
+        return self._count[seq_id]
+
+    @icontract.require(lambda self, seq_id: self._live >> seq_id & 1, "CELL-SEQ-LIVE: seq_id is live",
+                       error=lambda self, seq_id: _not_live(self, "seq_id", seq_id), enabled=True)
+    @icontract.require(lambda self, seq_id: _seq_id_error(self, "seq_id", seq_id) is None,
+                       "CELL-SEQ-ID: seq_id is an int in [0, max_seqs)",
+                       error=lambda self, seq_id: _found(_seq_id_error(self, "seq_id", seq_id)), enabled=True)
+    @icontract.ensure(lambda self, seq_id, result: result == 1 + max(owned_cells(self._table(), seq_id).values(),
+                                                                     default=-1),
+                      "CELL-OWNERS: next_pos is one past the newest position owned (0 when none)")
+    def next_pos(self, seq_id: int) -> int:
+        return self._newest[seq_id] + 1
+
+    # --- the runner's verbs -----------------------------------------------------------------------------
+
+    @icontract.require(lambda self, seq_ids: all(self._live >> s & 1 for s in seq_ids),
+                       "CELL-SEQ-LIVE: every declared id is live",
+                       error=lambda self, seq_ids: next(_not_live(self, f"seq_ids[{i}]", s)
+                                                        for i, s in enumerate(seq_ids) if not self._live >> s & 1),
+                       enabled=True)
+    @icontract.require(lambda self: self._declared is None, "CELL-FORWARD: no forward is open",
+                       error=lambda self: _forward_open(self, "declare_step"), enabled=True)
+    @icontract.require(lambda self, seq_ids: _seq_ids_error(self, seq_ids) is None,
+                       "CELL-DECLARE, CELL-SEQ-ID: a non-empty list or tuple of seq ids",
+                       error=lambda self, seq_ids: _found(_seq_ids_error(self, seq_ids)), enabled=True)
+    @icontract.snapshot(lambda self: self._state(), name="state")
+    @icontract.ensure(lambda self, OLD, seq_ids, result: result == (len(seq_ids) <= self._capacity - OLD.state[0][5]),
+                      "CELL-DECLARE: refused exactly when the tokens outnumber the free cells")
+    @icontract.ensure(lambda self, OLD, result: result or self._state() == OLD.state,
+                      "CELL-ATOMIC: a refused declaration changes nothing")
+    @icontract.ensure(lambda self, OLD, seq_ids, result: not result or (
+        self._table() == OLD.state[0] and self._declared == tuple(seq_ids) and self._positions is None),
+                      "CELL-DECLARE: an accepted declaration opens a forward and leaves the table as it was")
+    def declare_step(self, seq_ids: Sequence[int]) -> bool:
+        if len(seq_ids) > self._capacity - self._occupied:
+            return False
+        self._declared = tuple(seq_ids)
+        return True
+
+    @icontract.require(lambda self: self._declared is None, "CELL-FORWARD: no forward is open",
+                       error=lambda self: _forward_open(self, "seq_new"), enabled=True)
+    @icontract.snapshot(lambda self: self._state(), name="state")
+    @icontract.ensure(lambda self, OLD, result: (result is None) == (OLD.state[0][4] == (1 << self.max_seqs) - 1),
+                      "CELL-NEW: None exactly when every id is live")
+    @icontract.ensure(lambda self, OLD, result: result is not None or self._state() == OLD.state,
+                      "CELL-ATOMIC: a refused seq_new changes nothing")
+    @icontract.ensure(lambda self, OLD, result: result is None or (
+        result == _lowest_clear_bit(OLD.state[0][4]) and self._live == OLD.state[0][4] | 1 << result
+        and self._count[result] == 0 and tuple(self._pos) == OLD.state[0][0]
+        and tuple(self._owners) == OLD.state[0][1]),
+                      "CELL-NEW: the lowest id not live becomes live with an empty history; no cell changes")
+    def seq_new(self) -> Optional[int]:
+        if self._live == (1 << self.max_seqs) - 1:
+            return None
+        seq_id = _lowest_clear_bit(self._live)
+        self._live |= 1 << seq_id
+        return seq_id
+
+    @icontract.require(lambda upto: upto is None or 0 <= upto <= INT_MAX, "ARG-RANGE: upto is None or in [0, INT_MAX]",
+                       error=lambda upto: _out_of_range("upto", upto, 0), enabled=True)
+    @icontract.require(lambda upto: upto is None or is_int(upto), "ARG-INT: upto is None or an int",
+                       error=lambda upto: _not_int("upto", upto), enabled=True)
+    @icontract.require(lambda self, src: self._live >> src & 1, "CELL-SEQ-LIVE: src is live",
+                       error=lambda self, src: _not_live(self, "src", src), enabled=True)
+    @icontract.require(lambda self: self._declared is None, "CELL-FORWARD: no forward is open",
+                       error=lambda self: _forward_open(self, "seq_clone"), enabled=True)
+    @icontract.require(lambda self, src: _seq_id_error(self, "src", src) is None,
+                       "CELL-SEQ-ID: src is an int in [0, max_seqs)",
+                       error=lambda self, src: _found(_seq_id_error(self, "src", src)), enabled=True)
+    @icontract.snapshot(lambda self: self._state(), name="state")
+    @icontract.ensure(lambda self, OLD, result: (result is None) == (OLD.state[0][4] == (1 << self.max_seqs) - 1),
+                      "CELL-FORK: None exactly when every id is live")
+    @icontract.ensure(lambda self, OLD, result: result is not None or self._state() == OLD.state,
+                      "CELL-ATOMIC: a refused seq_clone changes nothing")
+    @icontract.ensure(lambda self, OLD, src, upto, result: result is None or (
+        result == _lowest_clear_bit(OLD.state[0][4]) and self._live == OLD.state[0][4] | 1 << result
+        and owned_cells(self._table(), result) == {j: p for j, p in owned_cells(OLD.state[0], src).items()
+                                                    if upto is None or p < upto}),
+                      "CELL-FORK: the lowest free id, sharing exactly src's cells below upto")
+    @icontract.ensure(lambda self, OLD, result: result is None or (
+        tuple(self._pos) == OLD.state[0][0] and others_view(self._table(), result) == others_view(OLD.state[0], result)),
+                      "CELL-FORK: nothing is copied or placed; every other sequence keeps its cells")
+    def seq_clone(self, src: int, upto: Optional[int] = None) -> Optional[int]:
+        if self._live == (1 << self.max_seqs) - 1:
+            return None
+        fork = _lowest_clear_bit(self._live)
+        self._share(src, fork, upto)
+        self._live |= 1 << fork
+        return fork
+
+    @icontract.require(lambda self, seq_id: self._live >> seq_id & 1, "CELL-SEQ-LIVE: seq_id is live",
+                       error=lambda self, seq_id: _not_live(self, "seq_id", seq_id), enabled=True)
+    @icontract.require(lambda self: self._declared is None, "CELL-FORWARD: no forward is open",
+                       error=lambda self: _forward_open(self, "seq_rm"), enabled=True)
+    @icontract.require(lambda p0, p1: p1 is None or p0 <= p1, "CELL-RM: p0 <= p1",
+                       error=lambda p0, p1: ArgumentValueError("CELL-RM", "p1", "must be None or >= p0", p0=p0, p1=p1),
+                       enabled=True)
+    @icontract.require(lambda p1: p1 is None or 0 <= p1 <= INT_MAX, "ARG-RANGE: p1 is None or in [0, INT_MAX]",
+                       error=lambda p1: _out_of_range("p1", p1, 0), enabled=True)
+    @icontract.require(lambda p1: p1 is None or is_int(p1), "ARG-INT: p1 is None or an int",
+                       error=lambda p1: _not_int("p1", p1), enabled=True)
+    @icontract.require(lambda p0: 0 <= p0 <= INT_MAX, "ARG-RANGE: p0 in [0, INT_MAX]",
+                       error=lambda p0: _out_of_range("p0", p0, 0), enabled=True)
+    @icontract.require(lambda p0: is_int(p0), "ARG-INT: p0 is an int", error=lambda p0: _not_int("p0", p0),
+                       enabled=True)
+    @icontract.require(lambda self, seq_id: _seq_id_error(self, "seq_id", seq_id) is None,
+                       "CELL-SEQ-ID: seq_id is an int in [0, max_seqs)",
+                       error=lambda self, seq_id: _found(_seq_id_error(self, "seq_id", seq_id)), enabled=True)
+    @icontract.snapshot(lambda self: self._state(), name="state")
+    @icontract.ensure(lambda result: result is True, "CELL-RM: seq_rm answers True")
+    @icontract.ensure(lambda self, OLD, seq_id, p0, p1: owned_cells(self._table(), seq_id) == {
+        j: p for j, p in owned_cells(OLD.state[0], seq_id).items() if not (p0 <= p and (p1 is None or p < p1))},
+                      "CELL-RM: the sequence keeps exactly its cells outside [p0, p1)")
+    @icontract.ensure(lambda self, OLD, seq_id: others_view(self._table(), seq_id) == others_view(OLD.state[0], seq_id),
+                      "CELL-RM: every other sequence keeps its cells and their positions (a shared cell stays)")
+    @icontract.ensure(lambda self, seq_id: bool(self._live >> seq_id & 1) == (self._count[seq_id] > 0),
+                      "CELL-RM: the sequence stays live iff it still owns a cell")
+    def seq_rm(self, seq_id: int, p0: int, p1: Optional[int] = None) -> bool:
+        self._drop(seq_id, p0, INT_MAX + 1 if p1 is None else p1)
+        self._trim()
+        if self._count[seq_id] == 0:
+            self._live &= ~(1 << seq_id)
+        return True
+
+    @icontract.ensure(lambda self: self._state() == (((), (), (0,) * self.max_seqs, (FREE,) * self.max_seqs, 0, 0),
+                                                     (None, None, None, frozenset(), ())),
+                      "CELL-CLEAR: every cell free, no id live, no open forward")
+    def clear(self) -> None:
+        self._pos, self._owners, self._occupied = [], [], 0
+        self._count = [0] * self.max_seqs
+        self._newest = [FREE] * self.max_seqs
+        self._live = 0
+        self._close_forward()
+
+    # --- the backend's face -----------------------------------------------------------------------------
+
+    @icontract.require(lambda self, layer, positions: _forward_error(self, layer, positions) is None,
+                       "CELL-FORWARD, CELL-POS: a declared forward, a layer not yet served, positions that fit",
+                       error=lambda self, layer, positions: _found(_forward_error(self, layer, positions)), enabled=True)
+    @icontract.require(lambda positions: _positions_type_error(positions) is None,
+                       "CELL-POS: positions is a list or tuple of ints in [0, INT_MAX]",
+                       error=lambda positions: _found(_positions_type_error(positions)), enabled=True)
+    @_layer_in_range
+    @_layer_is_int
+    @icontract.snapshot(lambda self: self._state(), name="state")
+    @icontract.ensure(lambda self, OLD, result: result.length == len(declared_in(OLD.state))
+                      and result.read_len == len(self._pos)
+                      and (OLD.state[1][2] is None or result.cells == OLD.state[1][2]),
+                      "CELL-STEP-SHAPE: one cell per declared token (the forward's placement), the read window "
+                      "is the used extent")
+    @icontract.ensure(lambda self, OLD, layer, positions, result: result.mask_bits == mask_by_formula(
+        self._pos, self._owners, declared_in(OLD.state), positions, self._layer_window[layer], result.read_len),
+                      "CELL-MASK: token i attends exactly its sequence's cells inside its window")
+    @icontract.ensure(lambda OLD, result: OLD.state[1][1] is not None
+                      or result.cells == lowest_free_by_formula(OLD.state[0][0], result.length),
+                      "CELL-LAYOUT-CANON: each token takes the lowest free cell, in token order")
+    @icontract.ensure(lambda self, OLD, positions, result: OLD.state[1][1] is not None
+                      or placed_only_free_cells(OLD.state[0], self._table(), declared_in(OLD.state), positions,
+                                                result.cells),
+                      "CELL-PLACE: the first layer writes each token into a cell that was free, at its position, "
+                      "owned by its sequence only; no other cell changes")
+    @icontract.ensure(lambda self, OLD: OLD.state[1][1] is None or self._table() == OLD.state[0],
+                      "CELL-PLACE: later layers reuse the placement and change no cell")
+    @icontract.ensure(lambda self, OLD, layer, result: all(step == result for window, step in OLD.state[1][4]
+                                                           if window == self._layer_window[layer]),
+                      "CELL-STEP-SHAPE: layers with the same window get equal steps")
+    @icontract.ensure(lambda self, OLD, layer: (self._served == OLD.state[1][3] | {layer})
+                      if len(OLD.state[1][3]) + 1 < self.n_layers else self._declared is None,
+                      "CELL-FORWARD: the layer is served; the forward closes when every layer has been")
+    def place_step(self, layer: int, positions: Sequence[int]) -> CellStep:
+        if self._positions is None:
+            self._place(tuple(positions))
+        window = self._layer_window[layer]
+        step = self._steps.get(window)
+        if step is None:
+            step = self._build_step(window)
+            self._steps[window] = step
+        self._serve(layer)
+        return step
+
+    # --- the bodies (private; the broken variants of kvcache_proofs._cell_broken override these) --------
+
+    def _share(self, src: int, fork: int, upto: Optional[int]) -> None:
+        """CELL-FORK: `fork` co-owns src's cells with a position below upto (all when None)."""
+        src_bit, fork_bit = 1 << src, 1 << fork
+        count, newest = 0, FREE
+        for j, p in enumerate(self._pos):
+            if self._owners[j] & src_bit and (upto is None or p < upto):
+                self._owners[j] |= fork_bit
+                count += 1
+                newest = max(newest, p)
+        self._count[fork], self._newest[fork] = count, newest
+
+    def _drop(self, seq_id: int, p0: int, p1: int) -> None:
+        """CELL-RM: seq_id stops owning its cells with position in [p0, p1); unowned cells become free."""
+        bit = 1 << seq_id
+        newest = FREE
+        for j, p in enumerate(self._pos):
+            if not self._owners[j] & bit:
+                continue
+            if p0 <= p < p1:
+                self._owners[j] &= ~bit
+                self._count[seq_id] -= 1
+                if not self._owners[j]:
+                    self._pos[j] = FREE
+                    self._occupied -= 1
+            else:
+                newest = max(newest, p)
+        self._newest[seq_id] = newest
+
+    def _trim(self) -> None:
+        """CELL-USED-END: the used extent shrinks from the top past the cells that became free."""
+        while self._pos and self._pos[-1] == FREE:
+            self._pos.pop()
+            self._owners.pop()
+
+    def _lowest_free(self, k: int) -> list[int]:
+        """CELL-LAYOUT-CANON: the k lowest free cells, by a scan of the table, then past its end."""
+        cells: list[int] = []
+        for j, p in enumerate(self._pos):
+            if len(cells) == k:
+                return cells
+            if p == FREE:
+                cells.append(j)
+        end = len(self._pos)
+        return cells + list(range(end, end + k - len(cells)))
+
+    def _place(self, positions: tuple[int, ...]) -> None:
+        """CELL-PLACE: each declared token takes a free cell, owned by its sequence only, at its position."""
+        declared = self._declared
+        assert declared is not None  # a precondition of place_step
+        cells = self._lowest_free(len(declared))
+        for s, q, cell in zip(declared, positions, cells):
+            if cell == len(self._pos):  # cells come in increasing order, so a cell past the end is the next one
+                self._pos.append(FREE)
+                self._owners.append(0)
+            self._pos[cell], self._owners[cell] = q, 1 << s
+            self._count[s] += 1
+            self._newest[s] = q  # positions of one sequence increase within the step (CELL-POS)
+        self._occupied += len(cells)
+        self._positions, self._cells = positions, tuple(cells)
+
+    def _build_step(self, window: Optional[int]) -> CellStep:
+        """CELL-MASK per sequence: each sequence's cells sorted by position once, then each token's row is
+        the slice of its sequence's cells whose position lies in [q - window + 1, q] (found by bisection)."""
+        declared, positions, cells = self._declared, self._positions, self._cells
+        assert declared is not None and positions is not None and cells is not None  # placed by now
+        read_len = len(self._pos)
+        step_bits = 0
+        for s in declared:
+            step_bits |= 1 << s
+        by_seq: dict[int, list[tuple[int, int]]] = {s: [] for s in _bits(step_bits)}
+        for j, (p, owners) in enumerate(zip(self._pos, self._owners)):
+            for s in _bits(owners & step_bits):
+                by_seq[s].append((p, j))
+        for entries in by_seq.values():
+            entries.sort()
+        keys = {s: [p for p, _ in entries] for s, entries in by_seq.items()}
+        mask = bytearray(len(declared) * read_len)
+        for i, (s, q) in enumerate(zip(declared, positions)):
+            low = 0 if window is None else q - window + 1
+            first, last = bisect.bisect_left(keys[s], low), bisect.bisect_right(keys[s], q)
+            for _, j in by_seq[s][first:last]:
+                mask[i * read_len + j] = 1
+        return CellStep(len(declared), read_len, cells, bytes(mask))
+
+    def _serve(self, layer: int) -> None:
+        """CELL-FORWARD: mark the layer served; the forward closes once every layer has been."""
+        self._served = self._served | {layer}
+        if len(self._served) == self.n_layers:
+            self._close_forward()
+
+    def _close_forward(self) -> None:
+        self._declared, self._positions, self._cells = None, None, None
+        self._served = frozenset()
+        self._steps = {}
+
+    # --- faces --------------------------------------------------------------------------------------------
+
+    @icontract.ensure(lambda self, result: result is self, "FACES: the cell runner's face is this cache")
+    def as_batch_control(self) -> BatchControl:
+        return self
+
+    @icontract.ensure(lambda self, result: result is self, "FACES: the cell backend's face is this cache")
+    def as_cell_stepper(self) -> CellStepper:
+        return self
