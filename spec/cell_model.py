@@ -27,7 +27,7 @@ This module does not import `kvcache`: the model and the reference are independe
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Optional, Sequence, Union
 
 from .model import INT_MAX, RING, Config, Layer, Rejected, _is_int, check_layer, make_config
@@ -42,7 +42,7 @@ Written = Optional[tuple[int, int]]            # what a cell was last written wi
 class CellRejected(Rejected):
     """A caller error; `also` names the other rules the same call breaks (any of them may be raised)."""
 
-    also: tuple[str, ...] = ()
+    also: tuple[str, ...] = field(default=(), compare=False)  # a rejection is its (rule, argument)
 
     @property
     def rules(self) -> tuple[str, ...]:
@@ -187,7 +187,7 @@ def expected_reads(config: CellConfig, state: CellState, layer: int, seq_id: int
 
 def _seq_id_problems(config: CellConfig, value: Any, argument: str) -> list[tuple[str, str]]:
     if not _is_int(value):
-        return [("ARG-INT", argument)]
+        return [("ARG-INT", argument), ("CELL-SEQ-ID", argument)]  # CELL-SEQ-ID's statement names the type too
     if not 0 <= value < config.max_seqs:
         return [("CELL-SEQ-ID", argument)]
     return []
@@ -308,7 +308,7 @@ def declare_step(config: CellConfig, state: CellState, seq_ids: Any) -> Result:
     """CELL-DECLARE: a non-empty list or tuple of live ids; False (refusal) when it does not fit."""
     broken: list[tuple[str, str]] = []
     if not isinstance(seq_ids, (list, tuple)):
-        broken.append(("ARG-TYPE", "seq_ids"))
+        broken += [("ARG-TYPE", "seq_ids"), ("CELL-DECLARE", "seq_ids")]  # its statement names the type too
     elif not seq_ids:
         broken.append(("CELL-DECLARE", "seq_ids"))
     else:
@@ -326,17 +326,19 @@ def declare_step(config: CellConfig, state: CellState, seq_ids: Any) -> Result:
     return True, replace(state, forward=Forward(tuple(seq_ids)))
 
 
-def _positions_problems(state: CellState, forward: Forward, positions: Any) -> list[tuple[str, str]]:
-    """ARG-TYPE, CELL-POS (count), ARG-INT, ARG-RANGE, CELL-FORWARD (same as the first layer's), CELL-POS (order)."""
+def _positions_type_problems(positions: Any) -> list[tuple[str, str]]:
+    """ARG-TYPE / CELL-POS (a list or tuple), ARG-INT, ARG-RANGE: checkable with or without a forward."""
     if not isinstance(positions, (list, tuple)):
-        return [("ARG-TYPE", "positions")]
-    broken: list[tuple[str, str]] = []
+        return [("ARG-TYPE", "positions"), ("CELL-POS", "positions")]  # its statement names the type too
+    # CELL-POS's statement names the ints and their range too
+    return [problem for value in positions for problem in _int_problems(value, "positions") + [("CELL-POS", "positions")]
+            if _int_problems(value, "positions")]
+
+
+def _positions_problems(state: CellState, forward: Forward, positions: Sequence[int]) -> list[tuple[str, str]]:
+    """For well-typed positions: CELL-POS (one per token), CELL-FORWARD (the first layer's), CELL-POS (order)."""
     if len(positions) != len(forward.seq_ids):
-        broken.append(("CELL-POS", "positions"))
-    for value in positions:
-        broken += _int_problems(value, "positions")
-    if broken:
-        return broken
+        return [("CELL-POS", "positions")]
     if forward.positions is not None:
         return [("CELL-FORWARD", "positions")] if tuple(positions) != forward.positions else []
     newest = {seq_id: (history(state, seq_id) or ((-1, -1),))[-1][0] for seq_id in forward.seq_ids}
@@ -386,10 +388,12 @@ def place_step(config: CellConfig, state: CellState, layer: Any, positions: Any)
     if layer_problem:
         broken.append((layer_problem.rule, layer_problem.argument))
     forward = state.forward
+    type_problems = _positions_type_problems(positions)
+    broken += type_problems
     if forward is None:
         broken.append(("CELL-FORWARD", "forward"))
     else:
-        broken += _positions_problems(state, forward, positions)
+        broken += [] if type_problems else _positions_problems(state, forward, positions)
         if not layer_problem and layer in forward.served:
             broken.append(("CELL-FORWARD", "layer"))
     rejected = _reject(broken)

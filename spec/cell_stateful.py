@@ -39,9 +39,9 @@ from .stateful import (ConfigSpec, LockstepMachine, Observe, Outcome, _call, _de
 CellFactory = Callable[[kvcache.CacheConfig, int], Any]
 
 
-def cell_reference_factory(config: kvcache.CacheConfig, max_seqs: int) -> Any:
+def cell_reference_factory(config: kvcache.CacheConfig, max_seqs: int) -> kvcache.CellCache:
     """The default target: the contract-checked reference `kvcache.CellCache`."""
-    return getattr(kvcache, "CellCache")(config, max_seqs=max_seqs)  # TODO(h5): typed once h6's CellCache lands
+    return kvcache.CellCache(config, max_seqs=max_seqs)
 
 
 @dataclass(frozen=True)

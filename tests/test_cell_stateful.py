@@ -4,6 +4,9 @@ target and on broken variants of it; and the reference `kvcache.CellCache` in lo
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -63,3 +66,41 @@ def test_the_machine_catches_a_broken_target(broken: Any) -> None:
     with pytest.raises(AssertionError) as failure:
         run_state_machine_as_test(machine, settings=quick)
     assert str(failure.value).startswith(("CELL-", "ATOMIC")), str(failure.value)[:300]
+
+
+def test_reference_agrees_with_the_model() -> None:
+    """CELL-DATA-SOUND and every other CELL- rule: kvcache.CellCache in lockstep with the cell model."""
+    run_state_machine_as_test(make_cell_machine(name="CellMachine"),
+                              settings=settings(stateful_settings(), max_examples=100))
+
+
+_UNDER_O = """
+import json
+from hypothesis import Phase, settings
+from hypothesis.stateful import run_state_machine_as_test
+from kvcache_proofs._cell_broken import BROKEN
+from kvcache_spec.cell_stateful import make_cell_machine
+found = {}
+for name, factory in sorted(BROKEN.items()):
+    machine = make_cell_machine(factory, name="Broken")
+    try:
+        run_state_machine_as_test(machine, settings=settings(max_examples=300, stateful_step_count=50, deadline=None,
+                                  database=None, derandomize=True, phases=[Phase.generate],
+                                  report_multiple_bugs=False))
+        found[name] = None
+    except AssertionError as failure:
+        found[name] = str(failure).splitlines()[0]
+print(json.dumps(found))
+"""
+
+
+def test_the_machine_catches_the_zoo_s_broken_cell_caches_with_contracts_off() -> None:
+    """CELL-OWNERS, CELL-LAYOUT-CANON...: under `python -O` the reference's contracts are off, so the
+    broken variants (kvcache_proofs._cell_broken) answer wrongly; the spec checks alone must catch each."""
+    result = subprocess.run([sys.executable, "-O", "-c", _UNDER_O], capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stderr[-2000:]
+    found = json.loads(result.stdout.splitlines()[-1])
+    assert set(found) == {"stale_owner_bit", "fork_past_cut", "rm_off_by_one", "stale_memo_mask",
+                          "id_reused_while_owned"}
+    for name, first_line in found.items():
+        assert first_line is not None and first_line.startswith("CELL-"), (name, first_line)
