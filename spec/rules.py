@@ -15,6 +15,7 @@ class Rule:
     id: str
     statement: str
     why: str
+    prevents: str = ""  # the bug class, when `why` does not already name it (the CELL- family says it here)
 
 
 RULES: tuple[Rule, ...] = (
@@ -123,6 +124,124 @@ RULES: tuple[Rule, ...] = (
          "every valid configuration that needs a feature outside it.",
          "A flat-only cache that accepts a sliding-window layer and serves it as full history gives silently "
          "wrong attention; a refusal at build time is loud and costs nothing."),
+    # --- the cell layout (many sequences over one pool of per-token cells; spec/cell_model.py)
+    Rule("CELL-DATA-SOUND",
+         "Every query token of a placed step attends exactly the cells that hold its own sequence's current history "
+         "inside its window - no cell of another sequence, no stale cell, none missing - and each attended cell holds "
+         "the content written for that (sequence history, position). A sequence's history is the list of (position, "
+         "content) it wrote; a fork's history is its source's history below the cut, then its own. The window of a query "
+         "at position q is [q - w + 1, q] on a ring-policy layer of window w and [0, q] on a flat layer.",
+         "This is what batched attention needs; every other CELL- rule exists to make it true or to refuse what would "
+         "break it. The model checks it by executing each step on a data-level pool, never by the mask formula.",
+         "A token attending another sequence's cell, a stale cell or missing one of its own (llama.cpp's seq_id bugs)."),
+    Rule("CELL-MAX-SEQS", "max_seqs is an int (bool is not) in [1, 64]; sequence ids are ints in [0, max_seqs).",
+         "Upstream keeps owners as one 64-bit word (kMaxSeqs = 64); smaller values let a model checker reach "
+         "'every id is live'.",
+         "An owner bit past the word's width (undefined shift), or a limit no test can reach."),
+    Rule("CELL-SEQ-ID",
+         "Every sequence id argument is an int (bool is not; ARG-INT) in [0, max_seqs); otherwise a typed error.",
+         "Upstream answers false / 0 / nullopt for an id out of range; an id out of range is a caller bug, raised as "
+         "layers are (LAYER-RANGE).",
+         "A negative or too large id shifting an owner bit out of the word, silently addressing another sequence."),
+    Rule("CELL-SEQ-LIVE",
+         "declare_step's ids, seq_clone's src, seq_rm's id and the id of seq_len and next_pos must be live; "
+         "otherwise a typed error.",
+         "A runner that addresses a dead sequence has lost track of it; in this layout that is how tokens end up "
+         "attending another sequence's cells once the id is handed out again. Upstream answers true / 0 (lenient).",
+         "A runner writing into, or reading the length of, a sequence it already finished or never created."),
+    Rule("CELL-NEW",
+         "seq_new() hands out the lowest id that is not live; the new sequence is live with an empty history; "
+         "None when all max_seqs ids are live.",
+         "Deterministic ids make runs replayable and comparable across implementations; None is the only refusal.",
+         "An id handed out twice (two runners sharing one sequence), or ids exhausted without a refusal."),
+    Rule("CELL-ID-REUSE",
+         "No cell carries an owner id that is not live, so a reused id starts with an empty history and never sees "
+         "a cell it did not write.",
+         "Ids are reused (64 of them); a stale owner bit left on a cell would hand the old sequence's keys to the new one.",
+         "A new sequence attending cells of the sequence that had its id before (a stale owner bit)."),
+    Rule("CELL-FORK",
+         "seq_clone(src, upto) hands out the lowest non-live id (None when none) whose history is src's history "
+         "restricted to positions < upto (all when upto is None); the cells are co-owned, nothing is copied; later "
+         "writes and removals of either side do not change the other's history. upto is None or an int in "
+         "[0, INT_MAX]. A fork whose cut keeps nothing is a live sequence with an empty history.",
+         "Forks share a prompt's cells (beam search, parallel sampling) and must be snapshots; an empty fork is a "
+         "valid new sequence (upstream answers nullopt when src owns no cell: a port that refuses is over-strict).",
+         "A fork that copies instead of sharing, shares past its cut, or sees cells its source gains later."),
+    Rule("CELL-RM",
+         "seq_rm(s, p0, p1) drops s's ownership of its cells with position in [p0, p1) (p1 None: to the end) and "
+         "answers True; p0 is an int in [0, INT_MAX], p1 None or an int with p0 <= p1 <= INT_MAX (p0 == p1 is an "
+         "empty range). A cell no sequence owns any more becomes free; a cell another sequence still owns keeps its "
+         "position and content for it. When s owns nothing afterwards, s stops being live.",
+         "Rollback of rejected drafts and the removal of a finished sequence; a shared prefix must survive the "
+         "removal of one of its owners.",
+         "seq_rm ranges off by one at either end; removing from a shared cell freeing it for its other owner."),
+    Rule("CELL-OWNERS",
+         "A free cell has no owner and no position; an occupied cell has at least one owner, all live; a sequence "
+         "never owns two cells of one position; seq_len(s) is the number of cells s owns; next_pos(s) is one past "
+         "s's newest position (0 when it owns none).",
+         "The table's bookkeeping is what masks are built from; seq_len and next_pos are what a runner continues from.",
+         "Position bookkeeping (newest position, next position) out of date after removals and forks."),
+    Rule("CELL-USED-END",
+         "used_end() is one past the highest occupied cell (0 when none); free_cells() is capacity minus the occupied "
+         "cells; can_extend(n) is n <= free_cells() (n an int in [0, INT_MAX]).",
+         "The read window of a step is [0, used_end); admission counts free cells, wherever they are.",
+         "A read window that misses an occupied cell at the top, or admission that counts the extent, not the cells."),
+    Rule("CELL-DECLARE",
+         "declare_step(seq_ids) takes a non-empty list or tuple of live ids, one per token of the next forward (an id "
+         "may repeat: a multi-token step; several ids: a batch); an empty one is a typed error; more tokens than free "
+         "cells is a refusal (False, nothing changed); otherwise it opens a forward and answers True.",
+         "Admission happens once per forward, before any layer runs; the only refusal is the lack of cells.",
+         "Admission that counts cells but not the ids (a token for a dead sequence), or a forward admitted half."),
+    Rule("CELL-POS",
+         "place_step's positions: one int in [0, INT_MAX] per declared token; each token's position is greater than "
+         "every position its sequence already holds and than every earlier token of the same sequence in this step "
+         "(a sequence's positions strictly increase; gaps are allowed). Otherwise a typed error, nothing changed.",
+         "A sequence never holds two cells of one position (CELL-OWNERS); RoPE positions come from the runner.",
+         "A rewritten position leaving two cells of one position in one sequence, both attended."),
+    Rule("CELL-WINDOW-POS",
+         "Windows measure positions, not tokens: a query at q on a ring-policy layer of window w sees its sequence's "
+         "cells with position in [q - w + 1, q], however many that is (a sequence with gaps sees fewer keys).",
+         "RoPE and the window mask are defined on positions; the kernel never sees token counts.",
+         "Sliding windows counted in tokens where positions have gaps, or vice versa."),
+    Rule("CELL-PLACE",
+         "The first place_step of a forward places each declared token in a cell that was free, owned by its "
+         "sequence only, with its position; the later layers of the forward reuse that placement (the same cells). "
+         "No cell that holds history is ever overwritten.",
+         "Every layer writes a token's K/V into the same cell, so one table describes every layer's pool.",
+         "A token placed over a cell another sequence still reads; layers of one forward writing different cells."),
+    Rule("CELL-LAYOUT-CANON",
+         "Canonical placement: each token takes the lowest free cell, in token order (exact layout conformance only; "
+         "semantic conformance allows any free cells).",
+         "Upstream's placement, so two conforming caches can be compared cell by cell.",
+         "Placement drift between a port and the reference that only shows as different read windows."),
+    Rule("CELL-STEP-SHAPE",
+         "A CellStep has length equal to the declared length, read_len equal to used_end() after placement, cells "
+         "distinct and in [0, read_len), and mask_bits of exactly length * read_len bytes, each 0 or 1 (row-major: "
+         "row i is query token i); layers with the same window get equal steps.",
+         "The backend indexes the mask as [length x read_len] and gathers cells [0, read_len) without checks.",
+         "A mask row read past its end; a query token's own cell outside the read window."),
+    Rule("CELL-MASK",
+         "Mask bit (i, j) is 1 iff cell j is occupied, owned by token i's sequence, and its position p satisfies "
+         "p <= q_i and (flat layer, or p >= q_i - w + 1).",
+         "The formula a cache computes; it follows from CELL-DATA-SOUND under CELL-OWNERS, and the model checks the "
+         "data-level rule instead.",
+         "Masks built from owner bits that are out of date (stale memoized steps after a verb)."),
+    Rule("CELL-FORWARD",
+         "A forward is declare_step, then place_step on every layer exactly once, in any order, with the same "
+         "positions; it closes when every layer is served. While it is open, declare_step, seq_new, seq_clone and "
+         "seq_rm raise a typed ForwardError and change nothing; queries are allowed; clear() is always allowed and "
+         "forgets it. place_step with nothing declared, on a layer already served in this forward, or with positions "
+         "different from the first layer's is a typed error.",
+         "A verb between the layers of one forward would make the layers of one token attend different tables, or "
+         "leave cells written on some layers only; upstream silently invalidates the placement instead.",
+         "Masks built before a verb changed the table; cells holding K/V on some layers only."),
+    Rule("CELL-CLEAR", "clear() frees every cell, makes no id live and forgets any open forward.",
+         "A cleared cache serves new sequences; nothing of the old ones may be seen, and it is the escape hatch from "
+         "an abandoned forward.",
+         "A cleared cache whose reused ids still see old cells, or a forward that outlives clear()."),
+    Rule("CELL-ATOMIC", "A refusal or a typed error of the cell layout changes nothing (every query answers as before).",
+         "A half-applied verb leaves the table and the backend's pools disagreeing silently.",
+         "A declare_step refused after part of the forward was admitted; a seq_rm that raised after freeing cells."),
 )
 
 BY_ID: dict[str, Rule] = {rule.id: rule for rule in RULES}

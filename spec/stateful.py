@@ -26,7 +26,7 @@ from __future__ import annotations
 import copy
 import os
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Generic, Optional, TypeVar, Union
 
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
@@ -238,6 +238,41 @@ def _describe(outcome: Outcome) -> str:
     return f"raised {type(value).__name__}" + (f" [{rule_id}]" if rule_id else "") + f": {value}"
 
 
+def rejection_problems(what: str, rules: tuple[str, ...], argument: str, outcome: Outcome) -> list[str]:
+    """A call the model rejects under `rules` (the first is the model's own; any of them is accepted):
+    the target must raise a KVCacheError naming one of them. Shared by both layouts' lockstep."""
+    rule = rules[0]
+    if outcome[0]:
+        return [f"{rule}: {what} {_describe(outcome)}; the model rejects it ({', '.join(rules)}, argument {argument})"]
+    value = outcome[1]
+    if not isinstance(value, kvcache.KVCacheError):
+        return [f"{rule}: {what} {_describe(outcome)}; expected a KVCacheError [{' or '.join(rules)}]"]
+    if value.rule not in rules:
+        return [f"{rule}: {what} {_describe(outcome)}; the model's rule is {' or '.join(rules)}"]
+    return []
+
+
+def fingerprint_of(target: Any) -> Optional[str]:
+    """A target's whole attribute state, when it has one (a plain object's vars)."""
+    try:
+        return repr(vars(target))
+    except TypeError:
+        return None
+
+
+_Harness = TypeVar("_Harness")
+
+
+def twin_of(lock: _Harness, *lists: str) -> _Harness:
+    """A copy of a lockstep harness (either layout's) with a deep copy of its target and its own copies
+    of the list attributes named (for the model checker, which branches from every state)."""
+    twin = copy.copy(lock)
+    setattr(twin, "target", copy.deepcopy(getattr(lock, "target")))
+    for name in lists:
+        setattr(twin, name, list(getattr(lock, name)))
+    return twin
+
+
 # --- the lockstep harness ----------------------------------------------------------------------------
 
 @dataclass
@@ -285,19 +320,10 @@ class Lockstep:
     # --- copying and identity (used by the model checker) -----------------------------------------
 
     def clone(self) -> Lockstep:
-        twin = copy.copy(self)
-        twin.target = copy.deepcopy(self.target)
-        twin.target_pools = list(self.target_pools)
-        twin.issued = list(self.issued)
-        twin.setup_problems = list(self.setup_problems)
-        return twin
+        return twin_of(self, "target_pools", "issued", "setup_problems")
 
     def fingerprint(self) -> Optional[str]:
-        """The target's whole attribute state, when it has one (a plain object's vars)."""
-        try:
-            return repr(vars(self.target))
-        except TypeError:
-            return None
+        return fingerprint_of(self.target)
 
     def key(self) -> tuple[Any, ...]:
         """The abstract state, for deduplication. Content tags matter only through equality with the
@@ -356,17 +382,9 @@ class Lockstep:
     # --- single calls, compared ----------------------------------------------------------------
 
     def _rejected(self, what: str, expected: model.Rejected, outcome: Outcome) -> list[str]:
-        ok, value = outcome
-        if ok:
-            return [f"{expected.rule}: {what} {_describe(outcome)}; the model rejects it ({expected.rule}, "
-                    f"argument {expected.argument})"]
-        if not self.reference_api:
-            return []  # the Python target contract: any exception is a caller error's answer
-        if not isinstance(value, kvcache.KVCacheError):
-            return [f"{expected.rule}: {what} {_describe(outcome)}; expected a KVCacheError [{expected.rule}]"]
-        if value.rule != expected.rule:
-            return [f"{expected.rule}: {what} {_describe(outcome)}; the model's rule is {expected.rule}"]
-        return []
+        if outcome[0] or self.reference_api:
+            return rejection_problems(what, (expected.rule,), expected.argument, outcome)
+        return []  # the Python target contract: any exception is a caller error's answer
 
     def _can_extend(self, n: Any, check_atomic: bool = True) -> list[str]:
         expected = model.can_extend(self.config, self.state, n)
@@ -639,6 +657,38 @@ def ints_and_bad(low: int, high: int) -> st.SearchStrategy[Any]:
 
 # --- the state machine -------------------------------------------------------------------------------
 
+_Lock = TypeVar("_Lock", bound="Any")
+
+
+class LockstepMachine(RuleBasedStateMachine, Generic[_Lock]):
+    """What both layouts' machines share: the harness `h` (set by `start` in the @initialize rule) and
+    `check`, which fails the run with the problems found, the rule broken first."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.h: Optional[_Lock] = None
+
+    @property
+    def lock(self) -> _Lock:
+        assert self.h is not None, "configure() runs first"
+        return self.h
+
+    def check(self, problems: list[str]) -> None:
+        if problems:  # raised, not asserted: the machines also run under `python -O` (contracts off)
+            raise AssertionError("\n".join(problems))
+
+    def start(self, harness: _Lock) -> None:
+        self.h = harness
+        self.check(harness.setup_problems)
+        harness.setup_problems = []
+
+    @invariant()
+    def agrees_with_model(self) -> None:
+        """After every rule: every observable of the target equals the model's."""
+        if self.h is not None:
+            self.check(self.h.observe())
+
+
 def make_machine(factory: Factory = reference_factory, *, name: str = "KVCacheMachine",
                  configs: Optional[st.SearchStrategy[ConfigSpec]] = None) -> type[RuleBasedStateMachine]:
     """A state machine running `factory`'s caches in lockstep with the model. Paste a failure's
@@ -646,19 +696,7 @@ def make_machine(factory: Factory = reference_factory, *, name: str = "KVCacheMa
     import ConfigSpec`)."""
     config_strategy = config_specs() if configs is None else configs
 
-    class Machine(RuleBasedStateMachine):
-        def __init__(self) -> None:
-            super().__init__()
-            self.h: Optional[Lockstep] = None
-
-        @property
-        def lock(self) -> Lockstep:
-            assert self.h is not None, "configure() runs first"
-            return self.h
-
-        def check(self, problems: list[str]) -> None:
-            assert not problems, "\n".join(problems)
-
+    class Machine(LockstepMachine[Lockstep]):
         def check_bad_call(self, problems: list[str]) -> None:
             """A call the model rejects must leave the cache usable: the next valid step still works."""
             self.check(problems)
@@ -670,9 +708,7 @@ def make_machine(factory: Factory = reference_factory, *, name: str = "KVCacheMa
 
         @initialize(config=config_strategy)
         def configure(self, config: ConfigSpec) -> None:
-            self.h = Lockstep(config, factory)
-            self.check(self.h.setup_problems)
-            self.h.setup_problems = []
+            self.start(Lockstep(config, factory))
 
         # --- steps
         @precondition(lambda self: self.idle())
@@ -775,11 +811,6 @@ def make_machine(factory: Factory = reference_factory, *, name: str = "KVCacheMa
         @rule(index=st.integers(0, 50))
         def commit_stale(self, index: int) -> None:
             self.check_bad_call(self.lock.apply(CommitStale(index)))
-
-        @invariant()
-        def agrees_with_model(self) -> None:
-            if self.h is not None:
-                self.check(self.h.observe())
 
     Machine.__name__ = Machine.__qualname__ = name
     return Machine

@@ -1,7 +1,7 @@
 """`kvcache trace`: the traceability matrix rule -> model, contracts/checks, tests, vectors.
 
 A rule is traced when
-- the model (`spec/model.py`) cites it, or the rule is out of the model's scope by a listed,
+- the model (`spec/model.py` for the sequence cache, `spec/cell_model.py` for the cell layout) cites it, or the rule is out of the model's scope by a listed,
   justified exemption (`EXEMPTIONS`);
 - the reference (`kvcache/`) checks it: a contract description (read from icontract, see
   `specdoc.collect_contracts`) or a typed error / check raised with the rule id as a literal, or the
@@ -44,6 +44,7 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 from .rules import RULES, Rule
 
 
+MODEL_MODULES = ("model", "cell_model")  # the executable model, one module per layout
 COLUMNS = ("model", "kvcache", "tests")
 
 # Rules a column cannot cite, each with the reason. These are part of the spec's claims: the matrix
@@ -161,9 +162,9 @@ def load_sources(tests_dir: Optional[pathlib.Path] = None) -> Sources:
     else:
         tests = {f"tests/{path.name}": path.read_text() for path in sorted(tests_dir.glob("test_*.py"))
                  if path.name != "test_traceability.py"}  # its own demonstrations are not citations
-    model_path = pathlib.Path(importlib.import_module("kvcache_spec.model").__file__ or "")
     return Sources(
-        model={"spec/model.py": model_path.read_text()},
+        model={f"spec/{name}.py": pathlib.Path(importlib.import_module(f"kvcache_spec.{name}").__file__ or "").read_text()
+               for name in MODEL_MODULES},
         contracts=contracts,
         kvcache={f"kvcache/{path.relative_to(kvcache_dir).as_posix()}": path.read_text()
                  for path in sorted(kvcache_dir.rglob("*.py"))},
@@ -333,7 +334,7 @@ class Matrix:
         return problems
 
 
-_COLUMN_TEXT = {"model": "model (spec/model.py)",
+_COLUMN_TEXT = {"model": "model (spec/model.py, spec/cell_model.py)",
                 "kvcache": "reference (a contract or a typed error/check in kvcache/)",
                 "tests": "tests (tests/test_*.py) or vectors (spec/vectors/*.json)"}
 

@@ -26,10 +26,15 @@ def test_every_example_in_the_spec_runs() -> None:
 
 
 def _rule_sections(document: str) -> list[tuple[str, str, str]]:
-    """(number, id, text) of every '#### N. ID' section of part 2."""
-    part = document[document.index("\n## 2. The rules"):document.index("\n## 3. ")]
-    pieces = re.split(r"^#### (\d+)\. ([A-Z][A-Z0-9-]*)\s*$", part, flags=re.MULTILINE)
-    return list(zip(pieces[1::3], pieces[2::3], pieces[3::3]))
+    """(number, id, text) of every '#### N. ID' section of part 2 (the sequence cache) and of part 7's
+    rules (the cell layout, numbered on from part 2)."""
+    parts = (document[document.index("\n## 2. The rules"):document.index("\n## 3. ")],
+             document[document.index("\n### 7.2 "):document.index("\n### 7.3 ")])
+    sections: list[tuple[str, str, str]] = []
+    for part in parts:
+        pieces = re.split(r"^#### (\d+)\. ([A-Z][A-Z0-9-]*)\s*$", part, flags=re.MULTILINE)
+        sections += list(zip(pieces[1::3], pieces[2::3], pieces[3::3]))
+    return sections
 
 
 def test_rule_sections_are_the_rules_in_order(document: str) -> None:
