@@ -87,10 +87,11 @@ EXEMPTIONS: dict[tuple[str, str], str] = {
 def citation_pattern(rule_id: str) -> re.Pattern[str]:
     """The rule id as a whole upper-case token, with `-` or `_` between its parts.
 
-    `STEP-T` does not match inside `STEP-T-MAX` or `STEP_T_MAX`, but does in `test_STEP_T_rejects_0`.
+    `STEP-T` does not match inside `STEP-T-MAX` or `STEP_T_MAX`, `DATA-SOUND` not inside `CELL-DATA-SOUND`,
+    but `STEP-T` does in `test_STEP_T_rejects_0`.
     """
     parts = [re.escape(part) for part in rule_id.split("-")]
-    return re.compile(r"(?<![A-Za-z0-9])" + "[-_]".join(parts) + r"(?![A-Z0-9]|[-_][A-Z0-9])")
+    return re.compile(r"(?<![A-Za-z0-9])(?<![A-Z0-9][-_])" + "[-_]".join(parts) + r"(?![A-Z0-9]|[-_][A-Z0-9])")
 
 
 def cited_ids(text: str, rules: Sequence[Rule]) -> set[str]:

@@ -39,6 +39,8 @@ OUT_OF_SCOPE: dict[str, str] = {
     "REG-SESSION": "the cache registry session is process-global API, not part of one cache's faces",
     "THREADS": "thread safety is not observable through a sequential call list",
 }
+# The rules of the cell layout (spec/cell_model.py) bind cell caches only.
+CELL_PREFIX = "CELL-"
 # Checked only when the target validates configurations itself (cmd: targets get JSON configs).
 CONFIG_VALIDATION = ("CFG-TYPE", "CFG-CAPACITY", "CFG-LAYERS", "CFG-POLICY", "CFG-MAX-WRITE", "CFG-SHAPE",
                      "CFG-INITIAL-CAPACITY")
@@ -59,6 +61,8 @@ def in_scope(config_validation: bool, optional: frozenset[str]) -> dict[str, str
     for rule in RULES:
         if rule.id in OUT_OF_SCOPE:
             scope[rule.id] = OUT_OF_SCOPE[rule.id]
+        elif rule.id.startswith(CELL_PREFIX):
+            scope[rule.id] = "a rule of the cell layout: this run drives a sequence cache"
         elif rule.id in CONFIG_VALIDATION and not config_validation:
             scope[rule.id] = "config validation: a python: target gets a kvcache.CacheConfig, which validates itself"
         elif any(rule.id == shown and method not in optional for method, shown in OPTIONAL_RULES.items()):
