@@ -206,7 +206,9 @@ def summary(report: dict[str, Any], target: str, args: argparse.Namespace, out: 
              f"{json.dumps(finding['steps'])[:300]}")
         if finding["note"]:
             line(f"              note: {finding['note']}")
-    line(f"  semantic conformance: {'yes' if report['semantic']['conforming'] else 'NO'}; "
+    broken = any(f["class"] in ("wrong", "crash") for f in report["semantic"]["findings"])
+    semantic = "NO" if broken else "yes" if report["semantic"]["conforming"] else "not established (INCOMPLETE)"
+    line(f"  semantic conformance: {semantic}; "
          f"exact layout: {'canonical' if report['layout']['canonical'] else 'NOT canonical'}")
     for divergence in report["layout"]["divergences"][:1]:
         line(f"    first layout divergence: {divergence['divergences'][0]}")
