@@ -56,6 +56,8 @@ def test_the_document_follows_its_schema() -> None:
 def test_every_rule_is_covered_or_explained() -> None:
     flags = {flag for g in DOCUMENT["testGroups"] for t in g["tests"] for flag in t["flags"]}
     for rule in RULES:
+        if rule.id.startswith("CELL-"):
+            continue   # the cell layout's rules: not this (sequence-cache) document's to cover
         assert rule.id in flags or rule.id in DOCUMENT["notCovered"], rule.id
     assert set(DOCUMENT["notCovered"]) == {"ET-MAP", "REG-KEYS", "REG-SESSION", "THREADS"}
 

@@ -198,10 +198,7 @@ def run_suite(target: Target, profile: str = "quick", seed: int = 0,
     requests_before = target.requests if isinstance(target, SubprocessTarget) else 0
     rows_used = 0
     causes_seen: set[tuple[Any, ...]] = set()
-    chosen = scope or declared_scope(target, configs[0], result)
-    if chosen is None:
-        return result
-    scope = chosen
+    scope = scope or declared_scope(target)
     result.declared = scopes.summary(scope, configs)
     result.skipped |= set(scopes.notes(result.declared))
     configs, outside = (tuple(part) for part in scopes.split(configs, scope))
@@ -353,17 +350,14 @@ def run_suite(target: Target, profile: str = "quick", seed: int = 0,
     return result
 
 
-def declared_scope(target: Target, first: JsonConfig, result: SuiteResult) -> Optional[scopes.Scope]:
-    """The target's declared scope; None (and the crash recorded) when its handshake fails."""
+def declared_scope(target: Target) -> scopes.Scope:
+    """The target's declared scope (the whole spec when its handshake fails)."""
     try:
         return target.declared_scope()
-    except TargetCrash as crash:   # what the first create would have reported
-        finding = Finding(CRASH, "CFG-TYPE", f"create({describe(first)}): {crash}", -1)
-        reported = Reported(finding, first, [])
-        result.findings[finding.key()] = reported
-        result.causes[finding.key()] = [reported]
-        result.aborted = f"the target crashed during its handshake, so its scope is unknown: {finding.message}"
-        return None
+    except TargetCrash:
+        # No scope was declared: the whole spec is assumed. Each create restarts the target, so its
+        # handshake crash is reported as a crash at create, and the restart cap bounds the run.
+        return scopes.Scope(scopes.FULL.features, source="the handshake failed: the whole spec assumed")
 
 
 def border(outside: tuple[JsonConfig, ...], result: SuiteResult, stopped: Callable[[], bool],
