@@ -132,7 +132,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import contextlib
 import fnmatch
 import importlib
 import importlib.util
@@ -141,14 +140,14 @@ import linecache
 import multiprocessing
 import pkgutil
 import re
-import signal
 import sys
 import textwrap
-import threading
 import time
 import types
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
+from typing import Any, Callable, Iterable, Optional, Sequence
+
+from kvcache_proofs._processes import default_sigterm
 
 # Statuses of one obligation. Only CONFIRMED passes.
 CONFIRMED = "confirmed"
@@ -855,7 +854,7 @@ def _run_tasks(tasks: Sequence[tuple[str, int]], condition_timeout: float, path_
     needs_plugin = any(_is_cache_target(target, package) for target in known)
     context = multiprocessing.get_context("fork")
     receiver, sender = context.Pipe(duplex=False)
-    with _default_sigterm():
+    with default_sigterm():
         zygote = context.Process(target=_zygote, args=(jobs, workers, deadline, sender,
                                                        package if needs_plugin else None), name="crosshair-gate")
         zygote.start()
@@ -929,22 +928,6 @@ def _zygote(jobs: Sequence[tuple[str, tuple[Any, ...]]], workers: int, deadline:
         pool.join()
         sender.send((results, problems))
         sender.close()
-
-
-@contextlib.contextmanager
-def _default_sigterm() -> Iterator[None]:
-    """Workers are forked copies of this process: if the host installed a Python SIGTERM handler (a
-    CLI that unwinds with sys.exit, say), a worker terminated at the budget - or right after its fork,
-    before multiprocessing has taken over - would run the host's code instead of dying. Fork them with
-    the default action, and restore the host's handler afterwards."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -38,6 +38,7 @@ from collections import deque
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Iterator, Optional, Sequence
 
+from kvcache_proofs._processes import default_sigterm
 from kvcache_spec import model
 from kvcache_spec.stateful import (COMMIT_WITH, FORGED_KINDS, AbortedStep, CanExtend, Clear, CommitForged,
                                    CommitOther, ConfigSpec, Depth, Factory, LayerStep, Lockstep, Observe, Op,
@@ -370,7 +371,7 @@ def check_all(bounds: Bounds, factory: Factory = reference_factory, time_budget:
     else:
         wall_deadline = time.time() + (1e9 if time_budget is None else time_budget)
         ctx = multiprocessing.get_context("fork" if sys.platform != "win32" else "spawn")
-        with ctx.Pool(jobs) as pool:
+        with default_sigterm(), ctx.Pool(jobs) as pool:
             for result in pool.imap_unordered(_worker, [(s, name, wall_deadline) for s in specs], chunksize=4):
                 if not absorb(result):
                     pool.terminate()

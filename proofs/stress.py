@@ -79,6 +79,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--hogs", type=int, default=os.cpu_count() or 1, help="CPU-bound processes (default: one per core)")
     parser.add_argument("--limit", type=float, default=60.0, help="seconds a run may take")
     parser.add_argument("--gate-repeats", type=int, default=0, help="first run the CrossHair gate this many times")
+    parser.add_argument("--stop-after", type=float, default=None, metavar="S",
+                        help="start no run after S seconds (the summary says how many ran)")
     try:
         args = parser.parse_args(argv)
     except SystemExit as exit_:
@@ -105,7 +107,11 @@ def main(argv: Optional[list[str]] = None) -> int:
         print(f"{' '.join(command)}: {args.runs} runs beside {args.hogs} CPU-bound process(es), "
               f"{os.cpu_count()} cores", flush=True)
         with tempfile.TemporaryDirectory() as folder:
+            begun = time.monotonic()
             for run in range(1, args.runs + 1):
+                if args.stop_after is not None and time.monotonic() - begun > args.stop_after:
+                    print(f"stopped after {run - 1} of {args.runs} runs (--stop-after {args.stop_after:.0f} s)")
+                    break
                 report_path = os.path.join(folder, f"run{run}.json")
                 started = time.monotonic()
                 done = subprocess.run(command + ["--json", report_path], capture_output=True, text=True)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -112,3 +114,21 @@ def test_observe_is_a_check_of_every_n() -> None:
 def test_time_budget_holds_across_worker_processes() -> None:
     report = check_all(model_checker.PROFILES["deep"], time_budget=1.0, jobs=2)
     assert not report.complete and report.seconds < 10, report.summary()
+
+
+HOST_WITH_SIGTERM_HANDLER = """
+import signal, sys
+signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(2))  # as `kvcache conformance` installs
+from kvcache_proofs import model_checker as mc
+for _ in range(20):
+    assert not mc.check_all(mc.PROFILES["quick"], time_budget=0.01, jobs=2).complete
+"""
+
+
+def test_pools_stop_in_a_host_with_its_own_sigterm_handler() -> None:
+    """Pool.terminate stops the workers with SIGTERM; forked with the host's unwinding handler they could
+    survive it blocked on the task queue's lock, and terminate waited forever (measured: 20 stopped pools
+    hung within 60 s without the fix; the pytest run of .ci/run hung this way after test_conformance)."""
+    done = subprocess.run([sys.executable, "-c", HOST_WITH_SIGTERM_HANDLER], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
