@@ -2,7 +2,8 @@
 
 Stages, in order: the Hypothesis state machine (target in lockstep with the spec model), the
 CrossHair gate (the reference's icontract obligations over all paths), the Z3 proofs (induction on
-the closed forms), and the exhaustive model checker. Each reports pass / FAIL / ERROR (environment:
+the closed forms), and the exhaustive model checker; then the cell layout's state machine and model
+checker (kvcache.CellCache against spec/cell_model.py). Each reports pass / FAIL / ERROR (environment:
 a stage that cannot run) with its time and numbers; `--json` and `--junit` write the same results.
 
 Exit: 0 every stage holds; 1 some stage fails; 2 usage or environment error (a stage that could not
@@ -177,6 +178,60 @@ def stage_model_checker(profile: Profile, factory: Callable[..., Any], target: O
                        "" if report.ok else report.summary())
 
 
+# --- the cell layout: its own lockstep machine and model checker, against kvcache.CellCache ---------
+# (Kept in one block: the stages above are the sequence cache's. `--target` names a sequence target;
+# the cell stages always check the reference cell cache - `python -m kvcache_proofs.cell_model_checker
+# --target` checks another one.)
+
+CELL_STAGES = ("cell-stateful", "cell-checker")
+STAGES = STAGES + CELL_STAGES
+
+
+@dataclass(frozen=True)
+class CellProfile:
+    stateful_examples: int
+    mc_bounds: str             # a cell_model_checker.PROFILES key
+    mc_budget: float           # a ceiling with room for a slow machine, as the sequence checker's
+
+
+# Measured on this 2-core machine with other work running: pre-merge cell stateful ~25 s (100 examples),
+# cell model checker ~25 s on one core (2,333 states); deep: see cell_model_checker.PROFILES.
+CELL_PROFILES: dict[str, CellProfile] = {
+    "quick": CellProfile(stateful_examples=20, mc_bounds="quick", mc_budget=30.0),
+    "pre-merge": CellProfile(stateful_examples=100, mc_bounds="pre-merge", mc_budget=120.0),
+    "deep": CellProfile(stateful_examples=1000, mc_bounds="deep", mc_budget=7200.0),
+}
+
+
+def stage_cell(name: str, profile_name: str, jobs: Optional[int], progress: bool = False) -> StageResult:
+    """The cell layout's stages, against the reference kvcache.CellCache."""
+    cell = CELL_PROFILES[profile_name]
+    started = time.monotonic()
+    if name == "cell-checker":
+        from kvcache_proofs import cell_model_checker
+
+        report = cell_model_checker.check_cells(cell.mc_bounds, None, cell.mc_budget,
+                                                jobs=jobs or os.cpu_count() or 1, progress=progress)
+        numbers = {"states": report.states, "configs": f"{report.configs_checked}/{report.configs_total}",
+                   "states/s": round(report.states_per_second), "jobs": report.jobs}
+        return StageResult(name, PASS if report.ok else FAIL, report.seconds, numbers,
+                           "" if report.ok else report.summary())
+    from hypothesis import settings
+    from hypothesis.stateful import run_state_machine_as_test
+
+    from kvcache_spec.cell_stateful import make_cell_machine
+    from kvcache_spec.stateful import stateful_settings
+
+    numbers: dict[str, Any] = {"max examples": cell.stateful_examples}
+    chosen = settings(stateful_settings("ci"), max_examples=cell.stateful_examples, report_multiple_bugs=False)
+    try:
+        run_state_machine_as_test(make_cell_machine(name="CellMachine"), settings=chosen)
+    except AssertionError as error:
+        program = "\n".join(getattr(error, "__notes__", []))
+        return StageResult(name, FAIL, time.monotonic() - started, numbers, f"{str(error).splitlines()[0]}\n{program}")
+    return StageResult(name, PASS, time.monotonic() - started, numbers)
+
+
 # --- reports ------------------------------------------------------------------------------------
 
 def table(results: list[StageResult], profile: str, seconds: float) -> str:
@@ -264,7 +319,9 @@ def main(argv: Optional[list[str]] = None) -> int:
             continue
         stage_started = time.monotonic()
         try:
-            if name == "stateful":
+            if name in CELL_STAGES:
+                result = stage_cell(name, args.profile, profile.jobs, progress=args.progress or sys.stderr.isatty())
+            elif name == "stateful":
                 result = stage_stateful(profile, factory)
             elif name == "crosshair":
                 result = stage_crosshair(profile, factory)
