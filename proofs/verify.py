@@ -183,7 +183,7 @@ def stage_model_checker(profile: Profile, factory: Callable[..., Any], target: O
 # the cell stages always check the reference cell cache - `python -m kvcache_proofs.cell_model_checker
 # --target` checks another one.)
 
-CELL_STAGES = ("cell-stateful", "cell-checker")
+CELL_STAGES = ("cell-stateful", "cell-checker", "cell-z3")
 STAGES = STAGES + CELL_STAGES
 
 
@@ -207,6 +207,14 @@ def stage_cell(name: str, profile_name: str, jobs: Optional[int], progress: bool
     """The cell layout's stages, against the reference kvcache.CellCache."""
     cell = CELL_PROFILES[profile_name]
     started = time.monotonic()
+    if name == "cell-z3":
+        from kvcache_proofs import z3_cells
+
+        results = z3_cells.run_proofs()
+        held = sum(r.holds for r in results)
+        ok = held == len(results) == len(z3_cells.PROOF_NAMES)
+        return StageResult(name, PASS if ok else FAIL, time.monotonic() - started, {"proofs": f"{held}/{len(results)}"},
+                           "" if ok else z3_cells.report(results))
     if name == "cell-checker":
         from kvcache_proofs import cell_model_checker
 
