@@ -397,10 +397,6 @@ class CellCache(CacheBase, BatchControl, CellStepper):
         return (self._table(), (self._declared, self._positions, self._cells, self._served,
                                 tuple(self._steps.items())))
 
-    def window(self, layer: int) -> Optional[int]:
-        """The window layer `layer` masks to (None for a flat layer). Unchecked: for valid layers."""
-        return self._layer_window[layer]
-
     # --- queries ------------------------------------------------------------------------------------------
 
     @icontract.require(lambda n: 0 <= n <= INT_MAX, "ARG-RANGE: 0 <= n <= INT_MAX",
@@ -496,14 +492,14 @@ class CellCache(CacheBase, BatchControl, CellStepper):
         self._live |= 1 << seq_id
         return seq_id
 
-    @icontract.require(lambda upto: upto is None or 0 <= upto <= INT_MAX, "ARG-RANGE: upto is None or in [0, INT_MAX]",
-                       error=lambda upto: _out_of_range("upto", upto, 0), enabled=True)
-    @icontract.require(lambda upto: upto is None or is_int(upto), "ARG-INT: upto is None or an int",
-                       error=lambda upto: _not_int("upto", upto), enabled=True)
     @icontract.require(lambda self, src: self._live >> src & 1, "CELL-SEQ-LIVE: src is live",
                        error=lambda self, src: _not_live(self, "src", src), enabled=True)
     @icontract.require(lambda self: self._declared is None, "CELL-FORWARD: no forward is open",
                        error=lambda self: _forward_open(self, "seq_clone"), enabled=True)
+    @icontract.require(lambda upto: upto is None or 0 <= upto <= INT_MAX, "ARG-RANGE: upto is None or in [0, INT_MAX]",
+                       error=lambda upto: _out_of_range("upto", upto, 0), enabled=True)
+    @icontract.require(lambda upto: upto is None or is_int(upto), "ARG-INT: upto is None or an int",
+                       error=lambda upto: _not_int("upto", upto), enabled=True)
     @icontract.require(lambda self, src: _seq_id_error(self, "src", src) is None,
                        "CELL-SEQ-ID: src is an int in [0, max_seqs)",
                        error=lambda self, src: _found(_seq_id_error(self, "src", src)), enabled=True)
@@ -590,7 +586,8 @@ class CellCache(CacheBase, BatchControl, CellStepper):
                       "is the used extent")
     @icontract.ensure(lambda self, OLD, layer, positions, result: result.mask_bits == mask_by_formula(
         self._pos, self._owners, declared_in(OLD.state), positions, self._layer_window[layer], result.read_len),
-                      "CELL-MASK: token i attends exactly its sequence's cells inside its window")
+                      "CELL-MASK, CELL-WINDOW-POS: token i attends exactly its sequence's cells inside its "
+                      "window, measured in positions")
     @icontract.ensure(lambda OLD, result: OLD.state[1][1] is not None
                       or result.cells == lowest_free_by_formula(OLD.state[0][0], result.length),
                       "CELL-LAYOUT-CANON: each token takes the lowest free cell, in token order")

@@ -395,3 +395,166 @@ def test_the_backend_is_independent_of_the_spec() -> None:
     import sys
     code = "import sys, kvcache.backends.numpy_backend; sys.exit('kvcache_spec' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+# --- the cell layout: a batch of sequences over one pool of cells ------------------------------------
+
+from kvcache import CellCache, CellStep, CellStepper  # noqa: E402
+from kvcache.backends.numpy_backend import NumpyCellBackend  # noqa: E402
+
+
+class CellRunner:
+    """A batched runner over a CellCache and the numpy cell backend. Every token's logits are checked
+    against recomputing its own sequence's whole history without a cache (CELL-DATA-SOUND)."""
+
+    def __init__(self, name: str = "mixed", seed: int = 0, stepper: Optional[CellStepper] = None) -> None:
+        self.config = CONFIGS[name]
+        self.model = TinyModel(self.config, seed)
+        self.cache = CellCache(self.config)
+        self.control = self.cache.as_batch_control()
+        self.backend = NumpyCellBackend(stepper or self.cache.as_cell_stepper(), self.config)
+        self.history: dict[int, list[int]] = {}   # live id -> its tokens; position = index
+        self.record = True                          # add each deviation to the module's report
+
+    def new(self) -> int:
+        s = self.control.seq_new()
+        assert s is not None and s not in self.history
+        self.history[s] = []
+        return s
+
+    def clone(self, src: int, upto: Optional[int] = None) -> int:
+        fork = self.control.seq_clone(src, upto)
+        assert fork is not None
+        self.history[fork] = self.history[src][:upto]
+        return fork
+
+    def rollback(self, s: int, position: int) -> None:
+        """Drop s's tokens from `position` on (CELL-RM); a sequence left with nothing ends."""
+        assert self.control.seq_rm(s, position)
+        del self.history[s][position:]
+        if not self.history[s]:
+            del self.history[s]
+        assert self.control.live() == set(self.history)
+
+    def logits(self, batch: list[tuple[int, int]]) -> Any:
+        """One forward of (seq id, token) pairs through the cache and the backend, layer by layer."""
+        seqs, tokens = [s for s, _ in batch], [t for _, t in batch]
+        assert self.control.declare_step(seqs), "CELL-DECLARE: the runner admits before it steps"
+        following = {s: self.control.next_pos(s) for s in set(seqs)}
+        assert all(following[s] == len(self.history[s]) for s in following), "CELL-OWNERS: next_pos"
+        positions = []
+        for s in seqs:                              # each sequence continues contiguously
+            positions.append(following[s])
+            following[s] += 1
+        x = self.model.embed[tokens] + self.model.positions[positions]
+        for layer in range(self.config.n_layers):
+            q, k, v = self.model._qkv(layer, x)
+            x = self.model._finish(layer, x, self.backend.attend(layer, positions, q, k, v))
+        return x @ self.model.unembed, positions
+
+    def run(self, batch: list[tuple[int, int]]) -> dict[int, int]:
+        """A checked forward; returns each sequence's greedy next token (after its last token here)."""
+        logits, positions = self.logits(batch)
+        for (s, token), position in zip(batch, positions):
+            assert position == len(self.history[s])
+            self.history[s].append(token)
+        nxt = {}
+        for i, ((s, _), position) in enumerate(zip(batch, positions)):
+            expected = self.model.full(self.history[s][:position + 1])[-1]
+            deviation = float(np.abs(logits[i] - expected).max())
+            if self.record:
+                DEVIATIONS.append(deviation)
+            assert deviation < TOLERANCE, f"seq {s} position {position} deviates by {deviation}"
+            nxt[s] = int(np.argmax(logits[i]))
+        return nxt
+
+
+def test_cell_batches_with_forks_and_rollback_equal_recomputation() -> None:
+    """CELL-DATA-SOUND, CELL-FORK, CELL-RM, CELL-ID-REUSE: a batch of sequences sharing prefixes, with
+    speculative rollback, an ended sequence whose id is reused and a rollback into a shared prefix;
+    every token's logits equal its own sequence's full recomputation (flat and ring layers)."""
+    r = CellRunner("mixed", seed=21)
+    a = r.new()
+    pending = r.run([(a, t) for t in prompt(21, 7)])[a]             # prefill A: positions 0..6
+    b, c = r.clone(a), r.clone(a, 4)                                # B shares all 7, C the first 4
+    assert r.cache.free_cells() == r.config.capacity - 7            # shared, not copied
+    nxt = r.run([(a, pending), (b, 3), (c, 5), (c, 8)])             # C writes two tokens in the batch
+    for _ in range(3):                                              # batched greedy decode
+        nxt = r.run([(s, nxt[s]) for s in (a, b, c)])
+    # speculative decoding on A (3 drafts, 2 rejected) next to a decode of B in the same forward
+    start = len(r.history[a])
+    r.run([(a, nxt[a]), (a, 1), (a, 2), (a, 3), (b, nxt[b])])
+    r.rollback(a, start + 2)                                        # keep the pending token and 1 draft
+    nxt = r.run([(a, 4), (c, nxt[c])])                              # A's next token lands in a freed cell
+    r.rollback(b, 0)                                                # B ends; its cells stay A's and C's
+    d = r.new()
+    assert d == b                                                   # the lowest id not live: reused
+    nxt.update(r.run([(d, t) for t in prompt(22, 5)] + [(a, nxt[a])]))
+    r.rollback(c, 2)                                                # into C's shared prefix
+    for _ in range(4):
+        nxt = r.run([(s, nxt.get(s, 0)) for s in sorted(r.history)])
+    assert r.control.live() == set(r.history)
+    assert all(r.control.seq_len(s) == r.control.next_pos(s) == len(h) for s, h in r.history.items())
+
+
+def test_cell_backend_pools_grow_to_the_used_extent_only() -> None:
+    r = CellRunner("mixed", seed=23)
+    a = r.new()
+    r.run([(a, t) for t in prompt(23, 5)])
+    assert [len(pool.row_position) for pool in r.backend.pools] == [5, 5, 5, 5]   # initial_capacity 2, grown to fit
+    assert all(len(pool.row_position) <= r.config.capacity for pool in r.backend.pools)
+
+
+class TamperingStepper(CellStepper):
+    """The cache's stepper, with a function applied to every step's mask rows (tests of the checks)."""
+
+    def __init__(self, cache: CellCache, tamper: Any) -> None:
+        self.cache, self.tamper = cache, tamper
+
+    def place_step(self, layer: int, positions: Any) -> CellStep:
+        step = self.cache.place_step(layer, positions)
+        mask = bytearray(step.mask_bits)
+        self.tamper(step, mask)
+        return CellStep(step.length, step.read_len, step.cells, bytes(mask))
+
+
+def _set(i: int, j: int, bit: int) -> Any:
+    def tamper(step: CellStep, mask: bytearray) -> None:
+        if i < step.length and j < step.read_len:
+            mask[i * step.read_len + j] = bit
+    return tamper
+
+
+@pytest.mark.parametrize("how, rule", [("own cell dropped", "CELL-MASK"), ("future cell attended", "CELL-DATA-SOUND"),
+                                       ("cell outside the window attended", "CELL-DATA-SOUND")])
+def test_a_tampered_cell_mask_is_detected_by_the_backend(how: str, rule: str) -> None:
+    """CELL-MASK, CELL-DATA-SOUND: what the backend's own tags can refute."""
+    r = CellRunner("mixed", seed=25)                                 # layer 1 is a ring of window 4
+    a, b = r.new(), r.new()
+    r.run([(a, 1), (a, 2), (a, 3), (b, 3)])                          # A: cells 0..2 (positions 0..2); B: cell 3
+    r.rollback(b, 0)                                                 # cell 3 is free again
+    if how == "own cell dropped":
+        r.backend.stepper = TamperingStepper(r.cache, _set(0, 3, 0))
+        batch = [(a, 4)]                                             # position 3, in cell 3
+    elif how == "future cell attended":
+        batch = [(r.clone(a, 1), 5)]                                 # C holds position 0; writes 1 in cell 3
+        r.backend.stepper = TamperingStepper(r.cache, _set(0, 2, 1))  # ... and must not see A's position 2
+    else:
+        r.run([(a, t) for t in (4, 5, 6)])                           # A: positions 0..5 in cells 0..5
+        r.backend.stepper = TamperingStepper(r.cache, _set(0, 0, 1))  # position 6's window is [3, 6]
+        batch = [(a, 7)]
+    with pytest.raises(BackendError) as caught:
+        r.logits(batch)
+    assert caught.value.rule == rule, str(caught.value)
+
+
+def test_attending_another_sequences_cell_changes_the_numbers() -> None:
+    """CELL-DATA-SOUND: a mask that lets a token see another sequence's cell (inside its window, so the
+    backend's tags cannot refute it) gives logits that differ from recomputation - the comparison fails."""
+    r = CellRunner("mixed", seed=27)
+    a, b = r.new(), r.new()
+    r.run([(a, 1), (a, 2), (b, 3), (b, 4)])                          # A: cells 0, 1; B: cells 2, 3
+    r.backend.stepper = TamperingStepper(r.cache, _set(0, 2, 1))     # A's token sees B's position 0
+    r.record = False                                                 # a deliberate deviation: not in the report
+    with pytest.raises(AssertionError, match="deviates"):
+        r.run([(a, 5)])

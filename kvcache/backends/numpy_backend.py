@@ -1,4 +1,5 @@
-"""A numpy K/V backend that consumes a cache's plans the way ExecuTorch's MLX runtime does.
+"""Numpy K/V backends: `NumpyBackend` consumes a sequence cache's plans the way ExecuTorch's MLX runtime
+does; `NumpyCellBackend` (at the end) consumes a cell cache's steps.
 
 Per layer and step: `plan(layer, position, T)`, scatter the new K/V rows across the write runs, gather
 the read runs in order, attend with the mask the step needs, commit. Pools hold `depth(layer)` rows of
@@ -34,7 +35,7 @@ from typing import Optional
 import numpy as np
 from numpy.typing import NDArray
 
-from kvcache import CacheConfig, Kind, Run, SeqStepPlan, SequencePlanner
+from kvcache import CacheConfig, CellStep, CellStepper, Kind, Run, SeqStepPlan, SequencePlanner
 
 Array = NDArray[np.float64]
 Index = NDArray[np.int64]
@@ -74,6 +75,16 @@ class LayerPool:
         self.values = np.concatenate([self.values, np.zeros(shape)])
         self.row_position = np.concatenate([self.row_position, np.full(extra, NEVER, np.int64)])
         self.row_stamp = np.concatenate([self.row_stamp, np.full(extra, NEVER, np.int64)])
+
+
+def new_pool(config: CacheConfig, layer: int, depth: int, positions: int) -> LayerPool:
+    """Layer `layer`'s empty pool: `initial_capacity` rows (at most depth), stamps for `positions` positions."""
+    layer_config = config.layer(layer)
+    start = min(depth, config.initial_capacity)
+    shape = (start, layer_config.n_kv_heads, layer_config.head_dim)
+    window = layer_config.policy.window if layer_config.policy.kind is Kind.RING else None
+    return LayerPool(np.zeros(shape), np.zeros(shape), np.full(start, NEVER, np.int64), np.full(start, NEVER, np.int64),
+                     np.full(positions, NEVER, np.int64), depth, window)
 
 
 def rows_of(runs: tuple[Run, ...]) -> Index:
@@ -125,16 +136,7 @@ class NumpyBackend:
         self.planner = planner
         self.config = config
         self.commit_per_layer = commit_per_layer
-        self.pools: list[LayerPool] = []
-        for layer in range(config.n_layers):
-            layer_config = config.layer(layer)
-            depth = planner.depth(layer)
-            start = min(depth, config.initial_capacity)
-            shape = (start, layer_config.n_kv_heads, layer_config.head_dim)
-            window = layer_config.policy.window if layer_config.policy.kind is Kind.RING else None
-            self.pools.append(LayerPool(np.zeros(shape), np.zeros(shape), np.full(start, NEVER, np.int64),
-                                        np.full(start, NEVER, np.int64),
-                                        np.full(config.capacity, NEVER, np.int64), depth, window))
+        self.pools = [new_pool(config, layer, planner.depth(layer), config.capacity) for layer in range(config.n_layers)]
         self.next_stamp = 0
         self.pending: Optional[tuple[int, int, SeqStepPlan]] = None  # (position, T, a plan) run, not committed
         self.last_masks: dict[int, str] = {}  # layer -> the mask kind its last step used
@@ -217,3 +219,57 @@ class NumpyBackend:
                                              f"{int(positions[i])} holds position {int(held[i])} "
                                              f"(stamp {int(stamp[i])}, current {int(pool.current_stamp[positions[i]])})")
         return pool.keys[rows], pool.values[rows], positions
+
+
+class NumpyCellBackend:
+    """Executes a cell cache's steps on numpy pools: per layer, one K/V row per cell.
+
+    Per layer of a forward the runner has declared: `place_step(layer, positions)`, scatter the tokens'
+    K/V into `step.cells`, gather the rows of cells [0, read_len), attend with `step.mask_bits` as the
+    mask. Many sequences share the pools; the mask alone keeps them apart, so the backend checks the
+    mask against what it wrote (CELL-DATA-SOUND, as far as a backend can see without the sequence ids):
+    every attended cell holds a row written by some forward, at a position inside the query's window
+    (p <= q, and p > q - window on a ring layer), and every token attends its own cell (CELL-MASK).
+    The K/V rows of a cell are only ever written by the forward that placed it: the cache never
+    overwrites a cell that holds history (CELL-PLACE), so nothing here is copied on a fork or moved on
+    a removal. The sequence-level truth (no cell of another sequence, none missing) is what a full
+    recomputation per sequence checks (tests/test_numpy_backend.py).
+    """
+
+    def __init__(self, stepper: CellStepper, config: CacheConfig) -> None:
+        self.stepper = stepper
+        self.config = config
+        # a pool per layer, growing (doubling) from initial_capacity up to the capacity: a cell per row
+        self.pools = [new_pool(config, layer, config.capacity, 0) for layer in range(config.n_layers)]
+        self.next_stamp = 0
+        self.last_step: dict[int, CellStep] = {}
+
+    def attend(self, layer: int, positions: list[int], queries: Array, keys: Array, values: Array) -> Array:
+        """Place the declared tokens (at `positions`) on `layer`, write their K/V, attend. Returns
+        [length, n_heads, head_dim]."""
+        step = self.stepper.place_step(layer, positions)
+        self.last_step[layer] = step
+        pool = self.pools[layer]
+        cells = np.array(step.cells, dtype=np.int64)
+        pool.grow_to(step.read_len)
+        pool.keys[cells], pool.values[cells] = keys, values
+        pool.row_position[cells] = positions
+        pool.row_stamp[cells] = np.arange(self.next_stamp, self.next_stamp + step.length, dtype=np.int64)
+        self.next_stamp += step.length
+        allowed = np.frombuffer(step.mask_bits, dtype=np.uint8).reshape(step.length, step.read_len).astype(bool)
+        self._check_mask(pool, layer, step, np.array(positions, dtype=np.int64), allowed)
+        return attention(queries, pool.keys[:step.read_len], pool.values[:step.read_len], allowed)
+
+    def _check_mask(self, pool: LayerPool, layer: int, step: CellStep, queries: Index,
+                    allowed: NDArray[np.bool_]) -> None:
+        if not allowed[np.arange(step.length), list(step.cells)].all():
+            raise BackendError("CELL-MASK", f"layer {layer}: a token does not attend its own cell")
+        held = pool.row_position[:step.read_len][None, :]
+        stamp = pool.row_stamp[:step.read_len][None, :]
+        low = np.zeros_like(queries) if pool.window is None else queries - pool.window + 1
+        bad = allowed & ((stamp == NEVER) | (held > queries[:, None]) | (held < low[:, None]))
+        if bad.any():
+            i, j = (int(x) for x in np.argwhere(bad)[0])
+            raise BackendError("CELL-DATA-SOUND", f"layer {layer}: token {i} (position {int(queries[i])}) attends "
+                                                  f"cell {j}, which holds position {int(held[0, j])} "
+                                                  f"(stamp {int(stamp[0, j])})")

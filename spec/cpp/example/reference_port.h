@@ -13,17 +13,7 @@ namespace demo {
 class ReferencePort : public CacheBase, public SequenceControl, public SequencePlanner {
  public:
   explicit ReferencePort(const CacheConfig& cfg) : capacity_(cfg.capacity) {
-    if (cfg.capacity < 1) throw std::invalid_argument("CFG-CAPACITY");
-    if (cfg.n_layers < 1) throw std::invalid_argument("CFG-LAYERS: n_layers");
-    if (cfg.layers.size() != 1 && cfg.layers.size() != static_cast<size_t>(cfg.n_layers))
-      throw std::invalid_argument("CFG-LAYERS: layers");
-    if (cfg.initial_capacity < 0) throw std::invalid_argument("CFG-INITIAL-CAPACITY");
-    if (cfg.max_write && *cfg.max_write < 1) throw std::invalid_argument("CFG-MAX-WRITE");
-    for (const LayerConfig& l : cfg.layers) {
-      if (l.policy.kind == Kind::Flat && l.policy.window != 0) throw std::invalid_argument("CFG-POLICY");
-      if (l.policy.kind == Kind::Ring && l.policy.window < 1) throw std::invalid_argument("CFG-POLICY");
-      if (l.n_kv_heads < 1 || l.head_dim < 1) throw std::invalid_argument("CFG-SHAPE");
-    }
+    check_config(cfg);
     n_layers_ = cfg.n_layers;
     for (int i = 0; i < cfg.n_layers; ++i) {
       const LayerConfig& l = cfg.layers.size() == 1 ? cfg.layers[0] : cfg.layers[i];
