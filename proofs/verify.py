@@ -2,8 +2,8 @@
 
 Stages, in order: the Hypothesis state machine (target in lockstep with the spec model), the
 CrossHair gate (the reference's icontract obligations over all paths), the Z3 proofs (induction on
-the closed forms), and the exhaustive model checker; then the cell layout's state machine and model
-checker (kvcache.CellCache against spec/cell_model.py). Each reports pass / FAIL / ERROR (environment:
+the closed forms), and the exhaustive model checker; then the cell layout's state machine, model
+checker and Z3 proofs (kvcache.CellCache against spec/cell_model.py). Each reports pass / FAIL / ERROR (environment:
 a stage that cannot run) with its time and numbers; `--json` and `--junit` write the same results.
 
 Exit: 0 every stage holds; 1 some stage fails; 2 usage or environment error (a stage that could not
@@ -180,8 +180,8 @@ def stage_model_checker(profile: Profile, factory: Callable[..., Any], target: O
 
 # --- the cell layout: its own lockstep machine and model checker, against kvcache.CellCache ---------
 # (Kept in one block: the stages above are the sequence cache's. `--target` names a sequence target;
-# the cell stages always check the reference cell cache - `python -m kvcache_proofs.cell_model_checker
-# --target` checks another one.)
+# the cell stages always check the reference cell cache - `python -m kvcache_proofs.model_checker
+# --layout cell --target` checks another one.)
 
 CELL_STAGES = ("cell-stateful", "cell-checker", "cell-z3")
 STAGES = STAGES + CELL_STAGES
@@ -194,8 +194,8 @@ class CellProfile:
     mc_budget: float           # a ceiling with room for a slow machine, as the sequence checker's
 
 
-# Measured on this 2-core machine with other work running: pre-merge cell stateful ~25 s (100 examples),
-# cell model checker ~25 s on one core (2,333 states); deep: see cell_model_checker.PROFILES.
+# Measured pre-merge on this 2-core machine with other work running (load ~6): cell-stateful 18 s (100
+# examples), cell-checker 36 s on two jobs (2,333 states, 7 configurations), cell-z3 0.4 s; 55 s in all.
 CELL_PROFILES: dict[str, CellProfile] = {
     "quick": CellProfile(stateful_examples=20, mc_bounds="quick", mc_budget=30.0),
     "pre-merge": CellProfile(stateful_examples=100, mc_bounds="pre-merge", mc_budget=120.0),
