@@ -149,6 +149,8 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 
 from kvcache_proofs._processes import default_sigterm
 
+from kvcache_spec.rules import RULES as _RULES
+
 # Statuses of one obligation. Only CONFIRMED passes.
 CONFIRMED = "confirmed"
 COUNTEREXAMPLE = "counterexample"
@@ -352,6 +354,23 @@ SCOPE: tuple[Exclusion, ...] = (
         "kvcache._policies.RingPolicy.__str__", frozenset({"invariant"}),
         "object.__str__ calls __repr__, whose f-string realises the symbolic ints: 'Not confirmed' (5 s)",
         ("frame check: __repr__ assigns no attribute", _ESTABLISHED), read_only=True),
+)
+
+
+# --- the cell layout (kvcache._cells, issue 12): its scope entries, in their own block ------------------
+# CellCache is not sent to CrossHair yet: like SequenceCache it would need a creator of a symbolic state
+# in kvcache_proofs._crosshair_plugin (owner bitsets, per-id books, the open forward, memoized steps),
+# which is not written (not attempted, so nothing is measured). Each of its obligations is covered per
+# rule by the model checker's cell layout (every reachable state of small configurations, the contracts
+# enabled) and by the tests that run it with the contracts on.
+_CELL_COVER = ("model checker", "tests:tests/test_cell_stateful.py", "tests:tests/test_cell_cache.py")
+RULE_COVER.update({rule.id: _CELL_COVER for rule in _RULES if rule.id.startswith("CELL-")})
+SCOPE = SCOPE + (
+    Exclusion(
+        "kvcache._cells.CellCache.*", frozenset({"post", "invariant", "crosshair"}),
+        "no symbolic CellCache state yet (a _crosshair_plugin creator is needed, as for SequenceCache); "
+        "not attempted",
+        ("per rule, see RULE_COVER",)),
 )
 
 

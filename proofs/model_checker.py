@@ -19,9 +19,12 @@ pools of the implementation's plans, a half-done per-layer step, and the impleme
 fingerprint. A violation is reported with a SHORTEST path (BFS parents) within its configuration,
 configurations being tried smallest first; `replay` re-runs it.
 
-Usage: python -m kvcache_proofs.model_checker [--profile quick|pre-merge|deep] [--jobs N]
-       [--target python:MODULE:FACTORY] [--time-budget S] [--progress] [--json FILE]
+Usage: python -m kvcache_proofs.model_checker [--profile quick|pre-merge|deep] [--layout sequence|cell]
+       [--jobs N] [--target python:MODULE:FACTORY] [--time-budget S] [--progress] [--json FILE]
 Exit: 0 holds, 1 violation (a counterexample), 3 incomplete (the time safety net ran out), 2 usage.
+
+The search is layout-independent (`Layout`): `--layout cell` checks the cell layout with the
+transitions and checks of `kvcache_proofs.cell_model_checker`.
 """
 
 from __future__ import annotations
@@ -149,27 +152,55 @@ def checks(lock: Lockstep) -> Iterator[Op]:
                 yield CommitOther(length, T, layer, base_shift=-1)
 
 
-# --- the search ---------------------------------------------------------------------------------
+# --- the search (layout-independent) ----------------------------------------------------------------
+
+def _no_settling(lock: Any) -> None:
+    pass
+
+
+def _forget_issued(lock: Any) -> None:
+    """The plans issued while checking a state are not the branch's (CommitStale is a Hypothesis op)."""
+    lock.issued.clear()
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What the breadth-first search needs from a layout: its lockstep harness (built from a config
+    spec and a factory; with `clone`, `key`, `apply` and `setup_problems`), the operations a consumer
+    may perform in a state (`transitions`), the calls that must change nothing there (`checks`), and
+    how a counterexample's program names them. The search itself is the same for every layout."""
+
+    name: str
+    module: str                                    # where the harness, its ops and the reference factory live
+    harness: Callable[[Any, Any], Any]             # (config spec, factory) -> harness
+    harness_name: str
+    reference: Callable[..., Any]                  # the default factory: the reference implementation
+    transitions: Callable[[Any], Iterator[Any]]
+    checks: Callable[[Any], Iterator[Any]]
+    settle: Callable[[Any], None] = _no_settling   # after a state's checks and after each transition
+
 
 @dataclass
 class Counterexample:
-    config: ConfigSpec
-    ops: list[Op]
+    config: Any
+    ops: list[Any]
     problems: list[str]
+    layout: Optional[Layout] = None                # None: the sequence cache
 
     def program(self, target: str = "reference") -> str:
         """Python that replays it (paste into a test); `target` is "reference" or python:MODULE:FACTORY."""
-        factory = "reference_factory" if target == "reference" else f"resolve_target({target!r})"
-        lines = ["from kvcache_spec.stateful import *",
+        layout = self.layout or SEQUENCE
+        factory = getattr(layout.reference, "__name__") if target == "reference" else f"resolve_target({target!r})"
+        lines = [f"from {layout.module} import *",
                  "from kvcache_proofs.model_checker import resolve_target",
-                 f"lock = Lockstep({self.config!r}, {factory}, thorough=False)"]
+                 f"lock = {layout.harness_name}({self.config!r}, {factory}, thorough=False)"]
         lines += [f"assert not lock.apply({op!r})" for op in self.ops]
         return "\n".join(lines)
 
 
 @dataclass
 class ConfigResult:
-    config: ConfigSpec
+    config: Any
     states: int = 0
     transitions: int = 0
     checks: int = 0
@@ -178,13 +209,22 @@ class ConfigResult:
     counterexample: Optional[Counterexample] = None
 
 
-def check_config(spec: ConfigSpec, factory: Factory = reference_factory,
-                 deadline: Optional[float] = None) -> ConfigResult:
+def _sequence_harness(spec: ConfigSpec, factory: Factory) -> Lockstep:
+    return Lockstep(spec, factory, thorough=False)
+
+
+SEQUENCE = Layout("sequence", "kvcache_spec.stateful", _sequence_harness, "Lockstep", reference_factory,
+                  transitions, checks, _forget_issued)
+
+
+def check_config(spec: Any, factory: Optional[Callable[..., Any]] = None,
+                 deadline: Optional[float] = None, layout: Optional[Layout] = None) -> ConfigResult:
     """Breadth-first over every reachable state of one configuration; stops at the first violation
     (BFS: its path is a shortest one) or at the deadline (time.monotonic())."""
+    layout = layout or SEQUENCE
     started = time.monotonic()
     result = ConfigResult(spec)
-    root = Lockstep(spec, factory, thorough=False)
+    root = layout.harness(spec, factory or layout.reference)
     parents: dict[Any, tuple[Any, Optional[Op]]] = {}
 
     def path_to(key: Any) -> list[Op]:
@@ -197,7 +237,8 @@ def check_config(spec: ConfigSpec, factory: Factory = reference_factory,
             key = parent
 
     def fail(key: Any, op: Op, problems: list[str]) -> ConfigResult:
-        result.counterexample = Counterexample(spec, path_to(key) + [op], problems)
+        result.counterexample = Counterexample(spec, path_to(key) + [op], problems,
+                                               None if layout is SEQUENCE else layout)
         result.seconds = time.monotonic() - started
         return result
 
@@ -214,19 +255,22 @@ def check_config(spec: ConfigSpec, factory: Factory = reference_factory,
             break
         key, lock = queue.popleft()
         result.states += 1
-        for op in checks(lock):  # in place: each one verifies that it changed nothing
+        for op in layout.checks(lock):  # in place: each one verifies that it changed nothing
             result.checks += 1
             problems = lock.apply(op)
             if problems:
                 return fail(key, op, problems)
-        lock.issued.clear()
-        for op in transitions(lock):
+        layout.settle(lock)
+        if lock.key() != key:  # a check the model accepted: the harness's fault, never the target's
+            return fail(key, Observe(), ["HARNESS: a check changed the model's state (it must be a probe or a "
+                                         "call the spec rejects or refuses)"])
+        for op in layout.transitions(lock):
             result.transitions += 1
             child = lock.clone()
             problems = child.apply(op)
             if problems:
                 return fail(key, op, problems)
-            child.issued.clear()
+            layout.settle(child)
             child_key = child.key()
             if child_key not in parents:
                 parents[child_key] = (key, op)
@@ -235,9 +279,11 @@ def check_config(spec: ConfigSpec, factory: Factory = reference_factory,
     return result
 
 
-def replay(spec: ConfigSpec, ops: Sequence[Op], factory: Factory = reference_factory) -> list[str]:
+def replay(spec: Any, ops: Sequence[Any], factory: Optional[Callable[..., Any]] = None,
+           layout: Optional[Layout] = None) -> list[str]:
     """Apply `ops` in order; the problems of the first operation that has any (empty: none)."""
-    lock = Lockstep(spec, factory, thorough=False)
+    layout = layout or SEQUENCE
+    lock = layout.harness(spec, factory or layout.reference)
     problems: list[str] = list(lock.setup_problems)
     lock.setup_problems = []
     for op in ops:
@@ -251,7 +297,7 @@ def replay(spec: ConfigSpec, ops: Sequence[Op], factory: Factory = reference_fac
 
 @dataclass
 class CheckReport:
-    bounds: Bounds
+    bounds: Any                    # Bounds, or another layout's bounds (with .configs())
     target: str
     configs_total: int
     configs_checked: int = 0
@@ -262,7 +308,7 @@ class CheckReport:
     jobs: int = 1
     complete: bool = True
     counterexample: Optional[Counterexample] = None
-    largest: Optional[tuple[ConfigSpec, int]] = None  # the configuration with the most states
+    largest: Optional[tuple[Any, int]] = None  # the configuration with the most states
 
     @property
     def ok(self) -> bool:
@@ -311,11 +357,11 @@ def resolve_target(reference: str) -> Factory:
     return factory
 
 
-def _worker(job: tuple[ConfigSpec, str, float]) -> ConfigResult:
-    spec, target, wall_deadline = job
-    factory = reference_factory if target == "reference" else resolve_target(target)
+def _worker(job: tuple[Any, str, float, Layout]) -> ConfigResult:
+    spec, target, wall_deadline, layout = job
+    factory = layout.reference if target == "reference" else resolve_target(target)
     # the deadline travels as wall-clock time (shared by the processes), checked on the monotonic clock
-    return check_config(spec, factory, time.monotonic() + (wall_deadline - time.time()))
+    return check_config(spec, factory, time.monotonic() + (wall_deadline - time.time()), layout)
 
 
 class _Progress:
@@ -333,14 +379,16 @@ class _Progress:
               f"{elapsed:.0f} s", end="\n" if final else "", file=sys.stderr, flush=True)
 
 
-def check_all(bounds: Bounds, factory: Factory = reference_factory, time_budget: Optional[float] = None,
+def check_all(bounds: Any, factory: Optional[Callable[..., Any]] = None, time_budget: Optional[float] = None,
               *, jobs: int = 1, target: Optional[str] = None, progress: bool = False,
-              configs: Optional[Sequence[ConfigSpec]] = None) -> CheckReport:
+              configs: Optional[Sequence[Any]] = None, layout: Optional[Layout] = None) -> CheckReport:
     """Check every configuration of `bounds` (or `configs`). With jobs > 1 the configurations are spread
     over worker processes; the factory travels by name (`target`, python:MODULE:FACTORY, derived from a
     module-level factory; a local one is checked in this process). Stops at the first violation; the report's counterexample is the shortest found."""
+    layout = layout or SEQUENCE
+    factory = factory or layout.reference
     specs = list(configs) if configs is not None else bounds.configs()
-    if target is None and factory is not reference_factory:
+    if target is None and factory is not layout.reference:
         target = f"python:{getattr(factory, '__module__', '?')}:{getattr(factory, '__qualname__', '?')}"
     name = target or "reference"
     if "<" in name:  # a local factory cannot be named in a worker process: check in this one
@@ -366,13 +414,13 @@ def check_all(bounds: Bounds, factory: Factory = reference_factory, time_budget:
 
     if jobs <= 1:
         for spec in specs:
-            if not absorb(check_config(spec, factory, deadline)):
+            if not absorb(check_config(spec, factory, deadline, layout)):
                 break
     else:
         wall_deadline = time.time() + (1e9 if time_budget is None else time_budget)
         ctx = multiprocessing.get_context("fork" if sys.platform != "win32" else "spawn")
         with default_sigterm(), ctx.Pool(jobs) as pool:
-            for result in pool.imap_unordered(_worker, [(s, name, wall_deadline) for s in specs], chunksize=4):
+            for result in pool.imap_unordered(_worker, [(s, name, wall_deadline, layout) for s in specs], chunksize=4):
                 if not absorb(result):
                     pool.terminate()
                     break
@@ -385,7 +433,10 @@ def check_all(bounds: Bounds, factory: Factory = reference_factory, time_budget:
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="kvcache-model-checker", description=__doc__.splitlines()[0])
     parser.add_argument("--profile", choices=sorted(PROFILES), default="pre-merge")
-    parser.add_argument("--target", help="python:MODULE:FACTORY (default: the reference, kvcache.SequenceCache)")
+    parser.add_argument("--layout", choices=("sequence", "cell"), default="sequence",
+                        help="the sequence cache (default) or the cell layout (kvcache_proofs.cell_model_checker)")
+    parser.add_argument("--target", help="python:MODULE:FACTORY (default: the reference, kvcache.SequenceCache; "
+                                         "kvcache.CellCache with --layout cell, a factory of (config, max_seqs))")
     parser.add_argument("--jobs", type=int, default=None, help="worker processes (default: every core)")
     parser.add_argument("--time-budget", type=float, default=None, help="seconds (default: per profile)")
     parser.add_argument("--progress", action="store_true", help="progress on stderr even when not a tty")
@@ -395,13 +446,19 @@ def main(argv: Optional[list[str]] = None) -> int:
     except SystemExit as exit_:
         return 0 if exit_.code == 0 else 2
     try:
-        factory = reference_factory if args.target is None else resolve_target(args.target)
+        factory = None if args.target is None else resolve_target(args.target)
     except (ValueError, ImportError, AttributeError) as error:
         print(f"model checker: bad --target: {error}", file=sys.stderr)
         return 2
-    jobs = args.jobs or os.cpu_count() or 1
-    report = check_all(PROFILES[args.profile], factory, args.time_budget or DEFAULT_BUDGET[args.profile],
-                       jobs=jobs, target=args.target, progress=args.progress or sys.stderr.isatty())
+    bounds: Any = PROFILES[args.profile]
+    budget, layout = DEFAULT_BUDGET[args.profile], SEQUENCE
+    if args.layout == "cell":
+        from kvcache_proofs import cell_model_checker  # imports this module: kept out of its import
+
+        bounds, budget = cell_model_checker.PROFILES[args.profile], cell_model_checker.DEFAULT_BUDGET[args.profile]
+        layout = cell_model_checker.layout(bounds)
+    report = check_all(bounds, factory, args.time_budget or budget, jobs=args.jobs or os.cpu_count() or 1,
+                       target=args.target, progress=args.progress or sys.stderr.isatty(), layout=layout)
     print(report.summary())
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:

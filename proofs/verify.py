@@ -2,10 +2,11 @@
 
 Stages, in order: the Hypothesis state machine (target in lockstep with the spec model), the
 CrossHair gate (the reference's icontract obligations over all paths), the Z3 proofs (induction on
-the closed forms), and the exhaustive model checker. Each reports pass, FAIL (a counterexample: a
-real violation), INCOMPLETE (the analysis did not finish: a work bound or a clock safety net stopped
-it before a verdict - "unknown", never a counterexample) or ERROR (environment: a stage that cannot
-run), with its time and numbers; `--json` and `--junit` write the same results.
+the closed forms), and the exhaustive model checker; then the cell layout's state machine, model
+checker and Z3 proofs (kvcache.CellCache against spec/cell_model.py). Each reports pass, FAIL (a
+counterexample: a real violation), INCOMPLETE (the analysis did not finish: a work bound or a clock
+safety net stopped it before a verdict - "unknown", never a counterexample) or ERROR (environment: a
+stage that cannot run), with its time and numbers; `--json` and `--junit` write the same results.
 
 Exit: 0 every stage holds; 1 some stage fails; 3 nothing fails but some stage is INCOMPLETE; 2 usage
 or environment error (a stage that could not run, e.g. a missing module), when nothing failed or was
@@ -206,6 +207,68 @@ def stage_model_checker(profile: Profile, factory: Callable[..., Any], target: O
     return StageResult("model-checker", verdict, report.seconds, numbers, "" if report.ok else report.summary())
 
 
+# --- the cell layout: its own lockstep machine and model checker, against kvcache.CellCache ---------
+# (Kept in one block: the stages above are the sequence cache's. `--target` names a sequence target;
+# the cell stages always check the reference cell cache - `python -m kvcache_proofs.model_checker
+# --layout cell --target` checks another one.)
+
+CELL_STAGES = ("cell-stateful", "cell-checker", "cell-z3")
+STAGES = STAGES + CELL_STAGES
+
+
+@dataclass(frozen=True)
+class CellProfile:
+    stateful_examples: int
+    mc_bounds: str             # a cell_model_checker.PROFILES key
+    mc_budget: float           # a ceiling with room for a slow machine, as the sequence checker's
+
+
+# Measured pre-merge on this 2-core machine with other work running (load ~6): cell-stateful 18 s (100
+# examples), cell-checker 36 s on two jobs (2,333 states, 7 configurations), cell-z3 0.4 s; 55 s in all.
+CELL_PROFILES: dict[str, CellProfile] = {
+    "quick": CellProfile(stateful_examples=20, mc_bounds="quick", mc_budget=30.0),
+    "pre-merge": CellProfile(stateful_examples=100, mc_bounds="pre-merge", mc_budget=120.0),
+    "deep": CellProfile(stateful_examples=1000, mc_bounds="deep", mc_budget=7200.0),
+}
+
+
+def stage_cell(name: str, profile_name: str, jobs: Optional[int], progress: bool = False) -> StageResult:
+    """The cell layout's stages, against the reference kvcache.CellCache."""
+    cell = CELL_PROFILES[profile_name]
+    started = time.monotonic()
+    if name == "cell-z3":
+        from kvcache_proofs import z3_cells
+
+        results = z3_cells.run_proofs()
+        held = sum(r.holds for r in results)
+        ok = held == len(results) == len(z3_cells.PROOF_NAMES)
+        return StageResult(name, PASS if ok else FAIL, time.monotonic() - started, {"proofs": f"{held}/{len(results)}"},
+                           "" if ok else z3_cells.report(results))
+    if name == "cell-checker":
+        from kvcache_proofs import cell_model_checker
+
+        report = cell_model_checker.check_cells(cell.mc_bounds, None, cell.mc_budget,
+                                                jobs=jobs or os.cpu_count() or 1, progress=progress)
+        numbers = {"states": report.states, "configs": f"{report.configs_checked}/{report.configs_total}",
+                   "states/s": round(report.states_per_second), "jobs": report.jobs}
+        verdict = PASS if report.ok else FAIL if report.counterexample else INCOMPLETE
+        return StageResult(name, verdict, report.seconds, numbers, "" if report.ok else report.summary())
+    from hypothesis import settings
+    from hypothesis.stateful import run_state_machine_as_test
+
+    from kvcache_spec.cell_stateful import make_cell_machine
+    from kvcache_spec.stateful import stateful_settings
+
+    numbers: dict[str, Any] = {"max examples": cell.stateful_examples}
+    chosen = settings(stateful_settings("ci"), max_examples=cell.stateful_examples, report_multiple_bugs=False)
+    try:
+        run_state_machine_as_test(make_cell_machine(name="CellMachine"), settings=chosen)
+    except AssertionError as error:
+        program = "\n".join(getattr(error, "__notes__", []))
+        return StageResult(name, FAIL, time.monotonic() - started, numbers, f"{str(error).splitlines()[0]}\n{program}")
+    return StageResult(name, PASS, time.monotonic() - started, numbers)
+
+
 # --- reports ------------------------------------------------------------------------------------
 
 def table(results: list[StageResult], profile: str, seconds: float) -> str:
@@ -308,7 +371,9 @@ def main(argv: Optional[list[str]] = None) -> int:
             continue
         stage_started = time.monotonic()
         try:
-            if name == "stateful":
+            if name in CELL_STAGES:
+                result = stage_cell(name, args.profile, profile.jobs, progress=args.progress or sys.stderr.isatty())
+            elif name == "stateful":
                 result = stage_stateful(profile, factory)
             elif name == "crosshair":
                 result = stage_crosshair(profile, factory)

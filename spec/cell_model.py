@@ -380,6 +380,23 @@ def placement(config: CellConfig, state: CellState, positions: Sequence[int]) ->
                    forward=replace(forward, positions=tuple(positions), cells=cells, contents=contents))
 
 
+def mask_by_formula(config: CellConfig, state: CellState, layer: int) -> bytes:
+    """CELL-MASK: the formula a cache computes - bit (i, j) iff cell j is occupied, token i's sequence
+    owns it and its position p has p <= q_i and (flat, or p >= q_i - w + 1) - over the model's derived
+    table, for the placed forward. Never used to answer: only to cross-check `canonical_step`, which is
+    the definition (the lockstep does it in every state with a placed forward)."""
+    forward = state.forward
+    assert forward is not None and forward.positions is not None
+    spec = config.layers[layer]
+    bits = bytearray()
+    for seq_id, q in zip(forward.seq_ids, forward.positions):
+        for j in range(used_end(state)):
+            held = state.written[j]
+            bits.append(int(held is not None and seq_id in owners(state, j) and held[0] <= q
+                            and (spec.kind != RING or held[0] >= q - spec.window + 1)))
+    return bytes(bits)
+
+
 def place_step(config: CellConfig, state: CellState, layer: Any, positions: Any) -> Result:
     """CELL-FORWARD, CELL-POS: the first layer places the forward (`placement`); the others reuse it.
     The answer is the layer's CellStep; the forward closes when every layer is served."""

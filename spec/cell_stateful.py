@@ -205,6 +205,10 @@ class CellLockstep:
         for n in ns or range(self.spec.capacity + 2):
             problems += self._compare(f"can_extend({n})", cm.can_extend(config, state, n),
                                       _call(t.can_extend, n), "CELL-USED-END")
+        if state.forward is not None and state.forward.positions is not None:
+            for layer in range(self.spec.n_layers):  # the model's own consistency: formula == definition
+                if cm.mask_by_formula(config, state, layer) != cm.canonical_step(config, state, layer).mask_bits:
+                    problems.append(f"CELL-MASK: the model's formula and definition differ on layer {layer}")
         return problems
 
     @staticmethod

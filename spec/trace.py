@@ -87,10 +87,12 @@ EXEMPTIONS: dict[tuple[str, str], str] = {
 def citation_pattern(rule_id: str) -> re.Pattern[str]:
     """The rule id as a whole upper-case token, with `-` or `_` between its parts.
 
-    `STEP-T` does not match inside `STEP-T-MAX` or `STEP_T_MAX`, `DATA-SOUND` not inside `CELL-DATA-SOUND`,
-    but `STEP-T` does in `test_STEP_T_rejects_0`.
+    `STEP-T` does not match inside `STEP-T-MAX` or `STEP_T_MAX`, but does in `test_STEP_T_rejects_0`;
+    `CLEAR` does not match inside `CELL-CLEAR`.
     """
     parts = [re.escape(part) for part in rule_id.split("-")]
+    # Not preceded by a letter or digit, nor by an upper-case id part and a separator: `DATA-SOUND` is
+    # not cited by `CELL-DATA-SOUND` / `test_CELL_DATA_SOUND` (it still is by `test_DATA_SOUND_x`).
     return re.compile(r"(?<![A-Za-z0-9])(?<![A-Z0-9][-_])" + "[-_]".join(parts) + r"(?![A-Z0-9]|[-_][A-Z0-9])")
 
 

@@ -15,6 +15,10 @@ from kvcache_spec import cell_model as cm
 
 
 class ModelCellCache:
+    # No __dict__: the harness then compares every query around each call (its `thorough` snapshot)
+    # and dedups model-checker states by the model's state alone - this target's content ids grow forever.
+    __slots__ = ("config", "state", "_last_ids")
+
     def __init__(self, config: kvcache.CacheConfig, max_seqs: int = cm.MAX_SEQS) -> None:
         layers = [(0 if layer.policy.kind is kvcache.Kind.FLAT else cm.RING, layer.policy.window, 1, 1)
                   for layer in config.layers]
@@ -120,3 +124,15 @@ class WindowInTokensCache(ModelCellCache):
         if answer:
             self._last_ids = tuple(seq_ids)
         return answer
+
+
+def fork_past_cut(config: kvcache.CacheConfig, max_seqs: int = cm.MAX_SEQS) -> ModelCellCache:
+    return ForkPastCutCache(config, max_seqs)
+
+
+def rm_off_by_one(config: kvcache.CacheConfig, max_seqs: int = cm.MAX_SEQS) -> ModelCellCache:
+    return RmOffByOneCache(config, max_seqs)
+
+
+def window_in_tokens(config: kvcache.CacheConfig, max_seqs: int = cm.MAX_SEQS) -> ModelCellCache:
+    return WindowInTokensCache(config, max_seqs)

@@ -152,3 +152,14 @@ def test_pre_commit_hook_declares_the_quick_profile() -> None:
     for line in ("id: kvcache-verify", "entry: kvcache verify --profile quick", "language: python",
                  "pass_filenames: false", "always_run: true"):
         assert line in text
+
+
+def test_verify_covers_the_cell_layout(tmp_path: Path) -> None:
+    """CELL-DATA-SOUND: the cell stages run kvcache.CellCache against the cell model, and report."""
+    out = tmp_path / "cells.json"
+    assert verify.main(["--profile", "quick", "--stages", "cell-stateful,cell-checker,cell-z3", "--json", str(out)]) == 0
+    stages = {stage["name"]: stage for stage in json.loads(out.read_text())["stages"]}
+    assert set(stages) == {"cell-stateful", "cell-checker", "cell-z3"}
+    assert stages["cell-z3"]["numbers"]["proofs"] == "3/3"
+    assert all(stage["verdict"] == "pass" for stage in stages.values())
+    assert int(stages["cell-checker"]["numbers"]["states"]) > 300

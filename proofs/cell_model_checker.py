@@ -1,0 +1,202 @@
+"""Exhaustive model checker for the cell layout: every reachable state of (cell model x implementation).
+
+The search is `model_checker`'s (breadth-first, deduplicated by the harness's key, shortest
+counterexample, worker processes, one wall-clock budget); this module gives it the cell layout's
+`Layout`: the harness `CellLockstep` (spec/cell_stateful.py), the transitions and the checks.
+
+Transitions, from every state within the bounds:
+- between forwards: seq_new; seq_clone of every live id with every cut (None and 0 .. next_pos - 1);
+  seq_rm of every live id over every range [p0, p1) and [p0, end) with 0 <= p0 <= next_pos (before,
+  at and after every fork's cut and every window edge, as the positions are all of them); a
+  declare_step of every sequence of live ids of 1 .. max_tokens tokens that fits (both step patterns:
+  one id repeated, several ids); clear;
+- inside a forward (so half-done forwards are states too): the first place_step on every layer with
+  every position choice (each token its sequence's next position, or one further: a gap), every
+  position below `max_position`; then each unserved layer in turn; clear (abandoning it).
+Checks, at every state (each must change nothing): every query (live, free_cells, used_end, capacity,
+seq_len / next_pos of every id and of out-of-range ones, can_extend of every n), and bad calls of
+every verb: dead and out-of-range ids, bools, negatives, p1 < p0, INT_MAX + 1, an empty or too large
+declaration (a refusal), place_step with nothing declared, mid-forward verbs (CELL-FORWARD), a layer
+served twice, other positions, a wrong count, a position not above the sequence's newest.
+
+Usage: python -m kvcache_proofs.model_checker --layout cell [--profile quick|pre-merge|deep] [--jobs N]
+       [--target python:MODULE:FACTORY] [--time-budget S] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Any, Iterator, Optional
+
+from kvcache_spec import cell_model as cm
+from kvcache_spec.cell_stateful import Call, CellConfigSpec, CellFactory, CellLockstep, cell_reference_factory
+from kvcache_spec.stateful import Observe
+
+from .model_checker import Layout, check_all
+
+INT_MAX = cm.INT_MAX
+
+
+@dataclass(frozen=True)
+class CellBounds:
+    """Each group (max_seqs, max_capacity, layer_sets) gives every capacity in 1..max_capacity with each
+    layer set (0 = a flat layer, w = a window of w) and max_seqs ids; forwards have 1..max_tokens
+    tokens, positions stay below max_position."""
+
+    groups: tuple[tuple[int, int, tuple[tuple[int, ...], ...]], ...]
+    max_tokens: int
+    max_position: int
+
+    def configs(self) -> list[CellConfigSpec]:
+        """Smallest first, so the first failing configuration is a small one."""
+        specs = {CellConfigSpec(capacity, windows, max_seqs)
+                 for max_seqs, max_capacity, layer_sets in self.groups
+                 for capacity in range(1, max_capacity + 1) for windows in layer_sets}
+        return sorted(specs, key=lambda s: (s.capacity, s.max_seqs, len(s.windows), s.windows))
+
+
+FLAT, WINDOW, BOTH = (0,), (2,), (0, 2)
+
+#: The state space grows fast with the capacity, the ids and the positions. Measured on this 2-core
+#: machine while other work ran (contracts on): pre-merge 2,333 states, ~25 s on one core; the
+#: capacity-3, 3-id, two-layer configuration alone has more than 8,000 states with positions below 3.
+PROFILES: dict[str, CellBounds] = {
+    "quick": CellBounds(groups=((2, 2, (FLAT, WINDOW)), (3, 1, (FLAT,))), max_tokens=2, max_position=3),
+    "pre-merge": CellBounds(groups=((2, 3, (WINDOW,)), (3, 2, (WINDOW,)), (2, 2, (BOTH,))), max_tokens=2,
+                            max_position=3),
+    "deep": CellBounds(groups=((2, 4, (FLAT, WINDOW, BOTH)), (3, 3, (FLAT, WINDOW, BOTH))), max_tokens=2,
+                       max_position=4),
+}
+DEFAULT_BUDGET = {"quick": 15.0, "pre-merge": 60.0, "deep": 7200.0}
+
+
+def _live(lock: CellLockstep) -> list[int]:
+    return sorted(cm.live(lock.state))
+
+
+def _next_pos(lock: CellLockstep, seq_id: int) -> int:
+    return lock.newest(seq_id) + 1
+
+
+def _position_choices(lock: CellLockstep, seq_ids: tuple[int, ...], max_position: int) -> Iterator[list[int]]:
+    """Every assignment giving each token its sequence's next position or one further (a gap)."""
+    for gaps in itertools.product((0, 1), repeat=len(seq_ids)):
+        positions = list(lock.positions_for(seq_ids, gaps))
+        if max(positions) < max_position:
+            yield positions
+
+
+def transitions(lock: CellLockstep, bounds: CellBounds) -> Iterator[Call]:
+    """Every call a consumer may make now, within `bounds` (see the module docstring)."""
+    state, n_layers = lock.state, lock.spec.n_layers
+    forward = state.forward
+    if forward is not None:
+        unserved = [layer for layer in range(n_layers) if layer not in forward.served]
+        if forward.positions is None:
+            for positions in _position_choices(lock, forward.seq_ids, bounds.max_position):
+                for layer in sorted({unserved[0], unserved[-1]}):
+                    yield Call("place_step", (layer, positions))
+        else:
+            for layer in unserved:
+                yield Call("place_step", (layer, list(forward.positions)))
+        yield Call("clear")
+        return
+    live = _live(lock)
+    if len(live) < lock.spec.max_seqs:
+        yield Call("seq_new")
+        for src in live:
+            for upto in [None, *range(_next_pos(lock, src))]:
+                yield Call("seq_clone", (src, upto))
+    for seq_id in live:
+        end = _next_pos(lock, seq_id)
+        for p0 in range(end + 1):
+            for p1 in [None, *range(p0 + 1, end + 1)]:
+                yield Call("seq_rm", (seq_id, p0, p1))
+    free = cm.free_cells(lock.config, state)
+    for n in range(1, min(free, bounds.max_tokens) + 1):
+        for seq_ids in itertools.product(live, repeat=n):
+            if any(True for _ in _position_choices(lock, seq_ids, bounds.max_position)):
+                yield Call("declare_step", (list(seq_ids),))
+    if live:
+        yield Call("clear")
+
+
+def checks(lock: CellLockstep) -> Iterator[Any]:
+    state, spec = lock.state, lock.spec
+    live = _live(lock)
+    dead = [s for s in range(spec.max_seqs) if s not in live]
+    some = live[0] if live else 0
+    yield Observe()
+    for bad in (True, None, 1.0):
+        yield Call("seq_len", (bad,))
+    for bad in (-1, True, INT_MAX + 1):
+        yield Call("can_extend", (bad,))
+    forward = state.forward
+    if forward is not None:  # CELL-FORWARD: every table-changing verb raises; bad place_steps
+        yield from (Call("seq_new"), Call("seq_clone", (some,)), Call("seq_rm", (some, 0)),
+                    Call("declare_step", ([some],)))
+        for layer in (spec.n_layers, -1, True):
+            yield Call("place_step", (layer, [0] * len(forward.seq_ids)))
+        if forward.positions is not None:
+            served = sorted(forward.served)[0]
+            yield Call("place_step", (served, list(forward.positions)))               # served twice
+            other = [*forward.positions[:-1], forward.positions[-1] + 1]
+            unserved = [layer for layer in range(spec.n_layers) if layer not in forward.served]
+            if unserved:
+                yield Call("place_step", (unserved[0], other))                        # other positions
+                yield Call("place_step", (unserved[0], list(forward.positions) + [9]))  # a wrong count
+        else:
+            newest = lock.newest(forward.seq_ids[0])
+            if newest >= 0:
+                yield Call("place_step", (0, [newest] * len(forward.seq_ids)))          # not above the newest
+            repeated = [k for k, seq_id in enumerate(forward.seq_ids) if seq_id in forward.seq_ids[:k]]
+            if repeated:                                                                  # one position twice
+                positions = list(lock.positions_for(forward.seq_ids))
+                k = repeated[0]
+                positions[k] = positions[forward.seq_ids.index(forward.seq_ids[k])]
+                yield Call("place_step", (0, positions))
+            yield Call("place_step", (0, [-1] * len(forward.seq_ids)))
+            yield Call("place_step", (0, "0"))
+        return
+    yield Call("place_step", (0, [0]))                                                  # nothing declared
+    yield from (Call("declare_step", ([],)), Call("declare_step", ([spec.max_seqs],)),
+                Call("declare_step", ([True],)), Call("declare_step", ("0",)))
+    if live:
+        yield Call("declare_step", ([some] * (cm.free_cells(lock.config, state) + 1),))  # refused: too many
+        yield from (Call("seq_rm", (some, 2, 1)), Call("seq_rm", (some, -1)), Call("seq_rm", (some, True)),
+                    Call("seq_rm", (some, 0, INT_MAX + 1)), Call("seq_clone", (some, -1)))
+    if dead:
+        d = dead[0]
+        yield from (Call("seq_rm", (d, 0)), Call("seq_clone", (d,)), Call("declare_step", ([d],)),
+                    Call("next_pos", (d,)))
+    else:
+        yield from (Call("seq_new"), Call("seq_clone", (some,)))                        # refused: every id live
+    yield from (Call("seq_clone", (spec.max_seqs,)), Call("seq_rm", (-1, 0)))
+
+
+def _cell_harness(spec: CellConfigSpec, factory: CellFactory) -> CellLockstep:
+    return CellLockstep(spec, factory, thorough=False)
+
+
+def layout(bounds: CellBounds) -> Layout:
+    return Layout("cell", "kvcache_spec.cell_stateful", _cell_harness, "CellLockstep", cell_reference_factory,
+                  _Transitions(bounds), checks)
+
+
+@dataclass(frozen=True)
+class _Transitions:
+    """The transitions within `bounds`, as a picklable callable (the layout travels to worker processes)."""
+
+    bounds: CellBounds
+
+    def __call__(self, lock: CellLockstep) -> Iterator[Call]:
+        return transitions(lock, self.bounds)
+
+
+def check_cells(profile: str = "pre-merge", factory: Optional[CellFactory] = None,
+                time_budget: Optional[float] = None, *, jobs: int = 1, target: Optional[str] = None,
+                progress: bool = False) -> Any:
+    bounds = PROFILES[profile]
+    return check_all(bounds, factory, DEFAULT_BUDGET[profile] if time_budget is None else time_budget,
+                     jobs=jobs, target=target, progress=progress, layout=layout(bounds))
