@@ -9,7 +9,10 @@ upstream's lax answers are lenient or over-strict, never wrong.
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -120,3 +123,41 @@ def test_the_cli_drives_a_cell_target_through_the_protocol(tmp_path: Any) -> Non
     assert code == 0 and report["verdict"] == CONFORMING, report["coverage"]["incomplete"]
     # the CELL-MAX-SEQS and CFG-* configurations are refused at create by a JSON-config target
     assert "CFG-CAPACITY" in report["coverage"]["rules"]["exercised"]
+
+
+# --- C++ cell caches through the header-only driver (spec/cpp/kvcache_conformance.hpp) ----------------
+
+GXX = shutil.which("g++")
+EXAMPLE = Path(__file__).resolve().parent.parent / "spec" / "cpp" / "example"
+CPP_TARGETS = {"faithful": "serve_cell_cache.cpp", "lax": "serve_cell_cache_lax.cpp"}
+
+
+@pytest.fixture(scope="session")
+def cell_binaries(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The two C++ cell targets, compiled once per session (warnings as errors)."""
+    if GXX is None:
+        pytest.skip("no g++ on PATH: the C++ driver tests need a C++17 compiler")
+    out = tmp_path_factory.mktemp("cell_driver")
+    built: dict[str, Path] = {}
+    for name, source in CPP_TARGETS.items():
+        done = subprocess.run([GXX, "-std=c++17", "-O1", "-Wall", "-Wextra", "-Wpedantic", "-Werror", "-o",
+                               str(out / name), str(EXAMPLE / source)], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+        built[name] = out / name
+    return built
+
+
+def test_the_faithful_cpp_cell_port_is_conforming_through_the_driver(cell_binaries: dict[str, Path]) -> None:
+    report = _report(f"cmd:{cell_binaries['faithful']}")
+    assert report["verdict"] == CONFORMING, (report["semantic"]["findings"][:2], report["coverage"]["incomplete"])
+    # a JSON-config target validates its configurations: the CFG-* rules are in scope and exercised
+    assert {"CFG-CAPACITY", "CFG-POLICY", "CELL-MAX-SEQS"} <= set(report["coverage"]["rules"]["exercised"])
+
+
+def test_the_lax_cpp_cell_port_is_lenient_not_wrong(cell_binaries: dict[str, Path]) -> None:
+    report = _report(f"cmd:{cell_binaries['lax']}")
+    classes = {(f["class"], f["rule"]) for f in report["semantic"]["findings"]}
+    assert {("lenient", "CELL-SEQ-LIVE"), ("lenient", "CELL-FORWARD"), ("lenient", "CELL-SEQ-ID"),
+            ("over-strict", "CELL-FORK")} <= classes
+    assert not {kind for kind, _ in classes} & {"wrong", "crash"}
+    assert report["verdict"] == NOT_CONFORMING and report["semantic"]["conforming"]

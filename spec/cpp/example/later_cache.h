@@ -51,7 +51,7 @@ class Cache : private demo::ReferencePort {
 
   static demo::CacheConfig checked(const CacheConfig& c) {
     if (!valid(c)) throw std::invalid_argument("CFG-LAYERS: valid(cfg) is false");
-    return demo::CacheConfig{c.capacity, c.n_layers, c.layers, c.initial_capacity, c.max_write};
+    return demo::CacheConfig{c.capacity, c.n_layers, c.layers, c.initial_capacity, c.max_write, std::nullopt};
   }
 };
 
