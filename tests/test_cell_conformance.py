@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from kvcache_spec.conformance import zoo
+from kvcache_spec.conformance import vectors, zoo
 from kvcache_spec.conformance.cli import main as conformance_main
 from kvcache_spec.conformance.suite import CONFORMING, NOT_CONFORMING, report_json, replay, run_suite
 from kvcache_spec.conformance.targets import PythonTarget, SubprocessTarget, TargetCrash, parse_target
@@ -161,3 +161,30 @@ def test_the_lax_cpp_cell_port_is_lenient_not_wrong(cell_binaries: dict[str, Pat
             ("over-strict", "CELL-FORK")} <= classes
     assert not {kind for kind, _ in classes} & {"wrong", "crash"}
     assert report["verdict"] == NOT_CONFORMING and report["semantic"]["conforming"]
+
+
+# --- golden vectors for cells (spec/vectors/cell_vectors.json) -----------------------------------------
+
+def test_the_reference_replays_every_cell_vector_and_the_lax_cache_does_not() -> None:
+    passed, failures, skipped = vectors.replay_vectors(PythonTarget(REFERENCE))
+    assert failures == [] and skipped == 0 and passed == vectors.build_cells()["numberOfTests"]
+    _, lax_failures, _ = vectors.replay_vectors(PythonTarget("python:kvcache_spec.conformance.zoo:upstream_lax_cells"))
+    assert any("CELL-SEQ-LIVE" in failure for failure in lax_failures)
+
+
+@pytest.mark.parametrize("name", sorted(zoo.CELL_ZOO))
+def test_each_broken_cell_cache_fails_the_cell_vectors(name: str) -> None:
+    target = parse_target(zoo.CELL_ZOO[name][0])
+    try:
+        passed, failures, _ = vectors.replay_vectors(target)
+    finally:
+        target.close()
+    assert failures and passed > 0   # it runs them, and some expected answer differs
+
+
+def test_the_cpp_driver_replays_the_cell_vectors(cell_binaries: dict[str, Path]) -> None:
+    path = str(vectors.VECTORS_DIR / vectors.CELL_VECTORS_FILE)
+    done = subprocess.run([cell_binaries["faithful"], "--vectors", path], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and " 0 failed" in done.stdout, done.stdout + done.stderr[-2000:]
+    lax = subprocess.run([cell_binaries["lax"], "--vectors", path], capture_output=True, text=True, timeout=120)
+    assert lax.returncode == 1 and "CELL-FORWARD" in lax.stderr

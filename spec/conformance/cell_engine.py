@@ -65,6 +65,26 @@ def step_from_json(value: Any) -> Union[cm.CellStep, str]:
     return cm.CellStep(length, read_len, tuple(cells), bytes(bits))
 
 
+def model_answer(c: cm.CellConfig, s: cm.CellState, method: str,
+                 args: dict[str, Any]) -> Union[model.Rejected, tuple[Any, cm.CellState]]:
+    """The cell model's answer to one protocol call (its JSON answer for the queries, the model's
+    CellStep for place_step) and the state after it, or the rejection."""
+    if method == "clear":
+        return None, cm.clear(c, s)
+    queries: dict[str, Any] = {"capacity": lambda: c.capacity, "faces": lambda: {"same_object": True},
+                               "live": lambda: sorted(cm.live(s)), "free_cells": lambda: cm.free_cells(c, s),
+                               "used_end": lambda: cm.used_end(s)}
+    if method in queries:
+        return queries[method](), s
+    if method in ("seq_len", "next_pos", "can_extend"):
+        answer = getattr(cm, method)(c, s, *args.values())
+        return answer if isinstance(answer, model.Rejected) else (answer, s)
+    if method not in CELL_RULES:
+        raise ValueError(f"unknown cell method {method}")
+    result: Union[model.Rejected, tuple[Any, cm.CellState]] = getattr(cm, method)(c, s, *args.values())
+    return result
+
+
 class CellEngine(Engine):
     """One cell program on one target; a fresh cache per program."""
 
@@ -85,30 +105,12 @@ class CellEngine(Engine):
 
     # --- the model's verdicts ----------------------------------------------------------------------
     def verdict(self, method: str, args: dict[str, Any]) -> Verdict:
-        c, s = self.ccfg, self.cs
         rule = CELL_RULES[method]
-        got: Any
-        if method == "clear":
-            got = (None, cm.clear(c, s))
-        elif method == "capacity":
-            got = (c.capacity, s)
-        elif method == "faces":
-            got = ({"same_object": True}, s)
-        elif method == "live":
-            got = (sorted(cm.live(s)), s)
-        elif method == "free_cells":
-            got = (cm.free_cells(c, s), s)
-        elif method == "used_end":
-            got = (cm.used_end(s), s)
-        elif method in ("seq_len", "next_pos", "can_extend"):
-            answer = getattr(cm, method)(c, s, *args.values())
-            got = answer if isinstance(answer, model.Rejected) else (answer, s)
-        else:
-            got = getattr(cm, method)(c, s, *args.values())
+        got = model_answer(self.ccfg, self.cs, method, args)
         if isinstance(got, model.Rejected):
             return got
         answer, self.next_state = got
-        if method in ("seq_new", "seq_clone") and answer is None or method == "declare_step" and answer is False:
+        if answer is None and method in ("seq_new", "seq_clone") or answer is False and method == "declare_step":
             return Refused(rule)
         return Accepted(answer, rule)
 
@@ -117,7 +119,7 @@ class CellEngine(Engine):
         """Compare the table's queries with the model: live(), free_cells(), used_end() (while the
         layout is canonical: another placement has another extent), and seq_len / next_pos of each
         live id. A difference after a rejected call is lenient (it partly accepted the call)."""
-        rule = "CELL-ATOMIC" if rule == "ATOMIC" else rule
+        rule = {"ATOMIC": "CELL-ATOMIC", "LEN-BOUNDS": "CELL-OWNERS"}.get(rule, rule)
         c, s = self.ccfg, self.cs
         expected: list[tuple[str, dict[str, Any], Any]] = [("live", {}, sorted(cm.live(s))),
                                                            ("free_cells", {}, cm.free_cells(c, s))]

@@ -282,7 +282,8 @@ class PythonTarget(Target):
             if method == "commit":
                 return Outcome(True, cache.commit(self._plan_object(args["plan"])))
             function = getattr(cache, method)
-            return Outcome(True, function(*args.values()))
+            names = FACE_METHODS[self.layout].get(method)   # by name: a replayed call's params are sorted
+            return Outcome(True, function(*(args.values() if names is None else (args.get(n) for n in names))))
         except HarnessInterrupted:
             raise
         except Exception as error:
