@@ -188,3 +188,16 @@ def test_the_cpp_driver_replays_the_cell_vectors(cell_binaries: dict[str, Path])
     assert done.returncode == 0 and " 0 failed" in done.stdout, done.stdout + done.stderr[-2000:]
     lax = subprocess.run([cell_binaries["lax"], "--vectors", path], capture_output=True, text=True, timeout=120)
     assert lax.returncode == 1 and "CELL-FORWARD" in lax.stderr
+
+
+def test_a_cell_finding_is_saved_as_a_vector_that_reproduces(tmp_path: Path) -> None:
+    spec = zoo.CELL_ZOO["rm_off_by_one"][0]
+    code = conformance_main(["--target", spec, "--save-findings", str(tmp_path / "found"),
+                             "--json", str(tmp_path / "report.json")])
+    assert code == 1
+    files = sorted((tmp_path / "found").glob("*.json"))
+    assert files and any("wrong-cell-rm" in path.name for path in files)
+    for path in files:
+        document = json.loads(path.read_text())
+        assert document["algorithm"] == "kvcache-cell-cache"
+        assert vectors.replay_vectors(PythonTarget(REFERENCE), document)[:2] == (1, [])   # the spec's answers

@@ -358,6 +358,12 @@ CELL_VECTORS_FILE = "cell_vectors.json"
 CELL_VECTOR_CONFIGS = CELL_CONFIGS[:6]   # the seventh (16 cells, 64 ids, three layers) adds size, not cases
 
 
+def _cell_flags(calls: list[dict[str, Any]], exercised: set[str], cfg: JsonConfig, extra: list[str]) -> list[str]:
+    """A cell test's flags: the rules its run exercised, those its rejections name, the scope's needs."""
+    rejected = {call["expect"]["rejected"] for call in calls if "rejected" in call["expect"]}
+    return sorted(exercised | rejected | set(extra) | set(scopes.needs_flags(cfg)))
+
+
 def build_cells() -> dict[str, Any]:
     """The cell layout's vectors document: the cell edge programs on the suite's cell configs, as the
     cell engine sends them (light), answered by the cell model (canonical placement), then the
@@ -370,9 +376,7 @@ def build_cells() -> dict[str, Any]:
             recorder = Recorder("cell")
             run = CellEngine(recorder, cfg, exact=True, light=True).run(program)
             assert run.finding is None and not run.layout, f"the cell model disagrees with itself: {run.finding}"
-            rejected = {call["expect"]["rejected"] for call in recorder.calls if "rejected" in call["expect"]}
-            flags = sorted(run.exercised | rejected | set(scopes.needs_flags(cfg)))
-            tests.append(test(name, recorder.calls, flags))
+            tests.append(test(name, recorder.calls, _cell_flags(recorder.calls, run.exercised, cfg, [])))
         groups.append({"config": cfg, "configName": describe(cfg) + f", max_seqs {cfg['max_seqs']}", "tests": tests})
     bad_tests = []
     for bad_cfg in bad_cell_configs(True):
@@ -531,20 +535,22 @@ def _replay_test(target: Target, cfg: Optional[JsonConfig], calls: list[dict[str
 FINDINGS_GENERATOR = "kvcache_spec.conformance.findings/1"
 
 
-def _record(cfg: JsonConfig, steps: list[Step], optional: frozenset[str]) -> list[dict[str, Any]]:
-    """The calls the engine sends for `steps` on a target with these optional methods, answered by
-    the model: the same calls (length() or can_extend probes alike) the finding was seen through."""
-    recorder = Recorder()
+def _record(cfg: JsonConfig, steps: list[Step], optional: frozenset[str],
+            layout: str = "sequence") -> tuple[list[dict[str, Any]], set[str]]:
+    """The calls the engine of the layout sends for `steps` on a target with these optional methods,
+    answered by the model: the same calls (length() or can_extend probes alike) the finding was seen
+    through; and the rules the run exercised (a cell test's flags)."""
+    recorder = Recorder(layout)
     recorder.optional = optional
-    Engine(recorder, cfg, exact=True).run(steps)
-    return recorder.calls
+    run = (CellEngine if layout == "cell" else Engine)(recorder, cfg, exact=True).run(steps)
+    return recorder.calls, run.exercised
 
 
 def finding_document(finding: Any, cfg: JsonConfig, steps: list[Step], optional: frozenset[str],
-                     scope: scopes.Scope, target: str) -> dict[str, Any]:
+                     scope: scopes.Scope, target: str, layout: str = "sequence") -> dict[str, Any]:
     """One finding as a golden-vector file with one test: the target's own driver replays it
     (`./my_target --vectors FILE`) and fails where the suite saw the finding."""
-    made = to_model(cfg)
+    made = to_cell_model(cfg) if layout == "cell" else to_model(cfg)
     group_cfg: Optional[JsonConfig] = cfg
     if finding.rule == scopes.BORDER_RULE:   # it must refuse the config at all
         group_cfg = None
@@ -555,13 +561,14 @@ def finding_document(finding: Any, cfg: JsonConfig, steps: list[Step], optional:
         calls = [{"method": "create", "params": {"config": cfg}, "expect": {"rejected": made.rule}}]
         flags = [made.rule]
     else:
-        calls = _record(cfg, steps, optional)
-        flags = _flags(calls, cfg, [finding.rule] if finding.rule in BY_ID else [])
+        calls, exercised = _record(cfg, steps, optional, layout)
+        extra = [finding.rule] if finding.rule in BY_ID else []
+        flags = _flags(calls, cfg, extra) if layout == "sequence" else _cell_flags(calls, exercised, cfg, extra)
     comment = f"{finding.kind} {finding.rule}: {finding.message}"
     flags = sorted(set(flags))
     clean = [{k: v for k, v in call.items() if not k.startswith("_")} for call in calls]
     return {
-        "algorithm": "kvcache-sequence-cache", "schema": SCHEMA_FILE, "formatVersion": FORMAT_VERSION,
+        "algorithm": f"kvcache-{layout}-cache", "schema": SCHEMA_FILE, "formatVersion": FORMAT_VERSION,
         "generatorVersion": FINDINGS_GENERATOR, "numberOfTests": 1,
         "header": [f"A finding of `kvcache conformance` on {target}, as a golden-vector file: replay it with "
                    "the target's own driver (./my_target --vectors THIS_FILE); it fails until the finding is "
@@ -582,7 +589,7 @@ def save_findings(found: list[tuple[Any, JsonConfig, list[Step]]], directory: Pa
     directory.mkdir(parents=True, exist_ok=True)
     saved = []
     for index, (finding, cfg, steps) in enumerate(found, 1):
-        document = finding_document(finding, cfg, steps, target.optional, scope, target.name)
+        document = finding_document(finding, cfg, steps, target.optional, scope, target.name, target.layout)
         path = directory / f"{index:02d}-{finding.kind}-{finding.rule}.json".lower()
         path.write_text(render(document))
         group = document["testGroups"][0]
