@@ -349,6 +349,8 @@ class CellCache(CacheBase, BatchControl, CellStepper):
     Not thread-safe by design, like the sequence cache.
     """
 
+    kvcache_layout = "cell"   # the conformance suite drives `python:kvcache:CellCache` as a cell cache
+
     @icontract.require(lambda max_seqs: is_int(max_seqs) and 1 <= max_seqs <= MAX_SEQS,
                        "CELL-MAX-SEQS: max_seqs is an int in [1, 64]", error=_max_seqs_error, enabled=True)
     @icontract.require(lambda config: isinstance(config, CacheConfig), "CFG-TYPE: config is a CacheConfig",

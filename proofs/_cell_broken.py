@@ -72,6 +72,7 @@ def _factory(cls: type[CellCache]) -> Callable[..., CellCache]:
         return cls(config, max_seqs)
     make.__doc__ = cls.__doc__
     make.__name__ = cls.__name__
+    make.kvcache_layout = "cell"  # type: ignore[attr-defined]  # a conformance target of the cell layout
     return make
 
 

@@ -35,6 +35,9 @@ def _parser() -> argparse.ArgumentParser:
                                      description="Run the kvcache conformance suite against a target.")
     parser.add_argument("--target", default="reference",
                         help="reference (default), python:MODULE:FACTORY, or cmd:COMMAND (spec/PROTOCOL.md)")
+    parser.add_argument("--layout", choices=("sequence", "cell"),
+                        help="the layout the target implements (default: what it declares - a python: "
+                             "factory's kvcache_layout, a cmd: target's hello - else sequence)")
     parser.add_argument("--profile", choices=sorted(PROFILES), default="quick")
     parser.add_argument("--strict", action="store_true", help="lenient and over-strict findings fail the run")
     parser.add_argument("--exact-layout", action="store_true",
@@ -139,7 +142,7 @@ def _run(target: Target, args: argparse.Namespace, out: TextIO) -> int:
     to_stdout = args.json == "-"
     result: Optional[SuiteResult] = None
     try:
-        result = run_suite(target, args.profile, args.seed, scope=args.parsed_scope)
+        result = run_suite(target, args.profile, args.seed, scope=args.parsed_scope, layout=args.layout)
     finally:
         try:
             if result is not None and result.interrupted:

@@ -47,22 +47,37 @@ CONFIG_VALIDATION = ("CFG-TYPE", "CFG-CAPACITY", "CFG-LAYERS", "CFG-POLICY", "CF
 # An optional method -> the rule only it can show.
 OPTIONAL_RULES = {"depth": "DEPTH", "retained_from": "RETAINED"}
 
+# The rules besides the CELL- family that bind a cell cache too: its configuration, argument types
+# and ranges, layer indices, one object behind both faces, and a declared scope's border.
+SHARED_RULES = CONFIG_VALIDATION + ("ARG-INT", "ARG-RANGE", "ARG-TYPE", "LAYER-RANGE", "FACES", "SCOPE-BORDER")
+
 # Engine events -> the rules their check could have caught broken.
 EVENTS: dict[str, tuple[str, ...]] = {
     "plan checked": ("PLAN-SHAPE", "PLAN-WRITE", "PLAN-READ", "LAYOUT-CANON"),
     "plan executed": ("DATA-SOUND",),
     "plan on a shared policy": ("CFG-DEDUP",),
+    # a CellStep executed on the harness's pool (reads by definition) and compared with the canonical one
+    "cell step executed": ("CELL-DATA-SOUND", "CELL-PLACE", "CELL-STEP-SHAPE", "CELL-MASK", "CELL-WINDOW-POS",
+                           "CELL-LAYOUT-CANON"),
 }
 
 
-def in_scope(config_validation: bool, optional: frozenset[str]) -> dict[str, str]:
+def _layout_rule(rule_id: str, layout: str) -> str:
+    """'' when the rule binds a cache of this layout, else why it does not."""
+    if layout == "cell":
+        return "" if rule_id.startswith(CELL_PREFIX) or rule_id in SHARED_RULES else \
+            "a rule of the sequence layout: this run drives a cell cache"
+    return "a rule of the cell layout: this run drives a sequence cache" if rule_id.startswith(CELL_PREFIX) else ""
+
+
+def in_scope(config_validation: bool, optional: frozenset[str], layout: str = "sequence") -> dict[str, str]:
     """The rules a run must exercise -> '' ; the rules outside its scope -> why."""
     scope: dict[str, str] = {}
     for rule in RULES:
         if rule.id in OUT_OF_SCOPE:
             scope[rule.id] = OUT_OF_SCOPE[rule.id]
-        elif rule.id.startswith(CELL_PREFIX):
-            scope[rule.id] = "a rule of the cell layout: this run drives a sequence cache"
+        elif _layout_rule(rule.id, layout):
+            scope[rule.id] = _layout_rule(rule.id, layout)
         elif rule.id in CONFIG_VALIDATION and not config_validation:
             scope[rule.id] = "config validation: a python: target gets a kvcache.CacheConfig, which validates itself"
         elif any(rule.id == shown and method not in optional for method, shown in OPTIONAL_RULES.items()):

@@ -137,7 +137,10 @@ def _is_refusal(outcome: Outcome) -> bool:
 
 
 class Engine:
-    """One program on one target; a fresh cache per program."""
+    """One program on one target; a fresh cache per program. The cell layout's engine
+    (cell_engine.CellEngine) inherits the grading and replaces the layout's verdicts and checks."""
+
+    answer_types = ANSWER_TYPES
 
     def __init__(self, target: Target, cfg: JsonConfig, exact: bool = False, light: bool = False,
                  scope: Optional[scopes.Scope] = None, row_budget: Optional[int] = None) -> None:
@@ -180,11 +183,11 @@ class Engine:
 
     def _check_type(self, method: str, args: dict[str, Any], outcome: Outcome, rule: str) -> None:
         """Answers have exact JSON types: can_extend answering 1 is a broken protocol, not a yes."""
-        expected = ANSWER_TYPES.get(method)
+        expected = self.answer_types.get(method)
         # null is a refusal value (graded by the engine: over-strict where the spec serves the call)
         if expected is None or not outcome.ok or outcome.value is None or type(outcome.value) in expected:
             return
-        wanted = {bool: "a boolean", int: "an integer", dict: "an object"}[expected[0]]
+        wanted = {bool: "a boolean", int: "an integer", dict: "an object", list: "an array"}[expected[0]]
         raise self._fail(CRASH, rule, f"{method}({_show(args)}): protocol: answered {outcome.value!r} "
                                       f"({_json_type(outcome.value)}), not {wanted} or null")
 
@@ -459,6 +462,10 @@ class Engine:
             raise self._fail(OVER_STRICT, "CFG-TYPE", f"create refused a valid config: {created.error}")
         self.result.created = True
         self.result.exercised.add("CFG-TYPE")   # a valid config answered: refusing it would break CFG-TYPE
+        self.after_create()
+
+    def after_create(self) -> None:
+        """The checks of a freshly created (valid) cache: capacity, depths and pools, faces, length."""
         if not self.light:
             _, capacity = self.checked("capacity", {})
             if not _same(capacity.value, self.mcfg.capacity):

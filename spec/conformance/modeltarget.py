@@ -7,12 +7,13 @@ executed on every layer, so the model's pools are written when the step is commi
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
-from .. import model
+from .. import cell_model, model
 from .configs import JsonConfig, to_model
+from .cell_engine import model_answer, to_cell_model
 from .engine import json_plan, plan_json
-from .targets import Outcome, Target
+from .targets import Outcome, Target, cell_step_to_json
 
 
 class ModelTarget(Target):
@@ -23,11 +24,15 @@ class ModelTarget(Target):
         self.state: Any = None
 
     def create(self, cfg: JsonConfig) -> Outcome:
-        made = to_model(cfg)
+        made = self.configured(cfg)
         if isinstance(made, model.Rejected):
             return Outcome(False, error=f"[{made.rule}] {made.argument}")
-        self.cfg, self.state = made, model.initial(made)
+        self.cfg, self.state = made, self.initial(made)
         return Outcome(True)
+
+    # the model's configuration and initial state (the cell model target replaces both)
+    configured: Callable[[JsonConfig], Any] = staticmethod(to_model)
+    initial: Callable[[Any], Any] = staticmethod(model.initial)
 
     def call(self, method: str, args: dict[str, Any]) -> Outcome:
         cfg, state = self.cfg, self.state
@@ -67,3 +72,21 @@ class ModelTarget(Target):
         if isinstance(got, model.Rejected):
             return Outcome(False, error=f"[{got.rule}] {got.argument}")
         return Outcome(True, got)
+
+
+class CellModelTarget(ModelTarget):
+    """The cell model as a target (spec/cell_model.py, canonical placement): the cell vectors' answers."""
+
+    name = "cell model"
+    layout = "cell"
+    optional: frozenset[str] = frozenset()
+
+    configured = staticmethod(to_cell_model)
+    initial = staticmethod(cell_model.initial)
+
+    def call(self, method: str, args: dict[str, Any]) -> Outcome:
+        got = model_answer(self.cfg, self.state, method, args)
+        if isinstance(got, model.Rejected):
+            return Outcome(False, error=f"[{got.rule}] {got.argument}")
+        answer, self.state = got
+        return Outcome(True, cell_step_to_json(answer) if method == "place_step" else answer)

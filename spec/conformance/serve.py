@@ -15,11 +15,8 @@ import sys
 from typing import Any, Optional, TextIO
 
 from .configs import config, layer
-from .targets import OPTIONAL_METHODS, PROTOCOL_NAME, PROTOCOL_VERSION, PythonTarget, TargetCrash
-
-FACE_METHODS = {"can_extend": ("n",), "capacity": (), "length": (), "rewind": ("new_len",), "clear": (),
-                "plan": ("layer", "position", "T"), "commit": ("plan",), "depth": ("layer",),
-                "retained_from": ("layer",), "faces": ()}
+from .targets import (FACE_METHODS, OPTIONAL_METHODS, OPTIONAL_PARAMS, PROTOCOL_NAME, PROTOCOL_VERSION, PythonTarget,
+                      TargetCrash)
 
 
 class Server:
@@ -27,7 +24,8 @@ class Server:
         self.target = PythonTarget(spec)
         self.created = False
         inside = layer("flat") if "flat" in self.target.scope.features else layer("ring", 1)   # its own scope
-        probe = self.target.create(config(1, [inside]))
+        self.face_methods = FACE_METHODS[self.target.layout]   # the factory's kvcache_layout
+        probe = self.target.create({**config(1, [inside]), **({"max_seqs": 1} if self.target.layout == "cell" else {})})
         self.methods = sorted(self.target.optional) if probe.ok else []
         self.target.cache = None
 
@@ -46,6 +44,8 @@ class Server:
                 return error("protocol", f"this server speaks version {PROTOCOL_VERSION} only")
             hello = {"protocol": PROTOCOL_NAME, "version": PROTOCOL_VERSION,
                      "implementation": self.target.name, "methods": self.methods}
+            if self.target.layout != "sequence":   # said only when not the default: older harnesses read as before
+                hello["layout"] = self.target.layout
             if not self.target.scope.full:   # the factory's kvcache_scope (scope.py)
                 hello["scope"] = self.target.scope.names()
             return {"id": rid, "result": hello}
@@ -58,16 +58,16 @@ class Server:
         if method == "reset":
             self.target.cache, self.created = None, False
             return {"id": rid, "result": None}
-        if method not in FACE_METHODS:
+        if method not in self.face_methods:
             return error("protocol", f"unknown method {method!r}")
         if method in OPTIONAL_METHODS and method not in self.methods:
             return error("unsupported", f"{method} is not implemented")
         if not self.created:
             return error("protocol", "no cache: send create first")
-        names = FACE_METHODS[method]
-        if any(name not in params for name in names):
+        names = self.face_methods[method]
+        if any(name not in params and name not in OPTIONAL_PARAMS for name in names):
             return error("protocol", f"{method} takes {names}")
-        outcome = self.target.call(method, {name: params[name] for name in names})
+        outcome = self.target.call(method, {name: params.get(name) for name in names})
         if not outcome.ok:
             return error("rejected", outcome.error, _rule(outcome.error))
         return {"id": rid, "result": outcome.value}

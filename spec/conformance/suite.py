@@ -10,12 +10,13 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Optional, Union
 
 from ..rules import BY_ID
+from . import layouts
 from . import scope as scopes
-from .configs import BAD_CONFIGS, SUITE_CONFIGS, JsonConfig, describe
+from .configs import JsonConfig, describe
 from .coverage import family, in_scope, shortfall
 from .coverage import summary as rules_summary
-from .engine import CRASH, LENIENT, OVER_STRICT, WRONG, Finding, Step, run_program
-from .programs import edge_programs, random_program, shrink
+from .engine import CRASH, LENIENT, OVER_STRICT, WRONG, Finding, Step
+from .programs import shrink
 from .targets import HarnessInterrupted, SubprocessTarget, Target, TargetCrash, parse_target, safety_alarm
 
 REPORT_FORMAT = "kvcache-conformance-report/2"
@@ -156,7 +157,7 @@ def replay(target: Union[str, Target], config: JsonConfig, steps: list[Step],
     owned = isinstance(target, str)
     chosen = parse_target(target) if isinstance(target, str) else target
     try:
-        result = run_program(chosen, config, steps, exact)
+        result = layouts.run_any(chosen, config, steps, exact)
     finally:
         if owned:
             chosen.close()
@@ -166,24 +167,25 @@ def replay(target: Union[str, Target], config: JsonConfig, steps: list[Step],
     return {"class": f.kind, "rule": f.rule, "message": f.message, "step_index": f.step_index}
 
 
-def _interleaved(configs: tuple[JsonConfig, ...]) -> list[tuple[JsonConfig, list[Step]]]:
+def _interleaved(configs: tuple[JsonConfig, ...], layout: layouts.Layout) -> list[tuple[JsonConfig, list[Step]]]:
     """Edge programs round-robin over the configurations: the first programs already touch every
     configuration (and family), so a run stopped early has still exercised each of them."""
-    per = [edge_programs(cfg) for cfg in configs]
+    per = [layout.edge_programs(cfg) for cfg in configs]
     return [(cfg, programs[i][1]) for i in range(max(len(p) for p in per))
             for cfg, programs in zip(configs, per) if i < len(programs)]
 
 
 def run_suite(target: Target, profile: str = "quick", seed: int = 0,
-              configs: tuple[JsonConfig, ...] = SUITE_CONFIGS, deadline: Optional[float] = None,
+              configs: Optional[tuple[JsonConfig, ...]] = None, deadline: Optional[float] = None,
               stop_after_first: bool = False, crash_shrink_budget: int = CRASH_SHRINK_BUDGET,
               edges: bool = True, restart_cap: Optional[int] = None,
-              scope: Optional[scopes.Scope] = None) -> SuiteResult:
+              scope: Optional[scopes.Scope] = None, layout: Optional[str] = None) -> SuiteResult:
     """Edge programs for every config inside the scope, then random ones, then the border (configs
     outside the scope must be refused, SCOPE-BORDER), then invalid configs; findings shrunk and kept
     per cause. A crash or a hang does not end the run: the target restarts (up to the restart cap).
 
     scope: overrides the target's declared scope (the CLI's --scope).
+    layout: overrides the target's declared layout (the CLI's --layout); configs default to the layout's.
 
     deadline: the wall-clock safety net in seconds (default: the profile's); hitting it is INCOMPLETE.
     The harness's own SIGTERM/SIGINT/SIGHUP (`stop_on_signals`) ends the run INCOMPLETE, with the partial
@@ -199,6 +201,10 @@ def run_suite(target: Target, profile: str = "quick", seed: int = 0,
     rows_used = 0
     causes_seen: set[tuple[Any, ...]] = set()
     scope = scope or declared_scope(target)
+    drive = layouts.of(target, layout)   # known once a cmd: target's hello is read
+    target.layout = drive.name
+    run_program = drive.run_program
+    configs = configs or drive.configs
     result.declared = scopes.summary(scope, configs)
     result.skipped |= set(scopes.notes(result.declared))
     configs, outside = (tuple(part) for part in scopes.split(configs, scope))
@@ -206,9 +212,9 @@ def run_suite(target: Target, profile: str = "quick", seed: int = 0,
         result.aborted = f"no suite configuration lies inside the scope [{scope}] ({scope.source}): nothing to check"
         return result
 
-    work = _interleaved(configs) if edges else []
+    work = _interleaved(configs, drive) if edges else []
     randoms = [rng.choice(configs) for _ in range(plan.random_programs)]
-    bad_configs = [bad for _, bad, _ in BAD_CONFIGS] if target.validates_configs else []
+    bad_configs = drive.bad_configs(target.validates_configs)
     result.planned = len(work) + len(randoms) + len(bad_configs)
     result.configs = {describe(cfg): cfg for cfg in configs}
 
@@ -322,12 +328,12 @@ def run_suite(target: Target, profile: str = "quick", seed: int = 0,
                            "which validates itself")
     try:
         with safety_alarm(safety - time.monotonic()):
-            for cfg, program in work + [(cfg, random_program(cfg, rng, rng.randint(3, plan.largest)))
+            for cfg, program in work + [(cfg, drive.random_program(cfg, rng, rng.randint(3, plan.largest)))
                                         for cfg in randoms]:
                 if stopped():
                     break
                 one(cfg, program)
-            border(outside, result, stopped, one, lambda cfg: check(cfg, [], False))
+            border(outside, result, stopped, one, lambda cfg: check(cfg, [], False), drive)
             # Config validation last: each invalid configuration must be refused at create.
             for bad_cfg in bad_configs:
                 if stopped():
@@ -343,7 +349,7 @@ def run_suite(target: Target, profile: str = "quick", seed: int = 0,
         target.kill()
     finally:
         result.seconds = time.monotonic() - started
-        result.scope = in_scope(target.validates_configs, target.optional)
+        result.scope = in_scope(target.validates_configs, target.optional, drive.name)
         _scope_coverage(result, outside)
         if isinstance(target, SubprocessTarget) and result.seconds > 0:
             result.requests_per_second = (target.requests - requests_before) / result.seconds
@@ -362,7 +368,7 @@ def declared_scope(target: Target) -> scopes.Scope:
 
 def border(outside: tuple[JsonConfig, ...], result: SuiteResult, stopped: Callable[[], bool],
            one: Callable[[JsonConfig, list[Step]], None],
-           refused: Callable[[JsonConfig], Optional[Finding]]) -> None:
+           refused: Callable[[JsonConfig], Optional[Finding]], layout: layouts.Layout = layouts.SEQUENCE) -> None:
     """SCOPE-BORDER: each suite config outside the scope must be refused at creation. One that is
     accepted is probed with the edge programs until the target is seen serving it another way
     (wrong); accepted but never seen wrong stays lenient."""
@@ -375,7 +381,7 @@ def border(outside: tuple[JsonConfig, ...], result: SuiteResult, stopped: Callab
             continue   # refused at creation, as it must be
         one(cfg, [])   # accepted (or died on it): recorded
         result.exercised.add(scopes.BORDER_RULE)
-        for _, program in edge_programs(cfg):
+        for _, program in layout.edge_programs(cfg):
             if stopped() or wrong in result.findings:
                 break
             one(cfg, program)

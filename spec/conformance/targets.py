@@ -137,8 +137,24 @@ def _die_with_parent() -> None:
         pass
 
 
+LAYOUTS = ("sequence", "cell")    # the layouts a target may implement (PROTOCOL.md: hello's "layout")
+# The protocol's methods of each layout and their parameters (PROTOCOL.md, "Methods", "Cell methods");
+# a parameter in OPTIONAL_PARAMS may be left out (null).
+FACE_METHODS: dict[str, dict[str, tuple[str, ...]]] = {
+    "sequence": {"can_extend": ("n",), "capacity": (), "length": (), "rewind": ("new_len",), "clear": (),
+                 "plan": ("layer", "position", "T"), "commit": ("plan",), "depth": ("layer",),
+                 "retained_from": ("layer",), "faces": ()},
+    "cell": {"declare_step": ("seq_ids",), "place_step": ("layer", "positions"), "seq_new": (),
+             "seq_clone": ("src", "upto"), "seq_rm": ("seq_id", "p0", "p1"), "seq_len": ("seq_id",),
+             "next_pos": ("seq_id",), "free_cells": (), "used_end": (), "live": (), "can_extend": ("n",),
+             "capacity": (), "clear": (), "faces": ()},
+}
+OPTIONAL_PARAMS = ("upto", "p1")
+
+
 class Target(abc.ABC):
     name: str
+    layout: str = "sequence"            # a python: factory's `kvcache_layout`, a cmd: target's hello
     optional: frozenset[str] = frozenset(OPTIONAL_METHODS)
     scope: scopes.Scope = scopes.FULL   # what the target declares it implements (scope.py)
 
@@ -188,6 +204,18 @@ def plan_key(plan: Any) -> str:
     return json.dumps(plan, sort_keys=True)
 
 
+def cell_step_to_json(step: Any) -> Any:
+    """A target's CellStep as JSON ({"length", "read_len", "cells", "mask_bits"}); one without those
+    fields comes back as {"unreadable": what is wrong}, which the engine fails (CELL-STEP-SHAPE)."""
+    if step is None:
+        return None
+    try:
+        return {"length": step.length, "read_len": step.read_len, "cells": list(step.cells),
+                "mask_bits": list(bytes(step.mask_bits))}
+    except (AttributeError, TypeError, ValueError) as error:
+        return {"unreadable": f"{type(step).__name__}: {error}"}
+
+
 # --- Python targets -------------------------------------------------------------------------------
 
 class PythonTarget(Target):
@@ -204,6 +232,9 @@ class PythonTarget(Target):
             self.scope = scopes.from_factory(self.factory)
         except scopes.ScopeError as error:
             raise TargetError(f"{spec}: kvcache_scope: {error}") from error
+        self.layout = getattr(self.factory, "kvcache_layout", "sequence")
+        if self.layout not in LAYOUTS:
+            raise TargetError(f"{spec}: kvcache_layout is {self.layout!r}, not one of {LAYOUTS}")
         self.cache: Any = None
         self.issued: dict[str, Any] = {}   # plan JSON -> the target's own plan object
 
@@ -211,7 +242,8 @@ class PythonTarget(Target):
         self.cache, self.issued = None, {}
         try:
             config = to_kvcache(cfg)
-            self.cache = self.factory(config)
+            # a cell config carries max_seqs (CELL-MAX-SEQS), handed over unchecked: the target checks it
+            self.cache = self.factory(config, **({"max_seqs": cfg["max_seqs"]} if "max_seqs" in cfg else {}))
         except HarnessInterrupted:
             raise
         except Exception as error:
@@ -232,8 +264,15 @@ class PythonTarget(Target):
     def call(self, method: str, args: dict[str, Any]) -> Outcome:
         cache = self.cache
         try:
+            if method == "faces" and self.layout == "cell":
+                return Outcome(True, {"same_object": cache.as_batch_control() is cache.as_cell_stepper()})
             if method == "faces":
                 return Outcome(True, {"same_object": cache.as_control() is cache.as_planner()})
+            if method == "place_step":
+                return Outcome(True, cell_step_to_json(cache.place_step(args["layer"], args["positions"])))
+            if method == "live":
+                live = cache.live()
+                return Outcome(True, sorted(live) if isinstance(live, (set, frozenset)) else live)
             if method == "plan":
                 result = cache.plan(args["layer"], args["position"], args["T"])
                 value = plan_to_json(result)
@@ -243,7 +282,8 @@ class PythonTarget(Target):
             if method == "commit":
                 return Outcome(True, cache.commit(self._plan_object(args["plan"])))
             function = getattr(cache, method)
-            return Outcome(True, function(*args.values()))
+            names = FACE_METHODS[self.layout].get(method)   # by name: a replayed call's params are sorted
+            return Outcome(True, function(*(args.values() if names is None else (args.get(n) for n in names))))
         except HarnessInterrupted:
             raise
         except Exception as error:
@@ -309,6 +349,10 @@ class SubprocessTarget(Target):
             raise TargetCrash(f"protocol: handshake answered {hello.value if hello.ok else hello.error!r}, "
                               f"expected protocol {PROTOCOL_NAME!r} version {PROTOCOL_VERSION}")
         self.info = result
+        self.layout = result.get("layout", "sequence")
+        if self.layout not in LAYOUTS:
+            self._kill()
+            raise TargetCrash(f"protocol: hello: layout {self.layout!r} is not one of {list(LAYOUTS)}")
         try:
             self.scope = scopes.FULL if "scope" not in result else \
                 scopes.parse(result["scope"], "declared in the target's hello")

@@ -14,14 +14,16 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 from .. import model
-from ..rules import BY_ID
+from ..rules import BY_ID, RULES
 from . import scope as scopes
 from .configs import BAD_CONFIGS, SUITE_CONFIGS, JsonConfig, config, describe, layer, to_model
+from .cell_engine import CellEngine, to_cell_model
+from .cell_programs import CELL_CONFIGS, bad_cell_configs, edge_cell_programs
 from .engine import ROW_FORGERIES, Engine, Step
-from .modeltarget import ModelTarget
+from .modeltarget import CellModelTarget, ModelTarget
 from .programs import BAD_CALLS, edge_programs, plan, step
 from .targets import Outcome, Target, TargetCrash
 
@@ -69,23 +71,35 @@ class Recorder(Target):
 
     name = "model (recording)"
 
-    def __init__(self) -> None:
-        self.model = ModelTarget()
+    def __init__(self, layout: str = "sequence") -> None:
+        self.layout = layout
+        self.model: Union[ModelTarget, CellModelTarget] = CellModelTarget() if layout == "cell" else ModelTarget()
         self.calls: list[dict[str, Any]] = []
 
     def create(self, cfg: JsonConfig) -> Outcome:
         self.calls = []
         return self.model.create(cfg)
 
+    def refusal(self, method: str, args: dict[str, Any], value: Any, before: int) -> Optional[str]:
+        """The rule of a refusal answer (null / false where the spec refuses), None for a result."""
+        if self.layout == "cell":
+            refused = {("seq_new", None): "CELL-NEW", ("seq_clone", None): "CELL-FORK",
+                       ("declare_step", False): "CELL-DECLARE"}
+            return refused.get((method, value)) if value is None or value is False else None
+        if method == "plan" and value is None:
+            return "ADMIT"
+        if method == "rewind" and value is False:
+            return "REWIND-GROW" if args["new_len"] > before else "REWIND-SOUND"
+        return None
+
     def call(self, method: str, args: dict[str, Any]) -> Outcome:
-        before = self.model.state.length
+        before = self.model.state.length if self.layout == "sequence" else 0
         outcome = self.model.call(method, args)
+        refused = self.refusal(method, args, outcome.value, before) if outcome.ok else None
         if not outcome.ok:
             expect: dict[str, Any] = {"rejected": outcome.error[1:outcome.error.index("]")]}
-        elif method == "plan" and outcome.value is None:
-            expect = {"refused": "ADMIT"}
-        elif method == "rewind" and outcome.value is False:
-            expect = {"refused": "REWIND-GROW" if args["new_len"] > before else "REWIND-SOUND"}
+        elif refused:
+            expect = {"refused": refused}
         else:
             expect = {"result": outcome.value}
         self.calls.append({"method": method, "params": args, "expect": expect, "_length": before})
@@ -257,16 +271,28 @@ def _run_case(cfg: JsonConfig, program: list[Step]) -> list[dict[str, Any]]:
     return recorder.calls
 
 
+class _Numbered:
+    """Tests numbered in order (tcId), their calls without the recorder's private fields."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self, comment: str, calls: list[dict[str, Any]], flags: list[str]) -> dict[str, Any]:
+        self.count += 1
+        return {"tcId": self.count, "comment": comment, "flags": flags, "result": _result(calls),
+                "calls": [{k: v for k, v in call.items() if not k.startswith("_")} for call in calls]}
+
+
+def _elsewhere(covered: list[str], other: str) -> dict[str, str]:
+    """The rules this file's tests do not flag (the other layout's), each pointing to the file that
+    covers it (tests/test_vectors.py checks that it does)."""
+    return {rule.id: f"{other} covers it" for rule in RULES if rule.id not in covered and rule.id not in NOT_COVERED}
+
+
 def build() -> dict[str, Any]:
     """The whole vectors document, deterministically."""
     groups: list[dict[str, Any]] = []
-    tc_id = 0
-
-    def test(comment: str, calls: list[dict[str, Any]], flags: list[str]) -> dict[str, Any]:
-        nonlocal tc_id
-        tc_id += 1
-        return {"tcId": tc_id, "comment": comment, "flags": flags, "result": _result(calls),
-                "calls": [{k: v for k, v in call.items() if not k.startswith("_")} for call in calls]}
+    test = _Numbered()
 
     targeted = targeted_cases()
     bad_call_configs = {json.dumps(c) for c in (FLAT8, RING4_M2, MIXED)}
@@ -300,23 +326,74 @@ def build() -> dict[str, Any]:
                               [scopes.BORDER_RULE, scopes.WITHOUT[feature]]))
     groups.append({"config": None, "configName": "invalid configs (each test creates its own)",
                    "tests": bad_tests})
+    header = ["Generated from spec/model.py by `kvcache vectors`; do not edit by hand.",
+              "Each test: create the group's config (a fresh cache), then send each call "
+              "(spec/PROTOCOL.md) and grade the answer by its expectation (see schema.json).",
+              "Plans are exact: these vectors test the canonical layout (LAYOUT-CANON)."]
+    return _document("kvcache-sequence-cache", header, groups, test.count, BUG_CLASSES, CELL_VECTORS_FILE)
+
+
+def _document(algorithm: str, header: list[str], groups: list[dict[str, Any]], count: int,
+              bug_classes: dict[str, str], other_file: str) -> dict[str, Any]:
+    """A vectors document: the notes of every flag used, and the rules covered by the other file."""
     covered = sorted({flag for group in groups for t in group["tests"] for flag in t["flags"]})
     return {
-        "algorithm": "kvcache-sequence-cache",
+        "algorithm": algorithm,
         "schema": SCHEMA_FILE,
         "formatVersion": FORMAT_VERSION,
         "generatorVersion": "kvcache_spec.conformance.vectors/1",
-        "numberOfTests": tc_id,
-        "header": ["Generated from spec/model.py by `kvcache vectors`; do not edit by hand.",
-                   "Each test: create the group's config (a fresh cache), then send each call "
-                   "(spec/PROTOCOL.md) and grade the answer by its expectation (see schema.json).",
-                   "Plans are exact: these vectors test the canonical layout (LAYOUT-CANON)."],
+        "numberOfTests": count,
+        "header": header,
         "notes": {**{rule: BY_ID[rule].statement for rule in covered if rule in BY_ID},
-                  **{flag: text for flag, text in BUG_CLASSES.items()},
+                  **{flag: text for flag, text in bug_classes.items()},
                   **{flag: text for flag, text in scopes.FLAG_NOTES.items() if flag in covered}},
-        "notCovered": NOT_COVERED,
+        "notCovered": {**NOT_COVERED, **_elsewhere(covered, other_file)},
         "testGroups": groups,
     }
+
+
+# --- the cell layout's vectors ----------------------------------------------------------------------
+
+CELL_VECTORS_FILE = "cell_vectors.json"
+CELL_VECTOR_CONFIGS = CELL_CONFIGS[:6]   # the seventh (16 cells, 64 ids, three layers) adds size, not cases
+
+
+def _cell_flags(calls: list[dict[str, Any]], exercised: set[str], cfg: JsonConfig, extra: list[str]) -> list[str]:
+    """A cell test's flags: the rules its run exercised, those its rejections name, the scope's needs."""
+    rejected = {call["expect"]["rejected"] for call in calls if "rejected" in call["expect"]}
+    return sorted(exercised | rejected | set(extra) | set(scopes.needs_flags(cfg)))
+
+
+def build_cells() -> dict[str, Any]:
+    """The cell layout's vectors document: the cell edge programs on the suite's cell configs, as the
+    cell engine sends them (light), answered by the cell model (canonical placement), then the
+    configurations a cell cache must refuse. Flags: the rules each test exercises."""
+    test = _Numbered()
+    groups: list[dict[str, Any]] = []
+    for cfg in CELL_VECTOR_CONFIGS:
+        tests = []
+        for name, program in edge_cell_programs(cfg):
+            recorder = Recorder("cell")
+            run = CellEngine(recorder, cfg, exact=True, light=True).run(program)
+            assert run.finding is None and not run.layout, f"the cell model disagrees with itself: {run.finding}"
+            tests.append(test(name, recorder.calls, _cell_flags(recorder.calls, run.exercised, cfg, [])))
+        groups.append({"config": cfg, "configName": describe(cfg) + f", max_seqs {cfg['max_seqs']}", "tests": tests})
+    bad_tests = []
+    for bad_cfg in bad_cell_configs(True):
+        made = to_cell_model(bad_cfg)
+        assert isinstance(made, model.Rejected), bad_cfg
+        call = {"method": "create", "params": {"config": bad_cfg}, "expect": {"rejected": made.rule}}
+        bad_tests.append(test(f"invalid cell config: {describe(bad_cfg)}, max_seqs {bad_cfg['max_seqs']!r}",
+                              [call], [made.rule]))
+    groups.append({"config": None, "configName": "invalid configs (each test creates its own)", "tests": bad_tests})
+    header = ["Generated from spec/cell_model.py by `kvcache vectors`; do not edit by hand.",
+              "Each test: create the group's config (a fresh cell cache), then send each call "
+              "(spec/PROTOCOL.md, \"Cell methods\") and grade the answer by its expectation (see schema.json).",
+              "CellSteps are exact: these vectors test the canonical placement (CELL-LAYOUT-CANON)."]
+    return _document("kvcache-cell-cache", header, groups, test.count, {}, VECTORS_FILE)
+
+
+VECTOR_FILES: dict[str, Any] = {VECTORS_FILE: build, CELL_VECTORS_FILE: build_cells}   # file -> its builder
 
 
 def render(document: dict[str, Any]) -> str:
@@ -363,7 +440,7 @@ SCHEMA: dict[str, Any] = {
     "type": "object",
     "required": ["algorithm", "schema", "formatVersion", "numberOfTests", "notes", "testGroups"],
     "properties": {
-        "algorithm": {"const": "kvcache-sequence-cache"},
+        "algorithm": {"enum": ["kvcache-sequence-cache", "kvcache-cell-cache"]},
         "schema": {"type": "string"},
         "formatVersion": {"const": FORMAT_VERSION},
         "generatorVersion": {"type": "string"},
@@ -383,7 +460,7 @@ SCHEMA: dict[str, Any] = {
     "$defs": {
         "config": {"type": "object", "required": ["capacity", "n_layers", "layers"],
                    "properties": {"capacity": {}, "n_layers": {}, "layers": {"type": "array"},
-                                  "initial_capacity": {}, "max_write": {}}},
+                                  "initial_capacity": {}, "max_write": {}, "max_seqs": {}}},
         "test": {"type": "object", "required": ["tcId", "comment", "flags", "result", "calls"],
                  "properties": {"tcId": {"type": "integer"}, "comment": {"type": "string"},
                                 "flags": {"type": "array", "items": {"type": "string"}},
@@ -391,7 +468,9 @@ SCHEMA: dict[str, Any] = {
                                 "calls": {"type": "array", "items": {"$ref": "#/$defs/call"}}}},
         "call": {"type": "object", "required": ["method", "params", "expect"],
                  "properties": {"method": {"enum": ["create", "can_extend", "capacity", "length", "rewind", "clear",
-                                                    "plan", "commit", "depth", "retained_from", "faces"]},
+                                                    "plan", "commit", "depth", "retained_from", "faces",
+                                                    "declare_step", "place_step", "seq_new", "seq_clone", "seq_rm",
+                                                    "seq_len", "next_pos", "free_cells", "used_end", "live"]},
                                 "params": {"type": "object"},
                                 "expect": {"oneOf": [
                                     {"type": "object", "required": ["result"], "additionalProperties": False,
@@ -414,9 +493,10 @@ def _same(a: Any, b: Any) -> bool:
 def replay_vectors(target: Target, document: Optional[dict[str, Any]] = None) -> tuple[int, list[str], int]:
     """Replay every test inside the target's declared scope (NEEDS-/WITHOUT- flags);
     (tests passed, failure messages, tests skipped as outside the scope)."""
-    document = document or json.loads((VECTORS_DIR / VECTORS_FILE).read_text())
+    scope = target.declared_scope()   # a cmd: target's hello also says its layout
+    document = document or json.loads((VECTORS_DIR / (CELL_VECTORS_FILE if target.layout == "cell"
+                                                      else VECTORS_FILE)).read_text())
     passed, failures, skipped = 0, [], 0
-    scope = target.declared_scope()
     for group in document["testGroups"]:
         for t in group["tests"]:
             if not scopes.applies(t["flags"], scope):
@@ -455,20 +535,22 @@ def _replay_test(target: Target, cfg: Optional[JsonConfig], calls: list[dict[str
 FINDINGS_GENERATOR = "kvcache_spec.conformance.findings/1"
 
 
-def _record(cfg: JsonConfig, steps: list[Step], optional: frozenset[str]) -> list[dict[str, Any]]:
-    """The calls the engine sends for `steps` on a target with these optional methods, answered by
-    the model: the same calls (length() or can_extend probes alike) the finding was seen through."""
-    recorder = Recorder()
+def _record(cfg: JsonConfig, steps: list[Step], optional: frozenset[str],
+            layout: str = "sequence") -> tuple[list[dict[str, Any]], set[str]]:
+    """The calls the engine of the layout sends for `steps` on a target with these optional methods,
+    answered by the model: the same calls (length() or can_extend probes alike) the finding was seen
+    through; and the rules the run exercised (a cell test's flags)."""
+    recorder = Recorder(layout)
     recorder.optional = optional
-    Engine(recorder, cfg, exact=True).run(steps)
-    return recorder.calls
+    run = (CellEngine if layout == "cell" else Engine)(recorder, cfg, exact=True).run(steps)
+    return recorder.calls, run.exercised
 
 
 def finding_document(finding: Any, cfg: JsonConfig, steps: list[Step], optional: frozenset[str],
-                     scope: scopes.Scope, target: str) -> dict[str, Any]:
+                     scope: scopes.Scope, target: str, layout: str = "sequence") -> dict[str, Any]:
     """One finding as a golden-vector file with one test: the target's own driver replays it
     (`./my_target --vectors FILE`) and fails where the suite saw the finding."""
-    made = to_model(cfg)
+    made = to_cell_model(cfg) if layout == "cell" else to_model(cfg)
     group_cfg: Optional[JsonConfig] = cfg
     if finding.rule == scopes.BORDER_RULE:   # it must refuse the config at all
         group_cfg = None
@@ -479,13 +561,14 @@ def finding_document(finding: Any, cfg: JsonConfig, steps: list[Step], optional:
         calls = [{"method": "create", "params": {"config": cfg}, "expect": {"rejected": made.rule}}]
         flags = [made.rule]
     else:
-        calls = _record(cfg, steps, optional)
-        flags = _flags(calls, cfg, [finding.rule] if finding.rule in BY_ID else [])
+        calls, exercised = _record(cfg, steps, optional, layout)
+        extra = [finding.rule] if finding.rule in BY_ID else []
+        flags = _flags(calls, cfg, extra) if layout == "sequence" else _cell_flags(calls, exercised, cfg, extra)
     comment = f"{finding.kind} {finding.rule}: {finding.message}"
     flags = sorted(set(flags))
     clean = [{k: v for k, v in call.items() if not k.startswith("_")} for call in calls]
     return {
-        "algorithm": "kvcache-sequence-cache", "schema": SCHEMA_FILE, "formatVersion": FORMAT_VERSION,
+        "algorithm": f"kvcache-{layout}-cache", "schema": SCHEMA_FILE, "formatVersion": FORMAT_VERSION,
         "generatorVersion": FINDINGS_GENERATOR, "numberOfTests": 1,
         "header": [f"A finding of `kvcache conformance` on {target}, as a golden-vector file: replay it with "
                    "the target's own driver (./my_target --vectors THIS_FILE); it fails until the finding is "
@@ -506,7 +589,7 @@ def save_findings(found: list[tuple[Any, JsonConfig, list[Step]]], directory: Pa
     directory.mkdir(parents=True, exist_ok=True)
     saved = []
     for index, (finding, cfg, steps) in enumerate(found, 1):
-        document = finding_document(finding, cfg, steps, target.optional, scope, target.name)
+        document = finding_document(finding, cfg, steps, target.optional, scope, target.name, target.layout)
         path = directory / f"{index:02d}-{finding.kind}-{finding.rule}.json".lower()
         path.write_text(render(document))
         group = document["testGroups"][0]
@@ -543,7 +626,8 @@ def main(argv: Optional[list[str]] = None) -> int:
             print(f"kvcache vectors: --out {args.out}: cannot be written: {error.strerror or error}",
                   file=sys.stderr)
             return 2
-    wanted = {VECTORS_FILE: render(build()), SCHEMA_FILE: json.dumps(SCHEMA, indent=1) + "\n"}
+    wanted = {**{name: render(builder()) for name, builder in VECTOR_FILES.items()},
+              SCHEMA_FILE: json.dumps(SCHEMA, indent=1) + "\n"}
     if args.check:
         stale = [name for name, text in wanted.items()
                  if not (out / name).exists() or (out / name).read_text() != text]
@@ -553,7 +637,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                       file=sys.stderr)
             print("kvcache vectors: run `kvcache vectors` and commit", file=sys.stderr)
             return 1
-        print(f"kvcache vectors: {out / VECTORS_FILE} matches the model")
+        print(f"kvcache vectors: {', '.join(str(out / name) for name in VECTOR_FILES)} match the models")
         return 0
     try:
         for name, text in wanted.items():
@@ -561,7 +645,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     except OSError as error:
         print(f"kvcache vectors: --out {args.out}: cannot be written: {error.strerror or error}", file=sys.stderr)
         return 2
-    print(f"kvcache vectors: wrote {out / VECTORS_FILE} and {out / SCHEMA_FILE}")
+    print(f"kvcache vectors: wrote {', '.join(str(out / name) for name in VECTOR_FILES)} and {out / SCHEMA_FILE}")
     return 0
 
 

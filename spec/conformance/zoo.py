@@ -566,3 +566,65 @@ class HangsInProcess(Faithful):
 
 HOSTILE["hangs_in_process"] = HangsInProcess
 hangs_in_process = HangsInProcess
+
+
+# --- the cell layout ---------------------------------------------------------------------------------
+# The broken cell caches live in kvcache_proofs._cell_broken (subclasses of the reference whose
+# contracts catch their own bug in a debug run): the suite drives each out of process under
+# `python -O`, where only the conformance checks can see it. name -> (target, class, rule).
+def _broken_cell(name: str) -> str:
+    return f"cmd:{sys.executable} -O -m kvcache_spec.conformance.serve python:kvcache_proofs._cell_broken:{name}"
+
+
+CELL_ZOO: dict[str, tuple[str, str, str]] = {
+    "stale_owner_bit": (_broken_cell("stale_owner_bit"), "wrong", "CELL-DATA-SOUND"),
+    "fork_past_cut": (_broken_cell("fork_past_cut"), "wrong", "CELL-FORK"),
+    "rm_off_by_one": (_broken_cell("rm_off_by_one"), "wrong", "CELL-RM"),
+    "stale_memo_mask": (_broken_cell("stale_memo_mask"), "wrong", "CELL-DATA-SOUND"),
+    "id_reused_while_owned": (_broken_cell("id_reused_while_owned"), "wrong", "CELL-RM"),
+}
+
+
+class UpstreamLaxCells:
+    """Upstream's lax answers over the reference (reference/upstream-cell-cache.md): an id out of
+    range or not live answers False / 0 / None instead of raising, seq_rm of a dead id answers True,
+    and seq_clone of a source that owns no cell answers None. Lenient (and over-strict for the fork),
+    never wrong: every answer it gives where the spec serves the call is the spec's."""
+
+    kvcache_layout = "cell"
+
+    def __init__(self, config: CacheConfig, max_seqs: int = 64) -> None:
+        from kvcache import CellCache
+        self.inner = CellCache(config, max_seqs)
+        self.max_seqs = max_seqs
+
+    def __getattr__(self, name: str) -> Any:   # every other method is the reference's
+        return getattr(self.inner, name)
+
+    def _dead(self, seq_id: Any) -> bool:
+        return not _int(seq_id) or seq_id not in self.inner.live()
+
+    def as_batch_control(self) -> "UpstreamLaxCells":
+        return self
+
+    def as_cell_stepper(self) -> "UpstreamLaxCells":
+        return self
+
+    def seq_rm(self, seq_id: Any, p0: Any, p1: Any = None) -> bool:
+        if not _int(seq_id) or not 0 <= seq_id < self.max_seqs:
+            return False
+        return True if self._dead(seq_id) else bool(self.inner.seq_rm(seq_id, p0, p1))
+
+    def seq_len(self, seq_id: Any) -> int:
+        return 0 if self._dead(seq_id) else int(self.inner.seq_len(seq_id))
+
+    def next_pos(self, seq_id: Any) -> int:
+        return 0 if self._dead(seq_id) else int(self.inner.next_pos(seq_id))
+
+    def seq_clone(self, src: Any, upto: Any = None) -> Optional[int]:
+        if self._dead(src) or self.inner.seq_len(src) == 0:
+            return None
+        return self.inner.seq_clone(src, upto)
+
+
+upstream_lax_cells = UpstreamLaxCells

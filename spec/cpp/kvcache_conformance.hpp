@@ -43,6 +43,15 @@
 //   max_write null (else SCOPE-BORDER: such a Config is outside the max_write scope), initial_capacity
 //   512 (its default), window 0 (a ring layer needs a window), n_kv_heads / head_dim >= 1 (CFG-SHAPE).
 //
+// The cell layout (PR #21902): a Cache with place_step(int layer, const int32_t* positions, int length)
+// -> const CellStep* (CellStep with int length, int read_len, const int32_t* cells, const uint8_t*
+// mask_bits) is driven as a cell cache - the same run_main, the hello says "layout": "cell" - and needs
+// declare_step(const std::vector<int32_t>&) -> bool, seq_new() -> std::optional<int32_t>,
+// seq_clone(int32_t, std::optional<int>) -> std::optional<int32_t>, seq_rm(int32_t, int,
+// std::optional<int>) -> bool, seq_len(int32_t), next_pos(int32_t), free_cells(), used_end(),
+// live(int32_t) -> bool (the live ids are listed from it), can_extend, capacity, clear; faces
+// as_batch_control()/as_cell_stepper() are detected. It is constructed from (const Config&, max_seqs).
+//
 // A C++ `int` parameter cannot receive `true`, `1.5` or 2^31: the driver rejects such arguments
 // at the JSON boundary (rule ARG-INT / ARG-RANGE). Negatives, zero T, gaps and forged plans reach
 // the implementation. A std::exception thrown by the implementation is a rejection ("rejected").
@@ -360,6 +369,23 @@ template <class C> struct has_n_kv_heads<C, std::void_t<decltype(std::declval<C&
 template <class C, class = void> struct has_head_dim : std::false_type {};
 template <class C> struct has_head_dim<C, std::void_t<decltype(std::declval<C&>().head_dim)>> : std::true_type {};
 
+// The cell layout: detected by place_step; the sequence faces' plan type is then a placeholder.
+template <class C, class = void> struct is_cell_cache : std::false_type {};
+template <class C>
+struct is_cell_cache<C, std::void_t<decltype(std::declval<C&>().place_step(0, static_cast<const int32_t*>(nullptr), 0))>>
+    : std::true_type {};
+template <class C, class = void> struct has_cell_faces : std::false_type {};
+template <class C>
+struct has_cell_faces<C, std::void_t<decltype(std::declval<C&>().as_batch_control()),
+                                     decltype(std::declval<C&>().as_cell_stepper())>> : std::true_type {};
+struct NoRun { int start = 0, len = 0; };
+struct NoPlan { NoRun write[2]; int n_write = 0; NoRun read[2]; int n_read = 0; int read_base_pos = 0; };
+template <class C, class = void> struct plan_of { using type = NoPlan; };
+template <class C>
+struct plan_of<C, std::void_t<decltype(std::declval<C&>().plan(0, 0, 0))>> {
+  using type = typename std::decay_t<decltype(std::declval<C&>().plan(0, 0, 0))>::value_type;
+};
+
 // The part of the spec a cache implements (SCOPE-BORDER): its layer kinds. "max_write" joins the
 // announced scope by itself when Config has that field.
 struct Scope {
@@ -413,12 +439,14 @@ template <class Cache, class Config>
 class Driver {
  public:
   using Factory = std::function<std::unique_ptr<Cache>(const Config&)>;
-  using PlanT = typename std::decay_t<decltype(std::declval<Cache&>().plan(0, 0, 0))>::value_type;
+  using PlanT = typename plan_of<Cache>::type;
+  static constexpr bool kCells = is_cell_cache<Cache>::value;
   using LayerT = typename std::decay_t<decltype(std::declval<Config&>().layers)>::value_type;
 
   explicit Driver(std::string name, Factory factory = nullptr, Scope scope = Scope::full())
-      : name_(std::move(name)), factory_(factory ? std::move(factory) : Factory([](const Config& c) {
-          return std::make_unique<Cache>(c);
+      : name_(std::move(name)), factory_(factory ? std::move(factory) : Factory([this](const Config& c) {
+          if constexpr (kCells) return std::make_unique<Cache>(c, max_seqs_);  // a cell config's max_seqs
+          else return std::make_unique<Cache>(c);
         })), scope_(std::move(scope)) {}
 
   // The features announced in hello: the layer kinds, and max_write when Config has the field.
@@ -560,6 +588,7 @@ class Driver {
   Factory factory_;
   Scope scope_;
   std::unique_ptr<Cache> cache_;
+  int max_seqs_ = 64;   // the cell layout: the created config's max_seqs
 
   static bool to_int(const Json& v, int& out, std::string& rule) {
     if (!v.is(Json::Type::Int)) { rule = "ARG-INT"; return false; }  // bool, float, string: not an int
@@ -709,6 +738,7 @@ class Driver {
       r.set("version", Json::of(kProtocolVersion));
       r.set("implementation", Json::of(name_));
       r.set("methods", methods());
+      if constexpr (kCells) r.set("layout", Json::of("cell"));
       Json scope = Json::arr();
       for (const std::string& feature : features()) scope.push(Json::of(feature));
       r.set("scope", scope);
@@ -722,11 +752,106 @@ class Driver {
       Config c{};
       std::string rule, why;
       if (!config || !config_from(*config, c, rule, why)) return Response::error("rejected", rule, why);
+      max_seqs_ = 64;
+      if (const Json* m = config->get("max_seqs"); kCells && m && !to_int(*m, max_seqs_, rule))
+        return Response::error("rejected", rule, "max_seqs is not a C++ int");
       cache_ = factory_(c);
       return Response::result(Json::null());
     }
     if (!supports(method)) return Response::error("unsupported", "", method + " is not implemented");
     if (!cache_) return Response::error("protocol", "", "no cache: send create first");
+    if constexpr (kCells) return cell_dispatch(method, params);
+    else return sequence_dispatch(method, params);
+  }
+
+  // The cell layout's methods (spec/PROTOCOL.md, "Cell methods").
+  Response cell_dispatch(const std::string& method, const Json& params) {
+    Cache& cache = *cache_;
+    Response bad;
+    auto optional_int = [&](const char* name, std::optional<int>& out) {
+      const Json* v = params.get(name);
+      if (!v || v->is(Json::Type::Null)) { out = std::nullopt; return true; }
+      int value = 0;
+      std::string rule;
+      if (!to_int(*v, value, rule)) { bad = Response::error("rejected", rule, std::string(name) + " is not a C++ int"); return false; }
+      out = value;
+      return true;
+    };
+    auto int_list = [&](const char* name, std::vector<int32_t>& out) {
+      const Json* v = params.get(name);
+      if (!v || !v->is(Json::Type::Array)) { bad = Response::error("rejected", "ARG-TYPE", std::string(name) + " is not an array"); return false; }
+      for (const Json& item : v->array) {
+        int value = 0;
+        std::string rule;
+        if (!to_int(item, value, rule)) { bad = Response::error("rejected", rule, std::string(name) + " holds a non-int"); return false; }
+        out.push_back(value);
+      }
+      return true;
+    };
+    auto id_or_null = [](const auto& id) { return id ? Json::of(static_cast<long long>(*id)) : Json::null(); };
+    if (method == "declare_step") {
+      std::vector<int32_t> ids;
+      if (!int_list("seq_ids", ids)) return bad;
+      return Response::result(Json::of(static_cast<bool>(cache.declare_step(ids))));
+    }
+    if (method == "place_step") {
+      int layer = 0;
+      std::vector<int32_t> positions;
+      if (!ints(params, {{"layer", &layer}}, bad) || !int_list("positions", positions)) return bad;
+      const auto* step = cache.place_step(layer, positions.data(), static_cast<int>(positions.size()));
+      if (!step) return Response::result(Json::null());
+      Json j = Json::obj(), cells = Json::arr(), bits = Json::arr();
+      for (int i = 0; i < step->length; ++i) cells.push(Json::of(static_cast<long long>(step->cells[i])));
+      for (long long k = 0; k < static_cast<long long>(step->length) * step->read_len; ++k)
+        bits.push(Json::of(static_cast<long long>(step->mask_bits[k])));
+      j.set("length", Json::of(static_cast<long long>(step->length)));
+      j.set("read_len", Json::of(static_cast<long long>(step->read_len)));
+      j.set("cells", cells);
+      j.set("mask_bits", bits);
+      return Response::result(j);
+    }
+    if (method == "seq_new") return Response::result(id_or_null(cache.seq_new()));
+    if (method == "seq_clone" || method == "seq_rm" || method == "seq_len" || method == "next_pos") {
+      int id = 0, p0 = 0;
+      std::optional<int> cut;
+      bool clone = method == "seq_clone", rm = method == "seq_rm";
+      if (!ints(params, {{clone ? "src" : "seq_id", &id}}, bad)) return bad;
+      if (rm && !ints(params, {{"p0", &p0}}, bad)) return bad;
+      if ((clone || rm) && !optional_int(clone ? "upto" : "p1", cut)) return bad;
+      if (clone) return Response::result(id_or_null(cache.seq_clone(id, cut)));
+      if (rm) return Response::result(Json::of(static_cast<bool>(cache.seq_rm(id, p0, cut))));
+      long long n = method == "seq_len" ? cache.seq_len(id) : cache.next_pos(id);
+      return Response::result(Json::of(n));
+    }
+    if (method == "free_cells") return Response::result(Json::of(static_cast<long long>(cache.free_cells())));
+    if (method == "used_end") return Response::result(Json::of(static_cast<long long>(cache.used_end())));
+    if (method == "live") {
+      Json ids = Json::arr();
+      for (int32_t s = 0; s < 64; ++s)
+        if (cache.live(s)) ids.push(Json::of(static_cast<long long>(s)));
+      return Response::result(ids);
+    }
+    if (method == "faces") {
+      bool same = true;
+      if constexpr (has_cell_faces<Cache>::value)
+        same = is_this_object(cache, cache.as_batch_control()) && is_this_object(cache, cache.as_cell_stepper());
+      Json r = Json::obj();
+      r.set("same_object", Json::of(same));
+      return Response::result(r);
+    }
+    if (method == "can_extend") {
+      int n = 0;
+      if (!ints(params, {{"n", &n}}, bad)) return bad;
+      return Response::result(Json::of(static_cast<bool>(cache.can_extend(n))));
+    }
+    if (method == "capacity") return Response::result(Json::of(static_cast<long long>(cache.capacity())));
+    if (method == "clear") { cache.clear(); return Response::result(Json::null()); }
+    return Response::error("protocol", "", "unknown method " + method);
+  }
+
+  // The sequence layout's methods (spec/PROTOCOL.md, "Methods").
+  Response sequence_dispatch(const std::string& method, const Json& params) {
+    Response bad;
     Cache& cache = *cache_;
     if (method == "plan") {
       int layer = 0, position = 0, T = 0;
