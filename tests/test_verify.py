@@ -4,8 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -163,3 +170,61 @@ def test_verify_covers_the_cell_layout(tmp_path: Path) -> None:
     assert stages["cell-z3"]["numbers"]["proofs"] == "3/3"
     assert all(stage["verdict"] == "pass" for stage in stages.values())
     assert int(stages["cell-checker"]["numbers"]["states"]) > 300
+
+
+def _work(report: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
+    return [(s["name"], s["verdict"], {k: v for k, v in s["numbers"].items() if k not in ("states/s", "jobs")})
+            for s in report["stages"]]
+
+
+def test_overlapping_the_serial_stages_changes_no_stage_s_work(tmp_path: Path) -> None:
+    """With more than one process, the one-process stages run in a side lane beside the fanned-out
+    ones: every stage must still do exactly the work it does when the stages run one by one."""
+    stages = "stateful,z3,model-checker,cell-stateful,cell-z3"
+    one, two = tmp_path / "one.json", tmp_path / "two.json"
+    assert verify.main(["--profile", "quick", "--stages", stages, "--jobs", "1", "--json", str(one)]) == 0
+    assert verify.main(["--profile", "quick", "--stages", stages, "--jobs", "2", "--json", str(two)]) == 0
+    sequential, overlapped = json.loads(one.read_text()), json.loads(two.read_text())
+    assert [s["name"] for s in overlapped["stages"]] == stages.split(",")
+    assert _work(overlapped) == _work(sequential)
+
+
+def _processes_with(marker: str) -> list[int]:
+    """The pids whose environment holds `marker` (Linux /proc): verify's children inherit it."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if marker.encode() in (entry / "environ").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs Linux /proc to find the children")
+@pytest.mark.parametrize("signal_name", ["SIGTERM", "SIGINT"])
+def test_a_signal_stops_verify_incomplete_and_leaves_no_process(tmp_path: Path, signal_name: str) -> None:
+    """A stopped verify is INCOMPLETE (exit 3), never a pass or a counterexample; its reports are still
+    written; and no process it started (the side lane, the CrossHair gate and its workers, the model
+    checker's workers) outlives it."""
+    marker = f"KVCACHE_VERIFY_TEST_{uuid.uuid4().hex}"
+    report = tmp_path / "verify.json"
+    process = subprocess.Popen([sys.executable, "-m", "kvcache_proofs.verify", "--profile", "pre-merge",
+                                "--json", str(report)], env={**os.environ, marker: "1"},
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while len(_processes_with(marker)) < 3 and time.monotonic() < deadline:   # verify, lane, gate at least
+        time.sleep(0.2)
+    assert len(_processes_with(marker)) >= 3, "verify never started its stages"
+    process.send_signal(getattr(signal, signal_name))
+    stdout, _ = process.communicate(timeout=60)
+    assert process.returncode == 3, stdout
+    stages = json.loads(report.read_text())["stages"]
+    stopped = [s for s in stages if s["verdict"] == "INCOMPLETE"]
+    assert stopped and all(signal_name in s["detail"] for s in stopped)
+    assert all(s["verdict"] in ("pass", "INCOMPLETE") for s in stages)
+    deadline = time.monotonic() + 10
+    while _processes_with(marker) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _processes_with(marker) == []
