@@ -18,6 +18,12 @@ per condition and Z3 by its deterministic resource limit (rlimit), the model che
 configuration bounds (every reachable state of each). The seconds in a profile are safety nets that
 end a runaway stage INCOMPLETE; they are far above the measured times (README: the stress measurement).
 
+Processes: with more than one core (`--jobs`, default every core), CrossHair and the two model checkers
+fan out to a worker per core, and the one-process stages (the two state machines, the Z3 proofs) run
+meanwhile in a side process: each stage's work is the same as with `--jobs 1`, which runs the stages
+one by one. SIGTERM, SIGINT or SIGHUP stops verify: the unfinished stages are INCOMPLETE, the reports
+are written, exit 3, and no process verify started outlives it.
+
 Profiles: quick (seconds; the pre-commit hook), pre-merge (the CI profile, <= 60 s on two busy cores),
 deep (every core, the model checker's full bounds, the full CrossHair scope, an hour).
 `--target python:MODULE:FACTORY` runs the state machine and the model checker against another
