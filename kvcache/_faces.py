@@ -9,12 +9,23 @@ and each returns None from the other layout's faces.
 from __future__ import annotations
 
 import abc
-from typing import TYPE_CHECKING, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, TypeVar
+
+import icontract
 
 from ._types import SeqStepPlan
 
 if TYPE_CHECKING:  # _cells imports this module; the step type is only needed for annotations here
     from ._cells import CellStep
+
+
+_Face = TypeVar("_Face", bound=Callable[..., Any])
+
+
+def returns_self(face: str) -> Callable[[_Face], _Face]:
+    """FACES, stated once for every layout: the decorated `as_*` method returns the cache itself, `face`
+    naming what it is (e.g. "the cell runner's")."""
+    return icontract.ensure(lambda self, result: result is self, f"FACES: {face} face is this cache")
 
 
 class CacheControl(abc.ABC):
