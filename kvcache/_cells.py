@@ -319,16 +319,28 @@ def _lowest_clear_bit(mask: int) -> int:
 _Method = TypeVar("_Method", bound=Callable[..., Any])
 
 
+def _state_of(self: CellCache) -> _State:
+    return self._state()
+
+
+def _none_iff_every_id_live(self: CellCache, OLD: Any, result: Optional[int]) -> bool:
+    """CELL-NEW, CELL-FORK: a new id is refused (None) exactly when every id was live."""
+    return bool((result is None) == (OLD.state[0][4] == (1 << self.max_seqs) - 1))
+
+
+def _refusal_changes_nothing(self: CellCache, OLD: Any, result: Optional[int]) -> bool:
+    """CELL-ATOMIC: a refused seq_new or seq_clone leaves the state as it was."""
+    return result is not None or self._state() == OLD.state
+
+
 def _takes_lowest_free_id(rule: str, verb: str) -> Callable[[_Method], _Method]:
     """The contracts seq_new and seq_clone share (`rule` is CELL-NEW or CELL-FORK): the state before is
     snapshotted as OLD.state for the method's own postconditions below this decorator, the answer is
-    None exactly when every id is live, and a refusal changes nothing (CELL-ATOMIC)."""
-    contracts = (
-        icontract.snapshot(lambda self: self._state(), name="state"),
-        icontract.ensure(lambda self, OLD, result: (result is None) == (OLD.state[0][4] == (1 << self.max_seqs) - 1),
-                         f"{rule}: None exactly when every id is live"),
-        icontract.ensure(lambda self, OLD, result: result is not None or self._state() == OLD.state,
-                         f"CELL-ATOMIC: a refused {verb} changes nothing"))
+    None exactly when every id is live, and a refusal changes nothing (CELL-ATOMIC). Named functions,
+    not lambdas: icontract and CrossHair read a lambda's text from the decorator line it is written on."""
+    contracts = (icontract.snapshot(_state_of, name="state"),
+                 icontract.ensure(_none_iff_every_id_live, f"{rule}: None exactly when every id is live"),
+                 icontract.ensure(_refusal_changes_nothing, f"CELL-ATOMIC: a refused {verb} changes nothing"))
 
     def decorate(method: _Method) -> _Method:
         for contract in reversed(contracts):
