@@ -254,19 +254,24 @@ def test_sequence_cache_scopes_partition_its_obligations() -> None:
     cache = [o for o in gate.inventory("kvcache") if o.target.startswith("kvcache._cache.SequenceCache.")]
     assert len(cache) >= 120
     for name in gate.SEQUENCE_CACHE_SCOPES:
-        scope = gate.scope_for(name)
-        analysed = [o for o in cache if gate._exclusion_for(o, scope) is None]
-        excluded = [o for o in cache if gate._exclusion_for(o, scope) is not None]
-        assert len(analysed) + len(excluded) == len(cache)
-        if name == "full":
-            assert {o.target.rsplit(".", 1)[1] for o in excluded} == {"commit", "__delattr__", "plan"}, excluded
-        elif name == "fast":
-            assert {(o.target.rsplit(".", 1)[1], o.kind) for o in analysed} == {
-                (target, "post") for target in gate.FAST_CACHE_TARGETS}
-        else:
-            assert not analysed
-        for o in excluded:
-            assert gate.covers_for(o, gate._exclusion_for(o, scope)), o  # type: ignore[arg-type]
+        _check_partition(cache, gate.scope_for(name), name, {"commit", "__delattr__", "plan"}, gate.FAST_CACHE_TARGETS)
+
+
+def _check_partition(obligations: list[gate.Obligation], scope: tuple[gate.Exclusion, ...], name: str,
+                     out_of_full: set[str], fast_targets: tuple[str, ...]) -> None:
+    """A scope named `name` analyses or excludes each obligation (with a cover): full leaves out only the
+    methods `out_of_full`, fast analyses only the postconditions of `fast_targets`, none nothing."""
+    analysed = [o for o in obligations if gate._exclusion_for(o, scope) is None]
+    excluded = [o for o in obligations if gate._exclusion_for(o, scope) is not None]
+    assert len(analysed) + len(excluded) == len(obligations)
+    if name == "full":
+        assert {o.target.rsplit(".", 1)[1] for o in excluded} == out_of_full, excluded
+    elif name == "fast":
+        assert {(o.target.rsplit(".", 1)[1], o.kind) for o in analysed} == {(t, "post") for t in fast_targets}
+    else:
+        assert not analysed
+    for o in excluded:
+        assert gate.covers_for(o, gate._exclusion_for(o, scope)), o  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("method", ["can_extend", "clear", "depth", "retained_from", "as_control", "length",
@@ -327,18 +332,7 @@ def test_cell_cache_scopes_partition_its_obligations() -> None:
     assert gate.FAST_CELL_TARGETS
     for name in gate.CELL_CACHE_SCOPES:
         for scope in (gate.scope_for("none", cell_cache=name), gate.scope_for(name)):
-            analysed = [o for o in cells if gate._exclusion_for(o, scope) is None]
-            excluded = [o for o in cells if gate._exclusion_for(o, scope) is not None]
-            assert len(analysed) + len(excluded) == len(cells)
-            if name == "full":
-                assert {o.target.rsplit(".", 1)[1] for o in excluded} == {"__delattr__"}, excluded
-            elif name == "fast":
-                assert {(o.target.rsplit(".", 1)[1], o.kind) for o in analysed} == {
-                    (target, "post") for target in gate.FAST_CELL_TARGETS}
-            else:
-                assert not analysed
-            for o in excluded:
-                assert gate.covers_for(o, gate._exclusion_for(o, scope)), o  # type: ignore[arg-type]
+            _check_partition(cells, scope, name, {"__delattr__"}, gate.FAST_CELL_TARGETS)
 
 
 def test_cell_cache_method_confirmed_from_every_invariant_state() -> None:
