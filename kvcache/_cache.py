@@ -14,7 +14,7 @@ import icontract
 
 from ._errors import ArgumentTypeError, ArgumentValueError, ConfigTypeError, LayerIndexError, PlanError, \
     StepError, not_an_int, out_of_range
-from ._faces import CacheBase, SequenceControl, SequencePlanner
+from ._faces import CacheBase, SequenceControl, SequencePlanner, returns_self
 from ._ints import INT_MAX, is_int
 from ._policies import LayoutPolicy, policy_for
 from ._types import CacheConfig, Kind, SeqStepPlan, copy_config, plan_value
@@ -296,10 +296,10 @@ class SequenceCache(CacheBase, SequenceControl, SequencePlanner):
 
     # --- faces -----------------------------------------------------------------------------------
 
-    @icontract.ensure(lambda self, result: result is self, "FACES: the runner's face is this cache")
+    @returns_self("the runner's")
     def as_control(self) -> SequenceControl:
         return self
 
-    @icontract.ensure(lambda self, result: result is self, "FACES: the backend's face is this cache")
+    @returns_self("the backend's")
     def as_planner(self) -> SequencePlanner:
         return self

@@ -24,13 +24,14 @@ from __future__ import annotations
 import bisect
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence, TypeVar
 
 import icontract
 
-from ._cache import _layer_in_range, _layer_is_int, _not_int, _out_of_range
-from ._errors import ArgumentTypeError, ArgumentValueError, ConfigTypeError, ForwardError, KVCacheError, StepError
-from ._faces import BatchControl, CacheBase, CellStepper
+from ._cache import _layer_in_range, _layer_is_int
+from ._errors import ArgumentTypeError, ArgumentValueError, ConfigTypeError, ForwardError, KVCacheError, StepError, \
+    not_an_int, out_of_range
+from ._faces import BatchControl, CacheBase, CellStepper, returns_self
 from ._ints import INT_MAX, in_range, is_int
 from ._types import CacheConfig, Kind
 
@@ -161,15 +162,18 @@ def declared_in(state: _State) -> tuple[int, ...]:
 
 
 def _positions_unique_per_seq(cell_pos: Sequence[int], cell_owners: Sequence[int]) -> bool:
-    """CELL-OWNERS: no sequence owns two cells of one position."""
-    seen: set[tuple[int, int]] = set()
+    """CELL-OWNERS: no sequence owns two cells of one position.
+
+    By sorting each sequence's positions rather than hashing them: hashing would realise the symbolic
+    positions of the CrossHair gate's cell state (one path per value), a comparison does not.
+    """
+    by_seq: dict[int, list[int]] = {}
     for p, owners in zip(cell_pos, cell_owners):
         for s in range(owners.bit_length()):
             if owners >> s & 1:
-                if (s, p) in seen:
-                    return False
-                seen.add((s, p))
-    return True
+                by_seq.setdefault(s, []).append(p)
+    ordered = [sorted(positions) for positions in by_seq.values()]
+    return all(a < b for positions in ordered for a, b in zip(positions, positions[1:]))
 
 
 def _books_agree(self: CellCache) -> bool:
@@ -312,6 +316,39 @@ def _lowest_clear_bit(mask: int) -> int:
     return (~mask & (mask + 1)).bit_length() - 1
 
 
+_Method = TypeVar("_Method", bound=Callable[..., Any])
+
+
+def _state_of(self: CellCache) -> _State:
+    return self._state()
+
+
+def _none_iff_every_id_live(self: CellCache, OLD: Any, result: Optional[int]) -> bool:
+    """CELL-NEW, CELL-FORK: a new id is refused (None) exactly when every id was live."""
+    return bool((result is None) == (OLD.state[0][4] == (1 << self.max_seqs) - 1))
+
+
+def _refusal_changes_nothing(self: CellCache, OLD: Any, result: Optional[int]) -> bool:
+    """CELL-ATOMIC: a refused seq_new or seq_clone leaves the state as it was."""
+    return result is not None or self._state() == OLD.state
+
+
+def _takes_lowest_free_id(rule: str, verb: str) -> Callable[[_Method], _Method]:
+    """The contracts seq_new and seq_clone share (`rule` is CELL-NEW or CELL-FORK): the state before is
+    snapshotted as OLD.state for the method's own postconditions below this decorator, the answer is
+    None exactly when every id is live, and a refusal changes nothing (CELL-ATOMIC). Named functions,
+    not lambdas: icontract and CrossHair read a lambda's text from the decorator line it is written on."""
+    contracts = (icontract.snapshot(_state_of, name="state"),
+                 icontract.ensure(_none_iff_every_id_live, f"{rule}: None exactly when every id is live"),
+                 icontract.ensure(_refusal_changes_nothing, f"CELL-ATOMIC: a refused {verb} changes nothing"))
+
+    def decorate(method: _Method) -> _Method:
+        for contract in reversed(contracts):
+            method = contract(method)
+        return method
+    return decorate
+
+
 def _max_seqs_error(max_seqs: Any) -> KVCacheError:
     if not is_int(max_seqs):
         return ArgumentTypeError("CELL-MAX-SEQS", "max_seqs", "must be an int (bool is not an int here)",
@@ -402,8 +439,8 @@ class CellCache(CacheBase, BatchControl, CellStepper):
     # --- queries ------------------------------------------------------------------------------------------
 
     @icontract.require(lambda n: 0 <= n <= INT_MAX, "ARG-RANGE: 0 <= n <= INT_MAX",
-                       error=lambda n: _out_of_range("n", n, 0), enabled=True)
-    @icontract.require(lambda n: is_int(n), "ARG-INT: n is an int", error=lambda n: _not_int("n", n), enabled=True)
+                       error=lambda n: out_of_range("n", n, 0), enabled=True)
+    @icontract.require(lambda n: is_int(n), "ARG-INT: n is an int", error=lambda n: not_an_int("n", n), enabled=True)
     @icontract.ensure(lambda self, n, result: result == (n <= self._capacity - self._occupied),
                       "CELL-USED-END: can_extend(n) iff n <= free_cells()")
     def can_extend(self, n: int = 1) -> bool:
@@ -477,21 +514,16 @@ class CellCache(CacheBase, BatchControl, CellStepper):
 
     @icontract.require(lambda self: self._declared is None, "CELL-FORWARD: no forward is open",
                        error=lambda self: _forward_open(self, "seq_new"), enabled=True)
-    @icontract.snapshot(lambda self: self._state(), name="state")
-    @icontract.ensure(lambda self, OLD, result: (result is None) == (OLD.state[0][4] == (1 << self.max_seqs) - 1),
-                      "CELL-NEW: None exactly when every id is live")
-    @icontract.ensure(lambda self, OLD, result: result is not None or self._state() == OLD.state,
-                      "CELL-ATOMIC: a refused seq_new changes nothing")
+    @_takes_lowest_free_id("CELL-NEW", "seq_new")
     @icontract.ensure(lambda self, OLD, result: result is None or (
         result == _lowest_clear_bit(OLD.state[0][4]) and self._live == OLD.state[0][4] | 1 << result
         and self._count[result] == 0 and tuple(self._pos) == OLD.state[0][0]
         and tuple(self._owners) == OLD.state[0][1]),
                       "CELL-NEW: the lowest id not live becomes live with an empty history; no cell changes")
     def seq_new(self) -> Optional[int]:
-        if self._live == (1 << self.max_seqs) - 1:
-            return None
-        seq_id = _lowest_clear_bit(self._live)
-        self._live |= 1 << seq_id
+        seq_id = self._free_id()
+        if seq_id is not None:
+            self._live |= 1 << seq_id
         return seq_id
 
     @icontract.require(lambda self, src: self._live >> src & 1, "CELL-SEQ-LIVE: src is live",
@@ -499,17 +531,13 @@ class CellCache(CacheBase, BatchControl, CellStepper):
     @icontract.require(lambda self: self._declared is None, "CELL-FORWARD: no forward is open",
                        error=lambda self: _forward_open(self, "seq_clone"), enabled=True)
     @icontract.require(lambda upto: upto is None or 0 <= upto <= INT_MAX, "ARG-RANGE: upto is None or in [0, INT_MAX]",
-                       error=lambda upto: _out_of_range("upto", upto, 0), enabled=True)
+                       error=lambda upto: out_of_range("upto", upto, 0), enabled=True)
     @icontract.require(lambda upto: upto is None or is_int(upto), "ARG-INT: upto is None or an int",
-                       error=lambda upto: _not_int("upto", upto), enabled=True)
+                       error=lambda upto: not_an_int("upto", upto), enabled=True)
     @icontract.require(lambda self, src: _seq_id_error(self, "src", src) is None,
                        "CELL-SEQ-ID: src is an int in [0, max_seqs)",
                        error=lambda self, src: _found(_seq_id_error(self, "src", src)), enabled=True)
-    @icontract.snapshot(lambda self: self._state(), name="state")
-    @icontract.ensure(lambda self, OLD, result: (result is None) == (OLD.state[0][4] == (1 << self.max_seqs) - 1),
-                      "CELL-FORK: None exactly when every id is live")
-    @icontract.ensure(lambda self, OLD, result: result is not None or self._state() == OLD.state,
-                      "CELL-ATOMIC: a refused seq_clone changes nothing")
+    @_takes_lowest_free_id("CELL-FORK", "seq_clone")
     @icontract.ensure(lambda self, OLD, src, upto, result: result is None or (
         result == _lowest_clear_bit(OLD.state[0][4]) and self._live == OLD.state[0][4] | 1 << result
         and owned_cells(self._table(), result) == {j: p for j, p in owned_cells(OLD.state[0], src).items()
@@ -519,11 +547,10 @@ class CellCache(CacheBase, BatchControl, CellStepper):
         tuple(self._pos) == OLD.state[0][0] and others_view(self._table(), result) == others_view(OLD.state[0], result)),
                       "CELL-FORK: nothing is copied or placed; every other sequence keeps its cells")
     def seq_clone(self, src: int, upto: Optional[int] = None) -> Optional[int]:
-        if self._live == (1 << self.max_seqs) - 1:
-            return None
-        fork = _lowest_clear_bit(self._live)
-        self._share(src, fork, upto)
-        self._live |= 1 << fork
+        fork = self._free_id()
+        if fork is not None:
+            self._share(src, fork, upto)
+            self._live |= 1 << fork
         return fork
 
     @icontract.require(lambda self, seq_id: self._live >> seq_id & 1, "CELL-SEQ-LIVE: seq_id is live",
@@ -534,12 +561,12 @@ class CellCache(CacheBase, BatchControl, CellStepper):
                        error=lambda p0, p1: ArgumentValueError("CELL-RM", "p1", "must be None or >= p0", p0=p0, p1=p1),
                        enabled=True)
     @icontract.require(lambda p1: p1 is None or 0 <= p1 <= INT_MAX, "ARG-RANGE: p1 is None or in [0, INT_MAX]",
-                       error=lambda p1: _out_of_range("p1", p1, 0), enabled=True)
+                       error=lambda p1: out_of_range("p1", p1, 0), enabled=True)
     @icontract.require(lambda p1: p1 is None or is_int(p1), "ARG-INT: p1 is None or an int",
-                       error=lambda p1: _not_int("p1", p1), enabled=True)
+                       error=lambda p1: not_an_int("p1", p1), enabled=True)
     @icontract.require(lambda p0: 0 <= p0 <= INT_MAX, "ARG-RANGE: p0 in [0, INT_MAX]",
-                       error=lambda p0: _out_of_range("p0", p0, 0), enabled=True)
-    @icontract.require(lambda p0: is_int(p0), "ARG-INT: p0 is an int", error=lambda p0: _not_int("p0", p0),
+                       error=lambda p0: out_of_range("p0", p0, 0), enabled=True)
+    @icontract.require(lambda p0: is_int(p0), "ARG-INT: p0 is an int", error=lambda p0: not_an_int("p0", p0),
                        enabled=True)
     @icontract.require(lambda self, seq_id: _seq_id_error(self, "seq_id", seq_id) is None,
                        "CELL-SEQ-ID: seq_id is an int in [0, max_seqs)",
@@ -618,6 +645,10 @@ class CellCache(CacheBase, BatchControl, CellStepper):
         return step
 
     # --- the bodies (private; the broken variants of kvcache_proofs._cell_broken override these) --------
+
+    def _free_id(self) -> Optional[int]:
+        """CELL-NEW, CELL-FORK: the lowest id not live, the one a new sequence gets; None when all are live."""
+        return None if self._live == (1 << self.max_seqs) - 1 else _lowest_clear_bit(self._live)
 
     def _share(self, src: int, fork: int, upto: Optional[int]) -> None:
         """CELL-FORK: `fork` co-owns src's cells with a position below upto (all when None)."""
@@ -716,10 +747,10 @@ class CellCache(CacheBase, BatchControl, CellStepper):
 
     # --- faces --------------------------------------------------------------------------------------------
 
-    @icontract.ensure(lambda self, result: result is self, "FACES: the cell runner's face is this cache")
+    @returns_self("the cell runner's")
     def as_batch_control(self) -> BatchControl:
         return self
 
-    @icontract.ensure(lambda self, result: result is self, "FACES: the cell backend's face is this cache")
+    @returns_self("the cell backend's")
     def as_cell_stepper(self) -> CellStepper:
         return self

@@ -9,12 +9,29 @@ and each returns None from the other layout's faces.
 from __future__ import annotations
 
 import abc
-from typing import TYPE_CHECKING, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, TypeVar
+
+import icontract
 
 from ._types import SeqStepPlan
 
 if TYPE_CHECKING:  # _cells imports this module; the step type is only needed for annotations here
     from ._cells import CellStep
+
+
+_Face = TypeVar("_Face", bound=Callable[..., Any])
+
+
+def is_the_cache(self: object, result: object) -> bool:
+    """FACES: the face an `as_*` method returns is the cache itself (one object seen through each face)."""
+    return result is self
+
+
+def returns_self(face: str) -> Callable[[_Face], _Face]:
+    """FACES, stated once for every layout: the decorated `as_*` method returns the cache itself, `face`
+    naming what it is (e.g. "the cell runner's"). The condition is a named function, not a lambda:
+    icontract and CrossHair read a lambda's text from the decorator line it is written on."""
+    return icontract.ensure(is_the_cache, f"FACES: {face} face is this cache")
 
 
 class CacheControl(abc.ABC):

@@ -1,4 +1,5 @@
-"""CrossHair creators for `kvcache.SequenceCache` (every state the class invariants allow) and `CacheConfig`.
+"""CrossHair creators for `kvcache.SequenceCache` (every state the class invariants allow), `CacheConfig`
+and `kvcache.CellCache` (the states of small cell tables the class invariants allow).
 
 CrossHair builds a symbolic instance of a class by calling its `__init__` with symbolic arguments;
 for `SequenceCache` that means inventing a `CacheConfig` holding a list of `LayerConfig` objects,
@@ -24,6 +25,23 @@ symbolic ones with `object.__setattr__` (the frozen config dataclasses refuse pl
 icontract would re-check the invariants on a half-built state after each field). The creators run
 with CrossHair's tracing off, as `register_type` requires; arithmetic on symbolic values resumes it.
 
+CellCache (`make_cell_cache`), built the same way (a genuine CellCache, then its fields replaced):
+- covered: two sequence ids (max_seqs 2, concrete); a flat layer and a windowed layer (the window
+  symbolic in [1, INT_MAX]); a symbolic capacity; the cell table one of CELL_TABLES (empty; one cell; a
+  cell shared by both ids then a cell of id 0; a hole below an occupied cell), its owner bitsets
+  concrete and every position symbolic; the newest position of each id symbolic; the live ids those
+  the owners name, plus (a fork) id 1 live with an empty history; the forward closed, or (a fork)
+  declared with one token per live id, lowest first, not yet placed. The cell counts and the occupied
+  count are set as the owners determine them; the class invariants (CELL-OWNERS, CELL-USED-END,
+  CELL-FORWARD, ...) constrain the symbolic values, so a confirmed condition holds from every state of
+  these shapes the invariants allow, reachable or not.
+- not covered: more than two ids or cells (larger tables cost paths: six tables and two layer shapes
+  took 652 paths and 8 s of CPU for free_cells alone, against 156 paths and 1.5-2 s now); symbolic
+  owner bitsets (every `>>` and `&` of the contracts would realise them); a placed forward (a later
+  layer of a forward: place_step's second call) and memoized steps; declarations of other id lists. The
+  model checker's cell layout (every reachable state of small configurations) and the cell state
+  machine cover those.
+
 Import this module only in a process that may import CrossHair (the gate's workers): importing
 CrossHair patches icontract in the importing process (this module imports CrossHair only in
 `register` and the creators). `package` names the kvcache copy under analysis (a mutant in tests).
@@ -32,7 +50,7 @@ CrossHair patches icontract in the importing process (this module imports CrossH
 from __future__ import annotations
 
 import importlib
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 # The bound of every API integer (kvcache._ints.INT_MAX; restated so that this module imports no
 # kvcache: the package under analysis may be another copy, e.g. a mutant in the gate's tests).
@@ -148,8 +166,69 @@ def make_sequence_cache(factory: Any, package: str = "kvcache") -> Any:
     return cache
 
 
+# --- CellCache (kvcache._cells, issue 12) ------------------------------------------------------------
+
+#: The sequence ids a symbolic CellCache has (its max_seqs): concrete and small, so the owner bitsets
+#: stay concrete ints (a symbolic bitset would be realised by every `>>` and `&` of the contracts).
+CELL_MAX_SEQS = 2
+
+#: The cell tables the creator chooses among, as the owner bitset of each cell of the used extent (0: a
+#: free cell; the last cell is occupied, as CELL-USED-END makes it): empty; one cell of sequence 0; a
+#: cell shared by both sequences (a fork's prefix) followed by a cell of sequence 0 only; a hole below
+#: an occupied cell (what a removal leaves). Every position in them is symbolic. Each table costs the
+#: gate a share of every condition's paths, so the set is small (measured: six tables and two layer
+#: shapes took 652 paths and 8 s of CPU for free_cells alone).
+CELL_TABLES: tuple[tuple[int, ...], ...] = ((), (1,), (3, 1), (0, 1))
+
+#: The layers of a symbolic CellCache: a flat layer and a windowed layer (its window symbolic in
+#: [1, INT_MAX]), so that every step is built for both kinds of mask.
+CELL_LAYERS: tuple[str, ...] = ("flat", "ring")
+
+
+def _choose(factory: Any, options: Sequence[Any], what: str) -> Any:
+    for index, option in enumerate(options[:-1]):
+        if factory.space.smt_fork(desc=f"{what}_{index}"):
+            return option
+    return options[-1]
+
+
+def make_cell_cache(factory: Any, package: str = "kvcache") -> Any:
+    """A CellCache with a symbolic capacity, window and table (see CELL_TABLES and the module docstring)."""
+    api = importlib.import_module(package)
+    layers_shape = CELL_LAYERS
+    owners = list(_choose(factory, CELL_TABLES, "cell_table"))
+    layers = [api.LayerConfig(api.LayerPolicy.flat() if kind == "flat" else api.LayerPolicy.ring(1))
+              for kind in layers_shape]
+    cache = api.CellCache(api.CacheConfig(capacity=1, n_layers=len(layers), layers=layers), CELL_MAX_SEQS)
+    capacity = _free_int(factory, "capacity")  # the invariant CELL-USED-END bounds it below by the extent
+    object.__setattr__(cache.config, "capacity", capacity)
+    object.__setattr__(cache, "_capacity", capacity)
+    windows = tuple(None if kind == "flat" else _bounded_int(factory, "window", 1) for kind in layers_shape)
+    object.__setattr__(cache, "_layer_window", windows)
+    # The table: concrete owners; free symbolic positions and newest positions per id, which the class
+    # invariants (CELL-OWNERS, CELL-USED-END) alone constrain. The cell counts and the occupied count
+    # are set as the owners determine them (the invariants admit no other value: no state is lost).
+    object.__setattr__(cache, "_owners", owners)
+    object.__setattr__(cache, "_pos", [_free_int(factory, f"pos{j}") for j in range(len(owners))])
+    object.__setattr__(cache, "_count", [sum(bits >> s & 1 for bits in owners) for s in range(CELL_MAX_SEQS)])
+    object.__setattr__(cache, "_newest", [_free_int(factory, f"newest{s}") for s in range(CELL_MAX_SEQS)])
+    object.__setattr__(cache, "_occupied", sum(1 for bits in owners if bits))
+    # Live: every owner, and possibly also a sequence with an empty history (a seq_new not yet used).
+    live = 0
+    for bits in owners:
+        live |= bits
+    if not live >> (CELL_MAX_SEQS - 1) & 1 and factory.space.smt_fork(desc="cell_extra_live"):
+        live |= 1 << (CELL_MAX_SEQS - 1)
+    object.__setattr__(cache, "_live", live)
+    # The forward: closed, or declared (one token per live id, lowest first) and not yet placed.
+    if live and factory.space.smt_fork(desc="cell_declared"):
+        object.__setattr__(cache, "_declared", tuple(s for s in range(CELL_MAX_SEQS) if live >> s & 1))
+    return cache
+
+
 def register(package: str = "kvcache") -> None:
-    """Register the creator for `package`.SequenceCache with CrossHair (once: it refuses duplicates)."""
+    """Register the creators for `package`.SequenceCache, CellCache, CacheConfig with CrossHair (once: it
+    refuses duplicates)."""
     if package in _registered:
         return
     import crosshair
@@ -158,4 +237,6 @@ def register(package: str = "kvcache") -> None:
     api = importlib.import_module(package)
     crosshair.register_type(api.SequenceCache, lambda factory: make_sequence_cache(factory, package))
     crosshair.register_type(api.CacheConfig, lambda factory: make_cache_config(factory, package))
+    if hasattr(api, "CellCache"):
+        crosshair.register_type(api.CellCache, lambda factory: make_cell_cache(factory, package))
     _registered.add(package)

@@ -254,19 +254,24 @@ def test_sequence_cache_scopes_partition_its_obligations() -> None:
     cache = [o for o in gate.inventory("kvcache") if o.target.startswith("kvcache._cache.SequenceCache.")]
     assert len(cache) >= 120
     for name in gate.SEQUENCE_CACHE_SCOPES:
-        scope = gate.scope_for(name)
-        analysed = [o for o in cache if gate._exclusion_for(o, scope) is None]
-        excluded = [o for o in cache if gate._exclusion_for(o, scope) is not None]
-        assert len(analysed) + len(excluded) == len(cache)
-        if name == "full":
-            assert {o.target.rsplit(".", 1)[1] for o in excluded} == {"commit", "__delattr__", "plan"}, excluded
-        elif name == "fast":
-            assert {(o.target.rsplit(".", 1)[1], o.kind) for o in analysed} == {
-                (target, "post") for target in gate.FAST_CACHE_TARGETS}
-        else:
-            assert not analysed
-        for o in excluded:
-            assert gate.covers_for(o, gate._exclusion_for(o, scope)), o  # type: ignore[arg-type]
+        _check_partition(cache, gate.scope_for(name), name, {"commit", "__delattr__", "plan"}, gate.FAST_CACHE_TARGETS)
+
+
+def _check_partition(obligations: list[gate.Obligation], scope: tuple[gate.Exclusion, ...], name: str,
+                     out_of_full: set[str], fast_targets: tuple[str, ...]) -> None:
+    """A scope named `name` analyses or excludes each obligation (with a cover): full leaves out only the
+    methods `out_of_full`, fast analyses only the postconditions of `fast_targets`, none nothing."""
+    analysed = [o for o in obligations if gate._exclusion_for(o, scope) is None]
+    excluded = [o for o in obligations if gate._exclusion_for(o, scope) is not None]
+    assert len(analysed) + len(excluded) == len(obligations)
+    if name == "full":
+        assert {o.target.rsplit(".", 1)[1] for o in excluded} == out_of_full, excluded
+    elif name == "fast":
+        assert {(o.target.rsplit(".", 1)[1], o.kind) for o in analysed} == {(t, "post") for t in fast_targets}
+    else:
+        assert not analysed
+    for o in excluded:
+        assert gate.covers_for(o, gate._exclusion_for(o, scope)), o  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("method", ["can_extend", "clear", "depth", "retained_from", "as_control", "length",
@@ -281,9 +286,9 @@ def test_sequence_cache_method_confirmed_from_every_invariant_state(method: str)
     assert mine and all(row.status == gate.CONFIRMED for row in mine), result.table()
 
 
-def _mutant(tmp_path: Path, package: str, old: str, new: str) -> None:
+def _mutant(tmp_path: Path, package: str, old: str, new: str, module: str = "_cache.py") -> None:
     shutil.copytree(_kvcache_source(), tmp_path / package)
-    cache_py = tmp_path / package / "_cache.py"
+    cache_py = tmp_path / package / module
     source = cache_py.read_text()
     assert source.count(old) == 1, old
     cache_py.write_text(source.replace(old, new))
@@ -312,6 +317,57 @@ def test_sequence_cache_scope_finds_a_broken_cache(tmp_path: Path, monkeypatch: 
     row = next(row for row in result.rows if row.obligation == target)
     assert row.status == gate.COUNTEREXAMPLE, result.table()
     method = target.target.rsplit(".", 1)[1]
+    assert f"when calling {method}(" in row.detail
+    assert not result.passed
+
+
+# --- CellCache from a symbolic state (kvcache_proofs._crosshair_plugin.make_cell_cache) --------------------
+
+def test_cell_cache_scopes_partition_its_obligations() -> None:
+    """full analyses every CellCache obligation but __delattr__'s (refused, frame-checked) and those of
+    CELL_OUT_OF_FULL (unknown at the work bound, or not measured); fast only the
+    postconditions of FAST_CELL_TARGETS; none nothing; the cell scope follows sequence_cache unless given;
+    every excluded obligation has a cover."""
+    cells = [o for o in gate.inventory("kvcache") if o.target.startswith("kvcache._cells.CellCache.")]
+    assert len(cells) >= 300
+    assert gate.FAST_CELL_TARGETS
+    for name in gate.CELL_CACHE_SCOPES:
+        for scope in (gate.scope_for("none", cell_cache=name), gate.scope_for(name)):
+            _check_partition(cells, scope, name, {"__delattr__", *gate.CELL_OUT_OF_FULL}, gate.FAST_CELL_TARGETS)
+
+
+def test_cell_cache_method_confirmed_from_every_invariant_state() -> None:
+    """Every obligation of a CellCache method (its postcondition and the ten class invariants), confirmed
+    from the plugin's symbolic cell state: the full cell scope, restricted to one method."""
+    result = gate.run_gate(120.0, sequence_cache="none", cell_cache="full", select="kvcache._cells.CellCache.used_end")
+    mine = [row for row in result.rows if row.obligation.target == "kvcache._cells.CellCache.used_end"]
+    assert len([row for row in mine if row.obligation.kind == "invariant"]) == 10
+    assert mine and all(row.status == gate.CONFIRMED for row in mine), result.table()
+
+
+@pytest.mark.parametrize("old, new, rule", [
+    # seq_new hands out an id without making it live
+    ("        if seq_id is not None:\n            self._live |= 1 << seq_id\n", "", "CELL-NEW: the lowest id"),
+    # seq_rm leaves a free cell at the top of the table (no trim): used_end() is no longer tight
+    ("        self._drop(seq_id, p0, INT_MAX + 1 if p1 is None else p1)\n        self._trim()\n",
+     "        self._drop(seq_id, p0, INT_MAX + 1 if p1 is None else p1)\n", "CELL-USED-END: the used extent"),
+])
+def test_cell_cache_scope_finds_a_broken_cell_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                    old: str, new: str, rule: str) -> None:
+    method = "seq_new" if rule.startswith("CELL-NEW") else "seq_rm"
+    package = f"kvcache_cell_mutant_{method}"
+    _mutant(tmp_path, package, old, new, module="_cells.py")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        target = next(o for o in gate.inventory(package) if o.text.startswith(rule)
+                      and o.target == f"{package}._cells.CellCache.{method}")
+        # seq_new and seq_rm are out of the full cell scope (not measured there): analysed here alone.
+        result = gate.run_gate(120.0, package=package, scope=gate.SCOPE, select=f"{target.target}:{target.line}")
+    finally:
+        for name in [n for n in sys.modules if n.startswith(package)]:
+            del sys.modules[name]
+    row = next(row for row in result.rows if row.obligation == target)
+    assert row.status == gate.COUNTEREXAMPLE, result.table()
     assert f"when calling {method}(" in row.detail
     assert not result.passed
 
