@@ -264,9 +264,10 @@ def check_config(spec: Any, factory: Optional[Callable[..., Any]] = None,
         if lock.key() != key:  # a check the model accepted: the harness's fault, never the target's
             return fail(key, Observe(), ["HARNESS: a check changed the model's state (it must be a probe or a "
                                          "call the spec rejects or refuses)"])
+        twin = lock.twins() if hasattr(lock, "twins") else lock.clone  # the target serialised once per state
         for op in layout.transitions(lock):
             result.transitions += 1
-            child = lock.clone()
+            child = twin()
             problems = child.apply(op)
             if problems:
                 return fail(key, op, problems)
