@@ -421,7 +421,10 @@ def check_all(bounds: Any, factory: Optional[Callable[..., Any]] = None, time_bu
         wall_deadline = time.time() + (1e9 if time_budget is None else time_budget)
         ctx = multiprocessing.get_context("fork" if sys.platform != "win32" else "spawn")
         with default_sigterm(), ctx.Pool(jobs) as pool:
-            for result in pool.imap_unordered(_worker, [(s, name, wall_deadline, layout) for s in specs], chunksize=4):
+            # One configuration at a time, smallest first: the largest come last and would serialise on
+            # one worker in a chunk (the cell pre-merge's two largest, 5 s of CPU each, took one worker's
+            # chunk of 4, so 2 jobs ran no faster than 1); singly they run side by side.
+            for result in pool.imap_unordered(_worker, [(s, name, wall_deadline, layout) for s in specs], chunksize=1):
                 if not absorb(result):
                     pool.terminate()
                     break
