@@ -19,6 +19,12 @@ every verb: dead and out-of-range ids, bools, negatives, p1 < p0, INT_MAX + 1, a
 declaration (a refusal), place_step with nothing declared, mid-forward verbs (CELL-FORWARD), a layer
 served twice, other positions, a wrong count, a position not above the sequence's newest.
 
+Bounds (`CellBounds`, `PROFILES`): small configurations exhaustively; larger ones (capacity 6 with 3
+ids) to a stated depth of calls, every state within it with every check and transition, the states
+past it counted in the report. No symmetry reduction: the reference hands out the lowest free cell
+and the lowest free id, so configurations that differ by a permutation of cells or ids behave
+differently, and a canonical form would have to be proved invariant for the model and the target.
+
 Usage: python -m kvcache_proofs.model_checker --layout cell [--profile quick|pre-merge|deep] [--jobs N]
        [--target python:MODULE:FACTORY] [--time-budget S] [--json FILE]
 """
