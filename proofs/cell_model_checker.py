@@ -101,6 +101,11 @@ FLAT, WINDOW, BOTH = (0,), (2,), (0, 2)
 #: (247 states, 1.1 s of CPU): 2,580 states, about 13 s of CPU at about 200 states per CPU second (was
 #: 14.0 s for the 2,333 before the pickled twins and the reused fingerprints; measured side by side on
 #: this loaded machine), spread over 2 jobs one configuration at a time.
+#: deep: the exhaustive groups 175,525 states (2,337 s on one core, before this change); the
+#: depth-7 group 87,863 states in 604 s of CPU at load 3-6 (capacity 4 / 5 / 6: 11,713 / 12,850 /
+#: 14,033 states flat and the same windowed, 3,557 flat+windowed; 3,557 to 14,033 states past the
+#: bound each): about 263,000 states, well within an hour on 2 cores. Depth 8 would be about 5x the
+#: depth-7 group (~440,000 more states): too close to the hour at the slowest rate measured (75/s).
 PROFILES: dict[str, CellBounds] = {
     "quick": CellBounds(groups=((2, 2, (FLAT, WINDOW)), (3, 1, (FLAT,))), max_tokens=2, max_position=3),
     "pre-merge": CellBounds(groups=((2, 3, (WINDOW,)), (3, 2, (WINDOW,)), (2, 2, (BOTH,)),
