@@ -19,6 +19,12 @@ every verb: dead and out-of-range ids, bools, negatives, p1 < p0, INT_MAX + 1, a
 declaration (a refusal), place_step with nothing declared, mid-forward verbs (CELL-FORWARD), a layer
 served twice, other positions, a wrong count, a position not above the sequence's newest.
 
+Bounds (`CellBounds`, `PROFILES`): small configurations exhaustively; larger ones (capacity 6 with 3
+ids) to a stated depth of calls, every state within it with every check and transition, the states
+past it counted in the report. No symmetry reduction: the reference hands out the lowest free cell
+and the lowest free id, so configurations that differ by a permutation of cells or ids behave
+differently, and a canonical form would have to be proved invariant for the model and the target.
+
 Usage: python -m kvcache_proofs.model_checker --layout cell [--profile quick|pre-merge|deep] [--jobs N]
        [--target python:MODULE:FACTORY] [--time-budget S] [--json FILE]
 """
@@ -38,35 +44,74 @@ from .model_checker import Layout, check_all
 INT_MAX = cm.INT_MAX
 
 
+#: (max_seqs, max_capacity, layer_sets[, max_depth[, max_position]]); max_capacity n is 1..n, (lo, hi) lo..hi
+Group = tuple[Any, ...]
+
+
+def _capacities(group: Group) -> range:
+    low, high = group[1] if isinstance(group[1], tuple) else (1, group[1])
+    return range(low, high + 1)
+
+
 @dataclass(frozen=True)
 class CellBounds:
-    """Each group (max_seqs, max_capacity, layer_sets) gives every capacity in 1..max_capacity with each
-    layer set (0 = a flat layer, w = a window of w) and max_seqs ids; forwards have 1..max_tokens
-    tokens, positions stay below max_position."""
+    """Each group (max_seqs, max_capacity, layer_sets[, max_depth[, max_position]]) gives every capacity
+    in 1..max_capacity (or lo..hi when it is a pair) with each layer set (0 = a flat layer, w = a window of w) and max_seqs ids;
+    forwards have 1..max_tokens tokens, positions stay below max_position (the group's, else the
+    bounds'). A group with a max_depth (None: none) is checked to that depth: every state reachable in
+    at most max_depth calls gets every check and every transition (`model_checker.check_config`), the
+    states one call further are reached and their transition checked but not explored. A
+    configuration in several groups is governed by the first exhaustive one (no depth bound), else by
+    the one with the deepest bound."""
 
-    groups: tuple[tuple[int, int, tuple[tuple[int, ...], ...]], ...]
+    groups: tuple[Group, ...]
     max_tokens: int
     max_position: int
 
     def configs(self) -> list[CellConfigSpec]:
         """Smallest first, so the first failing configuration is a small one."""
-        specs = {CellConfigSpec(capacity, windows, max_seqs)
-                 for max_seqs, max_capacity, layer_sets in self.groups
-                 for capacity in range(1, max_capacity + 1) for windows in layer_sets}
+        specs = {CellConfigSpec(capacity, windows, group[0])
+                 for group in self.groups for capacity in _capacities(group) for windows in group[2]}
         return sorted(specs, key=lambda s: (s.capacity, s.max_seqs, len(s.windows), s.windows))
+
+    def governing(self, spec: CellConfigSpec) -> tuple[Optional[int], int]:
+        """(max_depth, max_position) for `spec` (see the class docstring)."""
+        covering = [(group[3] if len(group) > 3 else None, group[4] if len(group) > 4 else self.max_position)
+                    for group in self.groups
+                    if spec.max_seqs == group[0] and spec.capacity in _capacities(group) and spec.windows in group[2]]
+        exhaustive = [bound for bound in covering if bound[0] is None]
+        return exhaustive[0] if exhaustive else max(covering, key=lambda bound: bound[0] or 0)
+
+    def max_depth(self, spec: CellConfigSpec) -> Optional[int]:
+        return self.governing(spec)[0]
 
 
 FLAT, WINDOW, BOTH = (0,), (2,), (0, 2)
 
-#: The state space grows fast with the capacity, the ids and the positions. Measured on this 2-core
-#: machine while other work ran (contracts on): pre-merge 2,333 states, ~25 s on one core; the
-#: capacity-3, 3-id, two-layer configuration alone has more than 8,000 states with positions below 3.
+#: The state space grows fast with the capacity, the ids and the positions: exhaustively, capacity 3
+#: with 3 ids and a window is past 4,300 states with positions below 3, capacity 4 with 2 ids past 4,700
+#: with positions below 4 (both cut by a 150 s safety net), and capacity 6 with 3 ids is out of reach.
+#: So the small configurations are exhaustive, and capacities 4-6 with 3 ids (all three layer kinds,
+#: positions below 6, so one sequence can fill the pool) are checked to a depth bound: every state
+#: reachable in at most D calls, with every check and every transition; the report counts the states
+#: past the bound. Capacity 6, 3 ids, positions < 6 (states within the depth / past it, CPU s, contracts
+#: on): flat 437 / 2,225 at depth 5, 2,662 / 11,371 at depth 6 (15 s); flat+window 710 / 2,847 at depth
+#: 6, 3,557 / 12,288 at depth 7 (18 s). Each depth costs about 5x the one before.
+#: pre-merge: 2,333 exhaustive states (as before) plus capacity 6, 3 ids, every layer kind to depth 4
+#: (247 states, 1.1 s of CPU): 2,580 states, about 13 s of CPU at about 200 states per CPU second (was
+#: 14.0 s for the 2,333 before the pickled twins and the reused fingerprints; measured side by side on
+#: this loaded machine), spread over 2 jobs one configuration at a time.
+#: deep: the exhaustive groups 175,525 states (2,337 s on one core, before this change); the
+#: depth-7 group 87,863 states in 604 s of CPU at load 3-6 (capacity 4 / 5 / 6: 11,713 / 12,850 /
+#: 14,033 states flat and the same windowed, 3,557 flat+windowed; 3,557 to 14,033 states past the
+#: bound each): about 263,000 states, well within an hour on 2 cores. Depth 8 would be about 5x the
+#: depth-7 group (~440,000 more states): too close to the hour at the slowest rate measured (75/s).
 PROFILES: dict[str, CellBounds] = {
     "quick": CellBounds(groups=((2, 2, (FLAT, WINDOW)), (3, 1, (FLAT,))), max_tokens=2, max_position=3),
-    "pre-merge": CellBounds(groups=((2, 3, (WINDOW,)), (3, 2, (WINDOW,)), (2, 2, (BOTH,))), max_tokens=2,
-                            max_position=3),
-    "deep": CellBounds(groups=((2, 4, (FLAT, WINDOW, BOTH)), (3, 3, (FLAT, WINDOW, BOTH))), max_tokens=2,
-                       max_position=4),
+    "pre-merge": CellBounds(groups=((2, 3, (WINDOW,)), (3, 2, (WINDOW,)), (2, 2, (BOTH,)),
+                                    (3, (6, 6), (FLAT, WINDOW, BOTH), 4, 6)), max_tokens=2, max_position=3),
+    "deep": CellBounds(groups=((2, 4, (FLAT, WINDOW, BOTH)), (3, 3, (FLAT, WINDOW, BOTH)),
+                               (3, (4, 6), (FLAT, WINDOW, BOTH), 7, 6)), max_tokens=2, max_position=4),
 }
 DEFAULT_BUDGET = {"quick": 15.0, "pre-merge": 60.0, "deep": 7200.0}
 
@@ -87,14 +132,15 @@ def _position_choices(lock: CellLockstep, seq_ids: tuple[int, ...], max_position
             yield positions
 
 
-def transitions(lock: CellLockstep, bounds: CellBounds) -> Iterator[Call]:
-    """Every call a consumer may make now, within `bounds` (see the module docstring)."""
+def transitions(lock: CellLockstep, max_tokens: int, max_position: int) -> Iterator[Call]:
+    """Every call a consumer may make now, forwards of at most `max_tokens` tokens at positions below
+    `max_position` (see the module docstring)."""
     state, n_layers = lock.state, lock.spec.n_layers
     forward = state.forward
     if forward is not None:
         unserved = [layer for layer in range(n_layers) if layer not in forward.served]
         if forward.positions is None:
-            for positions in _position_choices(lock, forward.seq_ids, bounds.max_position):
+            for positions in _position_choices(lock, forward.seq_ids, max_position):
                 for layer in sorted({unserved[0], unserved[-1]}):
                     yield Call("place_step", (layer, positions))
         else:
@@ -114,9 +160,9 @@ def transitions(lock: CellLockstep, bounds: CellBounds) -> Iterator[Call]:
             for p1 in [None, *range(p0 + 1, end + 1)]:
                 yield Call("seq_rm", (seq_id, p0, p1))
     free = cm.free_cells(lock.config, state)
-    for n in range(1, min(free, bounds.max_tokens) + 1):
+    for n in range(1, min(free, max_tokens) + 1):
         for seq_ids in itertools.product(live, repeat=n):
-            if any(True for _ in _position_choices(lock, seq_ids, bounds.max_position)):
+            if any(True for _ in _position_choices(lock, seq_ids, max_position)):
                 yield Call("declare_step", (list(seq_ids),))
     if live:
         yield Call("clear")
@@ -181,7 +227,7 @@ def _cell_harness(spec: CellConfigSpec, factory: CellFactory) -> CellLockstep:
 
 def layout(bounds: CellBounds) -> Layout:
     return Layout("cell", "kvcache_spec.cell_stateful", _cell_harness, "CellLockstep", cell_reference_factory,
-                  _Transitions(bounds), checks)
+                  _Transitions(bounds), checks, max_depth=bounds.max_depth)
 
 
 @dataclass(frozen=True)
@@ -191,7 +237,7 @@ class _Transitions:
     bounds: CellBounds
 
     def __call__(self, lock: CellLockstep) -> Iterator[Call]:
-        return transitions(lock, self.bounds)
+        return transitions(lock, self.bounds.max_tokens, self.bounds.governing(lock.spec)[1])
 
 
 def check_cells(profile: str = "pre-merge", factory: Optional[CellFactory] = None,

@@ -77,8 +77,11 @@ class Bounds:
 #: a function of the code. The time budget is a safety net: running out is INCOMPLETE, not a pass and
 #: not a violation. pre-merge: every mix of two layers with windows <= 2 and max_write <= 2 (below,
 #: equal to and above the window), capacity <= 4: 128 configurations, 1,815 states, 13.7 s of CPU
-#: (measured; windows and max_write <= 3 took 49 s of CPU, too much for 60 s on two busy cores with
-#: the other stages; the deep profile's full bounds, 6104 configurations, take about an hour).
+#: on a quiet machine (measured; windows and max_write <= 3 took 49 s of CPU, too much for 60 s on two
+#: busy cores with the other stages; the deep profile's full bounds, 6104 configurations, take about
+#: an hour). The pickled twins and reused fingerprints (stateful.twins_of, call_target) cut it by a
+#: sixth: 20.9 -> 17.1 s of CPU (87 -> 106 states per CPU second) measured side by side at load 5;
+#: two thirds of what is left is the reference's own icontract checking.
 PROFILES: dict[str, Bounds] = {
     "quick": Bounds(max_capacity=3, max_layers=2, max_window=2, max_max_write=2),
     "pre-merge": Bounds(max_capacity=4, max_layers=2, max_window=2, max_max_write=2),
@@ -163,6 +166,10 @@ def _forget_issued(lock: Any) -> None:
     lock.issued.clear()
 
 
+def _unbounded(spec: Any) -> Optional[int]:
+    return None
+
+
 @dataclass(frozen=True)
 class Layout:
     """What the breadth-first search needs from a layout: its lockstep harness (built from a config
@@ -178,6 +185,7 @@ class Layout:
     transitions: Callable[[Any], Iterator[Any]]
     checks: Callable[[Any], Iterator[Any]]
     settle: Callable[[Any], None] = _no_settling   # after a state's checks and after each transition
+    max_depth: Callable[[Any], Optional[int]] = _unbounded  # per config: None, or see check_config
 
 
 @dataclass
@@ -207,6 +215,8 @@ class ConfigResult:
     seconds: float = 0.0
     complete: bool = True
     counterexample: Optional[Counterexample] = None
+    max_depth: Optional[int] = None    # the depth bound the configuration was checked to (None: none)
+    beyond: int = 0                    # states first reached past max_depth (0: the bound cut nothing)
 
 
 def _sequence_harness(spec: ConfigSpec, factory: Factory) -> Lockstep:
@@ -220,10 +230,17 @@ SEQUENCE = Layout("sequence", "kvcache_spec.stateful", _sequence_harness, "Locks
 def check_config(spec: Any, factory: Optional[Callable[..., Any]] = None,
                  deadline: Optional[float] = None, layout: Optional[Layout] = None) -> ConfigResult:
     """Breadth-first over every reachable state of one configuration; stops at the first violation
-    (BFS: its path is a shortest one) or at the deadline (time.monotonic())."""
+    (BFS: its path is a shortest one) or at the deadline (time.monotonic()).
+
+    With a depth bound D (the layout's `max_depth(spec)`), the search is every state reachable in at
+    most D operations: each gets every check and every transition (each transition is applied and
+    checked), but a state first reached by an operation D + 1 is counted in `beyond` and not explored
+    further. `beyond == 0` means the bound cut nothing: the search was exhaustive after all."""
     layout = layout or SEQUENCE
     started = time.monotonic()
-    result = ConfigResult(spec)
+    max_depth = layout.max_depth(spec)
+    result = ConfigResult(spec, max_depth=max_depth)
+    depth: dict[Any, int] = {}
     root = layout.harness(spec, factory or layout.reference)
     parents: dict[Any, tuple[Any, Optional[Op]]] = {}
 
@@ -246,6 +263,7 @@ def check_config(spec: Any, factory: Optional[Callable[..., Any]] = None,
     root.setup_problems = []
     root_key = root.key()
     parents[root_key] = (None, None)
+    depth[root_key] = 0
     if root_problems:
         return fail(root_key, Observe(), root_problems)
     queue: deque[tuple[Any, Lockstep]] = deque([(root_key, root)])
@@ -264,9 +282,10 @@ def check_config(spec: Any, factory: Optional[Callable[..., Any]] = None,
         if lock.key() != key:  # a check the model accepted: the harness's fault, never the target's
             return fail(key, Observe(), ["HARNESS: a check changed the model's state (it must be a probe or a "
                                          "call the spec rejects or refuses)"])
+        twin = lock.twins() if hasattr(lock, "twins") else lock.clone  # the target serialised once per state
         for op in layout.transitions(lock):
             result.transitions += 1
-            child = lock.clone()
+            child = twin()
             problems = child.apply(op)
             if problems:
                 return fail(key, op, problems)
@@ -274,7 +293,11 @@ def check_config(spec: Any, factory: Optional[Callable[..., Any]] = None,
             child_key = child.key()
             if child_key not in parents:
                 parents[child_key] = (key, op)
-                queue.append((child_key, child))
+                depth[child_key] = depth[key] + 1
+                if max_depth is not None and depth[child_key] > max_depth:
+                    result.beyond += 1  # reached and its transition checked, not explored
+                else:
+                    queue.append((child_key, child))
     result.seconds = time.monotonic() - started
     return result
 
@@ -309,6 +332,7 @@ class CheckReport:
     complete: bool = True
     counterexample: Optional[Counterexample] = None
     largest: Optional[tuple[Any, int]] = None  # the configuration with the most states
+    beyond: int = 0                            # states past a depth bound, not explored (see check_config)
 
     @property
     def ok(self) -> bool:
@@ -323,7 +347,9 @@ class CheckReport:
                    else "INCOMPLETE (the time safety net ran out before every configuration was checked)")
         text = (f"model checker: {verdict} - {self.states} states, {self.transitions} transitions, "
                 f"{self.checks} checks, {self.configs_checked}/{self.configs_total} configs, "
-                f"{self.seconds:.1f} s, {self.states_per_second:.0f} states/s, {self.jobs} job(s); "
+                + (f"depth-bounded ({self.beyond} states reached past a configuration's depth bound, not "
+                   "explored), " if self.beyond else "")
+                + f"{self.seconds:.1f} s, {self.states_per_second:.0f} states/s, {self.jobs} job(s); "
                 f"bounds {self.bounds}")
         if self.counterexample:
             cx = self.counterexample
@@ -337,7 +363,7 @@ class CheckReport:
             "ok": self.ok, "complete": self.complete, "target": self.target, "bounds": asdict(self.bounds),
             "configs_total": self.configs_total, "configs_checked": self.configs_checked, "states": self.states,
             "transitions": self.transitions, "checks": self.checks, "seconds": round(self.seconds, 3),
-            "states_per_second": round(self.states_per_second, 1), "jobs": self.jobs,
+            "states_per_second": round(self.states_per_second, 1), "jobs": self.jobs, "beyond_depth_bound": self.beyond,
         }
         if self.counterexample:
             data["counterexample"] = {"config": asdict(self.counterexample.config),
@@ -401,6 +427,7 @@ def check_all(bounds: Any, factory: Optional[Callable[..., Any]] = None, time_bu
     def absorb(result: ConfigResult) -> bool:
         report.configs_checked += result.complete
         report.states += result.states
+        report.beyond += result.beyond
         report.transitions += result.transitions
         report.checks += result.checks
         report.complete &= result.complete
@@ -420,7 +447,10 @@ def check_all(bounds: Any, factory: Optional[Callable[..., Any]] = None, time_bu
         wall_deadline = time.time() + (1e9 if time_budget is None else time_budget)
         ctx = multiprocessing.get_context("fork" if sys.platform != "win32" else "spawn")
         with default_sigterm(), ctx.Pool(jobs) as pool:
-            for result in pool.imap_unordered(_worker, [(s, name, wall_deadline, layout) for s in specs], chunksize=4):
+            # One configuration at a time, smallest first: the largest come last and would serialise on
+            # one worker in a chunk (the cell pre-merge's two largest, 5 s of CPU each, took one worker's
+            # chunk of 4, so 2 jobs ran no faster than 1); singly they run side by side.
+            for result in pool.imap_unordered(_worker, [(s, name, wall_deadline, layout) for s in specs], chunksize=1):
                 if not absorb(result):
                     pool.terminate()
                     break

@@ -33,8 +33,9 @@ import kvcache
 
 from . import cell_model as cm
 from .model import FLAT, RING
-from .stateful import (ConfigSpec, LockstepMachine, Observe, Outcome, _call, _describe, fingerprint_of, ints_and_bad, rejection_problems,
-                       twin_of)
+from .stateful import (ConfigSpec, LockstepMachine, Observe, Outcome, _call, _describe, atomic_snapshot, call_target,
+                       fingerprint_of, ints_and_bad, rejection_problems, snapshot_unchanged, twin_of,
+                       twins_of)
 
 CellFactory = Callable[[kvcache.CacheConfig, int], Any]
 
@@ -131,6 +132,7 @@ class CellLockstep:
     state: cm.CellState = field(init=False)          # the model's
     pools: list[cm.Pool] = field(init=False)          # per layer: our data-level pool of the target's cells
     setup_problems: list[str] = field(init=False, default_factory=list)
+    clean: Optional[str] = field(init=False, default=None, repr=False, compare=False)  # see call_target
 
     @functools.cached_property
     def config(self) -> cm.CellConfig:
@@ -141,7 +143,7 @@ class CellLockstep:
         self.state = cm.initial(self.config)
         self.pools = [(None,) * self.spec.capacity for _ in range(self.spec.n_layers)]
         for face in ("as_batch_control", "as_cell_stepper"):
-            outcome = _call(getattr(self.target, face))
+            outcome = call_target(self, getattr(self.target, face))
             if outcome != (True, self.target):
                 self.setup_problems.append(f"FACES: {face}() {_describe(outcome)}, not the cache itself")
 
@@ -149,6 +151,9 @@ class CellLockstep:
 
     def clone(self) -> CellLockstep:
         return twin_of(self, "pools", "setup_problems")
+
+    def twins(self) -> Callable[[], CellLockstep]:
+        return twins_of(self, "pools", "setup_problems")
 
     def fingerprint(self) -> Optional[str]:
         return fingerprint_of(self.target)
@@ -165,26 +170,28 @@ class CellLockstep:
         forward = self.state.forward
         return (tuple((s, tuple((p, where[c]) for p, c in past)) for s, past in self.state.histories),
                 None if forward is None else (forward.seq_ids, forward.positions, forward.cells, forward.served),
-                tuple(tuple(canon(held) for held in pool) for pool in self.pools), self.fingerprint())
+                tuple(tuple(canon(held) for held in pool) for pool in self.pools),
+                self.clean if self.clean is not None else self.fingerprint())
 
     # --- observing --------------------------------------------------------------------------------
 
     def _queries(self) -> tuple[Any, ...]:
         t = self.target
         ids = range(-1, self.spec.max_seqs + 1)
-        return (_call(t.live), _call(t.free_cells), _call(t.used_end), _call(t.capacity),
-                tuple(_call(t.seq_len, s) for s in ids), tuple(_call(t.next_pos, s) for s in ids),
-                tuple(_call(t.can_extend, n) for n in range(self.spec.capacity + 2)))
+        return (call_target(self, t.live), call_target(self, t.free_cells), call_target(self, t.used_end), call_target(self, t.capacity),
+                tuple(call_target(self, t.seq_len, s) for s in ids), tuple(call_target(self, t.next_pos, s) for s in ids),
+                tuple(call_target(self, t.can_extend, n) for n in range(self.spec.capacity + 2)))
 
     def _snapshot(self) -> tuple[Any, ...]:
-        fingerprint = self.fingerprint()
-        if not self.thorough and fingerprint is not None:
-            return (fingerprint,)
-        return (fingerprint, repr(self._queries()))
+        if not self.thorough:
+            fingerprint = atomic_snapshot(self)
+            if fingerprint is not None:
+                return (fingerprint,)
+        return (self.fingerprint(), repr(self._queries()))
 
     def _unchanged(self, before: tuple[Any, ...], what: str) -> list[str]:
-        after = self._snapshot()
-        return [] if after == before else [f"CELL-ATOMIC: {what} changed the target: {before!r} -> {after!r}"]
+        same, after = snapshot_unchanged(self, before)
+        return [] if same else [f"CELL-ATOMIC: {what} changed the target: {before!r} -> {after!r}"]
 
     def observe(self, ns: tuple[int, ...] = ()) -> list[str]:
         """Every query against the model: live ids, free cells, used extent, capacity, seq_len and
@@ -192,19 +199,19 @@ class CellLockstep:
         problems: list[str] = []
         t, config, state = self.target, self.config, self.state
         for what, outcome, expected, rule_id in (
-                ("live()", _call(t.live), cm.live(state), "CELL-OWNERS"),
-                ("free_cells()", _call(t.free_cells), cm.free_cells(config, state), "CELL-USED-END"),
-                ("used_end()", _call(t.used_end), cm.used_end(state), "CELL-USED-END"),
-                ("capacity()", _call(t.capacity), config.capacity, "CFG-CAPACITY")):
+                ("live()", call_target(self, t.live), cm.live(state), "CELL-OWNERS"),
+                ("free_cells()", call_target(self, t.free_cells), cm.free_cells(config, state), "CELL-USED-END"),
+                ("used_end()", call_target(self, t.used_end), cm.used_end(state), "CELL-USED-END"),
+                ("capacity()", call_target(self, t.capacity), config.capacity, "CFG-CAPACITY")):
             if not _same(outcome, expected):
                 problems.append(f"{rule_id}: {what} {_describe(outcome)}, the model says {expected!r}")
         for seq_id in range(-1, self.spec.max_seqs + 1):
             for name, model_query in (("seq_len", cm.seq_len), ("next_pos", cm.next_pos)):
                 problems += self._compare(f"{name}({seq_id})", model_query(config, state, seq_id),
-                                          _call(getattr(t, name), seq_id), "CELL-OWNERS")
+                                          call_target(self, getattr(t, name), seq_id), "CELL-OWNERS")
         for n in ns or range(self.spec.capacity + 2):
             problems += self._compare(f"can_extend({n})", cm.can_extend(config, state, n),
-                                      _call(t.can_extend, n), "CELL-USED-END")
+                                      call_target(self, t.can_extend, n), "CELL-USED-END")
         if state.forward is not None and state.forward.positions is not None:
             for layer in range(self.spec.n_layers):  # the model's own consistency: formula == definition
                 if cm.mask_by_formula(config, state, layer) != cm.canonical_step(config, state, layer).mask_bits:
@@ -223,7 +230,7 @@ class CellLockstep:
     def _verb(self, what: str, expected: cm.Result, call: Callable[[], Any], rule_id: str) -> list[str]:
         """A verb that answers a value: compared; a refusal or a caller error must change nothing."""
         before = self._snapshot()
-        outcome = _call(call)
+        outcome = call_target(self, call)
         if isinstance(expected, cm.CellRejected):
             return rejection_problems(what, expected.rules, expected.argument, outcome) + self._unchanged(before, what)
         answer, state = expected
@@ -238,7 +245,7 @@ class CellLockstep:
         what = f"place_step({layer!r}, {positions!r})"
         before_state = self.state
         before = self._snapshot()
-        outcome = _call(self.target.place_step, layer, positions)
+        outcome = call_target(self, self.target.place_step, layer, positions)
         if isinstance(expected, cm.CellRejected):
             return rejection_problems(what, expected.rules, expected.argument, outcome) + self._unchanged(before, what)
         model_step, state = expected
@@ -285,11 +292,11 @@ class CellLockstep:
             return self._place(*args)
         if kind == "clear":
             self.state = cm.clear(self.config, self.state)
-            outcome = _call(target_call)
+            outcome = call_target(self, target_call)
             return [] if _same(outcome, None) else [f"{rule_id}: clear() {_describe(outcome)}"]
         if kind == "query":
             before = self._snapshot()
-            return (self._compare(what, model_call(self.config, self.state, *args), _call(target_call, *args), rule_id)
+            return (self._compare(what, model_call(self.config, self.state, *args), call_target(self, target_call, *args), rule_id)
                     + self._unchanged(before, what))
         return self._verb(what, model_call(self.config, self.state, *args), lambda: target_call(*args), rule_id)
 

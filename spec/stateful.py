@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import copy
 import os
+import pickle
 from dataclasses import dataclass, field
 from typing import Any, Callable, Generic, Optional, TypeVar, Union
 
@@ -266,11 +267,76 @@ _Harness = TypeVar("_Harness")
 def twin_of(lock: _Harness, *lists: str) -> _Harness:
     """A copy of a lockstep harness (either layout's) with a deep copy of its target and its own copies
     of the list attributes named (for the model checker, which branches from every state)."""
-    twin = copy.copy(lock)
-    setattr(twin, "target", copy.deepcopy(getattr(lock, "target")))
-    for name in lists:
-        setattr(twin, name, list(getattr(lock, name)))
+    return twins_of(lock, *lists)()
+
+
+def twins_of(lock: _Harness, *lists: str) -> Callable[[], _Harness]:
+    """A maker of copies of `lock` as it is now (`twin_of`'s, for the model checker, which branches
+    many times from one state). The target is serialised once with pickle and each twin gets its own
+    unpickled copy: the same object graph a deep copy builds (pickle and deepcopy both go through
+    `__reduce_ex__` and keep shared references shared), at a fraction of the cost. A target that does
+    not pickle, or whose unpickled copy's fingerprint differs from its own, is deep-copied for each twin
+    instead. A twin's known-clean fingerprint (see `call_target`) is the target's only when its copy
+    was checked to have the same one."""
+    target = getattr(lock, "target")
+    fingerprint = fingerprint_of(target)
+    image: Optional[bytes] = None
+    try:
+        image = pickle.dumps(target, pickle.HIGHEST_PROTOCOL)
+        if fingerprint is None or fingerprint_of(pickle.loads(image)) != fingerprint:
+            image = None
+    except Exception:  # noqa: BLE001 - any target that does not round-trip is deep-copied instead
+        image = None
+
+    def twin() -> _Harness:
+        copied = copy.copy(lock)
+        if image is not None:
+            setattr(copied, "target", pickle.loads(image))
+            setattr(copied, "clean", fingerprint)
+        else:
+            setattr(copied, "target", copy.deepcopy(target))
+            setattr(copied, "clean", None)
+        for name in lists:
+            setattr(copied, name, list(getattr(lock, name)))
+        return copied
+
     return twin
+
+
+def call_target(lock: Any, method: Callable[..., Any], *args: Any) -> Outcome:
+    """`_call` on a harness's target. Any call may change the target, so it forgets the harness's
+    known-clean fingerprint (`lock.clean`: the fingerprint the target is known to have now, set when
+    a call was just checked to have changed nothing; the next check's "before" reuses it instead of
+    computing it again, which halves the fingerprints of a run of checks)."""
+    lock.clean = None
+    return _call(method, *args)
+
+
+def atomic_snapshot(lock: Any) -> Optional[str]:
+    """The fingerprint before a call that must change nothing: the known-clean one when there is one."""
+    known: Optional[str] = lock.clean
+    lock.clean = None
+    return known if known is not None else fingerprint_of(lock.target)
+
+
+def snapshot_unchanged(lock: Any, before: tuple[Any, ...]) -> tuple[bool, tuple[Any, ...]]:
+    """(unchanged?, the snapshot now) for a harness's `_snapshot()` taken before a call that must change
+    nothing: a fingerprint alone (1-tuple) through `still_clean`, a thorough one compared whole."""
+    if len(before) == 1:
+        same, fingerprint = still_clean(lock, before[0])
+        return same, (fingerprint,)
+    after: tuple[Any, ...] = lock._snapshot()
+    return after == before, after
+
+
+def still_clean(lock: Any, before: Optional[str]) -> tuple[bool, Optional[str]]:
+    """After such a call: (unchanged?, the fingerprint now), always computed afresh; when unchanged,
+    it becomes the known-clean fingerprint."""
+    after = fingerprint_of(lock.target)
+    if after == before and after is not None:
+        lock.clean = after
+        return True, after
+    return after == before, after
 
 
 # --- the lockstep harness ----------------------------------------------------------------------------
@@ -303,6 +369,7 @@ class Lockstep:
     issued: list[Any] = field(init=False, default_factory=list)  # plans the target issued, for stale commits
     setup_problems: list[str] = field(init=False, default_factory=list)
     reference_api: bool = field(init=False, default=False)  # see the class docstring: which contract
+    clean: Optional[str] = field(init=False, default=None, repr=False, compare=False)  # see call_target
 
     def __post_init__(self) -> None:
         self.config = self.spec.model_config()
@@ -311,7 +378,7 @@ class Lockstep:
         self.state = model.initial(self.config)
         self.target_pools = []
         for layer in range(self.spec.n_layers):
-            ok, rows = _call(self.target.depth, layer)
+            ok, rows = call_target(self, self.target.depth, layer)
             if not ok or not _is_int(rows) or not 0 <= rows <= 4 * self.spec.capacity + 64:
                 self.setup_problems.append(f"DEPTH: target depth({layer}) {_describe((ok, rows))}")
                 rows = model.depth_of(self.config, self.config.layers[layer])
@@ -321,6 +388,9 @@ class Lockstep:
 
     def clone(self) -> Lockstep:
         return twin_of(self, "target_pools", "issued", "setup_problems")
+
+    def twins(self) -> Callable[[], Lockstep]:
+        return twins_of(self, "target_pools", "issued", "setup_problems")
 
     def fingerprint(self) -> Optional[str]:
         return fingerprint_of(self.target)
@@ -337,42 +407,43 @@ class Lockstep:
                          for row in pool)
 
         return (self.state.length, self.state.open_step, tuple(canon(p) for p in self.state.pools),
-                tuple(canon(p) for p in self.target_pools), self.pending, self.fingerprint())
+                tuple(canon(p) for p in self.target_pools), self.pending,
+                self.clean if self.clean is not None else self.fingerprint())
 
     # --- observing ------------------------------------------------------------------------------
 
     def _snapshot(self) -> tuple[Any, ...]:
-        if not self.thorough and self.fingerprint() is not None:
-            return (self.fingerprint(),)
+        if not self.thorough:
+            fingerprint = atomic_snapshot(self)
+            if fingerprint is not None:
+                return (fingerprint,)
         n = self.spec.n_layers
-        return (self.fingerprint(), _call(self.target.length),
-                tuple(_call(self.target.retained_from, i) for i in range(n)),
-                tuple(_call(self.target.depth, i) for i in range(n)),
-                tuple(_call(self.target.can_extend, k) for k in self._probe_ns()))
+        return (self.fingerprint(), call_target(self, self.target.length),
+                tuple(call_target(self, self.target.retained_from, i) for i in range(n)),
+                tuple(call_target(self, self.target.depth, i) for i in range(n)),
+                tuple(call_target(self, self.target.can_extend, k) for k in self._probe_ns()))
 
     def _probe_ns(self) -> tuple[int, ...]:
         room = self.spec.capacity - self.state.length
         return tuple(sorted({0, 1, max(0, room), room + 1}))
 
     def _unchanged(self, before: tuple[Any, ...], what: str) -> list[str]:
-        after = self._snapshot()
-        if after == before:
-            return []
-        return [f"ATOMIC: {what} changed the target's state: {before!r} -> {after!r}"]
+        same, after = snapshot_unchanged(self, before)
+        return [] if same else [f"ATOMIC: {what} changed the target's state: {before!r} -> {after!r}"]
 
     def observe(self, ns: tuple[int, ...] = ()) -> list[str]:
         problems: list[str] = []
         expected_length = self.state.length
-        ok, length = _call(self.target.length)
+        ok, length = call_target(self, self.target.length)
         if not ok or length != expected_length:
             problems.append(f"LEN-BOUNDS: length() {_describe((ok, length))}, the model says {expected_length}")
         for layer in range(self.spec.n_layers):
             expected = model.retained_from(self.config, self.state, layer)
-            outcome = _call(self.target.retained_from, layer)
+            outcome = call_target(self, self.target.retained_from, layer)
             if outcome != (True, expected):
                 problems.append(f"RETAINED: retained_from({layer}) {_describe(outcome)}, the model says {expected}")
             expected = model.depth(self.config, layer)
-            outcome = _call(self.target.depth, layer)
+            outcome = call_target(self, self.target.depth, layer)
             if outcome != (True, expected):
                 problems.append(f"DEPTH: depth({layer}) {_describe(outcome)}, the model says {expected}")
         for n in ns or self._probe_ns():
@@ -389,7 +460,7 @@ class Lockstep:
     def _can_extend(self, n: Any, check_atomic: bool = True) -> list[str]:
         expected = model.can_extend(self.config, self.state, n)
         before = self._snapshot() if check_atomic else ()
-        outcome = _call(self.target.can_extend, n)
+        outcome = call_target(self, self.target.can_extend, n)
         what = f"can_extend({n!r})"
         if isinstance(expected, model.Rejected):
             problems = self._rejected(what, expected, outcome)
@@ -402,7 +473,7 @@ class Lockstep:
         expected: Union[int, model.Rejected] = (model.depth(self.config, layer) if name == "depth"
                                                  else model.retained_from(self.config, self.state, layer))
         before = self._snapshot()
-        outcome = _call(getattr(self.target, name), layer)
+        outcome = call_target(self, getattr(self.target, name), layer)
         what = f"{name}({layer!r})"
         if isinstance(expected, model.Rejected):
             problems = self._rejected(what, expected, outcome)
@@ -416,7 +487,7 @@ class Lockstep:
         """plan() on both; returns the problems and the target's plan when both issue one."""
         expected = model.plan(self.config, self.state, layer, position, T)
         before = self._snapshot()
-        outcome = _call(self.target.plan, layer, position, T)
+        outcome = call_target(self, self.target.plan, layer, position, T)
         what = f"plan({layer!r}, {position!r}, {T!r})"
         problems = self._unchanged(before, what)  # PLAN-PURE as well as ATOMIC
         ok, value = outcome
@@ -453,11 +524,11 @@ class Lockstep:
         """Commit a plan both sides issued; the model commits its canonical plan for the same layer."""
         expected = model.commit(self.config, self.state, model.canonical_plan(self.config.layers[layer], position, T))
         assert isinstance(expected, model.State), "the model accepts its own plan for a current step"
-        outcome = _call(self.target.commit, target_plan)
+        outcome = call_target(self, self.target.commit, target_plan)
         self.state = expected
         if not outcome[0]:
             return [f"COMMIT-ISSUED: commit(plan of layer {layer} for step ({position}, {T})) {_describe(outcome)}"]
-        ok, length = _call(self.target.length)
+        ok, length = call_target(self, self.target.length)
         if (ok, length) != (True, expected.length):
             return [f"COMMIT-ADVANCE: after commit(plan of layer {layer} for step ({position}, {T})) length() "
                     f"{_describe((ok, length))}, the model says {expected.length}"]
@@ -469,7 +540,7 @@ class Lockstep:
         if isinstance(expected, model.State):
             return []  # the model accepts it: not a bad call (the generators avoid this)
         before = self._snapshot()
-        outcome = _call(self.target.commit, plan)
+        outcome = call_target(self, self.target.commit, plan)
         return self._rejected(what, expected, outcome) + self._unchanged(before, what)
 
     def expected_commit(self, plan: Any) -> Union[model.State, model.Rejected]:
@@ -503,7 +574,7 @@ class Lockstep:
         elif isinstance(op, Clear):
             self.state = model.clear(self.config, self.state)
             self.pending = None
-            outcome = _call(self.target.clear)
+            outcome = call_target(self, self.target.clear)
             if not outcome[0]:
                 problems.append(f"CLEAR: clear() {_describe(outcome)}")
         elif isinstance(op, Observe):
@@ -571,7 +642,7 @@ class Lockstep:
     def _rewind(self, new_len: Any) -> list[str]:
         expected = model.rewind(self.config, self.state, new_len)
         before = self._snapshot()
-        outcome = _call(self.target.rewind, new_len)
+        outcome = call_target(self, self.target.rewind, new_len)
         what = f"rewind({new_len!r})"
         if isinstance(expected, model.Rejected):
             return self._rejected(what, expected, outcome) + self._unchanged(before, what)

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from kvcache_proofs import cell_model_checker as cmc
-from kvcache_proofs.model_checker import replay
+from kvcache_proofs.model_checker import check_config, replay
 from kvcache_spec.cell_stateful import Call, CellConfigSpec
 
 from . import cell_model_target
@@ -41,7 +41,7 @@ def test_the_transitions_cover_removals_around_every_position() -> None:
     lock = cmc._cell_harness(CellConfigSpec(3, (0,), 2), cmc.cell_reference_factory)
     for op in (Call("seq_new"), Call("declare_step", ([0, 0],)), Call("place_step", (0, [0, 1]))):
         assert lock.apply(op) == []
-    removals = {op.args for op in cmc.transitions(lock, cmc.PROFILES["quick"]) if op.verb == "seq_rm"}
+    removals = {op.args for op in cmc.transitions(lock, 2, 3) if op.verb == "seq_rm"}
     assert removals == {(0, p0, p1) for p0 in range(3) for p1 in [None, *range(p0 + 1, 3)]}
 
 
@@ -56,3 +56,43 @@ def test_the_command_checks_the_cell_layout(tmp_path: Any) -> None:
                                "--json", str(out)]) == 0
     data = json.loads(out.read_text())
     assert data["ok"] and data["configs_checked"] == data["configs_total"] == 5
+
+
+def test_a_depth_bound_explores_every_state_within_it_and_says_what_it_cut() -> None:
+    """A group's max_depth: every state reachable in at most D calls gets every check and transition;
+    a bound the space never reaches cuts nothing and checks exactly the exhaustive states."""
+    spec = CellConfigSpec(2, (0,), 2)
+
+    def run(depth: Any) -> Any:
+        bounds = cmc.CellBounds(groups=((2, (2, 2), ((0,),), depth),), max_tokens=2, max_position=3)
+        assert bounds.configs() == [spec] and bounds.max_depth(spec) == depth
+        return check_config(spec, layout=cmc.layout(bounds))
+
+    exhaustive, shallow, roomy = run(None), run(3), run(100)
+    assert exhaustive.complete and exhaustive.beyond == 0 and exhaustive.counterexample is None
+    assert shallow.complete and 0 < shallow.states < exhaustive.states and shallow.beyond > 0
+    assert (roomy.states, roomy.beyond, roomy.checks) == (exhaustive.states, 0, exhaustive.checks)
+
+
+def test_a_depth_bound_catches_what_lies_within_it_with_the_same_counterexample() -> None:
+    """A violation at operation L is caught at depth bound L - 1 (that state's transitions are all
+    applied and checked), with the exhaustive search's shortest counterexample; not at L - 2."""
+    spec, factory = CellConfigSpec(2, (0,), 2), cell_model_target.fork_past_cut
+
+    def run(depth: Any) -> Any:
+        bounds = cmc.CellBounds(groups=((2, (2, 2), ((0,),), depth),), max_tokens=2, max_position=3)
+        return check_config(spec, factory, layout=cmc.layout(bounds))
+
+    full = run(None).counterexample
+    assert full is not None
+    caught = run(len(full.ops) - 1).counterexample
+    assert caught is not None and (caught.ops, caught.problems) == (full.ops, full.problems)
+    assert run(len(full.ops) - 2).counterexample is None
+
+
+def test_a_configuration_in_an_exhaustive_group_is_never_depth_bounded() -> None:
+    bounds = cmc.CellBounds(groups=((3, 3, (cmc.FLAT,)), (3, (2, 6), (cmc.FLAT,), 5, 6)), max_tokens=2,
+                            max_position=4)
+    assert bounds.governing(CellConfigSpec(3, (0,), 3)) == (None, 4)
+    assert bounds.governing(CellConfigSpec(4, (0,), 3)) == (5, 6)
+    assert [s.capacity for s in bounds.configs()] == [1, 2, 3, 4, 5, 6]

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
+import kvcache
 from kvcache_proofs import _mc_broken, model_checker
 from kvcache_proofs.model_checker import Bounds, ConfigSpec, check_all, check_config, replay
-from kvcache_spec.stateful import Observe, Rewind, Step
+from kvcache_spec.stateful import CanExtend, Lockstep, Observe, Rewind, Step
 
 
 def test_reference_holds_on_the_quick_bounds() -> None:
@@ -132,3 +133,37 @@ def test_pools_stop_in_a_host_with_its_own_sigterm_handler() -> None:
     done = subprocess.run([sys.executable, "-c", HOST_WITH_SIGTERM_HANDLER], capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+class _CountsLengthCalls(kvcache.SequenceCache):
+    """length() changes the object (a call counter): observe() calls it without an atomicity check."""
+
+    def length(self) -> int:
+        self.length_calls = getattr(self, "length_calls", 0) + 1
+        return super().length()
+
+
+class _BadCanExtendLeaks(kvcache.SequenceCache):
+    """A rejected can_extend() changes the object (CELL-ATOMIC's sequence twin, ATOMIC)."""
+
+    def can_extend(self, n: object) -> bool:
+        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+            self.leaked = getattr(self, "leaked", 0) + 1
+        return super().can_extend(n)  # type: ignore[arg-type]
+
+
+def test_the_reused_clean_fingerprint_never_hides_or_invents_a_change() -> None:
+    """A check's 'before' reuses the fingerprint the previous check verified; any target call in between
+    forgets it. An unchecked call that changed the target does not make the next check fail, and a bad
+    call that changes the target is caught on every repetition, not only the first."""
+    spec = ConfigSpec(capacity=2, windows=(0,))
+    lock = Lockstep(spec, _CountsLengthCalls)
+    assert lock.apply(CanExtend(-1)) == [] and lock.clean is not None
+    assert lock.apply(Observe()) == [] and lock.clean is None
+    assert lock.apply(CanExtend(-1)) == []
+    twin = lock.twins()()
+    assert twin.clean == lock.fingerprint() and twin.apply(CanExtend(True)) == []
+    leaky = Lockstep(spec, _BadCanExtendLeaks)
+    for _ in range(3):
+        assert any(p.startswith("ATOMIC") for p in leaky.apply(CanExtend(-1)))
+    assert any(p.startswith("ATOMIC") for p in leaky.twins()().apply(CanExtend(-1)))
