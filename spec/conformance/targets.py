@@ -218,6 +218,19 @@ def cell_step_to_json(step: Any) -> Any:
 
 # --- Python targets -------------------------------------------------------------------------------
 
+def import_target_module(module_name: str) -> Any:
+    """The module of a python: target, found from the current directory too when it is not on sys.path
+    (the `kvcache` console script does not put it there; `python -m` and `--isolate`'s served process
+    do), so a target loads the same in process and isolated."""
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as error:
+        if error.name != module_name.split(".")[0] or os.getcwd() in sys.path:
+            raise
+        sys.path.insert(0, os.getcwd())
+        return importlib.import_module(module_name)
+
+
 class PythonTarget(Target):
     """FACTORY(config) -> an object with SequenceCache's public methods; exceptions count as errors."""
 
@@ -225,7 +238,7 @@ class PythonTarget(Target):
         self.name = spec
         try:
             _, module_name, factory_name = spec.split(":", 2)
-            self.factory = getattr(importlib.import_module(module_name), factory_name)
+            self.factory = getattr(import_target_module(module_name), factory_name)
         except (ValueError, ImportError, AttributeError) as error:
             raise TargetError(f"cannot load {spec!r}: {error}") from error
         try:
