@@ -298,3 +298,29 @@ def test_the_console_script_loads_a_python_target_from_the_current_directory() -
     done = subprocess.run([str(script), "conformance", "--target", HOSTILE.format("WrongTypes")], cwd=root,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 1 and "crash       CELL-OWNERS" in done.stdout, done.stdout + done.stderr[-2000:]
+
+
+# --- the numpy backends: wrong tensors are refused before the step is placed ---------------------------
+
+def test_ARG_TYPE_the_numpy_backends_refuse_wrong_tensors_before_anything_changes() -> None:
+    np = pytest.importorskip("numpy")
+    from kvcache.backends.numpy_backend import BackendError, NumpyBackend, NumpyCellBackend
+    config = CacheConfig(8, 1, [LayerConfig(LayerPolicy.flat(), 2, 4)])
+    c = CellCache(config, 4)
+    backend = NumpyCellBackend(c, config)
+    s = c.seq_new()
+    assert s is not None and c.declare_step([s, s])
+    kv, q = np.zeros((2, 2, 4)), np.zeros((2, 4, 4))
+    before = observe(c)
+    for queries, keys, values in ((q, np.zeros((2, 2, 3)), kv), (q, kv, np.zeros((3, 2, 4))), (np.zeros((2, 3, 4)), kv, kv),
+                                  ([[0.0]], kv, kv), (q, kv.astype(np.int64), kv), (q, np.zeros((2, 1, 4)), kv)):
+        with pytest.raises(BackendError) as caught:
+            backend.attend(0, [0, 1], queries, keys, values)
+        assert caught.value.rule == "ARG-TYPE" and observe(c) == before      # not placed, no pool written
+        assert (backend.pools[0].row_stamp == -1).all()
+    assert backend.attend(0, [0, 1], q, kv, kv).shape == (2, 4, 4)
+    sequence = SequenceCache(config)
+    plans = NumpyBackend(sequence, config)
+    with pytest.raises(BackendError) as caught:
+        plans.attend(0, 0, q, kv, np.zeros((2, 2, 5)))
+    assert caught.value.rule == "ARG-TYPE" and sequence.length() == 0 and (plans.pools[0].row_stamp == -1).all()
