@@ -91,7 +91,9 @@ class HangsInSeqNew(_Delegating):
     """Never answers seq_new."""
 
     def seq_new(self) -> Optional[int]:
+        import sys
         import time
+        print("hanging in seq_new", file=sys.stderr, flush=True)   # for a test to know when
         while True:
             time.sleep(60)
 

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -324,3 +325,25 @@ def test_ARG_TYPE_the_numpy_backends_refuse_wrong_tensors_before_anything_change
     with pytest.raises(BackendError) as caught:
         plans.attend(0, 0, q, kv, np.zeros((2, 2, 5)))
     assert caught.value.rule == "ARG-TYPE" and sequence.length() == 0 and (plans.pools[0].row_stamp == -1).all()
+
+
+def test_an_in_process_target_that_ignores_sigterm_cannot_make_the_harness_deaf() -> None:
+    """IgnoresSigterm sets SIGTERM to SIG_IGN in its constructor, inside the harness's process, then hangs;
+    the harness restores its own handler after every call into the target, so SIGTERM still ends the run
+    INCOMPLETE (before: the harness ignored SIGTERM until its safety net, minutes later)."""
+    root = Path(__file__).resolve().parent.parent
+    process = subprocess.Popen([sys.executable, "-m", "kvcache_spec.cli", "conformance", "--target",
+                                HOSTILE.format("IgnoresSigterm")], cwd=root, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    try:
+        assert process.stderr is not None
+        for line in process.stderr:               # the target is now hanging, its SIG_IGN installed
+            if "hanging in seq_new" in line:
+                break
+        process.send_signal(signal.SIGTERM)
+        out, _ = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 3 and "interrupted by SIGTERM" in out, out

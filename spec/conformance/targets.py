@@ -91,6 +91,27 @@ def stop_on_signals() -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def harness_signals_kept() -> Iterator[None]:
+    """An in-process target runs inside the harness: a handler it installs for the harness's stop signals
+    or its safety alarm (SIG_IGN on SIGTERM, say) is undone when its call returns, so the harness still
+    stops on them. Not after a HarnessInterrupted: the stop handler has set what it wants. Main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    kept = {number: signal.getsignal(number) for number in STOP_SIGNALS + (signal.SIGALRM,)}
+    interrupted = False
+    try:
+        yield
+    except HarnessInterrupted:
+        interrupted = True
+        raise
+    finally:
+        for number, handler in kept.items():
+            if not interrupted and signal.getsignal(number) is not handler:
+                signal.signal(number, handler)
+
+
+@contextlib.contextmanager
 def safety_alarm(seconds: float) -> Iterator[None]:
     """The wall-clock safety net, also inside a call: after `seconds`, SIGALRM raises
     `HarnessInterrupted` (SIGALRM) - even out of an in-process target's endless loop, which no
@@ -252,6 +273,10 @@ class PythonTarget(Target):
         self.issued: dict[str, Any] = {}   # plan JSON -> the target's own plan object
 
     def create(self, cfg: JsonConfig) -> Outcome:
+        with harness_signals_kept():
+            return self._create(cfg)
+
+    def _create(self, cfg: JsonConfig) -> Outcome:
         self.cache, self.issued = None, {}
         try:
             config = to_kvcache(cfg)
@@ -275,6 +300,10 @@ class PythonTarget(Target):
         return issued if issued is not None else foreign_plan(value)
 
     def call(self, method: str, args: dict[str, Any]) -> Outcome:
+        with harness_signals_kept():
+            return self._call(method, args)
+
+    def _call(self, method: str, args: dict[str, Any]) -> Outcome:
         cache = self.cache
         try:
             if method == "faces" and self.layout == "cell":
