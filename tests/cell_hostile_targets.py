@@ -120,3 +120,46 @@ class IgnoresSigterm(HangsInSeqNew):
         import signal
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         super().__init__(config, max_seqs)
+
+
+class _ForgedStep(_Delegating):
+    """Answers place_step with a duck-typed step (not a kvcache.CellStep) spoiled by `forge`."""
+
+    def forge(self, step: kvcache.CellStep) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def place_step(self, layer: int, positions: Sequence[int]) -> Any:
+        from types import SimpleNamespace
+        step = self.inner.place_step(layer, positions)
+        fields = {"length": step.length, "read_len": step.read_len, "cells": step.cells, "mask_bits": step.mask_bits}
+        return SimpleNamespace(**{**fields, **self.forge(step)})
+
+
+class CellsOutOfRead(_ForgedStep):
+    def forge(self, step: kvcache.CellStep) -> dict[str, Any]:
+        return {"cells": [step.read_len + 5] * step.length}
+
+
+class ShortMask(_ForgedStep):
+    def forge(self, step: kvcache.CellStep) -> dict[str, Any]:
+        return {"mask_bits": step.mask_bits[:-1]}
+
+
+class MaskOfTwos(_ForgedStep):
+    def forge(self, step: kvcache.CellStep) -> dict[str, Any]:
+        return {"mask_bits": bytes(2 if b else 0 for b in step.mask_bits)}
+
+
+class BoolLength(_ForgedStep):
+    def forge(self, step: kvcache.CellStep) -> dict[str, Any]:
+        return {"length": True}
+
+
+class SameCellTwice(_ForgedStep):
+    def forge(self, step: kvcache.CellStep) -> dict[str, Any]:
+        return {"cells": [step.cells[0]] * step.length}
+
+
+class HugeReadLen(_ForgedStep):
+    def forge(self, step: kvcache.CellStep) -> dict[str, Any]:
+        return {"read_len": 2**40}

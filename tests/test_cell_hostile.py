@@ -347,3 +347,11 @@ def test_an_in_process_target_that_ignores_sigterm_cannot_make_the_harness_deaf(
             process.kill()
             process.wait()
     assert process.returncode == 3 and "interrupted by SIGTERM" in out, out
+
+
+@pytest.mark.parametrize("name", ["CellsOutOfRead", "ShortMask", "MaskOfTwos", "BoolLength", "SameCellTwice",
+                                  "HugeReadLen"])
+def test_a_forged_cell_step_is_wrong_CELL_STEP_SHAPE_with_a_two_step_program(name: str) -> None:
+    result = run_suite(PythonTarget(HOSTILE.format(name)), "quick", seed=0)
+    assert set(result.findings) == {(WRONG, "CELL-STEP-SHAPE")} and result.verdict() == "NOT CONFORMING"
+    assert min(len(r.steps) for r in result.causes[(WRONG, "CELL-STEP-SHAPE")]) == 2   # seq_new, one forward
