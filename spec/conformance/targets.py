@@ -25,7 +25,7 @@ import threading
 import time
 from dataclasses import dataclass
 from types import FrameType
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 from ..target_contract import foreign_plan, read_plan
 from . import scope as scopes
@@ -90,25 +90,28 @@ def stop_on_signals() -> Iterator[None]:
             signal.signal(number, old)
 
 
-@contextlib.contextmanager
-def harness_signals_kept() -> Iterator[None]:
-    """An in-process target runs inside the harness: a handler it installs for the harness's stop signals
-    or its safety alarm (SIG_IGN on SIGTERM, say) is undone when its call returns, so the harness still
-    stops on them. Not after a HarnessInterrupted: the stop handler has set what it wants. Main thread."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
+#: What an in-process target must not take from the harness: its stop signals and its safety alarm.
+KEPT_SIGNALS = STOP_SIGNALS + (signal.SIGALRM,)
+#: signal.getsignal without its enum conversion (the C function; typeshed has no stub for `_signal`).
+_getsignal: Callable[[int], Any] = importlib.import_module("_signal").getsignal
+
+
+def harness_handlers() -> Optional[tuple[Any, ...]]:
+    """The harness's handlers of KEPT_SIGNALS before a call into an in-process target (main thread only;
+    `_signal.getsignal`: signal.getsignal's enum conversion would cost a fifth of a cell run)."""
+    if threading.get_ident() != threading.main_thread().ident:
+        return None
+    return tuple(_getsignal(number) for number in KEPT_SIGNALS)
+
+
+def restore_handlers(kept: Optional[tuple[Any, ...]]) -> None:
+    """A handler the target installed (SIG_IGN on SIGTERM, say) is undone when its call returns, so the
+    harness still stops on its signals."""
+    if kept is None:
         return
-    kept = {number: signal.getsignal(number) for number in STOP_SIGNALS + (signal.SIGALRM,)}
-    interrupted = False
-    try:
-        yield
-    except HarnessInterrupted:
-        interrupted = True
-        raise
-    finally:
-        for number, handler in kept.items():
-            if not interrupted and signal.getsignal(number) is not handler:
-                signal.signal(number, handler)
+    for number, handler in zip(KEPT_SIGNALS, kept):
+        if _getsignal(number) is not handler:
+            signal.signal(number, handler)
 
 
 @contextlib.contextmanager
@@ -273,8 +276,14 @@ class PythonTarget(Target):
         self.issued: dict[str, Any] = {}   # plan JSON -> the target's own plan object
 
     def create(self, cfg: JsonConfig) -> Outcome:
-        with harness_signals_kept():
+        kept = harness_handlers()
+        try:
             return self._create(cfg)
+        except HarnessInterrupted:
+            kept = None   # the stop handler has set the handlers it wants
+            raise
+        finally:
+            restore_handlers(kept)
 
     def _create(self, cfg: JsonConfig) -> Outcome:
         self.cache, self.issued = None, {}
@@ -300,8 +309,14 @@ class PythonTarget(Target):
         return issued if issued is not None else foreign_plan(value)
 
     def call(self, method: str, args: dict[str, Any]) -> Outcome:
-        with harness_signals_kept():
+        kept = harness_handlers()
+        try:
             return self._call(method, args)
+        except HarnessInterrupted:
+            kept = None   # the stop handler has set the handlers it wants
+            raise
+        finally:
+            restore_handlers(kept)
 
     def _call(self, method: str, args: dict[str, Any]) -> Outcome:
         cache = self.cache
