@@ -98,6 +98,9 @@ MAX_SEQS = 64
 #: The position of a free cell (upstream's -1); also the newest position of a sequence owning nothing.
 FREE = -1
 
+#: CELL-POS: the largest position a token may take, so next_pos (one past the newest) fits an int.
+MAX_POSITION = INT_MAX - 1
+
 # The state as values, for snapshots. The table: (cell positions, cell owner bitsets, per-id cell
 # count, per-id newest position, live bitset, occupied cells). The forward: (declared ids, placed
 # positions, placed cells, served layers, memoized steps by window).
@@ -252,7 +255,7 @@ def _forward_open(self: CellCache, verb: str) -> ForwardError:
 
 def _seq_ids_error(self: CellCache, seq_ids: Any) -> Optional[KVCacheError]:
     """CELL-DECLARE, CELL-SEQ-ID: declare_step takes a non-empty list or tuple of seq ids."""
-    if not isinstance(seq_ids, (list, tuple)):
+    if type(seq_ids) not in (list, tuple):  # exactly: a subclass could iterate differently after the check
         return ArgumentTypeError("CELL-DECLARE", "seq_ids", "must be a list or tuple of seq ids", value=seq_ids,
                                  type=type(seq_ids).__name__)
     for index, seq_id in enumerate(seq_ids):
@@ -266,17 +269,17 @@ def _seq_ids_error(self: CellCache, seq_ids: Any) -> Optional[KVCacheError]:
 
 
 def _positions_type_error(positions: Any) -> Optional[KVCacheError]:
-    """CELL-POS: positions is a list or tuple of ints in [0, INT_MAX]."""
-    if not isinstance(positions, (list, tuple)):
+    """CELL-POS: positions is a list or tuple of ints in [0, MAX_POSITION]."""
+    if type(positions) not in (list, tuple):  # exactly: a subclass could iterate differently after the check
         return ArgumentTypeError("CELL-POS", "positions", "must be a list or tuple of ints", value=positions,
                                  type=type(positions).__name__)
     for index, position in enumerate(positions):
         if not is_int(position):
             return ArgumentTypeError("CELL-POS", f"positions[{index}]", "must be an int (bool is not an int here)",
                                      value=position, type=type(position).__name__)
-        if not in_range(position, 0):
-            return ArgumentValueError("CELL-POS", f"positions[{index}]", f"must lie in [0, {INT_MAX}]",
-                                      value=position)
+        if not in_range(position, 0, MAX_POSITION):
+            return ArgumentValueError("CELL-POS", f"positions[{index}]", f"must lie in [0, {MAX_POSITION}] (INT_MAX - 1, "
+                                      "so next_pos fits an int)", value=position)
     return None
 
 
@@ -483,6 +486,7 @@ class CellCache(CacheBase, BatchControl, CellStepper):
     @icontract.ensure(lambda self, seq_id, result: result == 1 + max(owned_cells(self._table(), seq_id).values(),
                                                                      default=-1),
                       "CELL-OWNERS: next_pos is one past the newest position owned (0 when none)")
+    @icontract.ensure(lambda result: 0 <= result <= INT_MAX, "CELL-POS: next_pos fits an int")
     def next_pos(self, seq_id: int) -> int:
         return self._newest[seq_id] + 1
 
@@ -603,7 +607,7 @@ class CellCache(CacheBase, BatchControl, CellStepper):
                        "CELL-FORWARD, CELL-POS: a declared forward, a layer not yet served, positions that fit",
                        error=lambda self, layer, positions: _found(_forward_error(self, layer, positions)), enabled=True)
     @icontract.require(lambda positions: _positions_type_error(positions) is None,
-                       "CELL-POS: positions is a list or tuple of ints in [0, INT_MAX]",
+                       "CELL-POS: positions is a list or tuple of ints in [0, MAX_POSITION]",
                        error=lambda positions: _found(_positions_type_error(positions)), enabled=True)
     @_layer_in_range
     @_layer_is_int

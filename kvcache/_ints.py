@@ -10,8 +10,9 @@ INT_MAX = 2**31 - 1
 
 
 def is_int(value: Any) -> TypeGuard[int]:
-    """True for a Python int; bool is not an int here (True would silently mean 1)."""
-    return isinstance(value, int) and not isinstance(value, bool)
+    """True for exactly a Python int (ARG-INT): bool is not an int here (True would silently mean 1), nor is
+    any other subclass of int, whose comparisons, hash and arithmetic may lie between a check and its use."""
+    return type(value) is int
 
 
 def in_range(value: int, low: int, high: int = INT_MAX) -> bool:

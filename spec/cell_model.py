@@ -33,6 +33,7 @@ from typing import Any, Optional, Sequence, Union
 from .model import INT_MAX, RING, Config, Layer, Rejected, _is_int, check_layer, make_config
 
 MAX_SEQS = 64                                  # CELL-MAX-SEQS: upstream's kMaxSeqs, one owner bit each
+MAX_POSITION = INT_MAX - 1                     # CELL-POS: the largest position, so next_pos fits an int
 
 History = tuple[tuple[int, int], ...]          # ((position, content id), ...), positions strictly increasing
 Written = Optional[tuple[int, int]]            # what a cell was last written with: (position, content id)
@@ -197,10 +198,10 @@ def _live_problems(state: CellState, value: Any, argument: str) -> list[tuple[st
     return [] if value in live(state) else [("CELL-SEQ-LIVE", argument)]
 
 
-def _int_problems(value: Any, argument: str, low: int = 0) -> list[tuple[str, str]]:
+def _int_problems(value: Any, argument: str, low: int = 0, high: int = INT_MAX) -> list[tuple[str, str]]:
     if not _is_int(value):
         return [("ARG-INT", argument)]
-    if not low <= value <= INT_MAX:
+    if not low <= value <= high:
         return [("ARG-RANGE", argument)]
     return []
 
@@ -307,7 +308,7 @@ def clear(config: CellConfig, state: CellState) -> CellState:
 def declare_step(config: CellConfig, state: CellState, seq_ids: Any) -> Result:
     """CELL-DECLARE: a non-empty list or tuple of live ids; False (refusal) when it does not fit."""
     broken: list[tuple[str, str]] = []
-    if not isinstance(seq_ids, (list, tuple)):
+    if type(seq_ids) not in (list, tuple):  # exactly: a subclass may iterate differently each time
         broken += [("ARG-TYPE", "seq_ids"), ("CELL-DECLARE", "seq_ids")]  # its statement names the type too
     elif not seq_ids:
         broken.append(("CELL-DECLARE", "seq_ids"))
@@ -315,7 +316,7 @@ def declare_step(config: CellConfig, state: CellState, seq_ids: Any) -> Result:
         for value in seq_ids:
             broken += _seq_id_problems(config, value, "seq_ids")
     broken += _forward_problems(state)
-    if isinstance(seq_ids, (list, tuple)) and all(not _seq_id_problems(config, v, "") for v in seq_ids):
+    if type(seq_ids) in (list, tuple) and all(not _seq_id_problems(config, v, "") for v in seq_ids):
         for value in seq_ids:
             broken += _live_problems(state, value, "seq_ids")
     rejected = _reject(broken)
@@ -328,11 +329,12 @@ def declare_step(config: CellConfig, state: CellState, seq_ids: Any) -> Result:
 
 def _positions_type_problems(positions: Any) -> list[tuple[str, str]]:
     """ARG-TYPE / CELL-POS (a list or tuple), ARG-INT, ARG-RANGE: checkable with or without a forward."""
-    if not isinstance(positions, (list, tuple)):
+    if type(positions) not in (list, tuple):  # exactly, as seq_ids
         return [("ARG-TYPE", "positions"), ("CELL-POS", "positions")]  # its statement names the type too
     # CELL-POS's statement names the ints and their range too
-    return [problem for value in positions for problem in _int_problems(value, "positions") + [("CELL-POS", "positions")]
-            if _int_problems(value, "positions")]
+    return [problem for value in positions
+            for problem in _int_problems(value, "positions", high=MAX_POSITION) + [("CELL-POS", "positions")]
+            if _int_problems(value, "positions", high=MAX_POSITION)]
 
 
 def _positions_problems(state: CellState, forward: Forward, positions: Sequence[int]) -> list[tuple[str, str]]:

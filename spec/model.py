@@ -68,7 +68,8 @@ class State:
 
 
 def _is_int(value: Any) -> TypeGuard[int]:
-    return isinstance(value, int) and not isinstance(value, bool)
+    """ARG-INT: exactly an int (bool and every other subclass of int are not)."""
+    return type(value) is int
 
 
 # --- configuration ------------------------------------------------------------------------------

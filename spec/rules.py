@@ -40,8 +40,11 @@ RULES: tuple[Rule, ...] = (
     Rule("CFG-DEDUP", "Layers with equal policies share one policy object; a layer's layout depends only on its own policy.",
          "A group's window applied to full-attention layers is a known bug class (transformers, vLLM)."),
     # --- arguments
-    Rule("ARG-INT", "Every integer argument is a Python int; bool is not an int here.",
-         "plan(True, ...) meaning layer 1 is the kind of silent coercion a spec must forbid."),
+    Rule("ARG-INT", "Every integer argument is exactly a Python int; bool is not an int here, nor is any other "
+         "subclass of int.",
+         "plan(True, ...) meaning layer 1 is the kind of silent coercion a spec must forbid; a subclass whose == or hash "
+         "lies would pass a check and then corrupt the table it is stored in (two ids of one hash, a position that "
+         "compares newer than everything)."),
     Rule("ARG-RANGE", "Integer arguments lie in their domain: n, position, new_len in [0, INT_MAX].",
          "Negatives and values past a C++ int wrap around silently in other implementations."),
     Rule("ARG-TYPE", "Non-integer arguments have their declared type (a str key, a callable builder whose result is a cache, a "
@@ -193,10 +196,12 @@ RULES: tuple[Rule, ...] = (
          "Admission happens once per forward, before any layer runs; the only refusal is the lack of cells.",
          "Admission that counts cells but not the ids (a token for a dead sequence), or a forward admitted half."),
     Rule("CELL-POS",
-         "place_step's positions: one int in [0, INT_MAX] per declared token; each token's position is greater than "
+         "place_step's positions: one int in [0, INT_MAX - 1] per declared token (so next_pos, one past the newest "
+         "position, is at most INT_MAX and fits an int); each token's position is greater than "
          "every position its sequence already holds and than every earlier token of the same sequence in this step "
          "(a sequence's positions strictly increase; gaps are allowed). Otherwise a typed error, nothing changed.",
-         "A sequence never holds two cells of one position (CELL-OWNERS); RoPE positions come from the runner.",
+         "A sequence never holds two cells of one position (CELL-OWNERS); RoPE positions come from the runner; "
+         "upstream's next_pos returns an int, so a position INT_MAX would make it overflow.",
          "A rewritten position leaving two cells of one position in one sequence, both attended."),
     Rule("CELL-WINDOW-POS",
          "Windows measure positions, not tokens: a query at q on a ring-policy layer of window w sees its sequence's "

@@ -401,16 +401,19 @@ def test_CELL_POS_bad_placements_are_typed_errors_that_change_nothing(layer: Any
     assert step.cells == (3, 4, 5) and rows(step) == ["001100", "010010", "000101"]
 
 
-def test_CELL_POS_the_largest_position_is_INT_MAX() -> None:
+def test_CELL_POS_the_largest_position_is_INT_MAX_minus_1_so_next_pos_fits_an_int() -> None:
     c = cells()
     s = c.seq_new()
     assert s is not None
-    flat, _ = forward(c, [s, s], [INT_MAX - 1, INT_MAX])
+    flat, _ = forward(c, [s, s], [INT_MAX - 2, INT_MAX - 1])
     assert rows(flat) == ["10", "11"]
-    assert c.next_pos(s) == INT_MAX + 1 and c.declare_step([s])
-    with pytest.raises(StepError) as caught:          # nothing newer than INT_MAX is expressible
-        c.place_step(0, [INT_MAX])
-    assert caught.value.rule == "CELL-POS"
+    assert c.next_pos(s) == INT_MAX and c.declare_step([s])
+    before = observe(c)
+    for position in (INT_MAX, INT_MAX + 1):           # nothing newer than INT_MAX - 1 is a position
+        with pytest.raises(ArgumentValueError) as caught:
+            c.place_step(0, [position])
+        assert caught.value.rule == "CELL-POS" and caught.value.argument == "positions[0]"
+        assert observe(c) == before
     c.clear()
 
 

@@ -25,12 +25,14 @@ from kvcache_spec.conformance.engine import CRASH, LENIENT, OVER_STRICT, WRONG
 from kvcache_spec.conformance.suite import CONFORMING, INCOMPLETE, NOT_CONFORMING, report_json
 from kvcache_spec.conformance.targets import PythonTarget, SubprocessTarget, parse_target
 
+from .suite_runs import cmd_suite, module_cmd
+
 PYTHON = sys.executable
 ZOO = "python:kvcache_spec.conformance.zoo:{}"
 
 
 def zoo_cmd(*args: str) -> str:
-    return " ".join(["cmd:" + PYTHON, "-m", "kvcache_spec.conformance.zoo_cmd", *args])
+    return module_cmd("kvcache_spec.conformance.zoo_cmd", *args)
 
 
 def crash_messages(result: Any) -> list[str]:
@@ -60,11 +62,7 @@ def test_never_creates_exit_codes_agree_in_process_isolated_and_in_pytest(tmp_pa
 
 
 def test_a_cmd_target_that_rejects_every_create_is_incomplete() -> None:
-    target = SubprocessTarget(zoo_cmd("refuse-create"))
-    try:
-        result = run_suite(target, "quick", seed=0)
-    finally:
-        target.close()
+    result, _ = cmd_suite(zoo_cmd("refuse-create"))
     assert result.created == set() and (OVER_STRICT, "CFG-TYPE") in result.findings
     assert result.verdict() == INCOMPLETE
 
@@ -153,11 +151,7 @@ def test_can_extend_answering_an_int_is_a_protocol_finding(isolate: bool) -> Non
 
 
 def test_a_handshake_version_true_is_refused() -> None:
-    target = SubprocessTarget(zoo_cmd("version-true"), timeout=2.0)
-    try:
-        result = run_suite(target, "quick", seed=0, restart_cap=1)
-    finally:
-        target.close()
+    result, _ = cmd_suite(zoo_cmd("version-true"), timeout=2.0, restart_cap=1)
     assert all("handshake" in m for m in crash_messages(result)) and crash_messages(result)
     assert result.verdict() == NOT_CONFORMING and result.created == set()
 
@@ -166,22 +160,14 @@ def test_a_handshake_version_true_is_refused() -> None:
                                          ("crash-mid-run", "killed by SIGABRT")])
 def test_a_crash_finding_says_how_the_target_crashed(mode: str, words: str) -> None:
     """A signal by name (not 'exit code -6'); stdout closed by a live process (not 'exited early')."""
-    target = SubprocessTarget(zoo_cmd(mode), timeout=2.0)
-    try:
-        result = run_suite(target, "quick", seed=0, restart_cap=1, crash_shrink_budget=1)
-    finally:
-        target.close()
+    result, _ = cmd_suite(zoo_cmd(mode), timeout=2.0, restart_cap=1, crash_shrink_budget=1)
     assert any(words in m for m in crash_messages(result)), crash_messages(result)
 
 
 def test_a_crash_that_needs_earlier_programs_says_it_does_not_reproduce_alone() -> None:
     """crash-mid-run aborts on its 40th request, whatever it is: the program that crashed mostly does
     not crash alone in a fresh process, and the report must say so instead of calling it minimal."""
-    target = SubprocessTarget(zoo_cmd("crash-mid-run"), timeout=2.0)
-    try:
-        result = run_suite(target, "quick", seed=0, restart_cap=3, crash_shrink_budget=2)
-    finally:
-        target.close()
+    result, _ = cmd_suite(zoo_cmd("crash-mid-run"), timeout=2.0, restart_cap=3, crash_shrink_budget=2)
     notes = [r.note for kept in result.causes.values() for r in kept]
     assert any("does not reproduce alone in a fresh process" in note for note in notes), notes
 

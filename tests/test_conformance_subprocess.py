@@ -3,53 +3,37 @@ never a hang, a harness traceback or a leftover process."""
 
 from __future__ import annotations
 
-import sys
 import time
 
 import pytest
 
-from kvcache_spec.conformance import run_program, run_suite
+from kvcache_spec.conformance import run_program
 from kvcache_spec.conformance.configs import SUITE_CONFIGS
 from kvcache_spec.conformance.engine import CRASH
 from kvcache_spec.conformance.programs import edge_programs
 from kvcache_spec.conformance.targets import SubprocessTarget, TargetError
 
-PYTHON = sys.executable
-
-
-def cmd(module: str, *args: str) -> str:
-    return " ".join(["cmd:" + PYTHON, "-m", module, *args])
+from .suite_runs import cmd_suite, module_cmd
 
 
 def test_the_protocol_server_conforms_strictly() -> None:
-    target = SubprocessTarget(cmd("kvcache_spec.conformance.serve"))
-    try:
-        result = run_suite(target, "quick", seed=3)
-    finally:
-        target.close()
+    result, target = cmd_suite(module_cmd("kvcache_spec.conformance.serve"), seed=3)
     assert result.conforming(strict=True, exact_layout=True), sorted(result.findings)
     assert result.requests_per_second and result.requests_per_second > 500
     assert target.process is None
 
 
 def test_the_protocol_server_serves_a_zoo_mutant_out_of_process() -> None:
-    target = SubprocessTarget(cmd("kvcache_spec.conformance.serve", "python:kvcache_spec.conformance.zoo:upstream_floor"))
-    try:
-        result = run_suite(target, "quick", seed=0)
-    finally:
-        target.close()
+    result, _ = cmd_suite(module_cmd("kvcache_spec.conformance.serve", "python:kvcache_spec.conformance.zoo:upstream_floor"))
     assert ("wrong", "REWIND-SOUND") in result.findings
 
 
 @pytest.mark.parametrize("mode", ["crash-on-create", "crash-mid-run", "hang", "half-line", "garbage",
                                   "wrong-version", "wrong-id", "exit-early", "deaf", "huge-line"])
 def test_a_misbehaving_target_is_a_crash_finding(mode: str) -> None:
-    target = SubprocessTarget(cmd("kvcache_spec.conformance.zoo_cmd", mode), timeout=0.3, start_timeout=1.5)
     started = time.monotonic()
-    try:
-        result = run_suite(target, "quick", seed=0, crash_shrink_budget=2, restart_cap=3)
-    finally:
-        target.close()
+    result, target = cmd_suite(module_cmd("kvcache_spec.conformance.zoo_cmd", mode), timeout=0.3, start_timeout=1.5,
+                               crash_shrink_budget=2, restart_cap=3)
     elapsed = time.monotonic() - started
     assert result.classes() == {CRASH}, sorted(result.findings)
     assert result.verdict() == "NOT CONFORMING"
@@ -61,7 +45,7 @@ def test_a_misbehaving_target_is_a_crash_finding(mode: str) -> None:
 
 def test_a_chatty_target_does_not_block_on_its_log() -> None:
     """flood-stderr writes ~60 KB of log per request and otherwise conforms."""
-    target = SubprocessTarget(cmd("kvcache_spec.conformance.zoo_cmd", "flood-stderr"), timeout=5.0)
+    target = SubprocessTarget(module_cmd("kvcache_spec.conformance.zoo_cmd", "flood-stderr"), timeout=5.0)
     cfg = SUITE_CONFIGS[2]
     try:
         for _, program in edge_programs(cfg)[:4]:

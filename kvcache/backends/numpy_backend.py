@@ -106,6 +106,26 @@ def mask_for(query_positions: Index, key_positions: Index, window: Optional[int]
     return "causal", keys <= queries
 
 
+def check_tensors(config: CacheConfig, layer: int, tokens: int, queries: object, keys: object,
+                  values: object) -> None:
+    """ARG-TYPE, before anything changes (the cache's placement, the pools): keys and values are float
+    arrays [tokens, n_kv_heads, head_dim] of the layer, queries [tokens, n_heads, head_dim] with n_heads a
+    multiple of n_kv_heads. A wrong shape would otherwise fail inside numpy after the step was placed."""
+    if not (type(layer) is int and 0 <= layer < config.n_layers):   # the cache's own check names it
+        return
+    shape = config.layer(layer)
+    for name, array in (("queries", queries), ("keys", keys), ("values", values)):
+        if not isinstance(array, np.ndarray) or array.ndim != 3 or array.dtype.kind != "f":
+            raise BackendError("ARG-TYPE", f"{name} must be a float numpy array [tokens, heads, head_dim], "
+                                           f"not {type(array).__name__} {getattr(array, 'shape', '')}")
+        heads = array.shape[1]
+        if (array.shape[0] != tokens or array.shape[2] != shape.head_dim or heads == 0
+                or (name != "queries" and heads != shape.n_kv_heads) or heads % shape.n_kv_heads):
+            raise BackendError("ARG-TYPE", f"{name} has shape {array.shape}; layer {layer} needs [{tokens}, "
+                                           f"{'a multiple of ' if name == 'queries' else ''}{shape.n_kv_heads}, "
+                                           f"{shape.head_dim}]")
+
+
 def attention(queries: Array, keys: Array, values: Array, allowed: NDArray[np.bool_]) -> Array:
     """Scaled dot-product attention with grouped K/V heads.
 
@@ -145,7 +165,8 @@ class NumpyBackend:
 
     def attend(self, layer: int, position: int, queries: Array, keys: Array, values: Array) -> Array:
         """Write the step's K/V rows for `layer`, read its span, attend. Returns [T, n_heads, head_dim]."""
-        T = keys.shape[0]
+        T = keys.shape[0] if isinstance(keys, np.ndarray) and keys.ndim == 3 else -1
+        check_tensors(self.config, layer, T, queries, keys, values)
         self._check_protocol(position, T)
         plan = self.planner.plan(layer, position, T)
         if plan is None:
@@ -247,6 +268,8 @@ class NumpyCellBackend:
     def attend(self, layer: int, positions: list[int], queries: Array, keys: Array, values: Array) -> Array:
         """Place the declared tokens (at `positions`) on `layer`, write their K/V, attend. Returns
         [length, n_heads, head_dim]."""
+        check_tensors(self.config, layer, len(positions) if isinstance(positions, (list, tuple)) else -1,
+                      queries, keys, values)
         step = self.stepper.place_step(layer, positions)
         self.last_step[layer] = step
         pool = self.pools[layer]

@@ -23,6 +23,7 @@ from .. import cell_model as cm
 from .. import model
 from .configs import JsonConfig, to_model
 from .engine import LENIENT, WRONG, Accepted, Engine, Refused, Step, Verdict, _same, _show
+from .targets import Outcome
 
 # The rule a wrong answer (or a refusal) of each method breaks, and the answer's JSON type.
 CELL_RULES: dict[str, str] = {
@@ -102,6 +103,11 @@ class CellEngine(Engine):
         self.next_state = self.cs             # the model's state after the call `verdict` judged
         self.cell_pools: list[cm.Pool] = [(None,) * ccfg.capacity for _ in ccfg.layers]
         self.ever_live: set[int] = set()
+
+    def _check_type(self, method: str, args: dict[str, Any], outcome: Outcome, rule: str) -> None:
+        """A mistyped answer breaks the rule of the method that gave it (seq_len answering "0" is
+        CELL-OWNERS), not the rule of the step being checked when the harness asked."""
+        super()._check_type(method, args, outcome, CELL_RULES.get(method, rule))
 
     # --- the model's verdicts ----------------------------------------------------------------------
     def verdict(self, method: str, args: dict[str, Any]) -> Verdict:

@@ -101,6 +101,7 @@ MID_FORWARD: tuple[tuple[str, Step], ...] = (
     ("place position negative", {"op": "place", "positions": [-1]}),
     ("place position bool", {"op": "place", "positions": [True]}),
     ("place position huge", {"op": "place", "positions": [INT_MAX + 1]}),
+    ("place position INT_MAX", {"op": "place", "positions": [INT_MAX]}),   # CELL-POS: at most INT_MAX - 1
     ("place positions not a list", {"op": "place", "positions": "0"}),
     ("queries mid-forward", {"op": "free_cells"}),
 )
@@ -138,11 +139,19 @@ def edge_cell_programs(cfg: JsonConfig) -> list[tuple[str, list[Step]]]:
         ("speculative rollback", [NEW, prompt(min(3, capacity))]
          + [op for _ in range(3) for op in (forward(LIVE0, LIVE0), {"op": "seq_rm", "seq_id": LIVE0,
                                                                      "p0": {"back": 1}})]),
+        # the same step (ids and positions) again after a rollback, with the table changed underneath:
+        # a step memoized across forwards (by ids and positions, not the table) serves the old mask
+        ("the same step again after a rollback and a removal at the front",
+         [NEW, prompt(min(4, capacity)), forward(LIVE0), {"op": "seq_rm", "seq_id": LIVE0, "p0": {"back": 1}},
+          {"op": "seq_rm", "seq_id": LIVE0, "p0": 0, "p1": 1}, forward(LIVE0)]),
         ("id reuse after a removal empties a sequence", [NEW, prompt(1), NEW, prompt(1, LIVE1),
                                                          {"op": "seq_rm", "seq_id": LIVE0, "p0": 0}, NEW,
                                                          forward(LIVE0), forward(LIVE0, LIVE1)]),
         ("every id live, then one more", [NEW] * (min(cfg.get("max_seqs", 64), 8) + 1)
          + [{"op": "seq_clone", "src": LIVE0}]),
+        ("the largest position, next_pos INT_MAX, then nothing newer",
+         [NEW, forward(LIVE0, positions=[INT_MAX - 1]), {"op": "next_pos", "seq_id": LIVE0},
+          {"op": "declare", "seqs": [LIVE0]}, {"op": "place", "layer": 0, "positions": [INT_MAX]}, CLEAR]),
         ("clear and reuse", [NEW, prompt(min(2, capacity)), NEW, CLEAR, NEW, prompt(1), CLEAR, CLEAR]),
         ("bad calls on an empty cache", [bad for _, bad in BAD_CELL_CALLS]),
         ("bad calls with live sequences", [NEW, prompt(min(2, capacity))] + [bad for _, bad in BAD_CELL_CALLS]),

@@ -196,7 +196,9 @@ def summary(report: dict[str, Any], target: str, args: argparse.Namespace, out: 
          + (f", {stats['requests_per_second']} requests/s" if stats["requests_per_second"] else ""))
     programs, configs, families = coverage["programs"], coverage["configurations"], coverage["families"]
     in_scope = len(rules["exercised"]) + len(rules["not_exercised"])
-    line(f"  coverage: {programs['run']}/{programs['planned']} programs, {configs['created']}/{configs['planned']} "
+    line(f"  coverage: {programs['run']}/{programs['planned']} programs"
+         + (f" (+{programs['continued']} rerun past a lenient or over-strict step)" if programs.get("continued") else "")
+         + f", {configs['created']}/{configs['planned']} "
          f"configurations, {len(families['exercised'])}/{len(families['planned'])} families, "
          f"{len(rules['exercised'])}/{in_scope} rules in scope exercised"
          + (f", {coverage['restarts']} target restarts" if coverage["restarts"] else ""))

@@ -124,6 +124,7 @@ class SuiteResult:
     aborted: str = ""                                    # why the run stopped before its planned work
     interrupted: str = ""                                # the signal that stopped the harness
     restarts: int = 0
+    continued: int = 0                                   # programs run again past a lenient / over-strict step
     configs: dict[str, JsonConfig] = field(default_factory=dict)   # planned valid configurations by name
     created: set[str] = field(default_factory=set)
     families: set[str] = field(default_factory=set)
@@ -179,13 +180,16 @@ def run_suite(target: Target, profile: str = "quick", seed: int = 0,
               configs: Optional[tuple[JsonConfig, ...]] = None, deadline: Optional[float] = None,
               stop_after_first: bool = False, crash_shrink_budget: int = CRASH_SHRINK_BUDGET,
               edges: bool = True, restart_cap: Optional[int] = None,
-              scope: Optional[scopes.Scope] = None, layout: Optional[str] = None) -> SuiteResult:
+              scope: Optional[scopes.Scope] = None, layout: Optional[str] = None,
+              continue_past_lenient: bool = True) -> SuiteResult:
     """Edge programs for every config inside the scope, then random ones, then the border (configs
     outside the scope must be refused, SCOPE-BORDER), then invalid configs; findings shrunk and kept
     per cause. A crash or a hang does not end the run: the target restarts (up to the restart cap).
 
     scope: overrides the target's declared scope (the CLI's --scope).
     layout: overrides the target's declared layout (the CLI's --layout); configs default to the layout's.
+    continue_past_lenient: run a program again without the step of a lenient or over-strict finding, so
+    the steps after it are checked too (False only to show what that finds).
 
     deadline: the wall-clock safety net in seconds (default: the profile's); hitting it is INCOMPLETE.
     The harness's own SIGTERM/SIGINT/SIGHUP (`stop_on_signals`) ends the run INCOMPLETE, with the partial
@@ -247,10 +251,25 @@ def run_suite(target: Target, profile: str = "quick", seed: int = 0,
         result.findings.setdefault(finding.key(), reported)
 
     def one(cfg: JsonConfig, program: list[Step]) -> None:
+        """Run one program; past a lenient or over-strict finding, run it again without that step.
+
+        The model cannot follow a call the spec rejects but the target served (or one it refused that the
+        spec serves), so a program ends at such a finding; the steps after it would go unchecked, and a
+        wrong answer there would hide behind the lenient one. Dropping the step (as the shrinker does:
+        arguments are relative) checks the rest; each continuation is one step shorter, so at most
+        len(program) of them run, and a continuation counts in `continued`, not in `programs`."""
+        finding = one_run(cfg, program, counted=True)
+        while (continue_past_lenient and finding is not None and finding.kind in (LENIENT, OVER_STRICT)
+               and 0 <= finding.step_index < len(program) - 1 and not stopped()):
+            program = program[:finding.step_index] + program[finding.step_index + 1:]
+            result.continued += 1
+            finding = one_run(cfg, program, counted=False)
+
+    def one_run(cfg: JsonConfig, program: list[Step], counted: bool) -> Optional[Finding]:
         nonlocal rows_used
         run = run_program(target, cfg, program, exact=True, scope=scope, row_budget=plan.row_budget - rows_used)
         rows_used += run.pool_rows
-        result.programs += 1
+        result.programs += 1 if counted else 0
         result.calls += run.calls
         result.skipped |= run.skipped
         result.exercised |= run.exercised
@@ -264,7 +283,7 @@ def run_suite(target: Target, profile: str = "quick", seed: int = 0,
             result.layout.append({"config": cfg, "divergences": run.layout})
         finding = run.finding
         if finding is None:
-            return
+            return None
         if result.first_counterexample is None:
             result.first_counterexample = time.monotonic() - started
             result.first_counterexample_programs = result.programs
@@ -283,14 +302,14 @@ def run_suite(target: Target, profile: str = "quick", seed: int = 0,
                 else:
                     finding = again
             keep(finding, cfg, [], note)
-            return
+            return finding
         kept = kept_like(finding)
         quick_cause = cause(finding, cfg, run.steps[-1:])
         group = _group(finding)
         if kept and (len(kept) >= (MAX_CRASHES if crash else MAX_CAUSES) or quick_cause in causes_seen
                      or result.shrinks.get(group, 0) >= MAX_SHRINKS):
             kept[0].hits += 1   # most likely a cause already kept: not worth another shrink
-            return
+            return finding
         causes_seen.add(quick_cause)
         result.shrinks[group] = result.shrinks.get(group, 0) + 1
         # A crash is shrunk on a small budget (each hang costs a timeout), every candidate in a fresh
@@ -322,6 +341,7 @@ def run_suite(target: Target, profile: str = "quick", seed: int = 0,
             if final.finding is None or final.finding.key() != finding.key():   # flaky: keep the original
                 small_cfg, final = cfg, run
         keep(final.finding or finding, small_cfg, final.steps, note)
+        return finding
 
     if not target.validates_configs:
         result.skipped.add("config validation: a python: target gets a kvcache.CacheConfig, "
@@ -422,7 +442,7 @@ def pytest_text(target: str, reported: Reported, number: int = 1) -> str:
 def coverage_json(result: SuiteResult) -> dict[str, Any]:
     """What the run exercised: the evidence behind its verdict."""
     return {"complete": not result.incomplete(), "incomplete": result.incomplete(),
-            "programs": {"planned": result.planned, "run": result.programs},
+            "programs": {"planned": result.planned, "run": result.programs, "continued": result.continued},
             "configurations": {"planned": len(result.configs), "created": len(result.created),
                                "never_created": sorted(set(result.configs) - result.created)},
             "families": {"planned": sorted({family(cfg) for cfg in result.configs.values()}),

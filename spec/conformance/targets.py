@@ -25,7 +25,7 @@ import threading
 import time
 from dataclasses import dataclass
 from types import FrameType
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 from ..target_contract import foreign_plan, read_plan
 from . import scope as scopes
@@ -88,6 +88,30 @@ def stop_on_signals() -> Iterator[None]:
     finally:
         for number, old in previous.items():
             signal.signal(number, old)
+
+
+#: What an in-process target must not take from the harness: its stop signals and its safety alarm.
+KEPT_SIGNALS = STOP_SIGNALS + (signal.SIGALRM,)
+#: signal.getsignal without its enum conversion (the C function; typeshed has no stub for `_signal`).
+_getsignal: Callable[[int], Any] = importlib.import_module("_signal").getsignal
+
+
+def harness_handlers() -> Optional[tuple[Any, ...]]:
+    """The harness's handlers of KEPT_SIGNALS before a call into an in-process target (main thread only;
+    `_signal.getsignal`: signal.getsignal's enum conversion would cost a fifth of a cell run)."""
+    if threading.get_ident() != threading.main_thread().ident:
+        return None
+    return tuple(_getsignal(number) for number in KEPT_SIGNALS)
+
+
+def restore_handlers(kept: Optional[tuple[Any, ...]]) -> None:
+    """A handler the target installed (SIG_IGN on SIGTERM, say) is undone when its call returns, so the
+    harness still stops on its signals."""
+    if kept is None:
+        return
+    for number, handler in zip(KEPT_SIGNALS, kept):
+        if _getsignal(number) is not handler:
+            signal.signal(number, handler)
 
 
 @contextlib.contextmanager
@@ -218,6 +242,19 @@ def cell_step_to_json(step: Any) -> Any:
 
 # --- Python targets -------------------------------------------------------------------------------
 
+def import_target_module(module_name: str) -> Any:
+    """The module of a python: target, found from the current directory too when it is not on sys.path
+    (the `kvcache` console script does not put it there; `python -m` and `--isolate`'s served process
+    do), so a target loads the same in process and isolated."""
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as error:
+        if error.name != module_name.split(".")[0] or os.getcwd() in sys.path:
+            raise
+        sys.path.insert(0, os.getcwd())
+        return importlib.import_module(module_name)
+
+
 class PythonTarget(Target):
     """FACTORY(config) -> an object with SequenceCache's public methods; exceptions count as errors."""
 
@@ -225,7 +262,7 @@ class PythonTarget(Target):
         self.name = spec
         try:
             _, module_name, factory_name = spec.split(":", 2)
-            self.factory = getattr(importlib.import_module(module_name), factory_name)
+            self.factory = getattr(import_target_module(module_name), factory_name)
         except (ValueError, ImportError, AttributeError) as error:
             raise TargetError(f"cannot load {spec!r}: {error}") from error
         try:
@@ -239,6 +276,16 @@ class PythonTarget(Target):
         self.issued: dict[str, Any] = {}   # plan JSON -> the target's own plan object
 
     def create(self, cfg: JsonConfig) -> Outcome:
+        kept = harness_handlers()
+        try:
+            return self._create(cfg)
+        except HarnessInterrupted:
+            kept = None   # the stop handler has set the handlers it wants
+            raise
+        finally:
+            restore_handlers(kept)
+
+    def _create(self, cfg: JsonConfig) -> Outcome:
         self.cache, self.issued = None, {}
         try:
             config = to_kvcache(cfg)
@@ -262,6 +309,16 @@ class PythonTarget(Target):
         return issued if issued is not None else foreign_plan(value)
 
     def call(self, method: str, args: dict[str, Any]) -> Outcome:
+        kept = harness_handlers()
+        try:
+            return self._call(method, args)
+        except HarnessInterrupted:
+            kept = None   # the stop handler has set the handlers it wants
+            raise
+        finally:
+            restore_handlers(kept)
+
+    def _call(self, method: str, args: dict[str, Any]) -> Outcome:
         cache = self.cache
         try:
             if method == "faces" and self.layout == "cell":

@@ -5,9 +5,9 @@
 // answers "rejected"); refusals are false / nullopt exactly where the spec says so.
 //
 // Two deliberate points where a port must choose:
-// - positions are int, and a sequence may hold position INT_MAX, so one past it does not fit an int:
-//   newest positions are kept as int64_t and next_pos() throws rather than wrap (CELL-POS: nothing
-//   newer than INT_MAX can be placed anyway);
+// - positions are int and next_pos() returns an int, as upstream's do: CELL-POS makes INT_MAX - 1 the
+//   largest position, so one past the newest always fits (upstream's unchecked newest + 1 overflows at
+//   a position INT_MAX); newest positions are kept as int64_t all the same, so no sum here can wrap;
 // - the table holds `capacity` cells up front, as upstream's does.
 #pragma once
 
@@ -117,8 +117,7 @@ class CellCache : public CacheBase, public BatchControl, public CellStepper {
   int next_pos(int32_t seq_id) const override {
     check_id(seq_id);
     check_live(seq_id);
-    if (newest_[seq_id] >= INT_MAX) throw std::overflow_error("CELL-POS: next_pos past INT_MAX");
-    return static_cast<int>(newest_[seq_id] + 1);
+    return static_cast<int>(newest_[seq_id] + 1);  // newest <= INT_MAX - 1 (CELL-POS): fits an int
   }
 
   int free_cells() const { return capacity_ - occupied_; }
@@ -130,7 +129,8 @@ class CellCache : public CacheBase, public BatchControl, public CellStepper {
     if (layer < 0 || layer >= n_layers_) throw std::out_of_range("LAYER-RANGE");
     if (length < 0 || (length > 0 && positions == nullptr)) throw std::invalid_argument("CELL-POS: positions");
     for (int i = 0; i < length; ++i)
-      if (positions[i] < 0) throw std::invalid_argument("CELL-POS: a negative position");
+      if (positions[i] < 0 || positions[i] > INT_MAX - 1)
+        throw std::invalid_argument("CELL-POS: a position outside [0, INT_MAX - 1]");
     if (!open_) throw std::invalid_argument("CELL-FORWARD: no step is declared");
     if (served_[layer]) throw std::invalid_argument("CELL-FORWARD: layer already served");
     if (length != static_cast<int>(declared_.size())) throw std::invalid_argument("CELL-POS: length");
