@@ -48,6 +48,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Optional
 
 from kvcache_spec.cli import open_report, report_path_problem
+from kvcache_spec.conformance.targets import die_with_parent
 
 STAGES = ("stateful", "crosshair", "z3", "model-checker")
 PASS, FAIL, INCOMPLETE, ERROR = "pass", "FAIL", "INCOMPLETE", "ERROR"
@@ -172,7 +173,7 @@ def stage_crosshair(profile: Profile, factory: Callable[..., Any]) -> StageResul
                            profile.crosshair_cache_scope, str(profile.crosshair_max_iterations),
                            str(profile.jobs or os.cpu_count() or 1), profile.crosshair_cell_scope],
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-                          preexec_fn=_die_with_parent, env={**os.environ, "PYTHONHASHSEED": "0"}) as process:
+                          preexec_fn=die_with_parent, env={**os.environ, "PYTHONHASHSEED": "0"}) as process:
         try:
             stdout, stderr = process.communicate(timeout=profile.crosshair_budget * 4 + 120)
         except subprocess.TimeoutExpired:   # the clock safety net: unknown, not a counterexample
@@ -408,7 +409,7 @@ class SideLane:
 
         for number in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):   # verify's handlers are the parent's
             signal.signal(number, signal.SIG_DFL)
-        _die_with_parent()
+        die_with_parent()
         for name in stages:
             sender.send(run(name))
         sender.close()
@@ -445,16 +446,6 @@ class SideLane:
             self._process.kill()
         self._process.join()
         self._receiver.close()
-
-
-def _die_with_parent() -> None:
-    """PR_SET_PDEATHSIG: the kernel kills this process when verify dies (Linux; elsewhere a no-op)."""
-    import ctypes
-
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
 
 
 # --- the command --------------------------------------------------------------------------------

@@ -151,9 +151,10 @@ def signal_text(code: Optional[int]) -> str:
     return f"exit code {code}"
 
 
-def _die_with_parent() -> None:
-    """preexec_fn (Linux): the target gets SIGKILL when the harness dies, even by SIGKILL, so a hung
-    target is never orphaned. Elsewhere the closed stdin (PROTOCOL.md: exit on end of input) does it."""
+def die_with_parent() -> None:
+    """PR_SET_PDEATHSIG (Linux; elsewhere a no-op): this process gets SIGKILL when its parent dies, even
+    by SIGKILL. As a target's preexec_fn, a hung target is never orphaned (elsewhere the closed stdin -
+    PROTOCOL.md: exit on end of input - does it); `kvcache verify` gives it to the processes it starts."""
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(1, signal.SIGKILL, 0, 0, 0)   # PR_SET_PDEATHSIG = 1
@@ -388,7 +389,7 @@ class SubprocessTarget(Target):
         try:
             self.process = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                             stderr=subprocess.PIPE, start_new_session=True, bufsize=0,
-                                            preexec_fn=_die_with_parent if sys.platform == "linux" else None)
+                                            preexec_fn=die_with_parent if sys.platform == "linux" else None)
         except OSError as error:
             raise TargetError(f"cannot start {self.argv!r}: {error}") from error
         self.starts += 1
