@@ -119,7 +119,7 @@ def stage_stateful(profile: Profile, factory: Callable[..., Any]) -> StageResult
     from hypothesis import settings
     from hypothesis.stateful import run_state_machine_as_test
 
-    from kvcache_spec.stateful import make_machine, stateful_settings
+    from kvcache_spec.stateful import fixed_constant_pool, make_machine, stateful_settings
 
     runs = {"machines": 0}
 
@@ -136,7 +136,8 @@ def stage_stateful(profile: Profile, factory: Callable[..., Any]) -> StageResult
     started = time.monotonic()
     numbers: dict[str, Any] = {"max examples": profile.stateful_examples, "steps": profile.stateful_steps}
     try:
-        run_state_machine_as_test(machine, settings=chosen)
+        with fixed_constant_pool():
+            run_state_machine_as_test(machine, settings=chosen)
     except AssertionError as error:
         numbers["machines run"] = runs["machines"]
         program = "\n".join(getattr(error, "__notes__", []))
@@ -284,12 +285,13 @@ def stage_cell(name: str, profile_name: str, jobs: Optional[int], progress: bool
     from hypothesis.stateful import run_state_machine_as_test
 
     from kvcache_spec.cell_stateful import make_cell_machine
-    from kvcache_spec.stateful import stateful_settings
+    from kvcache_spec.stateful import fixed_constant_pool, stateful_settings
 
     numbers: dict[str, Any] = {"max examples": cell.stateful_examples}
     chosen = settings(stateful_settings("ci"), max_examples=cell.stateful_examples, report_multiple_bugs=False)
     try:
-        run_state_machine_as_test(make_cell_machine(name="CellMachine"), settings=chosen)
+        with fixed_constant_pool():
+            run_state_machine_as_test(make_cell_machine(name="CellMachine"), settings=chosen)
     except AssertionError as error:
         program = "\n".join(getattr(error, "__notes__", []))
         return StageResult(name, FAIL, time.monotonic() - started, numbers, f"{str(error).splitlines()[0]}\n{program}")

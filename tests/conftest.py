@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Iterator, Optional
 
 import pytest
 from hypothesis import HealthCheck, settings
 
 from kvcache import CacheConfig, LayerConfig, LayerPolicy, SequenceCache
+from kvcache_spec.stateful import fixed_constant_pool
 
 # CI: derandomized (reproducible) and no deadline (a 2-core CI box must not flake on timing).
 settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True,
@@ -19,6 +20,14 @@ settings.register_profile("deep", deadline=None, max_examples=2000)
 def pytest_configure(config: pytest.Config) -> None:
     import os
     settings.load_profile(os.environ.get("KVCACHE_PROFILE") or ("ci" if os.environ.get("CI") else "dev"))
+
+
+@pytest.fixture(autouse=True)
+def _examples_independent_of_imports() -> Iterator[None]:
+    """Every test draws with the constant pool pinned (spec/stateful.py, fixed_constant_pool), so a
+    derandomized test draws the same examples run alone, in the whole suite, or from the wheel."""
+    with fixed_constant_pool():
+        yield
 
 
 def flat() -> LayerConfig:

@@ -5,7 +5,12 @@ The settings profile is "ci" under CI (derandomized), "dev" otherwise; KVCACHE_P
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any, Callable
 
 import pytest
@@ -123,3 +128,35 @@ def test_harness_flags_a_wrong_error_type() -> None:
     lock = Lockstep(ConfigSpec(capacity=4, windows=(0,)), factory)
     problems = lock.apply(stateful.CanExtend(-1))
     assert problems and problems[0].startswith("ARG-RANGE") and "KVCacheError" in problems[0], problems
+
+
+# --- derandomized examples depend on the code, not on what else is imported -------------------------
+
+PROBE = Path(__file__).with_name("constant_pool_probe.py")
+
+
+def _probe(tmp_path: Path, kind: str, pin: str, *modules: str) -> str:
+    """Run tests/constant_pool_probe.py in a fresh process that first imports `modules`; `tmp_path` holds
+    a module of literals that Hypothesis counts as local code (not in site-packages, not a test file)."""
+    (tmp_path / "literals_of_another_module.py").write_text(
+        "".join(f"L{i} = {value}\n" for i, value in enumerate([*range(100, 255), *range(300, 10**6, 7919)])))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, str(PROBE), kind, pin, *modules], capture_output=True, text=True,
+                          env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip().splitlines()[-1]
+
+
+def test_hypothesis_draws_literals_of_imported_modules_unless_the_pool_is_pinned(tmp_path: Path) -> None:
+    """The hazard is real in the installed Hypothesis (if it ever goes away, fixed_constant_pool can go):
+    loading a module of literals changes what a derandomized test draws; pinned, it does not."""
+    assert _probe(tmp_path, "given", "free") != _probe(tmp_path, "given", "free", "literals_of_another_module")
+    assert _probe(tmp_path, "given", "pinned") == _probe(tmp_path, "given", "pinned", "literals_of_another_module")
+
+
+def test_verify_s_state_machine_runs_the_same_examples_whatever_else_is_imported(tmp_path: Path) -> None:
+    """Measured before the pin: 102 machines with the state machine's modules alone, 115 with the
+    conformance package imported too. Now the pre-merge stage's numbers are one function of the code."""
+    alone = _probe(tmp_path, "verify", "pinned")
+    assert alone == _probe(tmp_path, "verify", "pinned", "literals_of_another_module", "numpy")
+    assert json.loads(alone)["machines run"] >= 100, alone
