@@ -11,6 +11,7 @@ from kvcache_spec.conformance import run_program
 from kvcache_spec.conformance.configs import SUITE_CONFIGS
 from kvcache_spec.conformance.engine import CRASH
 from kvcache_spec.conformance.programs import edge_programs
+from kvcache_spec.conformance.suite import SAME_CRASH_IN_A_ROW
 from kvcache_spec.conformance.targets import SubprocessTarget, TargetError
 
 from .suite_runs import cmd_suite, module_cmd
@@ -41,6 +42,19 @@ def test_a_misbehaving_target_is_a_crash_finding(mode: str) -> None:
     assert result.restarts == 4 and "restart cap (3)" in result.aborted and result.incomplete()
     assert elapsed < 40, elapsed
     assert target.process is None   # killed and reaped
+
+
+@pytest.mark.parametrize("layout", ["sequence", "cell"])
+def test_a_target_that_hangs_whatever_it_is_given_gets_its_verdict_after_a_streak(layout: str) -> None:
+    """Before the streak, a target hanging on every plan ran to the restart cap (65 timeouts, 532 s in
+    pre-merge); now the run stops after SAME_CRASH_IN_A_ROW programs that hang alike, NOT CONFORMING
+    with the minimal program, and says why it stopped (the test above keeps the cap at 3, below it)."""
+    hangs = (module_cmd("kvcache_spec.conformance.zoo_cmd", "hang") if layout == "sequence"   # in every plan
+             else module_cmd("kvcache_spec.conformance.serve", "python:tests.cell_hostile_targets:HangsInSeqNew"))
+    result, _ = cmd_suite(hangs, timeout=0.5, start_timeout=10.0, crash_shrink_budget=2, restart_cap=64)
+    assert result.verdict() == "NOT CONFORMING" and result.classes() == {CRASH}
+    assert result.restarts == SAME_CRASH_IN_A_ROW, result.restarts
+    assert f"in {SAME_CRASH_IN_A_ROW} programs in a row" in result.aborted and result.incomplete()
 
 
 def test_a_chatty_target_does_not_block_on_its_log() -> None:

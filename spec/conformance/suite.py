@@ -48,6 +48,11 @@ MAX_CAUSES = 3          # counterexamples kept per (class, rule) when their caus
 MAX_CRASHES = 5         # distinct crashes kept
 MAX_SHRINKS = 6         # findings shrunk per (class, rule), or of all crashes, looking for a different cause
 CRASH_SHRINK_BUDGET = 12
+# Programs in a row that crash the same way (how, and in which method) before the run stops. The
+# programs interleave configurations and kinds of steps, so a streak this long means the target crashes
+# that way whatever it is given: the rest would repeat it, each hang at the cost of a timeout (a target
+# that hung on every plan took 532 s to reach its verdict in pre-merge, 65 timeouts to the restart cap).
+SAME_CRASH_IN_A_ROW = 8
 
 
 _ALONE = ("does not reproduce alone in a fresh process: it depends on earlier programs run in the same "
@@ -90,6 +95,11 @@ def _group(finding: Finding) -> tuple[str, ...]:
     return (CRASH,) if finding.kind == CRASH else finding.key()
 
 
+def how_it_crashed(finding: Finding) -> tuple[str, str]:
+    """A crash's kind (its signal, a hang, a protocol break, ...) and the call it crashed in."""
+    return _crash_kind(finding.message), finding.message.split("(", 1)[0]
+
+
 def cause(finding: Finding, cfg: JsonConfig, steps: list[Step]) -> tuple[Any, ...]:
     """Two shrunk counterexamples are the same cause when these are equal: the group (class and rule;
     for a crash, how it crashed - its signal, a hang, a protocol break - and the method it crashed in),
@@ -99,8 +109,7 @@ def cause(finding: Finding, cfg: JsonConfig, steps: list[Step]) -> tuple[Any, ..
     Everything else (values, lengths, max_write, the steps that lead there) is the same cause seen
     through another program."""
     kinds = [_op_kind(step) for step in steps]
-    how = (_crash_kind(finding.message), finding.message.split("(", 1)[0]) if finding.kind == CRASH \
-        else (finding.rule,)
+    how = how_it_crashed(finding) if finding.kind == CRASH else (finding.rule,)
     return (_group(finding), how, family(cfg).split(",")[0], kinds[-1] if kinds else "create",
             "rewind chain" if kinds.count("rewind") > 1 else "")
 
@@ -169,11 +178,15 @@ def replay(target: Union[str, Target], config: JsonConfig, steps: list[Step],
 
 
 def _interleaved(configs: tuple[JsonConfig, ...], layout: layouts.Layout) -> list[tuple[JsonConfig, list[Step]]]:
-    """Edge programs round-robin over the configurations: the first programs already touch every
-    configuration (and family), so a run stopped early has still exercised each of them."""
+    """Every edge program of every configuration once, on a diagonal: in round r, configuration c runs
+    its program number (r + c) mod K. The first programs already touch every configuration (and
+    family), so a run stopped early has still exercised each of them; and programs next to each other
+    differ in configuration and in kind, so programs that crash alike in a row (SAME_CRASH_IN_A_ROW)
+    are different programs, not one kind of program that happens to come first everywhere."""
     per = [layout.edge_programs(cfg) for cfg in configs]
-    return [(cfg, programs[i][1]) for i in range(max(len(p) for p in per))
-            for cfg, programs in zip(configs, per) if i < len(programs)]
+    kinds = max(len(p) for p in per)
+    return [(cfg, programs[(r + c) % kinds][1]) for r in range(kinds)
+            for c, (cfg, programs) in enumerate(zip(configs, per)) if (r + c) % kinds < len(programs)]
 
 
 def run_suite(target: Target, profile: str = "quick", seed: int = 0,
@@ -204,6 +217,8 @@ def run_suite(target: Target, profile: str = "quick", seed: int = 0,
     requests_before = target.requests if isinstance(target, SubprocessTarget) else 0
     rows_used = 0
     causes_seen: set[tuple[Any, ...]] = set()
+    last_crash: Optional[tuple[str, str]] = None   # how the last program crashed (None: it did not)
+    same_crash_in_a_row = 0
     scope = scope or declared_scope(target)
     drive = layouts.of(target, layout)   # known once a cmd: target's hello is read
     target.layout = drive.name
@@ -266,7 +281,7 @@ def run_suite(target: Target, profile: str = "quick", seed: int = 0,
             finding = one_run(cfg, program, counted=False)
 
     def one_run(cfg: JsonConfig, program: list[Step], counted: bool) -> Optional[Finding]:
-        nonlocal rows_used
+        nonlocal rows_used, last_crash, same_crash_in_a_row
         run = run_program(target, cfg, program, exact=True, scope=scope, row_budget=plan.row_budget - rows_used)
         rows_used += run.pool_rows
         result.programs += 1 if counted else 0
@@ -282,6 +297,12 @@ def run_suite(target: Target, profile: str = "quick", seed: int = 0,
         if run.layout and len(result.layout) < 5:
             result.layout.append({"config": cfg, "divergences": run.layout})
         finding = run.finding
+        how = how_it_crashed(finding) if finding is not None and finding.kind == CRASH else None
+        same_crash_in_a_row = same_crash_in_a_row + 1 if how is not None and how == last_crash else int(how is not None)
+        last_crash = how
+        if how is not None and same_crash_in_a_row >= SAME_CRASH_IN_A_ROW and not result.aborted:
+            result.aborted = (f"the target crashed the same way ({how[0]} in {how[1]}) in {same_crash_in_a_row} "
+                              f"programs in a row: the programs left would only repeat it")
         if finding is None:
             return None
         if result.first_counterexample is None:
@@ -315,10 +336,20 @@ def run_suite(target: Target, profile: str = "quick", seed: int = 0,
         # A crash is shrunk on a small budget (each hang costs a timeout), every candidate in a fresh
         # process: a crash that needs earlier programs in the same process is no minimal reproduction.
         # Any crash of the same kind counts while shrinking; the reported rule is the final run's.
+        # A candidate must fail at the same kind of operation (`_op_kind`: a decode step is not a
+        # multi-token step): otherwise the shrinker slips from this cause to another defect the program
+        # also reaches, that cause is reported twice, and this one never (measured: with the edge
+        # programs in another order, one of many_defects' two PLAN-READ causes was lost that way).
+        failing_op = _op_kind(run.steps[-1]) if run.steps else "create"
+
         def candidate(c: JsonConfig, p: list[Step]) -> Optional[Finding]:
-            got = check(c, p, crash)
-            if (crash and got is not None and got.kind == CRASH
-                    and _crash_kind(got.message) == _crash_kind(finding.message)):
+            if crash:
+                target.fresh()
+            tried = run_program(target, c, p, exact=True, scope=scope)
+            got = tried.finding
+            if got is None or not tried.steps or _op_kind(tried.steps[-1]) != failing_op:
+                return None
+            if crash and got.kind == CRASH and _crash_kind(got.message) == _crash_kind(finding.message):
                 return replace(got, rule=finding.rule)
             return got
 
