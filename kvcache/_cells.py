@@ -192,9 +192,14 @@ def _books_agree(self: CellCache) -> bool:
 
 
 def _cells_well_formed(self: CellCache) -> bool:
-    """CELL-OWNERS: a free cell has no owner; an occupied cell has an owner and a position in [0, INT_MAX]."""
+    """CELL-OWNERS: a free cell has no owner; an occupied cell has an owner and a position in [0, MAX_POSITION].
+
+    The bound is CELL-POS's (a token's position is at most INT_MAX - 1), not INT_MAX: with INT_MAX the
+    invariants admitted a cell at position INT_MAX, from which next_pos answers INT_MAX + 1 (the CrossHair
+    gate's counterexample to "CELL-POS: next_pos fits an int"); no call reaches such a state, and now the
+    invariants say so."""
     return len(self._pos) == len(self._owners) and all(
-        (p == FREE and o == 0) or (0 <= p <= INT_MAX and o != 0) for p, o in zip(self._pos, self._owners))
+        (p == FREE and o == 0) or (0 <= p <= MAX_POSITION and o != 0) for p, o in zip(self._pos, self._owners))
 
 
 def _forward_consistent(self: CellCache) -> bool:
