@@ -77,8 +77,9 @@ the forward closed or declared; its docstring says what it does not cover). How 
 __delattr__'s and those of the methods in CELL_OUT_OF_FULL, 251 obligations of 23 methods; "fast" the
 postcondition of FAST_CELL_TARGETS (free_cells: 156 paths, 1.5-2.3 s of CPU, the gate's CPU +5.6 s with its
 worker and the plugin's registration, measured under load); "none". Measured on the full cell scope:
-one earlier run (2400 s wall under load) reported 176 obligations of 17
-methods confirmed (at most 182 paths, 2.5 s CPU each). seq_new, seq_len, next_pos, seq_clone and seq_rm were first measured
+all 251 confirmed in one run (`--select 'kvcache._cells.CellCache.*'
+--workers 1 --max-iterations 20000`: 739 s of CPU, 13.5 min wall under load), at most 752 paths and 10.8 s
+of CPU per condition; the 187 of the 18 methods measured first, at most 182 paths and 2.3 s each. seq_new, seq_len, next_pos, seq_clone and seq_rm were first measured
 method by method (`--analyse-cell`), twice each with the deep profile's bounds (20000 paths, 60 s of CPU
 per condition): every condition confirmed, with the same paths in both runs (at most 752, 12.6 s of CPU).
 __init__, declare_step and place_step stay out, unknown (CELL_OUT_OF_FULL says why, with the numbers).
