@@ -192,9 +192,14 @@ def _books_agree(self: CellCache) -> bool:
 
 
 def _cells_well_formed(self: CellCache) -> bool:
-    """CELL-OWNERS: a free cell has no owner; an occupied cell has an owner and a position in [0, INT_MAX]."""
+    """CELL-OWNERS: a free cell has no owner; an occupied cell has an owner and a position in [0, MAX_POSITION].
+
+    The bound is CELL-POS's (a token's position is at most INT_MAX - 1), not INT_MAX: with INT_MAX the
+    invariants admitted a cell at position INT_MAX, from which next_pos answers INT_MAX + 1 (the CrossHair
+    gate's counterexample to "CELL-POS: next_pos fits an int"); no call reaches such a state, and now the
+    invariants say so."""
     return len(self._pos) == len(self._owners) and all(
-        (p == FREE and o == 0) or (0 <= p <= INT_MAX and o != 0) for p, o in zip(self._pos, self._owners))
+        (p == FREE and o == 0) or (0 <= p <= MAX_POSITION and o != 0) for p, o in zip(self._pos, self._owners))
 
 
 def _forward_consistent(self: CellCache) -> bool:
@@ -224,22 +229,31 @@ def _step_agrees(self: CellCache, window: Optional[int], step: CellStep) -> bool
 
 
 # --- typed errors ------------------------------------------------------------------------------------
+# The validators of the preconditions below return None for valid input, else a `_Fault`: a builder of the
+# typed error, not the error itself. The precondition asks only `... is None`; icontract's `error=` builds
+# the error (`_found`). Why deferred: building an error formats the offending value (its repr), and
+# under the CrossHair gate that value is symbolic - formatting it realises it, one path per value outside
+# the valid range (measured on seq_len: over 1000 paths and the 60 s CPU safety net for every condition,
+# against at most a few hundred paths once the precondition no longer formats). The rule checked, its
+# order and the error raised are the same.
+_Fault = Callable[[], KVCacheError]
 
-def _seq_id_error(self: CellCache, argument: str, value: Any) -> Optional[KVCacheError]:
+
+def _seq_id_error(self: CellCache, argument: str, value: Any) -> Optional[_Fault]:
     """CELL-SEQ-ID: the typed error for a seq id argument that is not an int in [0, max_seqs), else None."""
     if not is_int(value):
-        return ArgumentTypeError("CELL-SEQ-ID", argument, "must be an int (bool is not an int here)", value=value,
-                                 type=type(value).__name__)
+        return lambda: ArgumentTypeError("CELL-SEQ-ID", argument, "must be an int (bool is not an int here)",
+                                         value=value, type=type(value).__name__)
     if not 0 <= value < self.max_seqs:
-        return ArgumentValueError("CELL-SEQ-ID", argument, f"must lie in [0, {self.max_seqs})", value=value)
+        return lambda: ArgumentValueError("CELL-SEQ-ID", argument, f"must lie in [0, {self.max_seqs})", value=value)
     return None
 
 
-def _found(error: Optional[KVCacheError]) -> KVCacheError:
+def _found(fault: Optional[_Fault]) -> KVCacheError:
     """The error a failed precondition found: its condition is `..._error(...) is None`, so never None here."""
-    if error is None:
+    if fault is None:
         raise RuntimeError("a precondition failed without naming its error")
-    return error
+    return fault()
 
 
 def _not_live(self: CellCache, argument: str, value: int) -> ArgumentValueError:
@@ -253,58 +267,65 @@ def _forward_open(self: CellCache, verb: str) -> ForwardError:
                         declared=self._declared, served=sorted(self._served), n_layers=self.n_layers)
 
 
-def _seq_ids_error(self: CellCache, seq_ids: Any) -> Optional[KVCacheError]:
+def _seq_ids_error(self: CellCache, seq_ids: Any) -> Optional[_Fault]:
     """CELL-DECLARE, CELL-SEQ-ID: declare_step takes a non-empty list or tuple of seq ids."""
     if type(seq_ids) not in (list, tuple):  # exactly: a subclass could iterate differently after the check
-        return ArgumentTypeError("CELL-DECLARE", "seq_ids", "must be a list or tuple of seq ids", value=seq_ids,
-                                 type=type(seq_ids).__name__)
+        return lambda: ArgumentTypeError("CELL-DECLARE", "seq_ids", "must be a list or tuple of seq ids",
+                                         value=seq_ids, type=type(seq_ids).__name__)
     for index, seq_id in enumerate(seq_ids):
-        error = _seq_id_error(self, f"seq_ids[{index}]", seq_id)
-        if error is not None:
-            return error
+        fault = _seq_id_error(self, f"seq_ids[{index}]", seq_id)
+        if fault is not None:
+            return fault
     if not seq_ids:
-        return ArgumentValueError("CELL-DECLARE", "seq_ids", "must not be empty (a step has at least one token)",
-                                  value=seq_ids)
+        return lambda: ArgumentValueError("CELL-DECLARE", "seq_ids",
+                                          "must not be empty (a step has at least one token)", value=seq_ids)
     return None
 
 
-def _positions_type_error(positions: Any) -> Optional[KVCacheError]:
+def _positions_type_error(positions: Any) -> Optional[_Fault]:
     """CELL-POS: positions is a list or tuple of ints in [0, MAX_POSITION]."""
     if type(positions) not in (list, tuple):  # exactly: a subclass could iterate differently after the check
-        return ArgumentTypeError("CELL-POS", "positions", "must be a list or tuple of ints", value=positions,
-                                 type=type(positions).__name__)
+        return lambda: ArgumentTypeError("CELL-POS", "positions", "must be a list or tuple of ints", value=positions,
+                                         type=type(positions).__name__)
     for index, position in enumerate(positions):
+        # Each fault is returned at once, so its lambda sees this iteration's index and position.
         if not is_int(position):
-            return ArgumentTypeError("CELL-POS", f"positions[{index}]", "must be an int (bool is not an int here)",
-                                     value=position, type=type(position).__name__)
+            return lambda: ArgumentTypeError("CELL-POS", f"positions[{index}]",
+                                             "must be an int (bool is not an int here)",
+                                             value=position, type=type(position).__name__)
         if not in_range(position, 0, MAX_POSITION):
-            return ArgumentValueError("CELL-POS", f"positions[{index}]", f"must lie in [0, {MAX_POSITION}] (INT_MAX - 1, "
-                                      "so next_pos fits an int)", value=position)
+            return lambda: ArgumentValueError("CELL-POS", f"positions[{index}]",
+                                              f"must lie in [0, {MAX_POSITION}] (INT_MAX - 1, so next_pos fits an int)",
+                                              value=position)
     return None
 
 
-def _forward_error(self: CellCache, layer: int, positions: Sequence[int]) -> Optional[KVCacheError]:
+def _forward_error(self: CellCache, layer: int, positions: Sequence[int]) -> Optional[_Fault]:
     """CELL-FORWARD, CELL-POS: place_step fits the open forward (its arguments' types already checked)."""
     declared = self._declared
     if declared is None:
-        return ForwardError("CELL-FORWARD", "place_step", "no step is declared (declare_step first)", layer=layer)
+        return lambda: ForwardError("CELL-FORWARD", "place_step", "no step is declared (declare_step first)",
+                                    layer=layer)
     if layer in self._served:
-        return ForwardError("CELL-FORWARD", "layer", "was already served in this forward", layer=layer,
-                            served=sorted(self._served))
+        return lambda: ForwardError("CELL-FORWARD", "layer", "was already served in this forward", layer=layer,
+                                    served=sorted(self._served))
     if len(positions) != len(declared):
-        return StepError("CELL-POS", "positions", "must hold one position per declared token",
-                         length=len(positions), declared=len(declared))
+        return lambda: StepError("CELL-POS", "positions", "must hold one position per declared token",
+                                 length=len(positions), declared=len(declared))
     if self._positions is not None:
-        if tuple(positions) != self._positions:
-            return ForwardError("CELL-FORWARD", "positions", "differ from the positions the forward was placed at",
-                                positions=list(positions), placed=list(self._positions))
+        placed = self._positions
+        if tuple(positions) != placed:
+            return lambda: ForwardError("CELL-FORWARD", "positions",
+                                        "differ from the positions the forward was placed at",
+                                        positions=list(positions), placed=list(placed))
         return None
     newest = {s: self._newest[s] for s in set(declared)}
     for index, (s, q) in enumerate(zip(declared, positions)):
         if q <= newest[s]:
-            return StepError("CELL-POS", f"positions[{index}]", "must be newer than every position its sequence "
-                                                                "holds and than its earlier tokens in this step",
-                             value=q, seq_id=s, newest=newest[s])
+            held = newest[s]
+            return lambda: StepError("CELL-POS", f"positions[{index}]", "must be newer than every position its "
+                                     "sequence holds and than its earlier tokens in this step",
+                                     value=q, seq_id=s, newest=held)
         newest[s] = q
     return None
 

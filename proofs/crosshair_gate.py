@@ -74,12 +74,22 @@ CellCache (issue 12) is analysed from a symbolic cell state too (`_crosshair_plu
 ids, a flat and a windowed layer, symbolic capacity, window and positions over four small owner tables,
 the forward closed or declared; its docstring says what it does not cover). How much runs is
 `cell_cache` (CELL_CACHE_SCOPES, by default the same as `sequence_cache`): "full" every obligation but
-__delattr__'s; "fast" the postcondition of FAST_CELL_TARGETS (free_cells: 156 paths, 1.5-2.3 s of CPU,
-the gate's CPU +5.6 s with its worker and the plugin's registration, measured under load); "none".
-Measured on the full cell scope: 176 obligations of 17
-methods confirmed (at most 182 paths, 2.5 s CPU each) in 2400 s wall under load; the rest is CELL_OUT_OF_FULL.
+__delattr__'s and those of the methods in CELL_OUT_OF_FULL, 251 obligations of 23 methods; "fast" the
+postcondition of FAST_CELL_TARGETS (free_cells: 156 paths, 1.5-2.3 s of CPU, the gate's CPU +5.6 s with its
+worker and the plugin's registration, measured under load); "none". Measured on the full cell scope:
+all 251 confirmed in one run (`--select 'kvcache._cells.CellCache.*'
+--workers 1 --max-iterations 20000`: 739 s of CPU, 13.5 min wall under load), at most 752 paths and 10.8 s
+of CPU per condition; the 187 of the 18 methods measured first, at most 182 paths and 2.3 s each. seq_new, seq_len, next_pos, seq_clone and seq_rm were first measured
+method by method (`--analyse-cell`), twice each with the deep profile's bounds (20000 paths, 60 s of CPU
+per condition): every condition confirmed, with the same paths in both runs (at most 752, 12.6 s of CPU).
+__init__, declare_step and place_step stay out, unknown (CELL_OUT_OF_FULL says why, with the numbers).
 CELL-OWNERS' uniqueness is checked by sorting each sequence's positions, not by hashing them (hashing
-realised the symbolic positions: 1000 paths and unknown for free_cells).
+realised the symbolic positions: 1000 paths and unknown for free_cells). The cell preconditions' validators
+return a deferred error (`kvcache._cells._Fault`), not the error: building it formats the value, which
+realised a symbolic seq id, one path per value outside the range (seq_len: 1213 paths, then the 60 s CPU
+net, unknown; deferred: 434 paths, 4-6 s). CELL-OWNERS bounds a cell's position by CELL-POS's INT_MAX - 1:
+with INT_MAX, the invariants admitted a state no call reaches, from which next_pos returned INT_MAX + 1
+(CrossHair's counterexample to "next_pos fits an int").
 
 The code is written so that confirmations are reachable and mean what they say:
 - CFG-DEDUP compares policies pairwise instead of hashing them (hashing realises symbolic ints).
@@ -380,32 +390,47 @@ RULE_COVER.update({rule.id: _CELL_COVER for rule in _RULES if rule.id.startswith
 #: "full" every obligation (the deep profile), "fast" the postconditions of FAST_CELL_TARGETS, "none".
 CELL_CACHE_SCOPES = ("none", "fast", "full")
 FAST_CELL_TARGETS: tuple[str, ...] = ("free_cells",)
-#: CellCache methods the full cell scope leaves out, and why (measured in one full-scope run, 2400 s wall
-#: under load: 176 obligations of 17 methods confirmed, at most 182 paths and 2.5 s of CPU each).
+#: CellCache methods the full cell scope leaves out, and why (measured with the deep profile's bounds: 20000
+#: paths and 60 s of CPU per condition; `--analyse-cell METHOD` analyses one of them anyway, to measure it).
+#: Each is unknown because a symbolic argument is realised or iterated: every value or length is a path.
 CELL_OUT_OF_FULL: dict[str, str] = {
-    "__init__": "unknown at the 1000-path work bound (10-13 s CPU per condition): a symbolic config and max_seqs",
-    "declare_step": "unknown at the 1000-path work bound (27-38 s CPU per condition): seq_ids of any length",
-    "next_pos": "unknown at the 1000-path work bound (46-55 s CPU per condition): owned_cells' max over symbolic "
-                "positions",
-    "place_step": "unknown at the 1000-path work bound: the mask by formula over symbolic positions and window",
-    "seq_len": "not measured: the full run's wall budget ran out first (like next_pos, it reads owned_cells)",
-    "seq_new": "not measured: the full run's wall budget ran out first",
-    "seq_clone": "not measured: the full run's wall budget ran out first",
-    "seq_rm": "not measured: the full run's wall budget ran out first (a mutant of it is found: tests)",
+    "__init__": "unknown: 4236 paths, then the 60 s CPU safety net (its first CELL-OWNERS invariant, and CrossHair's "
+                "own no-exception check: 4319 paths; 10-13 s of CPU per condition at 1000 paths before): "
+                "`[0] * max_seqs` realises the symbolic max_seqs, 64 values for each configuration the creator makes",
+    "declare_step": "unknown: 2074 paths, then the 60 s CPU safety net (its CELL-DECLARE postcondition): seq_ids is "
+                    "a sequence of any type and length, and the search spends its paths on the ones CELL-DECLARE and "
+                    "CELL-SEQ-ID reject (its precondition checks every id: each length is a path; 26 of the first 60 "
+                    "paths)",
+    "place_step": "unknown: 1988 paths, then the 60 s CPU safety net (its first CELL-STEP-SHAPE postcondition): "
+                  "positions is a sequence of any type and length, and CELL-POS checks every position before the "
+                  "length (the documented order of errors), so the rejected ones are a path each (115 of the "
+                  "first 150 paths)",
 }
+#: Measured into the full scope, method by method, twice each with identical verdicts and paths (README):
+#: seq_new (90 paths, <= 1.2 s of CPU per condition), seq_len (<= 441, 7.7 s), next_pos (<= 447, 6.2 s),
+#: seq_clone (<= 630, 9.4 s), seq_rm (<= 752, 12.6 s).
 
 
 def _is_cell_target(target: str, package: str) -> bool:
     return target.startswith(f"{package}._cells.CellCache.")
 
 
-def cell_scope_for(cell_cache: str, package: str = "kvcache") -> tuple[Exclusion, ...]:
-    """What `cell_cache` (CELL_CACHE_SCOPES) leaves out of CellCache, with its cover per rule."""
+def cell_scope_for(cell_cache: str, package: str = "kvcache",
+                   analyse: Iterable[str] = ()) -> tuple[Exclusion, ...]:
+    """What `cell_cache` (CELL_CACHE_SCOPES) leaves out of CellCache, with its cover per rule. `analyse`
+    names methods of CELL_OUT_OF_FULL the full scope analyses anyway (to measure them: a wider scope,
+    never a weaker gate)."""
     if cell_cache not in CELL_CACHE_SCOPES:
         raise ValueError(f"cell_cache must be one of {CELL_CACHE_SCOPES}, not {cell_cache!r}")
+    unknown = sorted(set(analyse) - set(CELL_OUT_OF_FULL))
+    if unknown:
+        raise ValueError(f"not in CELL_OUT_OF_FULL: {', '.join(unknown)} (choose among {', '.join(CELL_OUT_OF_FULL)})")
+    if analyse and cell_cache != "full":
+        raise ValueError("analysing a method of CELL_OUT_OF_FULL needs cell_cache 'full'")
     if cell_cache == "full":
         return tuple(Exclusion(f"{package}._cells.CellCache.{name}", frozenset({"post", "invariant", "crosshair"}),
-                               why, ("per rule, see RULE_COVER",)) for name, why in CELL_OUT_OF_FULL.items())
+                               why, ("per rule, see RULE_COVER",)) for name, why in CELL_OUT_OF_FULL.items()
+                     if name not in analyse)
     spared = tuple(f"{package}._cells.CellCache.{name}" for name in FAST_CELL_TARGETS) if cell_cache == "fast" else ()
     return (Exclusion(
         f"{package}._cells.CellCache.*", frozenset({"post", "invariant", "crosshair"}),
@@ -436,10 +461,11 @@ def _is_cache_target(target: str, package: str) -> bool:
 
 
 def scope_for(sequence_cache: str = DEFAULT_SEQUENCE_CACHE, package: str = DEFAULT_PACKAGE,
-              cell_cache: Optional[str] = None) -> tuple[Exclusion, ...]:
+              cell_cache: Optional[str] = None, analyse_cell: Iterable[str] = ()) -> tuple[Exclusion, ...]:
     """The gate's scope: SCOPE, plus what `sequence_cache` (SEQUENCE_CACHE_SCOPES) leaves out of SequenceCache
-    and what `cell_cache` (CELL_CACHE_SCOPES; None: the same as sequence_cache) leaves out of CellCache."""
-    cells = cell_scope_for(sequence_cache if cell_cache is None else cell_cache, package)
+    and what `cell_cache` (CELL_CACHE_SCOPES; None: the same as sequence_cache) leaves out of CellCache
+    (less the methods of CELL_OUT_OF_FULL named in `analyse_cell`, see cell_scope_for)."""
+    cells = cell_scope_for(sequence_cache if cell_cache is None else cell_cache, package, analyse_cell)
     if sequence_cache not in SEQUENCE_CACHE_SCOPES:
         raise ValueError(f"sequence_cache must be one of {SEQUENCE_CACHE_SCOPES}, not {sequence_cache!r}")
     cache = f"{package}._cache.SequenceCache"
@@ -1011,10 +1037,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         help="how much of CellCache to analyse from a symbolic state (default: as --sequence-cache)")
     parser.add_argument("--cache-condition-timeout", type=float, default=CACHE_CONDITION_TIMEOUT,
                         help="CPU seconds per SequenceCache condition (and per layer shape of plan/rewind/commit)")
+    parser.add_argument("--analyse-cell", action="append", default=[], metavar="METHOD",
+                        help="analyse this CellCache method of CELL_OUT_OF_FULL anyway (with --cell-cache full; "
+                             "repeatable): to measure it")
     parser.add_argument("-v", "--verbose", action="store_true", help="list every out-of-scope obligation")
     args = parser.parse_args(list(argv) if argv is not None else None)
     try:
-        result = run_gate(args.budget, package=args.package, workers=args.workers,
+        scope = (scope_for(args.sequence_cache, args.package, args.cell_cache, args.analyse_cell)
+                 if args.analyse_cell else None)
+    except ValueError as error:
+        parser.error(str(error))
+    try:
+        result = run_gate(args.budget, package=args.package, workers=args.workers, scope=scope,
                           per_condition_timeout=args.per_condition_timeout, select=args.select,
                           sequence_cache=args.sequence_cache, cell_cache=args.cell_cache,
                           cache_condition_timeout=args.cache_condition_timeout,

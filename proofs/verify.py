@@ -85,7 +85,9 @@ PROFILES: dict[str, Profile] = {
     "deep": Profile(stateful_examples=2000, stateful_steps=80, crosshair_cache_scope="full",
                     crosshair_cell_scope="full",
                     crosshair_max_iterations=20000, mc_bounds="deep",
-                    crosshair_budget=3600.0,   # full scope: ~690 s measured (with wall-clock solver timeouts)
+                    # full scopes: SequenceCache ~690 s (measured with wall-clock solver timeouts), CellCache
+                    # 739 s of CPU (251 obligations, one worker: 13.5 min wall under load)
+                    crosshair_budget=3600.0,
                     mc_budget=14400.0, jobs=None),  # measured ~3550 s on 2 busy cores
 }
 
