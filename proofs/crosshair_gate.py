@@ -169,6 +169,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional, Sequence
 
 from kvcache_proofs._processes import default_sigterm
+from kvcache_spec._extras import missing_line
 
 from kvcache_spec.rules import RULES as _RULES
 
@@ -1042,6 +1043,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                              "repeatable): to measure it")
     parser.add_argument("-v", "--verbose", action="store_true", help="list every out-of-scope obligation")
     args = parser.parse_args(list(argv) if argv is not None else None)
+    needs = missing_line("verify", "python -m kvcache_proofs.crosshair_gate")
+    if needs:
+        print(needs, file=sys.stderr)
+        return 2
     try:
         scope = (scope_for(args.sequence_cache, args.package, args.cell_cache, args.analyse_cell)
                  if args.analyse_cell else None)

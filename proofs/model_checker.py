@@ -41,6 +41,10 @@ from collections import deque
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Iterator, Optional, Sequence
 
+if __name__ == "__main__":   # before the imports that need the extra: one line instead of a traceback
+    from kvcache_spec._extras import exit_unless_installed
+    exit_unless_installed("verify", "python -m kvcache_proofs.model_checker")
+
 from kvcache_proofs._processes import default_sigterm
 from kvcache_spec import model
 from kvcache_spec.stateful import (COMMIT_WITH, FORGED_KINDS, AbortedStep, CanExtend, Clear, CommitForged,

@@ -31,6 +31,8 @@ import tempfile
 import time
 from typing import Any, Optional
 
+from kvcache_spec._extras import missing_line
+
 #: Stage numbers that measure speed, not work: left out of the run-to-run comparison.
 _RATES = ("states/s",)
 
@@ -85,6 +87,10 @@ def main(argv: Optional[list[str]] = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exit_:
         return 0 if exit_.code == 0 else 2
+    needs = missing_line("verify", "python -m kvcache_proofs.stress")
+    if needs:   # every run would fail alike, for want of a package: say so once
+        print(needs, file=sys.stderr)
+        return 2
     expected = 1 if args.expect_fail else 0
     command = [sys.executable, "-m", "kvcache_proofs.verify", "--profile", args.profile]
     if args.target:

@@ -47,6 +47,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Optional
 
+from kvcache_spec._extras import missing_line
 from kvcache_spec.cli import open_report, report_path_problem
 from kvcache_spec.conformance.targets import die_with_parent
 
@@ -481,6 +482,10 @@ def main(argv: Optional[list[str]] = None) -> int:
         args = _parser().parse_args(argv)
     except SystemExit as exit_:
         return 0 if exit_.code == 0 else 2
+    needs = missing_line("verify", "kvcache verify")
+    if needs:
+        print(needs, file=sys.stderr)
+        return 2
     for option, path in (("--json", args.json), ("--junit", args.junit)):
         problem = report_path_problem(path)   # before the stages run, not after
         if problem:

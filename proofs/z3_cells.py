@@ -21,6 +21,10 @@ from __future__ import annotations
 
 from typing import Sequence
 
+if __name__ == "__main__":   # before the imports that need the extra: one line instead of a traceback
+    from kvcache_spec._extras import exit_unless_installed
+    exit_unless_installed("verify", "python -m kvcache_proofs.z3_cells")
+
 import z3
 
 from .z3_induction import ProofResult, prove

@@ -66,6 +66,10 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Optional, Sequence
 
+if __name__ == "__main__":   # before the imports that need the extra: one line instead of a traceback
+    from kvcache_spec._extras import exit_unless_installed
+    exit_unless_installed("verify", "python -m kvcache_proofs.z3_induction")
+
 import z3  # type: ignore[import-untyped]
 
 VARIANTS = ("sound", "slots-minus-one", "upstream-floor")

@@ -16,7 +16,7 @@ from typing import Any, Optional, TextIO
 
 from .configs import config, layer
 from .targets import (FACE_METHODS, OPTIONAL_METHODS, OPTIONAL_PARAMS, PROTOCOL_NAME, PROTOCOL_VERSION, PythonTarget,
-                      TargetCrash)
+                      TargetCrash, TargetError)
 
 
 class Server:
@@ -110,9 +110,22 @@ def protocol_channel() -> TextIO:
     return channel
 
 
+USAGE = "usage: python -m kvcache_spec.conformance.serve [python:MODULE:FACTORY]   (default: the reference)"
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    return serve(args[0] if args else "python:kvcache:SequenceCache", sys.stdin, protocol_channel())
+    if args[:1] in (["-h"], ["--help"]):
+        print(USAGE)
+        return 0
+    if len(args) > 1 or (args and not args[0].startswith("python:")):
+        print(f"kvcache serve: {USAGE}", file=sys.stderr)
+        return 2
+    try:
+        return serve(args[0] if args else "python:kvcache:SequenceCache", sys.stdin, protocol_channel())
+    except TargetError as error:   # the target cannot be loaded: before any protocol line
+        print(f"kvcache serve: {error}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":
