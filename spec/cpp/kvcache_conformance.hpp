@@ -20,11 +20,11 @@
 //                                                                   kvcache_conformance::Scope::flat_only());
 //
 // The driver announces the scope in `hello` (the kinds, plus "max_write" when Config has that field)
-// and skips the golden vectors outside it (NEEDS-* / WITHOUT-* flags). It does not filter configs:
+// and skips the golden vectors outside it (NEEDS-* / WITHOUT-* flags). It does not filter layer kinds:
 // a config outside the scope reaches your constructor, which must refuse it (throw; SCOPE-BORDER).
 //
 // Requirements on Cache (upstream's shapes, duck-typed):
-//   - constructible from `const Config&` (or pass a factory to Driver);
+//   - constructible from `const Config&` (or pass a factory: std::unique_ptr<Cache>(const Config&));
 //   - plan(int layer, int position, int T) -> std::optional<Plan>, Plan with Run write[2], int n_write,
 //     Run read[2], int n_read, int read_base_pos; Run with int start, int len;
 //   - commit(const Plan&) (void, or bool where false means rejected); can_extend(int) -> bool;
@@ -49,8 +49,21 @@
 // declare_step(const std::vector<int32_t>&) -> bool, seq_new() -> std::optional<int32_t>,
 // seq_clone(int32_t, std::optional<int>) -> std::optional<int32_t>, seq_rm(int32_t, int,
 // std::optional<int>) -> bool, seq_len(int32_t), next_pos(int32_t), free_cells(), used_end(),
-// live(int32_t) -> bool (the live ids are listed from it), can_extend, capacity, clear; faces
-// as_batch_control()/as_cell_stepper() are detected. It is constructed from (const Config&, max_seqs).
+// can_extend, capacity, clear; faces as_batch_control()/as_cell_stepper() and a public
+// live(int32_t) -> bool (the live ids are listed from it; private or absent: "live" is announced
+// absent) are detected. A cell cache is built by a factory receiving the config's max_seqs,
+//     std::unique_ptr<Cache>(const Config&, int max_seqs),
+// or, without one, as Cache(config, max_seqs) when that constructor exists, else Cache(config) -
+// chosen at compile time, so upstream's `explicit CellCache(const CacheConfig&)` compiles. A cache
+// with a fixed id count (upstream's kMaxSeqs = 64) declares it in its scope; the driver then refuses
+// every other max_seqs itself (SCOPE-BORDER) before the factory runs:
+//
+//     return kvcache_conformance::run_main<CellCache, CacheConfig>(argc, argv, "my cell cache",
+//         kvcache_conformance::Scope::full().fixed_max_seqs(64),
+//         [](const CacheConfig& c, int /*max_seqs*/) { return std::make_unique<CellCache>(c); });
+//
+// `--vectors` runs each test in a child process (POSIX): a test that crashes or hangs is that test's
+// failure ("crashed: killed by SIGSEGV"), and the replay still ends with its summary.
 //
 // A C++ `int` parameter cannot receive `true`, `1.5` or 2^31: the driver rejects such arguments
 // at the JSON boundary (rule ARG-INT / ARG-RANGE). Negatives, zero T, gaps and forged plans reach
