@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from kvcache_spec.conformance import cli, scope, vectors
+from kvcache_spec.conformance import cli, scope, vectors, zoo
 from kvcache_spec.conformance.cell_programs import CELL_CONFIGS
 from kvcache_spec.conformance.configs import describe
 from kvcache_spec.conformance.suite import CONFORMING, report_json, run_suite
@@ -32,6 +32,8 @@ pytestmark = pytest.mark.skipif(GXX is None, reason="no g++ on PATH: the C++ dri
 # Variants of the stand-in, each through the driver unchanged. The static_asserts are the shape itself:
 # had the stand-in a public live() or a (config, max_seqs) constructor, it would not test the adaptation.
 VARIANTS = r"""
+#include <unistd.h>
+
 #include <csignal>
 #include <cstdlib>
 #include <memory>
@@ -62,6 +64,14 @@ struct Crashes : demo::CellCache {
     return demo::CellCache::seq_rm(seq_id, p0, p1);
   }
 };
+// A cache that never answers one call (an endless loop): the test's time limit ends it.
+struct Hangs : demo::CellCache {
+  using demo::CellCache::CellCache;
+  std::optional<int32_t> seq_clone(int32_t src, std::optional<int> upto) override {
+    while (upto && *upto == 2) pause();
+    return demo::CellCache::seq_clone(src, upto);
+  }
+};
 
 int main(int argc, char** argv) {
   std::string variant = argc > 1 ? argv[1] : "";
@@ -76,6 +86,8 @@ int main(int argc, char** argv) {
     return kc::run_main<Shape, Config>(rest, args, "undeclared");
   if (variant == "crashes")
     return kc::run_main<Crashes, Config>(rest, args, "crashes on two vectors");
+  if (variant == "hangs")
+    return kc::run_main<Hangs, Config>(rest, args, "hangs on one vector");
   return 2;
 }
 """
@@ -191,6 +203,19 @@ def test_every_config_name_carries_max_seqs() -> None:
                          zip(named, [g for g in document["testGroups"] if g["config"] is not None]))
 
 
+def test_a_cell_finding_names_its_max_seqs_everywhere(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The text summary, the JSON report, the pasteable test and the saved vector of a cell finding."""
+    spec = zoo.CELL_ZOO["rm_off_by_one"][0]
+    assert cli.main(["--target", spec, "--json", str(tmp_path / "r.json"), "--save-findings", str(tmp_path / "f")]) == 1
+    finding = json.loads((tmp_path / "r.json").read_text())["semantic"]["findings"][0]
+    name = f"max_seqs {finding['config']['max_seqs']}"
+    assert finding["config_name"].endswith(name)
+    assert f"config {finding['config_name']}; " in capsys.readouterr().out
+    assert f"    # config {finding['config_name']}\n" in finding["pytest"]
+    saved = json.loads(sorted((tmp_path / "f").glob("*.json"))[0].read_text())
+    assert saved["testGroups"][0]["configName"].endswith(name)
+
+
 def _inside_64(document: dict[str, Any]) -> tuple[int, int]:
     """(tests a max_seqs=64 replayer runs, tests it skips), counted from the document."""
     fixed = scope.Scope(frozenset(scope.FEATURES), max_seqs=64)
@@ -221,6 +246,23 @@ def test_vectors_survive_a_crashing_vector(binaries: dict[str, Path]) -> None:
     summary = done.stdout.strip().splitlines()[-1]
     assert summary == (f"vectors: {total - len(crashed)} passed, {len(crashed)} failed ({len(crashed)} crashed), "
                        f"0 tests outside the scope skipped, 0 calls to absent optional methods skipped")
+
+
+def test_vectors_survive_a_hanging_vector(binaries: dict[str, Path]) -> None:
+    """A vector that never answers is ended by the test's time limit (here 1 s) and reported as a hang."""
+    document = json.loads((vectors.VECTORS_DIR / vectors.CELL_VECTORS_FILE).read_text())
+    one = {**document, "testGroups": [{**document["testGroups"][0],
+                                       "tests": [t for t in document["testGroups"][0]["tests"]
+                                                 if t["comment"].startswith(("forks:", "queries"))]}]}
+    path = Path(str(binaries["variants"]) + "-hang.json")
+    path.write_text(json.dumps(one))
+    done = subprocess.run([binaries["variants"], "hangs", "--vectors", str(path)], capture_output=True, text=True,
+                          timeout=60, env={"KVCACHE_CONFORMANCE_TEST_SECONDS": "1"})
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert "(forks: whole, at every cut, of an empty source): crashed: killed by SIGALRM (no answer within 1 s: " \
+           "a hang)" in done.stderr
+    assert done.stdout.strip().endswith("vectors: 1 passed, 1 failed (1 crashed), 0 tests outside the scope "
+                                        "skipped, 0 calls to absent optional methods skipped")
 
 
 # --- the scope feature itself (scope.py) ----------------------------------------------------------------

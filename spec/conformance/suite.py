@@ -463,6 +463,7 @@ def pytest_text(target: str, reported: Reported, number: int = 1) -> str:
     return (f'def test_kvcache_conformance_{name}() -> None:\n'
             f'    """{f.kind} {f.rule}: {statement}"""\n'
             f'    # {message}\n'
+            f'    # config {describe(reported.config)}\n'
             f'    from kvcache_spec.conformance import replay\n'
             f'    config = {reported.config!r}\n'
             f'    steps = {reported.steps!r}\n'

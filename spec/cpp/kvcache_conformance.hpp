@@ -399,7 +399,7 @@ struct is_cell_cache<C, std::void_t<decltype(std::declval<C&>().place_step(0, st
 // part of the substitution, so a private live() is detected as absent, not a compile error.
 template <class C, class = void> struct has_live : std::false_type {};
 template <class C>
-struct has_live<C, std::void_t<decltype(static_cast<bool>(std::declval<const C&>().live(int32_t{0})))>>
+struct has_live<C, std::void_t<decltype(static_cast<bool>(std::declval<C&>().live(int32_t{0})))>>
     : std::true_type {};
 template <class C, class = void> struct has_cell_faces : std::false_type {};
 template <class C>
@@ -673,9 +673,14 @@ class Driver {
     return failed ? 1 : 0;
   }
 
-  // One test in a child process (POSIX): a crash (SIGSEGV, abort, exit) or a hang (kTestSeconds) of the
+  // One test in a child process (POSIX): a crash (SIGSEGV, abort, exit) or a hang (test_seconds) of the
   // implementation is that test's failure, and the replay goes on to its summary. Elsewhere, in process.
-  static constexpr unsigned kTestSeconds = 60;
+  // KVCACHE_CONFORMANCE_TEST_SECONDS overrides the 60 s a test may take.
+  static unsigned test_seconds() {
+    const char* text = std::getenv("KVCACHE_CONFORMANCE_TEST_SECONDS");
+    long seconds = text ? std::strtol(text, nullptr, 10) : 0;
+    return seconds > 0 && seconds < 86400 ? static_cast<unsigned>(seconds) : 60;
+  }
   std::string replay_isolated(const Json* config, const Json& test, int& skipped, bool& died, std::ostream& out,
                               std::ostream& err) {
 #ifdef KVCACHE_CONFORMANCE_FORK
@@ -692,7 +697,7 @@ class Driver {
     }
     if (child == 0) {
       ::close(fds[0]);
-      alarm(kTestSeconds);
+      alarm(test_seconds());
       int child_skipped = 0;
       std::string problem = replay_test(config, test, child_skipped);
       std::string answer = "done " + std::to_string(child_skipped) + "\n" + problem;
@@ -722,7 +727,7 @@ class Driver {
     if (WIFSIGNALED(status)) {
       int sig = WTERMSIG(status);
       return "crashed: killed by " + signal_name(sig) +
-             (sig == SIGALRM ? " (no answer within " + std::to_string(kTestSeconds) + " s: a hang)" : "");
+             (sig == SIGALRM ? " (no answer within " + std::to_string(test_seconds()) + " s: a hang)" : "");
     }
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
       return "crashed: the process exited with status " + std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1);
