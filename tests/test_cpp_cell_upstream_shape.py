@@ -23,7 +23,7 @@ from kvcache_spec.conformance import cli, scope, vectors, zoo
 from kvcache_spec.conformance.cell_programs import CELL_CONFIGS
 from kvcache_spec.conformance.configs import describe
 from kvcache_spec.conformance.suite import CONFORMING, report_json, run_suite
-from kvcache_spec.conformance.targets import SubprocessTarget
+from kvcache_spec.conformance.targets import PythonTarget, SubprocessTarget
 
 CPP = Path(__file__).resolve().parent.parent / "spec" / "cpp"
 GXX = shutil.which("g++")
@@ -64,6 +64,13 @@ struct Crashes : demo::CellCache {
     return demo::CellCache::seq_rm(seq_id, p0, p1);
   }
 };
+// No constructor the driver could call by itself (it needs a name too): only a factory builds it.
+struct Named : Shape {
+  Named(const Config& c, const char* name) : Shape(c), name_(name) {}
+  const char* name_;
+};
+static_assert(!std::is_constructible_v<Named, const Config&>);
+
 // A cache that never answers one call (an endless loop): the test's time limit ends it.
 struct Hangs : demo::CellCache {
   using demo::CellCache::CellCache;
@@ -84,6 +91,11 @@ int main(int argc, char** argv) {
     return kc::run_main<Shape, Config>(rest, args, "no factory", kc::Scope::full().fixed_max_seqs(64));
   if (variant == "undeclared") // no factory and no fixed max_seqs: nothing could carry max_seqs to it
     return kc::run_main<Shape, Config>(rest, args, "undeclared");
+  if (variant == "named")
+    return kc::run_main<Named, Config>(rest, args, "named", kc::Scope::full().fixed_max_seqs(64),
+                                       [](const Config& c, int) { return std::make_unique<Named>(c, "x"); });
+  if (variant == "named-without-factory")
+    return kc::run_main<Named, Config>(rest, args, "named", kc::Scope::full().fixed_max_seqs(64));
   if (variant == "crashes")
     return kc::run_main<Crashes, Config>(rest, args, "crashes on two vectors");
   if (variant == "hangs")
@@ -147,6 +159,13 @@ def test_a_config_only_cache_without_a_declared_max_seqs_is_refused_saying_why(b
     replies = _session([str(binaries["variants"]), "undeclared"], [("create", {"config": _cfg(64)})])
     assert replies[1]["error"]["kind"] == "rejected"
     assert "Scope::fixed_max_seqs" in replies[1]["error"]["message"]
+
+
+def test_a_cache_only_a_factory_can_build_compiles_and_needs_the_factory(binaries: dict[str, Path]) -> None:
+    with_factory = _session([str(binaries["variants"]), "named"], [("create", {"config": _cfg(64)}), ("seq_new", {})])
+    assert with_factory[1:] == [{"id": 2, "result": None}, {"id": 3, "result": 0}]
+    without = _session([str(binaries["variants"]), "named-without-factory"], [("create", {"config": _cfg(64)})])
+    assert without[1]["error"]["kind"] == "rejected" and "no factory" in without[1]["error"]["message"]
 
 
 @pytest.fixture(scope="module")
@@ -263,6 +282,22 @@ def test_vectors_survive_a_hanging_vector(binaries: dict[str, Path]) -> None:
            "a hang)" in done.stderr
     assert done.stdout.strip().endswith("vectors: 1 passed, 1 failed (1 crashed), 0 tests outside the scope "
                                         "skipped, 0 calls to absent optional methods skipped")
+
+
+@pytest.mark.parametrize("name, conforming", [("fixed_64", True), ("careless_64", False)])
+def test_a_python_cell_cache_declares_the_same_scope(name: str, conforming: bool) -> None:
+    """The scope feature is the harness's, not the C++ driver's: a python: factory declaring max_seqs=64
+    that refuses the others is CONFORMING; one that accepts them and serves 64 ids is caught at the
+    border (SCOPE-BORDER: wrong), since nothing stands between it and the configs outside its scope."""
+    target = PythonTarget(f"python:tests.cell_fixed_ids_targets:{name}")
+    result = run_suite(target, "quick", seed=0)
+    assert target.scope.max_seqs == 64
+    if conforming:
+        assert result.verdict(strict=True, exact_layout=True) == CONFORMING, (sorted(result.findings),
+                                                                             result.incomplete())
+    else:
+        assert ("wrong", "SCOPE-BORDER") in result.findings, sorted(result.findings)
+        assert "max_seqs" in result.findings[("wrong", "SCOPE-BORDER")].finding.message
 
 
 # --- the scope feature itself (scope.py) ----------------------------------------------------------------
