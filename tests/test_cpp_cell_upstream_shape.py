@@ -22,6 +22,7 @@ import pytest
 from kvcache_spec.conformance import cli, scope, vectors, zoo
 from kvcache_spec.conformance.cell_programs import CELL_CONFIGS
 from kvcache_spec.conformance.configs import describe
+from kvcache_spec.conformance.coverage import family
 from kvcache_spec.conformance.suite import CONFORMING, report_json, run_suite
 from kvcache_spec.conformance.targets import PythonTarget, SubprocessTarget
 
@@ -184,10 +185,13 @@ def test_the_upstream_shape_is_conforming_within_max_seqs_64(shape_report: dict[
     assert report["verdict"] == CONFORMING, (report["semantic"]["findings"][:2], report["coverage"]["incomplete"])
     assert report["semantic"]["findings"] == [] and report["layout"]["canonical"]
     assert not report["coverage"]["rules"]["not_exercised"]
-    inside = [cfg for cfg in CELL_CONFIGS if cfg["max_seqs"] == 64]
-    assert inside and report["coverage"]["configurations"]["planned"] == len(inside)
+    # every suite configuration is driven with 64 ids (the twins of those with fewer), none with fewer
+    outside = [cfg for cfg in CELL_CONFIGS if cfg["max_seqs"] != 64]
+    assert outside and report["coverage"]["configurations"]["planned"] == len(CELL_CONFIGS)
+    assert report["coverage"]["configurations"]["created"] == len(CELL_CONFIGS)
+    assert len(report["coverage"]["families"]["exercised"]) == len({family(cfg) for cfg in CELL_CONFIGS})
     declared = report["scope"]
-    assert declared["max_seqs"] == 64 and declared["configs_outside"] == len(CELL_CONFIGS) - len(inside)
+    assert declared["max_seqs"] == 64 and declared["configs_outside"] == len(outside)
     assert "SCOPE-BORDER" in report["coverage"]["rules"]["exercised"]   # the others were refused at create
     families = declared["unexercised"]["families"]
     assert all("max_seqs" in family for family in families), families
@@ -312,5 +316,13 @@ def test_a_fixed_max_seqs_is_parsed_and_judged_exactly() -> None:
     for bad in (["max_seqs=0"], ["max_seqs=65"], ["max_seqs=x"], ["max_seqs=-1"], ["max_seqs=3", "max_seqs=4"]):
         with pytest.raises(scope.ScopeError):
             scope.parse(bad, "test")
+    # the twins: each config outside by its max_seqs alone, with 64 ids; none for the whole spec
+    twins = scope.with_twins(CELL_CONFIGS, fixed)
+    assert twins[:len(CELL_CONFIGS)] == CELL_CONFIGS and len(twins) == 2 * len(CELL_CONFIGS) - 1
+    assert all(cfg["max_seqs"] == 64 for cfg in twins[len(CELL_CONFIGS):])
+    assert scope.with_twins(CELL_CONFIGS, scope.FULL) == CELL_CONFIGS
+    ring_only = scope.parse(["ring", "max_seqs=64"], "test")   # a flat config is outside by its kind too
+    assert not any(cfg["layers"][0]["kind"] == "flat" and len(cfg["layers"]) == 1
+                   for cfg in scope.with_twins(CELL_CONFIGS, ring_only)[len(CELL_CONFIGS):])
     # a saved SCOPE-BORDER finding on max_seqs is replayed only by a target whose scope fixes max_seqs
     assert not scope.applies(["WITHOUT-MAX-SEQS"], scope.FULL) and scope.applies(["WITHOUT-MAX-SEQS"], fixed)

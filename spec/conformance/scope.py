@@ -154,6 +154,23 @@ def from_factory(factory: Any) -> Scope:
     return FULL if declared is None else parse(declared, "the factory's kvcache_scope")
 
 
+def with_twins(configs: Iterable[JsonConfig], scope: Scope) -> tuple[JsonConfig, ...]:
+    """The configurations, plus - for a scope that fixes max_seqs - the twin inside the scope of each one
+    outside it by its max_seqs alone (the same config with the scope's max_seqs), unless that one is
+    already there. A cache with upstream's fixed 64 ids is then driven over every layer family and edge
+    the suite has (capacity 1, window 1, broadcast, ...), not only over the configurations that happen
+    to have 64 ids; the originals stay outside the scope, checked refused at creation."""
+    configs = list(configs)
+    if scope.max_seqs is None:
+        return tuple(configs)
+    out = list(configs)
+    for cfg in configs:
+        twin = {**cfg, MAX_SEQS: scope.max_seqs}
+        if scope.missing(cfg) == {MAX_SEQS} and twin not in out:
+            out.append(twin)
+    return tuple(out)
+
+
 def split(configs: Iterable[JsonConfig], scope: Scope) -> tuple[list[JsonConfig], list[JsonConfig]]:
     """(inside, outside) the scope, each in the given order."""
     inside: list[JsonConfig] = []

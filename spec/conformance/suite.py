@@ -223,7 +223,7 @@ def run_suite(target: Target, profile: str = "quick", seed: int = 0,
     drive = layouts.of(target, layout)   # known once a cmd: target's hello is read
     target.layout = drive.name
     run_program = drive.run_program
-    configs = configs or drive.configs
+    configs = scopes.with_twins(configs or drive.configs, scope)   # a fixed max_seqs: the twins inside
     result.declared = scopes.summary(scope, configs)
     result.skipped |= set(scopes.notes(result.declared))
     configs, outside = (tuple(part) for part in scopes.split(configs, scope))
