@@ -123,8 +123,8 @@ RULES: tuple[Rule, ...] = (
          "Saying so prevents a future caller from sharing one cache across threads without a lock."),
     # --- conformance scope
     Rule("SCOPE-BORDER",
-         "An implementation that declares a partial scope (layer kinds, the max_write field) refuses at creation "
-         "every valid configuration that needs a feature outside it.",
+         "An implementation that declares a partial scope (layer kinds, the max_write field, one fixed max_seqs "
+         "for a cell cache) refuses at creation every valid configuration outside it.",
          "A flat-only cache that accepts a sliding-window layer and serves it as full history gives silently "
          "wrong attention; a refusal at build time is loud and costs nothing."),
     # --- the cell layout (many sequences over one pool of per-token cells; spec/cell_model.py)

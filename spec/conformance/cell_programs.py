@@ -147,7 +147,7 @@ def edge_cell_programs(cfg: JsonConfig) -> list[tuple[str, list[Step]]]:
         ("id reuse after a removal empties a sequence", [NEW, prompt(1), NEW, prompt(1, LIVE1),
                                                          {"op": "seq_rm", "seq_id": LIVE0, "p0": 0}, NEW,
                                                          forward(LIVE0), forward(LIVE0, LIVE1)]),
-        ("every id live, then one more", [NEW] * (min(cfg.get("max_seqs", 64), 8) + 1)
+        ("every id live, then one more", [NEW] * (cfg.get("max_seqs", 64) + 1)
          + [{"op": "seq_clone", "src": LIVE0}]),
         ("the largest position, next_pos INT_MAX, then nothing newer",
          [NEW, forward(LIVE0, positions=[INT_MAX - 1]), {"op": "next_pos", "seq_id": LIVE0},

@@ -54,7 +54,8 @@ def _parser() -> argparse.ArgumentParser:
                              "(./my_target --vectors DIR/01-....json)")
     parser.add_argument("--scope", metavar="FEATURES",
                         help="override the target's declared scope: comma-separated features of "
-                             f"{', '.join(scopes.FEATURES)} (or all); configs outside it must be refused")
+                             f"{', '.join(scopes.FEATURES)} (or all), and max_seqs=N for a cell cache with N fixed "
+                             f"ids (all,max_seqs=64); configs outside it must be refused")
     return parser
 
 

@@ -47,7 +47,8 @@ def to_kvcache(cfg: JsonConfig) -> Any:
 
 
 def describe(cfg: JsonConfig) -> str:
-    """A short human name: 'cap 20, ring(4) m=2 x1'."""
+    """A short human name: 'cap 20, ring(4) x2, max_write 2' - with 'max_seqs 3' for a cell config
+    (its max_seqs decides which ids exist: two configs differing only there are not one)."""
     parts = [f"ring({entry.get('window')})" if entry.get("kind") == "ring" else str(entry.get("kind"))
              for entry in cfg.get("layers", [])] or ["no layers"]
     text = f"cap {cfg.get('capacity')!r}, " + "+".join(parts)
@@ -55,6 +56,8 @@ def describe(cfg: JsonConfig) -> str:
         text += f" x{cfg['n_layers']}"
     if cfg.get("max_write") is not None:
         text += f", max_write {cfg['max_write']}"
+    if "max_seqs" in cfg:
+        text += f", max_seqs {cfg['max_seqs']!r}"
     return text
 
 

@@ -5,7 +5,10 @@ cache (PR #21412) has only the flat policy and a CacheConfig without `max_write`
 of **features**:
 
 - `flat`, `ring`: the layer kinds the target implements;
-- `max_write`: the config field of that name (a target without it serves only `max_write: null`).
+- `max_write`: the config field of that name (a target without it serves only `max_write: null`);
+- `max_seqs=N` (the cell layout): the one `max_seqs` the target serves. Upstream's cell cache (PR #21902)
+  fixes it at 64 (`kMaxSeqs`) and its constructor takes no such argument, so it declares
+  `max_seqs=64`: cell configurations with another `max_seqs` lie outside its scope (absent: 64).
 
 The suite drives only configurations inside the scope, lists what it left unexercised (the
 configuration families and the rules only they exercise), and checks the border: a valid
@@ -37,6 +40,10 @@ FEATURES: dict[str, str] = {
     "max_write": "the max_write config field (configs with max_write set)",
 }
 BORDER_RULE = "SCOPE-BORDER"
+# The cell layout's fixed-max_seqs feature: "max_seqs=64" in a declaration. Not a member of FEATURES:
+# it carries a value, and no declaration (the whole spec) means every max_seqs.
+MAX_SEQS = "max_seqs"
+DEFAULT_MAX_SEQS = 64   # a cell config without the field (spec/PROTOCOL.md, "Cell methods")
 
 
 def needs(cfg: JsonConfig) -> frozenset[str]:
@@ -53,31 +60,50 @@ def family(cfg: JsonConfig) -> str:
     return "+".join(name for name in FEATURES if name in needs(cfg)) or "none"
 
 
+def max_seqs_of(cfg: JsonConfig) -> Any:
+    """A cell configuration's max_seqs as it is (absent: 64)."""
+    return cfg.get(MAX_SEQS, DEFAULT_MAX_SEQS)
+
+
 @dataclass(frozen=True)
 class Scope:
     features: frozenset[str]
     source: str = "not declared: the whole spec"
     ignored: tuple[str, ...] = ()   # unknown names in the declaration
+    max_seqs: Optional[int] = None   # the one max_seqs served ("max_seqs=64"); None: every max_seqs
 
     @property
     def full(self) -> bool:
-        return self.features >= frozenset(FEATURES)
+        return self.features >= frozenset(FEATURES) and self.max_seqs is None
 
     def missing(self, cfg: JsonConfig) -> frozenset[str]:
-        """The features `cfg` needs that the scope leaves out (empty: the config is inside)."""
-        return needs(cfg) - self.features
+        """The features `cfg` needs that the scope leaves out (empty: the config is inside). A cell
+        config whose max_seqs is not the scope's fixed one misses "max_seqs"."""
+        other = self.max_seqs is not None and MAX_SEQS in cfg and not _same_int(cfg[MAX_SEQS], self.max_seqs)
+        return (needs(cfg) - self.features) | (frozenset({MAX_SEQS}) if other else frozenset())
 
     def covers(self, cfg: JsonConfig) -> bool:
         return not self.missing(cfg)
 
     def names(self) -> list[str]:
-        return [name for name in FEATURES if name in self.features]
+        fixed = [] if self.max_seqs is None else [f"{MAX_SEQS}={self.max_seqs}"]
+        return [name for name in FEATURES if name in self.features] + fixed
+
+    def family(self, cfg: JsonConfig) -> str:
+        """The family a configuration outside the scope is listed under: its features, and its max_seqs
+        when that is what puts it outside ('flat, max_seqs 3')."""
+        name = family(cfg)
+        return name + (f", max_seqs {cfg[MAX_SEQS]!r}" if MAX_SEQS in self.missing(cfg) else "")
 
     def __str__(self) -> str:
         return ",".join(self.names()) or "nothing"
 
 
 FULL = Scope(frozenset(FEATURES))
+
+
+def _same_int(value: Any, fixed: int) -> bool:
+    return type(value) is int and value == fixed   # bool is not an int (True is not max_seqs 1)
 
 
 class ScopeError(ValueError):
@@ -90,10 +116,11 @@ def parse_text(text: str, source: str) -> Scope:
 
 
 def parse(value: Any, source: str) -> Scope:
-    """A declared scope: a list (or tuple) of feature names; `all` stands for every feature.
+    """A declared scope: a list (or tuple) of feature names; `all` stands for every feature, and
+    `max_seqs=N` (N an int from 1 to 64) fixes the one max_seqs served.
 
     Raises ScopeError for anything that is not such a list (a bare string included: "flat" is not
-    ["flat"], and a protocol value must be exact).
+    ["flat"], and a protocol value must be exact), and for a `max_seqs=` item that is not one such N.
     """
     if isinstance(value, (list, tuple, frozenset, set)):
         items = list(value)
@@ -101,16 +128,47 @@ def parse(value: Any, source: str) -> Scope:
         raise ScopeError(f"a scope is a list of feature names ({', '.join(FEATURES)}), not {value!r}"[:200])
     if not all(isinstance(item, str) for item in items):
         raise ScopeError(f"a scope lists feature names as strings, got {value!r}"[:200])
+    fixed = {item for item in items if item.startswith(MAX_SEQS + "=")}
+    items = [item for item in items if item not in fixed]
+    max_seqs = _fixed_max_seqs(fixed) if fixed else None
     if "all" in items:
         items = [name for name in items if name != "all"] + list(FEATURES)
     known = frozenset(item for item in items if item in FEATURES)
-    return Scope(known, source, tuple(sorted({item for item in items if item not in FEATURES})))
+    return Scope(known, source, tuple(sorted({item for item in items if item not in FEATURES})), max_seqs)
+
+
+def _fixed_max_seqs(items: set[str]) -> int:
+    """The N of the `max_seqs=N` items (one value, 1..64: the cell layout's CELL-MAX-SEQS range)."""
+    values = {item.split("=", 1)[1].strip() for item in items}
+    if len(values) != 1:
+        raise ScopeError(f"a scope fixes one max_seqs, got {sorted(items)}"[:200])
+    text = values.pop()
+    if not (text.isdigit() and text.isascii() and 1 <= int(text) <= DEFAULT_MAX_SEQS):
+        raise ScopeError(f"max_seqs={text}: a fixed max_seqs is an int from 1 to {DEFAULT_MAX_SEQS}"[:200])
+    return int(text)
 
 
 def from_factory(factory: Any) -> Scope:
     """A python: target's scope: its factory's `kvcache_scope` attribute, or the whole spec."""
     declared = getattr(factory, "kvcache_scope", None)
     return FULL if declared is None else parse(declared, "the factory's kvcache_scope")
+
+
+def with_twins(configs: Iterable[JsonConfig], scope: Scope) -> tuple[JsonConfig, ...]:
+    """The configurations, plus - for a scope that fixes max_seqs - the twin inside the scope of each one
+    outside it by its max_seqs alone (the same config with the scope's max_seqs), unless that one is
+    already there. A cache with upstream's fixed 64 ids is then driven over every layer family and edge
+    the suite has (capacity 1, window 1, broadcast, ...), not only over the configurations that happen
+    to have 64 ids; the originals stay outside the scope, checked refused at creation."""
+    configs = list(configs)
+    if scope.max_seqs is None:
+        return tuple(configs)
+    out = list(configs)
+    for cfg in configs:
+        twin = {**cfg, MAX_SEQS: scope.max_seqs}
+        if scope.missing(cfg) == {MAX_SEQS} and twin not in out:
+            out.append(twin)
+    return tuple(out)
 
 
 def split(configs: Iterable[JsonConfig], scope: Scope) -> tuple[list[JsonConfig], list[JsonConfig]]:
@@ -128,12 +186,14 @@ def split(configs: Iterable[JsonConfig], scope: Scope) -> tuple[list[JsonConfig]
 # skips it. A test flagged WITHOUT-X checks the border of a scope that leaves X out (a config needing
 # X must be refused at creation): a replayer whose scope includes X skips it.
 NEEDS = {name: "NEEDS-" + name.upper().replace("_", "-") for name in FEATURES}
-WITHOUT = {name: "WITHOUT-" + name.upper().replace("_", "-") for name in FEATURES}
+WITHOUT = {name: "WITHOUT-" + name.upper().replace("_", "-") for name in (*FEATURES, MAX_SEQS)}
 FLAG_NOTES: dict[str, str] = {
     **{flag: f"the test needs {FEATURES[name]}: skip it when the target's scope leaves out {name!r}"
        for name, flag in NEEDS.items()},
     **{flag: f"a border test for targets whose scope leaves out {name!r} (SCOPE-BORDER): skip it otherwise"
-       for name, flag in WITHOUT.items()},
+       for name, flag in WITHOUT.items() if name in FEATURES},
+    WITHOUT[MAX_SEQS]: "a border test for targets whose scope fixes another max_seqs than the config's "
+                       "(SCOPE-BORDER): skip it otherwise",
 }
 
 
@@ -141,11 +201,15 @@ def needs_flags(cfg: JsonConfig) -> list[str]:
     return [NEEDS[name] for name in FEATURES if name in needs(cfg)]
 
 
-def applies(flags: Iterable[str], scope: Scope) -> bool:
-    """Whether a golden-vector test with these flags is for a target with this scope."""
+def applies(flags: Iterable[str], scope: Scope, cfg: Optional[JsonConfig] = None) -> bool:
+    """Whether a golden-vector test with these flags (in a group of this config) is for a target with
+    this scope. The max_seqs a scope fixes is read from the group's config, not from flags: a cell
+    config with another max_seqs lies outside."""
     flags = set(flags)
     return all(NEEDS[name] not in flags for name in FEATURES if name not in scope.features) and \
-        all(WITHOUT[name] not in flags for name in FEATURES if name in scope.features)
+        all(WITHOUT[name] not in flags for name in FEATURES if name in scope.features) and \
+        (scope.max_seqs is not None or WITHOUT[MAX_SEQS] not in flags) and \
+        (cfg is None or MAX_SEQS not in scope.missing(cfg))
 
 
 # --- what a partial scope leaves unexercised ----------------------------------------------------------
@@ -177,7 +241,7 @@ def unexercised(scope: Scope, configs: Iterable[JsonConfig],
     families: dict[str, list[str]] = {}
     for cfg in configs:
         if not scope.covers(cfg):
-            families.setdefault(family(cfg), []).append(describe(cfg))
+            families.setdefault(scope.family(cfg), []).append(describe(cfg))
     inside: set[str] = set()
     everywhere: set[str] = set()
     for wanted, flags in flags_by_need(document):
@@ -196,6 +260,8 @@ def summary(scope: Scope, configs: Iterable[JsonConfig]) -> dict[str, Any]:
     inside, outside = split(configs, scope)
     report: dict[str, Any] = {"features": scope.names(), "source": scope.source, "full": scope.full,
                               "configs_driven": len(inside), "configs_outside": len(outside)}
+    if scope.max_seqs is not None:
+        report["max_seqs"] = scope.max_seqs
     if scope.ignored:
         report["ignored_features"] = list(scope.ignored)
     if not scope.full:

@@ -25,7 +25,8 @@ class Server:
         self.created = False
         inside = layer("flat") if "flat" in self.target.scope.features else layer("ring", 1)   # its own scope
         self.face_methods = FACE_METHODS[self.target.layout]   # the factory's kvcache_layout
-        probe = self.target.create({**config(1, [inside]), **({"max_seqs": 1} if self.target.layout == "cell" else {})})
+        cell = {"max_seqs": self.target.scope.max_seqs or 1} if self.target.layout == "cell" else {}   # in scope
+        probe = self.target.create({**config(1, [inside]), **cell})
         self.methods = sorted(self.target.optional) if probe.ok else []
         self.target.cache = None
 

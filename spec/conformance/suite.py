@@ -223,7 +223,7 @@ def run_suite(target: Target, profile: str = "quick", seed: int = 0,
     drive = layouts.of(target, layout)   # known once a cmd: target's hello is read
     target.layout = drive.name
     run_program = drive.run_program
-    configs = configs or drive.configs
+    configs = scopes.with_twins(configs or drive.configs, scope)   # a fixed max_seqs: the twins inside
     result.declared = scopes.summary(scope, configs)
     result.skipped |= set(scopes.notes(result.declared))
     configs, outside = (tuple(part) for part in scopes.split(configs, scope))
@@ -463,6 +463,7 @@ def pytest_text(target: str, reported: Reported, number: int = 1) -> str:
     return (f'def test_kvcache_conformance_{name}() -> None:\n'
             f'    """{f.kind} {f.rule}: {statement}"""\n'
             f'    # {message}\n'
+            f'    # config {describe(reported.config)}\n'
             f'    from kvcache_spec.conformance import replay\n'
             f'    config = {reported.config!r}\n'
             f'    steps = {reported.steps!r}\n'

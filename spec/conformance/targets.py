@@ -33,7 +33,9 @@ from .configs import JsonConfig, to_kvcache
 
 PROTOCOL_NAME = "kvcache-conformance"
 PROTOCOL_VERSION = 1
-OPTIONAL_METHODS = ("length", "depth", "retained_from")
+# Methods a target may leave out (announced in hello's `methods`). `live` is the cell layout's: upstream's
+# cell cache (PR #21902) keeps its live set private; its live ids are then seen only through the verbs.
+OPTIONAL_METHODS = ("length", "depth", "retained_from", "live")
 MAX_LINE_BYTES = 1 << 20          # a response line longer than this is garbage
 STDERR_KEEP_BYTES = 16 << 10      # the tail of the target's log kept for findings
 

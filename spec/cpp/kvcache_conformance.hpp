@@ -20,11 +20,11 @@
 //                                                                   kvcache_conformance::Scope::flat_only());
 //
 // The driver announces the scope in `hello` (the kinds, plus "max_write" when Config has that field)
-// and skips the golden vectors outside it (NEEDS-* / WITHOUT-* flags). It does not filter configs:
+// and skips the golden vectors outside it (NEEDS-* / WITHOUT-* flags). It does not filter layer kinds:
 // a config outside the scope reaches your constructor, which must refuse it (throw; SCOPE-BORDER).
 //
 // Requirements on Cache (upstream's shapes, duck-typed):
-//   - constructible from `const Config&` (or pass a factory to Driver);
+//   - constructible from `const Config&` (or pass a factory: std::unique_ptr<Cache>(const Config&));
 //   - plan(int layer, int position, int T) -> std::optional<Plan>, Plan with Run write[2], int n_write,
 //     Run read[2], int n_read, int read_base_pos; Run with int start, int len;
 //   - commit(const Plan&) (void, or bool where false means rejected); can_extend(int) -> bool;
@@ -49,8 +49,21 @@
 // declare_step(const std::vector<int32_t>&) -> bool, seq_new() -> std::optional<int32_t>,
 // seq_clone(int32_t, std::optional<int>) -> std::optional<int32_t>, seq_rm(int32_t, int,
 // std::optional<int>) -> bool, seq_len(int32_t), next_pos(int32_t), free_cells(), used_end(),
-// live(int32_t) -> bool (the live ids are listed from it), can_extend, capacity, clear; faces
-// as_batch_control()/as_cell_stepper() are detected. It is constructed from (const Config&, max_seqs).
+// can_extend, capacity, clear; faces as_batch_control()/as_cell_stepper() and a public
+// live(int32_t) -> bool (the live ids are listed from it; private or absent: "live" is announced
+// absent) are detected. A cell cache is built by a factory receiving the config's max_seqs,
+//     std::unique_ptr<Cache>(const Config&, int max_seqs),
+// or, without one, as Cache(config, max_seqs) when that constructor exists, else Cache(config) -
+// chosen at compile time, so upstream's `explicit CellCache(const CacheConfig&)` compiles. A cache
+// with a fixed id count (upstream's kMaxSeqs = 64) declares it in its scope; the driver then refuses
+// every other max_seqs itself (SCOPE-BORDER) before the factory runs:
+//
+//     return kvcache_conformance::run_main<CellCache, CacheConfig>(argc, argv, "my cell cache",
+//         kvcache_conformance::Scope::full().fixed_max_seqs(64),
+//         [](const CacheConfig& c, int /*max_seqs*/) { return std::make_unique<CellCache>(c); });
+//
+// `--vectors` runs each test in a child process (POSIX): a test that crashes or hangs is that test's
+// failure ("crashed: killed by SIGSEGV"), and the replay still ends with its summary.
 //
 // A C++ `int` parameter cannot receive `true`, `1.5` or 2^31: the driver rejects such arguments
 // at the JSON boundary (rule ARG-INT / ARG-RANGE). Negatives, zero T, gaps and forged plans reach
@@ -76,6 +89,14 @@
 #include <type_traits>
 #include <utility>
 #include <vector>
+
+#if defined(__unix__) || defined(__APPLE__)
+#define KVCACHE_CONFORMANCE_FORK 1  // --vectors runs each test in a child process (a crash is that test's failure)
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <csignal>
+#endif
 
 namespace kvcache_conformance {
 
@@ -374,6 +395,12 @@ template <class C, class = void> struct is_cell_cache : std::false_type {};
 template <class C>
 struct is_cell_cache<C, std::void_t<decltype(std::declval<C&>().place_step(0, static_cast<const int32_t*>(nullptr), 0))>>
     : std::true_type {};
+// live(int32_t) -> bool, if it is public: upstream's cell cache keeps its live set private. Access is
+// part of the substitution, so a private live() is detected as absent, not a compile error.
+template <class C, class = void> struct has_live : std::false_type {};
+template <class C>
+struct has_live<C, std::void_t<decltype(static_cast<bool>(std::declval<C&>().live(int32_t{0})))>>
+    : std::true_type {};
 template <class C, class = void> struct has_cell_faces : std::false_type {};
 template <class C>
 struct has_cell_faces<C, std::void_t<decltype(std::declval<C&>().as_batch_control()),
@@ -386,14 +413,39 @@ struct plan_of<C, std::void_t<decltype(std::declval<C&>().plan(0, 0, 0))>> {
   using type = typename std::decay_t<decltype(std::declval<C&>().plan(0, 0, 0))>::value_type;
 };
 
-// The part of the spec a cache implements (SCOPE-BORDER): its layer kinds. "max_write" joins the
-// announced scope by itself when Config has that field.
+// The part of the spec a cache implements (SCOPE-BORDER): its layer kinds, and for a cell cache the
+// one max_seqs it serves when that is fixed (upstream's kMaxSeqs = 64, a constructor without max_seqs):
+//     Scope::full().fixed_max_seqs(64)
+// "max_write" joins the announced scope by itself when Config has that field.
 struct Scope {
   std::vector<std::string> layer_kinds;
+  std::optional<int> max_seqs;  // empty: every max_seqs reaches the factory
   explicit Scope(std::vector<std::string> kinds = {"flat", "ring"}) : layer_kinds(std::move(kinds)) {}
   static Scope flat_only() { return Scope({"flat"}); }
   static Scope full() { return Scope(); }
+  Scope fixed_max_seqs(int n) const {
+    Scope fixed = *this;
+    fixed.max_seqs = n;
+    return fixed;
+  }
 };
+
+inline std::string signal_name(int signal) {
+#ifdef KVCACHE_CONFORMANCE_FORK
+  switch (signal) {
+    case SIGSEGV: return "SIGSEGV";
+    case SIGABRT: return "SIGABRT";
+    case SIGBUS: return "SIGBUS";
+    case SIGFPE: return "SIGFPE";
+    case SIGILL: return "SIGILL";
+    case SIGKILL: return "SIGKILL";
+    case SIGTERM: return "SIGTERM";
+    case SIGALRM: return "SIGALRM";
+    default: break;
+  }
+#endif
+  return "signal " + std::to_string(signal);
+}
 
 template <class T> const void* object_address(T* p) {
 #ifndef KVCACHE_CONFORMANCE_NO_RTTI
@@ -438,30 +490,51 @@ struct Response {
 template <class Cache, class Config>
 class Driver {
  public:
-  using Factory = std::function<std::unique_ptr<Cache>(const Config&)>;
-  using PlanT = typename plan_of<Cache>::type;
   static constexpr bool kCells = is_cell_cache<Cache>::value;
+  // A cell cache's factory receives the config's max_seqs (absent: 64); a sequence cache's, the config.
+  using Factory = std::conditional_t<kCells, std::function<std::unique_ptr<Cache>(const Config&, int max_seqs)>,
+                                     std::function<std::unique_ptr<Cache>(const Config&)>>;
+  using PlanT = typename plan_of<Cache>::type;
   using LayerT = typename std::decay_t<decltype(std::declval<Config&>().layers)>::value_type;
 
   explicit Driver(std::string name, Factory factory = nullptr, Scope scope = Scope::full())
-      : name_(std::move(name)), factory_(factory ? std::move(factory) : Factory([this](const Config& c) {
-          if constexpr (kCells) return std::make_unique<Cache>(c, max_seqs_);  // a cell config's max_seqs
-          else return std::make_unique<Cache>(c);
-        })), scope_(std::move(scope)) {}
+      : name_(std::move(name)), max_seqs_ignored_(!factory && !receives_max_seqs()),
+        factory_(factory ? std::move(factory) : default_factory()), scope_(std::move(scope)) {}
 
-  // The features announced in hello: the layer kinds, and max_write when Config has the field.
+  // Without a factory: construct from (config, max_seqs), or from the config alone. Only the
+  // constructor the type has is instantiated, so a cache shaped like upstream's (config only)
+  // compiles; a type with neither compiles too and needs a factory (create says so).
+  static constexpr bool receives_max_seqs() {
+    if constexpr (kCells) return std::is_constructible_v<Cache, const Config&, int>;
+    return true;
+  }
+  static Factory default_factory() {
+    if constexpr (kCells && std::is_constructible_v<Cache, const Config&, int>)
+      return [](const Config& c, int max_seqs) { return std::make_unique<Cache>(c, max_seqs); };
+    else if constexpr (kCells && std::is_constructible_v<Cache, const Config&>)
+      return [](const Config& c, int) { return std::make_unique<Cache>(c); };  // the scope must fix max_seqs
+    else if constexpr (!kCells && std::is_constructible_v<Cache, const Config&>)
+      return [](const Config& c) { return std::make_unique<Cache>(c); };
+    else
+      return nullptr;
+  }
+
+  // The features announced in hello: the layer kinds, max_write when Config has the field, and
+  // "max_seqs=N" when the scope fixes max_seqs.
   std::vector<std::string> features() const {
     std::vector<std::string> out = scope_.layer_kinds;
     if constexpr (has_max_write<Config>::value) out.push_back("max_write");
+    if (scope_.max_seqs) out.push_back("max_seqs=" + std::to_string(*scope_.max_seqs));
     return out;
   }
   bool implements(const std::string& feature) const {
     std::vector<std::string> all = features();
     return std::find(all.begin(), all.end(), feature) != all.end();
   }
-  // A golden-vector test is for this target unless it needs a feature outside the scope (NEEDS-X)
-  // or checks the border of a scope that leaves out a feature this target implements (WITHOUT-X).
-  bool applies(const Json& flags) const {
+  // A golden-vector test is for this target unless it needs a feature outside the scope (NEEDS-X),
+  // checks the border of a scope that leaves out a feature this target implements (WITHOUT-X), or its
+  // group's config has another max_seqs than the one the scope fixes (read from the config itself).
+  bool applies(const Json& flags, const Json* config) const {
     static const std::pair<const char*, const char*> kFeatures[] = {
         {"FLAT", "flat"}, {"RING", "ring"}, {"MAX-WRITE", "max_write"}};
     for (const Json& flag : flags.array) {
@@ -470,8 +543,15 @@ class Driver {
         if (flag.string == std::string("NEEDS-") + f.first && !implements(f.second)) return false;
         if (flag.string == std::string("WITHOUT-") + f.first && implements(f.second)) return false;
       }
+      if (flag.string == "WITHOUT-MAX-SEQS" && !scope_.max_seqs) return false;
     }
-    return true;
+    return !(config && config->is(Json::Type::Object) && outside_max_seqs(*config));
+  }
+  // A cell config whose max_seqs is not the one the scope fixes (absent: 64).
+  bool outside_max_seqs(const Json& config) const {
+    if (!kCells || !scope_.max_seqs) return false;
+    const Json* m = config.get("max_seqs");
+    return m ? !(m->is(Json::Type::Int) && !m->big && m->integer == *scope_.max_seqs) : *scope_.max_seqs != 64;
   }
 
   Json methods() const {
@@ -479,12 +559,14 @@ class Driver {
     if constexpr (has_length<Cache>::value) m.push(Json::of("length"));
     if constexpr (has_depth<Cache>::value) m.push(Json::of("depth"));
     if constexpr (has_retained_from<Cache>::value) m.push(Json::of("retained_from"));
+    if constexpr (kCells && has_live<Cache>::value) m.push(Json::of("live"));
     return m;
   }
   bool supports(const std::string& method) const {
     if (method == "length") return has_length<Cache>::value;
     if (method == "depth") return has_depth<Cache>::value;
     if (method == "retained_from") return has_retained_from<Cache>::value;
+    if (method == "live") return has_live<Cache>::value;
     return true;
   }
 
@@ -559,36 +641,115 @@ class Driver {
       err << "replaying a finding: " << text("class") << " " << text("rule") << ": " << text("message") << "\n"
           << std::flush;  // printed first: a crash on replay still says what was being replayed
     }
-    int passed = 0, failed = 0, skipped = 0, outside = 0;
+    int passed = 0, failed = 0, crashed = 0, skipped = 0, outside = 0;
     const Json* groups = doc.get("testGroups");
     for (const Json& group : groups ? groups->array : std::vector<Json>{}) {
       const Json* config = group.get("config");
       for (const Json& test : group.get("tests")->array) {
         const Json* flags = test.get("flags");
-        if (flags && !applies(*flags)) { ++outside; continue; }
-        std::string problem = replay_test(config, test, skipped);
+        if ((flags && !applies(*flags, config)) || (!flags && config && config->is(Json::Type::Object) &&
+                                                    outside_max_seqs(*config))) {
+          ++outside;
+          continue;
+        }
+        bool died = false;
+        std::string problem = replay_isolated(config, test, skipped, died, out, err);
         if (problem.empty()) {
           ++passed;
         } else {
           ++failed;
-          if (failed <= 20)
+          crashed += died;
+          if (failed <= 20 || died)
             err << "tcId " << test.get("tcId")->integer << " (" << test.get("comment")->string << "): " << problem << "\n";
         }
       }
     }
     if (doc.get("finding") && outside)
       err << "the finding lies outside the scope this target declares: not replayed\n";
-    out << "vectors: " << passed << " passed, " << failed << " failed, " << outside
-        << " tests outside the scope skipped, " << skipped << " calls to absent optional methods skipped\n";
+    out << "vectors: " << passed << " passed, " << failed << " failed";
+    if (crashed) out << " (" << crashed << " crashed)";
+    out << ", " << outside << " tests outside the scope skipped, " << skipped
+        << " calls to absent optional methods skipped\n";
     return failed ? 1 : 0;
+  }
+
+  // One test in a child process (POSIX): a crash (SIGSEGV, abort, exit) or a hang (test_seconds) of the
+  // implementation is that test's failure, and the replay goes on to its summary. Elsewhere, in process.
+  // KVCACHE_CONFORMANCE_TEST_SECONDS overrides the 60 s a test may take.
+  static unsigned test_seconds() {
+    const char* text = std::getenv("KVCACHE_CONFORMANCE_TEST_SECONDS");
+    long seconds = text ? std::strtol(text, nullptr, 10) : 0;
+    return seconds > 0 && seconds < 86400 ? static_cast<unsigned>(seconds) : 60;
+  }
+  std::string replay_isolated(const Json* config, const Json& test, int& skipped, bool& died, std::ostream& out,
+                              std::ostream& err) {
+#ifdef KVCACHE_CONFORMANCE_FORK
+    out.flush();
+    err.flush();
+    std::fflush(nullptr);  // nothing buffered twice
+    int fds[2];
+    if (pipe(fds) != 0) return replay_test(config, test, skipped);
+    pid_t child = fork();
+    if (child < 0) {
+      ::close(fds[0]);
+      ::close(fds[1]);
+      return replay_test(config, test, skipped);
+    }
+    if (child == 0) {
+      ::close(fds[0]);
+      alarm(test_seconds());
+      int child_skipped = 0;
+      std::string problem = replay_test(config, test, child_skipped);
+      std::string answer = "done " + std::to_string(child_skipped) + "\n" + problem;
+      for (size_t at = 0; at < answer.size();) {
+        ssize_t n = ::write(fds[1], answer.data() + at, answer.size() - at);
+        if (n <= 0) break;
+        at += static_cast<size_t>(n);
+      }
+      std::cout.flush();
+      std::cerr.flush();
+      std::fflush(nullptr);
+      _exit(0);  // no destructors or atexit handlers of the parent's objects
+    }
+    ::close(fds[1]);
+    std::string answer;
+    char buf[4096];
+    for (;;) {
+      ssize_t n = ::read(fds[0], buf, sizeof buf);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      answer.append(buf, static_cast<size_t>(n));
+    }
+    ::close(fds[0]);
+    int status = 0;
+    while (waitpid(child, &status, 0) < 0 && errno == EINTR) {}
+    died = true;
+    if (WIFSIGNALED(status)) {
+      int sig = WTERMSIG(status);
+      return "crashed: killed by " + signal_name(sig) +
+             (sig == SIGALRM ? " (no answer within " + std::to_string(test_seconds()) + " s: a hang)" : "");
+    }
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+      return "crashed: the process exited with status " + std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+    if (answer.compare(0, 5, "done ") != 0) return "crashed: the process exited (status 0) in the middle of the test";
+    died = false;
+    size_t newline = answer.find('\n');
+    skipped += std::atoi(answer.substr(5, newline - 5).c_str());
+    return newline == std::string::npos ? std::string() : answer.substr(newline + 1);
+#else
+    died = false;
+    (void)out;
+    (void)err;
+    return replay_test(config, test, skipped);
+#endif
   }
 
  private:
   std::string name_;
+  bool max_seqs_ignored_;  // a cell cache built from the config alone: max_seqs cannot reach it
   Factory factory_;
   Scope scope_;
   std::unique_ptr<Cache> cache_;
-  int max_seqs_ = 64;   // the cell layout: the created config's max_seqs
 
   static bool to_int(const Json& v, int& out, std::string& rule) {
     if (!v.is(Json::Type::Int)) { rule = "ARG-INT"; return false; }  // bool, float, string: not an int
@@ -752,10 +913,25 @@ class Driver {
       Config c{};
       std::string rule, why;
       if (!config || !config_from(*config, c, rule, why)) return Response::error("rejected", rule, why);
-      max_seqs_ = 64;
-      if (const Json* m = config->get("max_seqs"); kCells && m && !to_int(*m, max_seqs_, rule))
-        return Response::error("rejected", rule, "max_seqs is not a C++ int");
-      cache_ = factory_(c);
+      if constexpr (kCells) {
+        int max_seqs = 64;
+        if (const Json* m = config->get("max_seqs"); m && !to_int(*m, max_seqs, rule))
+          return Response::error("rejected", rule, "max_seqs is not a C++ int");
+        if (scope_.max_seqs && max_seqs != *scope_.max_seqs)  // SCOPE-BORDER: never reaches the cache
+          return Response::error("rejected", max_seqs < 1 || max_seqs > 64 ? "CELL-MAX-SEQS" : "SCOPE-BORDER",
+                                 "max_seqs " + std::to_string(max_seqs) + " is outside this cache's scope (max_seqs=" +
+                                     std::to_string(*scope_.max_seqs) + ")");
+        if (max_seqs_ignored_ && !scope_.max_seqs)
+          return Response::error("rejected", "CELL-MAX-SEQS",
+                                 "this cell cache is constructed from the config alone, so max_seqs cannot reach it: "
+                                 "declare the one it serves (Scope::fixed_max_seqs) or pass a factory (config, max_seqs)");
+        if (!factory_) return Response::error("rejected", "", "no factory: the cache has no constructor the driver can call");
+        cache_ = factory_(c, max_seqs);
+      } else {
+        if (!factory_) return Response::error("rejected", "", "no factory: the cache has no constructor the driver can call");
+        cache_ = factory_(c);
+      }
+      if (!cache_) return Response::error("rejected", "", "the factory returned no cache");
       return Response::result(Json::null());
     }
     if (!supports(method)) return Response::error("unsupported", "", method + " is not implemented");
@@ -825,10 +1001,12 @@ class Driver {
     }
     if (method == "free_cells") return Response::result(Json::of(static_cast<long long>(cache.free_cells())));
     if (method == "used_end") return Response::result(Json::of(static_cast<long long>(cache.used_end())));
-    if (method == "live") {
+    if (method == "live") {  // only when live() is public (supports): otherwise answered "unsupported"
       Json ids = Json::arr();
-      for (int32_t s = 0; s < 64; ++s)
-        if (cache.live(s)) ids.push(Json::of(static_cast<long long>(s)));
+      if constexpr (has_live<Cache>::value) {
+        for (int32_t s = 0; s < 64; ++s)
+          if (cache.live(s)) ids.push(Json::of(static_cast<long long>(s)));
+      }
       return Response::result(ids);
     }
     if (method == "faces") {
