@@ -37,6 +37,14 @@ FEATURES: dict[str, str] = {
     "max_write": "the max_write config field (configs with max_write set)",
 }
 BORDER_RULE = "SCOPE-BORDER"
+# The op face's parts a target may leave out (op_engine.py; SPEC.md section 8, "Scope of the op face"):
+# a config needing `mla` lies outside a scope without it; `positions` and `steps` are about programs,
+# so a step whose refusal or effect only they define ends its program unjudged.
+OP_FEATURES: dict[str, str] = {
+    "mla": "a value width of its own (v_head_dim != head_dim)",
+    "positions": "placing by the `position` argument (a cache that appends at its used length leaves it out)",
+    "steps": "a forward as one step across layers (a cache of independent per-layer histories leaves it out)",
+}
 
 
 def needs(cfg: JsonConfig) -> frozenset[str]:
@@ -45,12 +53,14 @@ def needs(cfg: JsonConfig) -> frozenset[str]:
     wanted = {kind for kind in kinds if kind in FEATURES}
     if cfg.get("max_write") is not None:
         wanted.add("max_write")
+    if "v_head_dim" in cfg and cfg["v_head_dim"] != cfg.get("head_dim"):
+        wanted.add("mla")
     return frozenset(wanted)
 
 
 def family(cfg: JsonConfig) -> str:
     """A configuration family: the features it needs, in a stable order ('flat+ring+max_write')."""
-    return "+".join(name for name in FEATURES if name in needs(cfg)) or "none"
+    return "+".join(name for name in {**FEATURES, **OP_FEATURES} if name in needs(cfg)) or "none"
 
 
 @dataclass(frozen=True)
@@ -71,13 +81,13 @@ class Scope:
         return not self.missing(cfg)
 
     def names(self) -> list[str]:
-        return [name for name in FEATURES if name in self.features]
+        return [name for name in {**FEATURES, **OP_FEATURES} if name in self.features]
 
     def __str__(self) -> str:
         return ",".join(self.names()) or "nothing"
 
 
-FULL = Scope(frozenset(FEATURES))
+FULL = Scope(frozenset(FEATURES) | frozenset(OP_FEATURES))
 
 
 class ScopeError(ValueError):
@@ -101,10 +111,11 @@ def parse(value: Any, source: str) -> Scope:
         raise ScopeError(f"a scope is a list of feature names ({', '.join(FEATURES)}), not {value!r}"[:200])
     if not all(isinstance(item, str) for item in items):
         raise ScopeError(f"a scope lists feature names as strings, got {value!r}"[:200])
+    every = {**FEATURES, **OP_FEATURES}
     if "all" in items:
-        items = [name for name in items if name != "all"] + list(FEATURES)
-    known = frozenset(item for item in items if item in FEATURES)
-    return Scope(known, source, tuple(sorted({item for item in items if item not in FEATURES})))
+        items = [name for name in items if name != "all"] + list(every)
+    known = frozenset(item for item in items if item in every)
+    return Scope(known, source, tuple(sorted({item for item in items if item not in every})))
 
 
 def from_factory(factory: Any) -> Scope:
