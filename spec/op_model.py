@@ -35,6 +35,7 @@ class Rejected:
     rule: str
     why: str
     feature: str = ""   # the scope feature a target needs for this refusal to be its business ('' = every target)
+    case: str = ""      # a short name of what is wrong (tells two causes under one rule apart)
 
 
 @dataclass(frozen=True)
@@ -214,14 +215,21 @@ class OpModel:
         if not _is_int(layer) or not 0 <= layer < cfg.n_layers:
             return Rejected("OP-ARGS", f"layer_id {layer!r} is not an int in [0, {cfg.n_layers})")
         q = shapes.position[0] if shapes.position else 0
-        if len(shapes.position) != 2 or shapes.position[1] != 1:
-            return Rejected("OP-ARGS", f"position has shape {list(shapes.position)}, not [q_len, 1]")
+        q = shapes.k[2] if len(shapes.k) == 4 else q
         want_k = (cfg.batch_size, cfg.n_kv_heads, q, cfg.head_dim)
         want_v = (cfg.batch_size, cfg.n_kv_heads, q, cfg.v_head_dim)
         if shapes.k != want_k or shapes.v != want_v:
-            return Rejected("OP-ARGS", f"k {list(shapes.k)} / v {list(shapes.v)} are not {list(want_k)} / {list(want_v)}")
+            names = ("batch", "heads", "q_len", "width")
+            wrong = next(name for name, k, v, want, want_v_dim in zip(names, shapes.k, shapes.v, want_k, want_v)
+                         if k != want or v != want_v_dim)
+            return Rejected("OP-ARGS", f"k {list(shapes.k)} / v {list(shapes.v)} are not {list(want_k)} / "
+                                       f"{list(want_v)}", case=f"k/v {wrong}")
+        if len(shapes.position) != 2 or shapes.position != (q, 1):
+            # a contiguous cache may leave `position` unread (the `positions` feature)
+            return Rejected("OP-ARGS", f"position has shape {list(shapes.position)}, not [q_len, 1] = [{q}, 1]",
+                            "positions" if cfg.kind == CONTIGUOUS else "", case="position shape")
         if q < 1:
-            return Rejected("OP-ARGS", "q_len must be >= 1")
+            return Rejected("OP-ARGS", "q_len must be >= 1", case="q_len 0")
         for pos in positions:
             if not _is_int(pos) or not 0 <= pos <= MAX_POSITION:
                 return Rejected("OP-POS", f"position {pos!r} is not an int in [0, {MAX_POSITION}]", "positions")

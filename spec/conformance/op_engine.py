@@ -79,8 +79,10 @@ def mask_kind(spec: Any) -> str:
 class OpEngine:
     """One program on one op-face target; a fresh cache per program."""
 
-    def __init__(self, target: Target, cfg: JsonConfig, kind: str, scope: Optional[scopes.Scope] = None) -> None:
-        self.target, self.cfg, self.kind = target, cfg, kind
+    def __init__(self, target: Target, cfg: JsonConfig, kind: str, scope: Optional[scopes.Scope] = None,
+                 nested: bool = False) -> None:
+        self.target, self.cfg, self.kind, self.nested = target, cfg, kind, nested
+        self.program: list[Step] = []
         made = op_model.make_config(cfg, kind)
         self.rejected_config = made if isinstance(made, op_model.Rejected) else None
         self.mcfg = made if isinstance(made, op_model.OpConfig) else \
@@ -92,7 +94,7 @@ class OpEngine:
         self.result = RunResult(None, [])
         self.index = -1
         self.next_uid = 0
-        self.refused_at: Optional[int] = None   # the last refused call since the last accepted one
+        self.refused_at: Optional[int] = None   # the step of the last refused call
         self.current: Optional[Step] = None     # the step running, with its concrete arguments
 
     # --- helpers -----------------------------------------------------------------------------------
@@ -162,6 +164,7 @@ class OpEngine:
 
     # --- the program -------------------------------------------------------------------------------
     def run(self, program: list[Step]) -> RunResult:
+        self.program = program
         try:
             if self.start():
                 for self.index, step in enumerate(program):
@@ -172,12 +175,28 @@ class OpEngine:
         except _Unjudged:
             pass
         except Stop as stop:
-            self.result.finding = stop.finding
+            self.result.finding = self._after_refusal(stop.finding)
             if self.current is not None and stop.finding.step_index == len(self.result.steps):
                 self.result.steps.append(self.current)   # the failing step, concrete
         if self.outside:
             self.result.finding = self.border_finding(self.result.finding, len(program))
         return self.result
+
+    def _after_refusal(self, finding: Finding) -> Finding:
+        """OP-ATOMIC: a finding on a call served after a refused one is the refusal's doing when the same
+        program without the (last) refused step is served as the spec says (a second run, on a fresh cache)."""
+        refused = self.refused_at
+        if refused is None or self.nested or finding.kind not in (WRONG, OVER_STRICT) or \
+                finding.step_index <= refused:
+            return finding
+        without = self.program[:refused] + self.program[refused + 1:finding.step_index + 1]
+        again = OpEngine(self.target, self.cfg, self.kind, self.scope, nested=True).run(without)
+        self.result.calls += again.calls
+        if again.finding is not None:
+            return finding
+        return Finding(finding.kind, "OP-ATOMIC", f"{finding.message} - and without the refused call of step "
+                                                  f"{refused} this call is served as the spec says: that refusal "
+                                                  "changed the cache", finding.step_index)
 
     def border_finding(self, finding: Optional[Finding], end: int) -> Finding:
         head = (f"create({describe(self.cfg)}) needs {', '.join(sorted(self.outside))}, outside the declared scope, "
@@ -228,22 +247,17 @@ class OpEngine:
         got = self._call(method, args, rule)
         if not got.ok or got.value is False:
             self._over_strict(method, args, rule, got)
-        self.refused_at = None
         self.observe(f"after {method}({_show(args)})", rule)
 
     def _over_strict(self, method: str, args: dict[str, Any], rule: str, got: Outcome) -> None:
-        if self.refused_at is not None:   # an earlier refusal left state behind that now refuses this call
-            raise self._fail(OVER_STRICT, "OP-ATOMIC", f"{method}({_show(args)}) refused ({got.error}), a call the "
-                                                       f"spec serves, after the refused call of step {self.refused_at}: "
-                                                       "that refusal changed the cache")
         raise self._fail(OVER_STRICT, rule, f"{method}({_show(args)}) refused a call the spec serves: {got.error}")
 
     def _refused(self, method: str, args: dict[str, Any], rejected: op_model.Rejected, concrete: Step) -> None:
         """A call the spec refuses: the target must refuse it and change nothing."""
+        concrete["case"] = _case(rejected)
+        self.current = concrete
         got = self._call(method, args, rejected.rule)
         if got.ok and got.value is not False:
-            concrete["case"] = _case(rejected)
-            self.current = concrete
             if self._excused(rejected.feature, f"a refusal only the {rejected.feature!r} feature defines"):
                 raise _Unjudged()
             raise self._fail(LENIENT, rejected.rule, f"{method}({_show(args)}) accepted a call the spec refuses "
@@ -328,10 +342,8 @@ class OpEngine:
         got = self._call("update_and_fetch", args, "OP-ATTEND")
         if not got.ok:
             self._over_strict("update_and_fetch", args, "OP-ATTEND", got)
-        self.refused_at = None
         self.check_answer(got.value, layer, verdict)
-        self.observe(f"after update_and_fetch(layer {layer}, positions {positions})",
-                     "OP-STEP")
+        self.observe(f"after update_and_fetch(layer {layer}, positions {positions})", "OP-STEP")
         return concrete
 
     def check_answer(self, value: Any, layer: int, attends: list[list[int]]) -> None:
@@ -398,6 +410,8 @@ class _Unjudged(Exception):
 
 def _case(rejected: op_model.Rejected) -> str:
     """A short name for what a refused call broke (the suite's causes tell findings apart by it)."""
+    if rejected.case:
+        return f"{rejected.rule} {rejected.case}"
     why = rejected.why
     for word in ("re-placed", "not an int in", "differ", "declared", "twice", "no step", "src == dst",
                  "holds", "continue", "is not None or", "shape", "q_len", "not [", "free cells", "capacity"):
