@@ -72,7 +72,7 @@ def make_config(cfg: dict[str, Any], kind: str) -> Union[OpConfig, Rejected]:
         if not isinstance(entry, dict):
             return Rejected("OP-CONFIG", f"a layer policy is {entry!r}")
         window = entry.get("window")
-        if not _is_int(window) or (entry.get("kind") == "flat" and window != 0) or \
+        if not isinstance(window, int) or not _is_int(window) or (entry.get("kind") == "flat" and window != 0) or \
                 (entry.get("kind") == "ring" and window < 1) or entry.get("kind") not in ("flat", "ring"):
             return Rejected("OP-CONFIG", f"layer policy {entry!r} is not flat (window 0) or ring (window >= 1)")
         windows.append(window)

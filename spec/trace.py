@@ -44,7 +44,7 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 from .rules import RULES, Rule
 
 
-MODEL_MODULES = ("model", "cell_model")  # the executable model, one module per layout
+MODEL_MODULES = ("model", "cell_model", "op_model")  # the executable model, one module per layout or face
 COLUMNS = ("model", "kvcache", "tests")
 
 # Rules a column cannot cite, each with the reason. These are part of the spec's claims: the matrix

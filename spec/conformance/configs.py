@@ -55,6 +55,13 @@ def describe(cfg: JsonConfig) -> str:
         text += f" x{cfg['n_layers']}"
     if cfg.get("max_write") is not None:
         text += f", max_write {cfg['max_write']}"
+    # an op-face config's own fields, where they differ from the defaults (op_programs.op_config)
+    if "v_head_dim" in cfg and cfg["v_head_dim"] != cfg.get("head_dim"):
+        text += f", v_head_dim {cfg['v_head_dim']!r}"
+    if cfg.get("batch_size", 1) != 1:
+        text += f", batch {cfg['batch_size']!r}"
+    if cfg.get("sizing", "dynamic") != "dynamic":
+        text += f", {cfg['sizing']}"
     return text
 
 

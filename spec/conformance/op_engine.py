@@ -342,6 +342,7 @@ class OpEngine:
         got = self._call("update_and_fetch", args, "OP-ATTEND")
         if not got.ok:
             self._over_strict("update_and_fetch", args, "OP-ATTEND", got)
+        assert type(layer) is int   # the model served it (OP-ARGS)
         self.check_answer(got.value, layer, verdict)
         self.observe(f"after update_and_fetch(layer {layer}, positions {positions})", "OP-STEP")
         return concrete

@@ -6,7 +6,7 @@ Programs are JSON step lists (spec/PROTOCOL.md, "Op-face programs"):
   own when the step already has them, else the sequence's next ones); {"positions": [...]} instead of
   "n" gives them explicitly; "bad": "v_width" | "v_len" | "k_heads" | "batch" | "pos_cols" | "pos_len"
   hands over a malformed shape (OP-ARGS);
-- {"op": "begin", "seqs": [...]}, {"op": "cp", "src", "dst", "upto"}, {"op": "rm", "seq", "p0", "p1"}:
+- begin(...), {"op": "cp", "src", "dst", "upto"}, {"op": "rm", "seq", "p0", "p1"}:
   the cell cache's begin_step, seq_cp, seq_rm; {"op": "reset"}.
 
 "Next" positions are resolved against the model when the step runs, so a program the shrinker cut
@@ -103,6 +103,10 @@ def rm(seq: Any, p0: Any = 0, p1: Any = None) -> Step:
     return {"op": "rm", "seq": seq, "p0": p0, "p1": p1}
 
 
+def begin(*seqs: Any) -> Step:
+    return {"op": "begin", "seqs": list(seqs)}
+
+
 RESET: Step = {"op": "reset"}
 
 
@@ -147,35 +151,34 @@ def edge_cell_programs(cfg: JsonConfig) -> list[tuple[str, list[Step]]]:
         ("evict the oldest", cforward(cfg, *[0] * two) + [rm(0, 0, 1)] + cforward(cfg, 0)),
         ("fill, then one more", cforward(cfg, *[0] * cap) + cforward(cfg, 0)),
         ("reset", cforward(cfg, *[0] * two) + [RESET] + cforward(cfg, 0)),
-        ("re-placed position", cforward(cfg, *[0] * two) + [{"op": "begin", "seqs": [0]}]
+        ("re-placed position", cforward(cfg, *[0] * two) + [begin(0)]
          + [at(l, [1]) for l in range(layers)] + cforward(cfg, 0)),
-        ("positions out of order", [{"op": "begin", "seqs": [0, 0]}] + [at(l, [1, 0]) for l in range(layers)]
+        ("positions out of order", [begin(0, 0)] + [at(l, [1, 0]) for l in range(layers)]
          + cforward(cfg, 0)),
-        ("negative position", [{"op": "begin", "seqs": [0]}] + [at(l, [-1]) for l in range(layers)] + cforward(cfg, 0)),
-        ("position past the largest", [{"op": "begin", "seqs": [0]}] + [at(l, [HUGE]) for l in range(layers)]
+        ("negative position", [begin(0)] + [at(l, [-1]) for l in range(layers)] + cforward(cfg, 0)),
+        ("position past the largest", [begin(0)] + [at(l, [HUGE]) for l in range(layers)]
          + cforward(cfg, 0)),
         ("fork onto a live sequence", cforward(cfg, 0) + cforward(cfg, 1) + [cp(0, 1)] + cforward(cfg, 1)),
         ("fork onto itself", cforward(cfg, 0) + [cp(0, 0)] + cforward(cfg, 0)),
-        ("bad ids", [{"op": "begin", "seqs": [63]}, {"op": "begin", "seqs": [-1]}, {"op": "begin", "seqs": [True]},
-                     {"op": "begin", "seqs": []}] + cforward(cfg, 0)),
+        ("bad ids", [begin(63), begin(-1), begin(True), begin()] + cforward(cfg, 0)),
         ("bad ranges", cforward(cfg, 0) + [rm(0, -1), rm(0, 2, 1), cp(0, 1, -1)] + cforward(cfg, 0)),
         ("no declaration", [at(0, [0])] + cforward(cfg, 0)),
-        ("declared count differs", [{"op": "begin", "seqs": [0, 0][:two]}, at(0, [0, 1, 2][:two + 1])]
+        ("declared count differs", [begin(*[0, 0][:two]), at(0, [0, 1, 2][:two + 1])]
          + [fetch(l) for l in range(layers)] + cforward(cfg, 0)),
-        ("layer out of range", [{"op": "begin", "seqs": [0]}, fetch(layers), fetch(True)]
+        ("layer out of range", [begin(0), fetch(layers), fetch(True)]
          + [fetch(l) for l in range(layers)] + cforward(cfg, 0)),
     ]
     for bad in BAD_SHAPES:
-        out.append((f"malformed {bad}", cforward(cfg, 0) + [{"op": "begin", "seqs": [0]}, fetch(0, 1, bad=bad)]
+        out.append((f"malformed {bad}", cforward(cfg, 0) + [begin(0), fetch(0, 1, bad=bad)]
                     + [fetch(l) for l in range(layers)] + cforward(cfg, 0)))
     if layers > 1:
-        out += [("stopped step, then a fork", [{"op": "begin", "seqs": [0, 0][:two]}, fetch(0), cp(0, 1)]
+        out += [("stopped step, then a fork", [begin(*[0, 0][:two]), fetch(0), cp(0, 1)]
                  + [fetch(l) for l in range(1, layers)] + cforward(cfg, 0) + cforward(cfg, 1)),
-                ("stopped step, then a new declaration", [{"op": "begin", "seqs": [0]}, fetch(0)]
+                ("stopped step, then a new declaration", [begin(0), fetch(0)]
                  + cforward(cfg, 0) + cforward(cfg, 0)),
-                ("layer served twice", [{"op": "begin", "seqs": [0]}, fetch(0), fetch(0)]
+                ("layer served twice", [begin(0), fetch(0), fetch(0)]
                  + [fetch(l) for l in range(1, layers)] + cforward(cfg, 0)),
-                ("layers disagree on positions", [{"op": "begin", "seqs": [0]}, at(0, [0]), at(1, [1])]
+                ("layers disagree on positions", [begin(0), at(0, [0]), at(1, [1])]
                  + [fetch(l) for l in range(1, layers)] + cforward(cfg, 0))]
     return out
 
@@ -213,9 +216,9 @@ def random_cell_program(cfg: JsonConfig, rng: random.Random, size: int) -> list[
         elif roll < 0.75:
             program.append(RESET)
         elif roll < 0.85:   # a step stopped partway, or a layer repeated
-            program += [{"op": "begin", "seqs": [seq]}, fetch(rng.randrange(layers))]
+            program += [begin(seq), fetch(rng.randrange(layers))]
         elif roll < 0.92:
-            program += [{"op": "begin", "seqs": [seq]}, at(rng.randrange(layers), [rng.choice([-1, 0, 1, 3, HUGE])])]
+            program += [begin(seq), at(rng.randrange(layers), [rng.choice([-1, 0, 1, 3, HUGE])])]
         else:
-            program += [{"op": "begin", "seqs": [seq]}, fetch(rng.choice([0, layers]), 1, bad=rng.choice(BAD_SHAPES))]
+            program += [begin(seq), fetch(rng.choice([0, layers]), 1, bad=rng.choice(BAD_SHAPES))]
     return program

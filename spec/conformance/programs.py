@@ -213,6 +213,14 @@ def shrink(cfg: JsonConfig, program: list[Step], finding: Finding, check: Check,
             if runs < budget and same(simpler_cfg, program):
                 cfg, improved = simpler_cfg, True
                 break
+    # a simpler config can make steps superfluous (a step on a layer it no longer has): drop them again
+    index = 0
+    while index < len(program) and runs < budget:
+        candidate = program[:index] + program[index + 1:]
+        if candidate and same(cfg, candidate):
+            program = candidate
+        else:
+            index += 1
     return cfg, program
 
 

@@ -604,6 +604,9 @@ def parse_target(spec: str, timeout: float = 5.0, isolate: bool = False) -> Targ
         spec = "python:kvcache:SequenceCache"
     if spec.startswith("python:") and isolate:
         import sys
+        if PythonTarget(spec).layout in OP_LAYOUTS:   # the protocol speaks JSON; the op face passes tensors
+            raise TargetError(f"{spec}: --isolate does not serve an op-face target (its calls carry tensors, "
+                              "the protocol carries JSON): run it in process")
         return SubprocessTarget(f"cmd:{shlex.quote(sys.executable)} -m kvcache_spec.conformance.serve "
                                 f"{shlex.quote(spec)}", timeout=timeout)
     if spec.startswith("python:"):
