@@ -171,7 +171,7 @@ class OpModel:
         self.step = Step(tuple(seq_ids))
         return None
 
-    def seq_cp(self, src: Any, dst: Any, upto: Any) -> Optional[Rejected]:
+    def seq_cp(self, src: Any, dst: Any, upto: Any = None) -> Optional[Rejected]:
         for name, seq in (("src", src), ("dst", dst)):
             if not _is_int(seq) or not 0 <= seq < MAX_SEQS:
                 return Rejected("OP-FORK", f"{name} {seq!r} is not an int in [0, {MAX_SEQS})")
@@ -187,7 +187,7 @@ class OpModel:
             self.held[dst] = shared
         return None
 
-    def seq_rm(self, seq: Any, p0: Any, p1: Any) -> Optional[Rejected]:
+    def seq_rm(self, seq: Any, p0: Any = 0, p1: Any = None) -> Optional[Rejected]:
         if not _is_int(seq) or not 0 <= seq < MAX_SEQS:
             return Rejected("OP-RM", f"seq {seq!r} is not an int in [0, {MAX_SEQS})")
         if not _is_int(p0) or p0 < 0:

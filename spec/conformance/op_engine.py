@@ -445,12 +445,3 @@ def run_op_program(target: Target, cfg: JsonConfig, program: list[Step], exact: 
     return OpEngine(target, cfg, kind, scope).run(program)
 
 
-def run_contiguous(target: Target, cfg: JsonConfig, program: list[Step], exact: bool = False,
-                   scope: Any = None, row_budget: Optional[int] = None) -> RunResult:
-    return run_op_program(target, cfg, program, exact, scope, row_budget, op_model.CONTIGUOUS)
-
-
-def run_cell(target: Target, cfg: JsonConfig, program: list[Step], exact: bool = False,
-             scope: Any = None, row_budget: Optional[int] = None) -> RunResult:
-    return run_op_program(target, cfg, program, exact, scope, row_budget, op_model.CELL)
-
