@@ -23,8 +23,8 @@ from numpy.typing import NDArray
 
 from ._cache import SequenceCache
 from ._errors import ArgumentValueError, ConfigTypeError, KVCacheError, StepError
-from ._op_arrays import found, layer_error, step_args, to_kind, to_numpy
-from ._op_types import AttendSpec, CacheConfig, CacheSizing, attended_by_formula, layout_config, mask_of, \
+from ._op_arrays import found, grown, layer_error, step_args, to_kind, to_numpy
+from ._op_types import AttendSpec, CacheConfig, CacheSizing, attended_by_formula, hist_shapes_hold, layout_config, mask_of, \
     numpy_dtype, spec_for, validated
 from .backends.numpy_backend import rows_of
 
@@ -36,28 +36,6 @@ class _OpenStep:
     start: int
     positions: tuple[int, ...]
     served: frozenset[int]
-
-
-def _grown(array: NDArray[Any], rows: int, depth: int) -> NDArray[Any]:
-    """`array` with at least `rows` rows on axis 2 (doubling, at most `depth`); its rows keep their index."""
-    have = array.shape[2]
-    if rows <= have:
-        return array
-    new = min(depth, max(rows, 2 * have))
-    pad = np.zeros(array.shape[:2] + (new - have,) + array.shape[3:], dtype=array.dtype)
-    return np.concatenate([array, pad], axis=2)
-
-
-def _hist_shapes_hold(config: CacheConfig, result: tuple[Any, Any, AttendSpec], q_len: int) -> bool:
-    """OP-HIST, OP-MASK: the histories' shapes and dtype, and a spec that means a [q_len, rows] mask."""
-    k_hist, v_hist = to_numpy(result[0]), to_numpy(result[1])
-    rows = k_hist.shape[2]
-    b, h = config.batch_size, config.n_kv_heads
-    assert config.v_head_dim is not None
-    dtype = numpy_dtype(config.dtype)
-    return (k_hist.shape == (b, h, rows, config.head_dim) and v_hist.shape == (b, h, rows, config.v_head_dim)
-            and k_hist.dtype == dtype and v_hist.dtype == dtype and rows >= q_len
-            and mask_of(result[2], q_len, rows).shape == (q_len, rows))
 
 
 @icontract.invariant(lambda self: all(0 <= self._used(layer) <= self.config.capacity
@@ -175,7 +153,7 @@ class ContiguousReferenceCache:
                        "OP-ARGS, OP-POS, OP-STEP, OP-CAP: a valid step for this layer",
                        error=lambda self, layer_id, k, v, position: found(self._fetch_error(layer_id, k, v, position)),
                        enabled=True)
-    @icontract.ensure(lambda self, k, result: _hist_shapes_hold(self.config, result, to_numpy(k).shape[2]),
+    @icontract.ensure(lambda self, k, result: hist_shapes_hold(self.config, result, to_numpy(k).shape[2]),
                       "OP-HIST: k_hist [B, Hkv, rows, D], v_hist [B, Hkv, rows, Dv], the config's dtype; the spec "
                       "means a [q_len, rows] mask")
     @icontract.ensure(lambda self, layer_id, position, result: np.array_equal(
@@ -206,8 +184,8 @@ class ContiguousReferenceCache:
         assert plan is not None  # OP-CAP was checked
         rows = rows_of(plan.write)
         depth = self._depth[layer_id]
-        self._k[layer_id] = _grown(self._k[layer_id], int(rows.max()) + 1, depth)
-        self._v[layer_id] = _grown(self._v[layer_id], int(rows.max()) + 1, depth)
+        self._k[layer_id] = grown(self._k[layer_id], int(rows.max()) + 1, depth)
+        self._v[layer_id] = grown(self._v[layer_id], int(rows.max()) + 1, depth)
         self._k[layer_id][:, :, rows] = k_values.astype(self._dtype)
         self._v[layer_id][:, :, rows] = v_values.astype(self._dtype)
         self._layout.commit(plan)

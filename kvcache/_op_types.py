@@ -252,3 +252,15 @@ def attended_by_formula(query_positions: Sequence[int], key_positions: Sequence[
     if window > 0:
         attends &= keys > queries - window
     return attends
+
+
+def hist_shapes_hold(config: CacheConfig, result: tuple[Any, Any, AttendSpec], q_len: int) -> bool:
+    """OP-HIST, OP-MASK: the histories' shapes and dtype, and a spec that means a [q_len, rows] mask."""
+    k_hist, v_hist = to_numpy(result[0]), to_numpy(result[1])
+    rows = k_hist.shape[2]
+    b, h = config.batch_size, config.n_kv_heads
+    assert config.v_head_dim is not None
+    dtype = numpy_dtype(config.dtype)
+    return (k_hist.shape == (b, h, rows, config.head_dim) and v_hist.shape == (b, h, rows, config.v_head_dim)
+            and k_hist.dtype == dtype and v_hist.dtype == dtype and rows >= q_len
+            and mask_of(result[2], q_len, rows).shape == (q_len, rows))
