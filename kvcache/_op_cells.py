@@ -83,15 +83,16 @@ class CellReferenceCache:
     tokens leave every layer (OP-STEP). Always EXPLICIT: a cell's visibility is its sequence's business.
     """
 
-    @icontract.require(lambda config: isinstance(config, CacheConfig), "OP-CONFIG: config is a kvcache.op.CacheConfig",
-                       error=lambda config: ConfigTypeError("OP-CONFIG", "config", "must be a kvcache.op.CacheConfig",
-                                                            type=type(config).__name__),
-                       enabled=True)
+    # Preconditions run bottom-up: the type check below runs before this one reads batch_size.
     @icontract.require(lambda config: config.batch_size == 1,
                        "OP-BATCH: the cell cache's tokens share one token axis: batch_size == 1",
                        error=lambda config: ConfigError("OP-BATCH", "CacheConfig.batch_size", "must be 1 for the "
                                                         "cell cache (every sequence's tokens share one token axis)",
                                                         value=config.batch_size),
+                       enabled=True)
+    @icontract.require(lambda config: isinstance(config, CacheConfig), "OP-CONFIG: config is a kvcache.op.CacheConfig",
+                       error=lambda config: ConfigTypeError("OP-CONFIG", "config", "must be a kvcache.op.CacheConfig",
+                                                            type=type(config).__name__),
                        enabled=True)
     def __init__(self, config: CacheConfig) -> None:
         config = validated(config)  # OP-CONFIG: re-validated and copied; the caller's object cannot reach it later
