@@ -86,7 +86,8 @@ def _shape_holds(q: Any, v_hist: Any, result: Any) -> bool:
                    error=lambda q, k_hist, v_hist, spec, scale, out_dtype:
                    found(_attend_error(q, k_hist, v_hist, spec, scale, out_dtype)),
                    enabled=True)
-@icontract.ensure(lambda q, v_hist, result: _shape_holds(q, v_hist, result), "OP-ARGS: the output is [B, Hq, q_len, Dv]")
+@icontract.ensure(lambda q, v_hist, result: _shape_holds(q, v_hist, result),
+                  "OP-ARGS: the output is [B, Hq, q_len, Dv]")
 def attend(q: Any, k_hist: Any, v_hist: Any, spec: AttendSpec, scale: Optional[float] = None,
            out_dtype: Any = None) -> Any:
     """Softmax attention of q over (k_hist, v_hist) with the mask `spec` means (OP-MASK).

@@ -190,7 +190,8 @@ class CellReferenceCache:
         return None
 
     @icontract.require(lambda self, seq_ids: self._begin_error(seq_ids) is None,
-                       "OP-STEP, OP-CAP: a non-empty list or tuple of ids in [0, 63), no more than the free cells",
+                       "OP-STEP, OP-CAP, OP-ATOMIC: a non-empty list or tuple of ids in [0, 63), no more than the "
+                       "free cells, checked before an open step is abandoned",
                        error=lambda self, seq_ids: found(self._begin_error(seq_ids)), enabled=True)
     @icontract.ensure(lambda self, seq_ids: self._declared == tuple(seq_ids) and self._placed is None,
                       "OP-STEP: the step is declared, nothing placed yet")
@@ -235,7 +236,8 @@ class CellReferenceCache:
         return None
 
     @icontract.require(lambda self, layer_id, k, v, position: self._fetch_error(layer_id, k, v, position) is None,
-                       "OP-ARGS, OP-STEP, OP-POS: a declared step, a layer not yet served, positions that fit",
+                       "OP-ARGS, OP-STEP, OP-POS, OP-ATOMIC: a declared step, a layer not yet served, positions that "
+                       "fit, checked before anything changes",
                        error=lambda self, layer_id, k, v, position: found(self._fetch_error(layer_id, k, v, position)),
                        enabled=True)
     @icontract.snapshot(lambda self: self._declared, name="declared")
@@ -302,7 +304,8 @@ class CellReferenceCache:
         return None
 
     @icontract.require(lambda self, src_id, dst_id, upto: self._fork_error(src_id, dst_id, upto) is None,
-                       "OP-FORK: distinct ids in [0, 63), upto None or >= 0, dst holding nothing",
+                       "OP-FORK, OP-ATOMIC: distinct ids in [0, 63), upto None or >= 0, dst holding nothing, "
+                       "checked before an open step is abandoned",
                        error=lambda self, src_id, dst_id, upto: found(self._fork_error(src_id, dst_id, upto)),
                        enabled=True)
     @icontract.snapshot(lambda self: self._all_held(), name="held")
@@ -346,7 +349,8 @@ class CellReferenceCache:
         return error
 
     @icontract.require(lambda self, seq_id, p0, p1: self._rm_error(seq_id, p0, p1) is None,
-                       "OP-RM: seq_id in [0, 63), 0 <= p0, p1 None or >= p0",
+                       "OP-RM, OP-ATOMIC: seq_id in [0, 63), 0 <= p0, p1 None or >= p0, checked before an open step is "
+                       "abandoned",
                        error=lambda self, seq_id, p0, p1: found(self._rm_error(seq_id, p0, p1)), enabled=True)
     @icontract.snapshot(lambda self: self._all_held(), name="held")
     @icontract.ensure(lambda self, OLD, seq_id, p0, p1: OLD.held is None or self._held(seq_id) == {

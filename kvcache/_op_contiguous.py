@@ -24,8 +24,8 @@ from numpy.typing import NDArray
 from ._cache import SequenceCache
 from ._errors import ArgumentValueError, ConfigTypeError, KVCacheError, StepError
 from ._op_arrays import found, grown, layer_error, step_args, to_kind, to_numpy
-from ._op_types import AttendSpec, CacheConfig, CacheSizing, attended_by_formula, hist_shapes_hold, layout_config, mask_of, \
-    numpy_dtype, spec_for, validated
+from ._op_types import AttendSpec, CacheConfig, CacheSizing, attended_by_formula, hist_shapes_hold, layout_config, \
+    mask_of, numpy_dtype, spec_for, validated
 from .backends.numpy_backend import rows_of
 
 
@@ -150,7 +150,8 @@ class ContiguousReferenceCache:
     # --- the op face ------------------------------------------------------------------------------------
 
     @icontract.require(lambda self, layer_id, k, v, position: self._fetch_error(layer_id, k, v, position) is None,
-                       "OP-ARGS, OP-POS, OP-STEP, OP-CAP: a valid step for this layer",
+                       "OP-ARGS, OP-POS, OP-STEP, OP-CAP, OP-ATOMIC: a valid step for this layer, checked before "
+                       "anything changes",
                        error=lambda self, layer_id, k, v, position: found(self._fetch_error(layer_id, k, v, position)),
                        enabled=True)
     @icontract.ensure(lambda self, k, result: hist_shapes_hold(self.config, result, to_numpy(k).shape[2]),

@@ -69,8 +69,8 @@ CONTIGUOUS_FETCH: list[tuple[str, tuple[Any, ...], type, str, str]] = [
 
 
 def refused(call: Callable[[], Any], snapshot: Callable[[], Any], error: type, rule: str, argument: str) -> None:
-    """The call raises a typed error (a ValueError or TypeError) naming the rule and the argument, and
-    changes nothing."""
+    """OP-ATOMIC: the call raises a typed error (a ValueError or TypeError) naming the rule and the argument,
+    and changes nothing."""
     before = snapshot()
     with pytest.raises(error) as raised:
         call()
