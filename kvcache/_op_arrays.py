@@ -121,12 +121,3 @@ def found(error: Optional[KVCacheError]) -> KVCacheError:
         raise RuntimeError("a precondition failed without naming its error")
     return error
 
-
-def grown(array: NDArray[Any], rows: int, depth: int) -> NDArray[Any]:
-    """`array` with at least `rows` rows on axis 2 (doubling, at most `depth`); its rows keep their index."""
-    have = array.shape[2]
-    if rows <= have:
-        return array
-    new = min(depth, max(rows, 2 * have))
-    pad = np.zeros(array.shape[:2] + (new - have,) + array.shape[3:], dtype=array.dtype)
-    return np.concatenate([array, pad], axis=2)

@@ -19,15 +19,15 @@ from typing import Any, Optional, Sequence
 
 import icontract
 import numpy as np
-from numpy.typing import NDArray
 
 from ._cells import CellCache
-from ._errors import ArgumentTypeError, ArgumentValueError, ConfigError, ConfigTypeError, ForwardError, \
+from ._errors import ArgumentTypeError, ArgumentValueError, ConfigError, ForwardError, \
     KVCacheError, StepError
 from ._ints import INT_MAX
-from ._op_arrays import found, grown, layer_error, step_args, to_kind, to_numpy
-from ._op_types import AttendSpec, CacheConfig, CacheSizing, Mask, MaskKind, hist_shapes_hold, layout_config, \
-    mask_of, numpy_dtype, validated
+from ._op_arrays import found, to_kind, to_numpy
+from ._op_pools import KVPools, checked_step, fetch_contracts, step_positions_or_error
+from ._op_types import AttendSpec, CacheConfig, CacheSizing, Mask, MaskKind, layout_config, mask_of, \
+    takes_op_config, validated
 
 #: Upstream's bound on the caller's sequence ids: [0, 63), the owners word's sign bit left out.
 MAX_SEQS = 63
@@ -68,9 +68,7 @@ def _attended_by_table(cells: CellCache, ids: dict[int, int], seq_ids: Sequence[
 @icontract.invariant(lambda self: set(self._ids.values()) == set(self._cells.live())
                      and all(self._cells.seq_len(i) > 0 for i in self._ids.values()),
                      "OP-STEP: the caller's ids that hold tokens map one to one onto CellCache's live ids")
-@icontract.invariant(lambda self: all(k.shape[2] == v.shape[2] <= self.config.capacity
-                                     for k, v in zip(self._k, self._v)),
-                     "OP-CAP: a layer's rows never exceed the capacity")
+@icontract.invariant(lambda self: self._pools.within_depths(), "OP-CAP: a layer's rows never exceed the capacity")
 @icontract.invariant(lambda self: self._placed is None or (
     self._declared is not None and 0 < len(self._served) < self.config.n_layers),
                      "OP-STEP: a placed step is declared and some layer has not served it yet")
@@ -90,36 +88,21 @@ class CellReferenceCache:
                                                         "cell cache (every sequence's tokens share one token axis)",
                                                         value=config.batch_size),
                        enabled=True)
-    @icontract.require(lambda config: isinstance(config, CacheConfig), "OP-CONFIG: config is a kvcache.op.CacheConfig",
-                       error=lambda config: ConfigTypeError("OP-CONFIG", "config", "must be a kvcache.op.CacheConfig",
-                                                            type=type(config).__name__),
-                       enabled=True)
+    @takes_op_config
     def __init__(self, config: CacheConfig) -> None:
         config = validated(config)  # OP-CONFIG: re-validated and copied; the caller's object cannot reach it later
         self.config = config
         self._cells = CellCache(layout_config(config, ring_rows=True))
-        self._dtype = numpy_dtype(config.dtype)
         self._ids: dict[int, int] = {}
         self._declared: Optional[tuple[int, ...]] = None
         self._placed: Optional[tuple[int, ...]] = None
         self._served: frozenset[int] = frozenset()
-        self._k: list[NDArray[Any]] = []
-        self._v: list[NDArray[Any]] = []
-        self._allocate()
-
-    def _allocate(self) -> None:
-        config = self.config
-        assert config.v_head_dim is not None
-        rows = config.capacity if config.sizing is CacheSizing.STATIC else 0
-        self._k = [np.zeros((1, config.n_kv_heads, rows, config.head_dim), self._dtype)
-                   for _ in range(config.n_layers)]
-        self._v = [np.zeros((1, config.n_kv_heads, rows, config.v_head_dim), self._dtype)
-                   for _ in range(config.n_layers)]
+        self._pools = KVPools(config, (config.capacity,) * config.n_layers)  # a row per cell
 
     def _state(self) -> tuple[Any, ...]:
         """Everything a later call can observe, as values (the tests' before/after snapshots)."""
         return (self._cells._state(), tuple(sorted(self._ids.items())), self._declared, self._placed, self._served,
-                tuple((k.shape, k.tobytes(), v.shape, v.tobytes()) for k, v in zip(self._k, self._v)))
+                self._pools.snapshot())
 
     # --- queries ----------------------------------------------------------------------------------------
 
@@ -202,15 +185,9 @@ class CellReferenceCache:
 
     def _fetch_error(self, layer_id: Any, k: Any, v: Any, position: Any) -> Optional[KVCacheError]:
         """OP-ARGS, OP-STEP, OP-POS: the error of an update_and_fetch call, else None."""
-        config = self.config
-        error = layer_error(layer_id, config.n_layers)
-        if error is not None:
-            return error
-        assert config.v_head_dim is not None
-        try:
-            _, _, positions, _ = step_args(k, v, position, 1, config.n_kv_heads, config.head_dim, config.v_head_dim)
-        except KVCacheError as failed:
-            return failed
+        positions = step_positions_or_error(self.config, layer_id, k, v, position)
+        if isinstance(positions, KVCacheError):
+            return positions
         declared = self._declared
         if declared is None:
             return ForwardError("OP-STEP", "update_and_fetch", "no step is declared (begin_step first)",
@@ -235,15 +212,9 @@ class CellReferenceCache:
             newest[s] = q
         return None
 
-    @icontract.require(lambda self, layer_id, k, v, position: self._fetch_error(layer_id, k, v, position) is None,
-                       "OP-ARGS, OP-STEP, OP-POS, OP-ATOMIC: a declared step, a layer not yet served, positions that "
-                       "fit, checked before anything changes",
-                       error=lambda self, layer_id, k, v, position: found(self._fetch_error(layer_id, k, v, position)),
-                       enabled=True)
+    @fetch_contracts("OP-ARGS, OP-STEP, OP-POS, OP-ATOMIC: a declared step, a layer not yet served, positions that "
+                     "fit, checked before anything changes")
     @icontract.snapshot(lambda self: self._declared, name="declared")
-    @icontract.ensure(lambda self, k, result: hist_shapes_hold(self.config, result, to_numpy(k).shape[2]),
-                      "OP-HIST: k_hist [1, Hkv, rows, D], v_hist [1, Hkv, rows, Dv], the config's dtype; the spec "
-                      "means a [q_len, rows] mask")
     @icontract.ensure(lambda self, OLD, layer_id, position, result: np.array_equal(
         mask_of(result[2], len(OLD.declared), to_numpy(result[0]).shape[2]),
         _attended_by_table(self._cells, self._ids, OLD.declared, [int(p) for p in to_numpy(position).reshape(-1)],
@@ -258,9 +229,7 @@ class CellReferenceCache:
         the answer has k's kind.
         """
         config = self.config
-        assert config.v_head_dim is not None
-        k_values, v_values, positions, kind = step_args(k, v, position, 1, config.n_kv_heads, config.head_dim,
-                                                        config.v_head_dim)
+        k_values, v_values, positions, kind = checked_step(config, layer_id, k, v, position)
         declared = self._declared
         assert declared is not None  # a precondition
         if self._placed is None:
@@ -276,15 +245,10 @@ class CellReferenceCache:
         self._served = self._served | {layer_id}
         if len(self._served) == config.n_layers:
             self._declared, self._placed, self._served = None, None, frozenset()
-        cells = np.array(step.cells, dtype=np.int64)
-        self._k[layer_id] = grown(self._k[layer_id], step.read_len, config.capacity)
-        self._v[layer_id] = grown(self._v[layer_id], step.read_len, config.capacity)
-        self._k[layer_id][:, :, cells] = k_values.astype(self._dtype)
-        self._v[layer_id][:, :, cells] = v_values.astype(self._dtype)
+        self._pools.write(layer_id, np.array(step.cells, dtype=np.int64), k_values, v_values)
+        k_hist, v_hist = self._pools.read(layer_id, np.arange(step.read_len, dtype=np.int64))
         mask = np.frombuffer(step.mask_bits, dtype=np.uint8).reshape(step.length, step.read_len).astype(np.bool_)
-        return (to_kind(self._k[layer_id][:, :, :step.read_len].copy(), kind),
-                to_kind(self._v[layer_id][:, :, :step.read_len].copy(), kind),
-                AttendSpec(MaskKind.EXPLICIT, to_kind(mask, kind)))
+        return to_kind(k_hist, kind), to_kind(v_hist, kind), AttendSpec(MaskKind.EXPLICIT, to_kind(mask, kind))
 
     # --- the sequence verbs -----------------------------------------------------------------------------
 
@@ -375,4 +339,4 @@ class CellReferenceCache:
         self._ids = {}
         self._declared, self._placed, self._served = None, None, frozenset()
         if self.config.sizing is CacheSizing.DYNAMIC:
-            self._allocate()
+            self._pools.reset()

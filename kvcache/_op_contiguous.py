@@ -19,13 +19,13 @@ from typing import Any, Optional
 
 import icontract
 import numpy as np
-from numpy.typing import NDArray
 
 from ._cache import SequenceCache
-from ._errors import ArgumentValueError, ConfigTypeError, KVCacheError, StepError
-from ._op_arrays import found, grown, layer_error, step_args, to_kind, to_numpy
-from ._op_types import AttendSpec, CacheConfig, CacheSizing, attended_by_formula, hist_shapes_hold, layout_config, \
-    mask_of, numpy_dtype, spec_for, validated
+from ._errors import ArgumentValueError, KVCacheError, StepError
+from ._op_arrays import found, layer_error, to_kind, to_numpy
+from ._op_pools import KVPools, checked_step, fetch_contracts, step_positions_or_error
+from ._op_types import AttendSpec, CacheConfig, CacheSizing, attended_by_formula, layout_config, mask_of, \
+    spec_for, takes_op_config, validated
 from .backends.numpy_backend import rows_of
 
 
@@ -40,8 +40,7 @@ class _OpenStep:
 
 @icontract.invariant(lambda self: all(0 <= self._used(layer) <= self.config.capacity
                                      for layer in range(self.config.n_layers)), "OP-CAP: 0 <= used <= capacity")
-@icontract.invariant(lambda self: all(k.shape[2] == v.shape[2] <= depth
-                                     for k, v, depth in zip(self._k, self._v, self._depth)),
+@icontract.invariant(lambda self: self._pools.within_depths(),
                      "OP-CAP: a layer's K and V rows never exceed its depth (capacity; a kept ring's slots)")
 @icontract.invariant(lambda self: self._step is None or (
     self._step.start + len(self._step.positions) == self._layout.length()
@@ -55,30 +54,15 @@ class ContiguousReferenceCache:
     that not every layer served is then abandoned: its tokens leave every layer (OP-STEP).
     """
 
-    @icontract.require(lambda config: isinstance(config, CacheConfig), "OP-CONFIG: config is a kvcache.op.CacheConfig",
-                       error=lambda config: ConfigTypeError("OP-CONFIG", "config", "must be a kvcache.op.CacheConfig",
-                                                            type=type(config).__name__),
-                       enabled=True)
+    @takes_op_config
     def __init__(self, config: CacheConfig) -> None:
         config = validated(config)  # OP-CONFIG: re-validated and copied; the caller's object cannot reach it later
         self.config = config
         self._ring_rows = config.max_write is not None
         self._layout = SequenceCache(layout_config(config, ring_rows=self._ring_rows))
-        self._dtype = numpy_dtype(config.dtype)
         self._depth = tuple(self._layout.depth(layer) for layer in range(config.n_layers))
         self._step: Optional[_OpenStep] = None
-        self._k: list[NDArray[Any]] = []
-        self._v: list[NDArray[Any]] = []
-        self._allocate()
-
-    def _allocate(self) -> None:
-        config = self.config
-        assert config.v_head_dim is not None
-        self._k, self._v = [], []
-        for layer in range(config.n_layers):
-            rows = self._depth[layer] if config.sizing is CacheSizing.STATIC else 0
-            self._k.append(np.zeros((config.batch_size, config.n_kv_heads, rows, config.head_dim), self._dtype))
-            self._v.append(np.zeros((config.batch_size, config.n_kv_heads, rows, config.v_head_dim), self._dtype))
+        self._pools = KVPools(config, self._depth)
 
     # --- queries ----------------------------------------------------------------------------------------
 
@@ -98,23 +82,15 @@ class ContiguousReferenceCache:
 
     def _state(self) -> tuple[Any, ...]:
         """Everything a later call can observe, as values (the tests' before/after snapshots)."""
-        return (self._layout._state(), self._step,
-                tuple((k.shape, k.tobytes(), v.shape, v.tobytes()) for k, v in zip(self._k, self._v)))
+        return self._layout._state(), self._step, self._pools.snapshot()
 
     # --- validation (before anything changes) -----------------------------------------------------------
 
     def _fetch_error(self, layer_id: Any, k: Any, v: Any, position: Any) -> Optional[KVCacheError]:
         """OP-ARGS, OP-POS, OP-STEP, OP-CAP: the error of an update_and_fetch call, else None."""
-        config = self.config
-        error = layer_error(layer_id, config.n_layers)
-        if error is not None:
-            return error
-        assert config.v_head_dim is not None
-        try:
-            _, _, positions, _ = step_args(k, v, position, config.batch_size, config.n_kv_heads, config.head_dim,
-                                           config.v_head_dim)
-        except KVCacheError as found:
-            return found
+        positions = step_positions_or_error(self.config, layer_id, k, v, position)
+        if isinstance(positions, KVCacheError):
+            return positions
         step = self._step
         if step is not None and layer_id not in step.served:
             if tuple(positions) != step.positions:
@@ -149,14 +125,8 @@ class ContiguousReferenceCache:
 
     # --- the op face ------------------------------------------------------------------------------------
 
-    @icontract.require(lambda self, layer_id, k, v, position: self._fetch_error(layer_id, k, v, position) is None,
-                       "OP-ARGS, OP-POS, OP-STEP, OP-CAP, OP-ATOMIC: a valid step for this layer, checked before "
-                       "anything changes",
-                       error=lambda self, layer_id, k, v, position: found(self._fetch_error(layer_id, k, v, position)),
-                       enabled=True)
-    @icontract.ensure(lambda self, k, result: hist_shapes_hold(self.config, result, to_numpy(k).shape[2]),
-                      "OP-HIST: k_hist [B, Hkv, rows, D], v_hist [B, Hkv, rows, Dv], the config's dtype; the spec "
-                      "means a [q_len, rows] mask")
+    @fetch_contracts("OP-ARGS, OP-POS, OP-STEP, OP-CAP, OP-ATOMIC: a valid step for this layer, checked before "
+                     "anything changes")
     @icontract.ensure(lambda self, layer_id, position, result: np.array_equal(
         mask_of(result[2], len(to_numpy(position)), to_numpy(result[0]).shape[2]),
         attended_by_formula([int(p) for p in to_numpy(position).reshape(-1)],
@@ -173,9 +143,7 @@ class ContiguousReferenceCache:
         onwards (OP-POS). numpy arrays or torch tensors; the answer has k's kind.
         """
         config = self.config
-        assert config.v_head_dim is not None
-        k_values, v_values, positions, kind = step_args(k, v, position, config.batch_size, config.n_kv_heads,
-                                                        config.head_dim, config.v_head_dim)
+        k_values, v_values, positions, kind = checked_step(config, layer_id, k, v, position)
         step = self._step
         if step is not None and layer_id in step.served:
             self._abandon()
@@ -183,19 +151,13 @@ class ContiguousReferenceCache:
         first, q_len = positions[0], len(positions)
         plan = self._layout.plan(layer_id, first, q_len)
         assert plan is not None  # OP-CAP was checked
-        rows = rows_of(plan.write)
-        depth = self._depth[layer_id]
-        self._k[layer_id] = grown(self._k[layer_id], int(rows.max()) + 1, depth)
-        self._v[layer_id] = grown(self._v[layer_id], int(rows.max()) + 1, depth)
-        self._k[layer_id][:, :, rows] = k_values.astype(self._dtype)
-        self._v[layer_id][:, :, rows] = v_values.astype(self._dtype)
+        self._pools.write(layer_id, rows_of(plan.write), k_values, v_values)
         self._layout.commit(plan)
         served = frozenset({layer_id}) if step is None else step.served | {layer_id}
         self._step = None if len(served) == config.n_layers else _OpenStep(first, tuple(positions), served)
-        read = rows_of(plan.read)
+        k_hist, v_hist = self._pools.read(layer_id, rows_of(plan.read))
         mask = attended_by_formula(positions, range(plan.read_base_pos, plan.end), config.window(layer_id))
-        return (to_kind(self._k[layer_id][:, :, read], kind), to_kind(self._v[layer_id][:, :, read], kind),
-                spec_for(mask, kind))
+        return to_kind(k_hist, kind), to_kind(v_hist, kind), spec_for(mask, kind)
 
     def _abandon(self) -> None:
         """OP-STEP: the open step's tokens leave every layer (rows past the length are never read again)."""
@@ -212,5 +174,5 @@ class ContiguousReferenceCache:
         self._layout.clear()
         self._step = None
         if self.config.sizing is CacheSizing.DYNAMIC:
-            self._allocate()
+            self._pools.reset()
 

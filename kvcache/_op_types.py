@@ -13,6 +13,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
+import icontract
 import numpy as np
 from numpy.typing import NDArray
 
@@ -194,6 +195,20 @@ def validated(config: Any) -> CacheConfig:
                               type=type(config).__name__)
     return CacheConfig(config.n_layers, config.n_kv_heads, config.head_dim, config.capacity, config.sizing,
                        config.dtype, config.batch_size, tuple(config.layers), config.v_head_dim, config.max_write)
+
+
+def _is_op_config(config: Any) -> bool:
+    return isinstance(config, CacheConfig)
+
+
+def _not_op_config(config: Any) -> ConfigTypeError:
+    return ConfigTypeError("OP-CONFIG", "config", "must be a kvcache.op.CacheConfig", type=type(config).__name__)
+
+
+# The precondition of both caches' constructors. A named condition, not a lambda: icontract (and the listing of
+# SPEC.md section 6) reads a lambda back from its decorator line, which a shared decorator does not have.
+takes_op_config = icontract.require(_is_op_config, "OP-CONFIG: config is a kvcache.op.CacheConfig",
+                                    error=_not_op_config, enabled=True)
 
 
 def layout_config(config: CacheConfig, *, ring_rows: bool) -> LayoutConfig:

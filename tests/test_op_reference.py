@@ -248,7 +248,7 @@ def test_a_kept_ring_holds_only_its_window() -> None:
             rows = np.asarray(k_hist).shape[2]
             if layer == 1:
                 assert rows == start + q_len - max(0, start - window + 1) <= window + q_len - 1
-                assert cache._k[1].shape[2] <= window + max_write - 1   # the byte layer keeps the ring only
+                assert cache._pools.k[1].shape[2] <= window + max_write - 1   # the byte layer keeps the ring only
             got = attended_uids(k_hist, v_hist, AttendSpec(MaskKind.EXPLICIT, expand(spec, q_len, rows)), layer,
                                 1, 2, 3, 2)
             assert [sorted(x) for x in got[0]] == model.expected(layer, positions, (0, window)[layer])
