@@ -31,24 +31,23 @@ def _out_dtype(q_values: NDArray[Any], out_dtype: Any) -> np.dtype[Any]:
                                  value=out_dtype) from None
 
 
-def _attend_args(q: Any, k_hist: Any, v_hist: Any, spec: Any, scale: Any,
+def _attend_args(q: Any, k: Any, v: Any, spec: Any, scale: Any,
                  out_dtype: Any) -> tuple[NDArray[Any], NDArray[Any], NDArray[Any], Mask, float, np.dtype[Any], str]:
     """OP-ARGS, OP-MASK: the checked arguments of `attend` (raises the typed error of the first bad one)."""
     q_values, kind = float_arg("q", q, 4, "OP-ARGS")
-    k_values, k_kind = float_arg("k_hist", k_hist, 4, "OP-ARGS")
-    v_values, v_kind = float_arg("v_hist", v_hist, 4, "OP-ARGS")
+    k_values, k_kind = float_arg("k", k, 4, "OP-ARGS")
+    v_values, v_kind = float_arg("v", v, 4, "OP-ARGS")
     if {k_kind, v_kind} != {kind}:
-        raise ArgumentTypeError("OP-ARGS", "k_hist", "q, k_hist and v_hist must be of one kind (numpy or torch)",
-                                q=kind, k_hist=k_kind, v_hist=v_kind)
+        raise ArgumentTypeError("OP-ARGS", "k", "q, k and v must be of one kind (numpy or torch)", q=kind,
+                                k=k_kind, v=v_kind)
     b, hq, q_len, d = q_values.shape
     _, hkv, rows, _ = k_values.shape
     if k_values.shape != (b, hkv, rows, d) or hkv < 1 or rows < 1 or hq % hkv:
-        raise ArgumentValueError("OP-ARGS", "k_hist", "must be [B, Hkv, rows >= 1, D] with q's B and D and Hq a "
-                                                      "multiple of Hkv", q=tuple(q_values.shape),
-                                 k_hist=tuple(k_values.shape))
+        raise ArgumentValueError("OP-ARGS", "k", "must be [B, Hkv, rows >= 1, D] with q's B and D and Hq a "
+                                                 "multiple of Hkv", q=tuple(q_values.shape), k=tuple(k_values.shape))
     if v_values.shape[:3] != (b, hkv, rows) or v_values.shape[3] < 1:
-        raise ArgumentValueError("OP-ARGS", "v_hist", "must be [B, Hkv, rows, Dv] with k_hist's B, Hkv and rows",
-                                 k_hist=tuple(k_values.shape), v_hist=tuple(v_values.shape))
+        raise ArgumentValueError("OP-ARGS", "v", "must be [B, Hkv, rows, Dv] with k's B, Hkv and rows",
+                                 k=tuple(k_values.shape), v=tuple(v_values.shape))
     if q_len < 1:
         raise ArgumentValueError("OP-ARGS", "q", "must hold at least one query", shape=tuple(q_values.shape))
     if not isinstance(spec, AttendSpec):
@@ -60,46 +59,45 @@ def _attend_args(q: Any, k_hist: Any, v_hist: Any, spec: Any, scale: Any,
                                  query=int(empty[0]))
     if scale is None:
         scale = 1.0 / math.sqrt(d)
-    elif type(scale) not in (int, float) or not math.isfinite(scale):
-        raise ArgumentTypeError("OP-ARGS", "scale", "must be None or a finite int or float (bool is not)",
-                                value=scale, type=type(scale).__name__)
+    elif isinstance(scale, (bool, np.bool_)) or not isinstance(scale, (int, float, np.integer, np.floating)):
+        raise ArgumentTypeError("OP-ARGS", "scale", "must be None or a real number (bool is not)", value=scale,
+                                type=type(scale).__name__)
+    elif not math.isfinite(scale):
+        raise ArgumentValueError("OP-ARGS", "scale", "must be finite", value=scale)
     return q_values, k_values, v_values, mask, float(scale), _out_dtype(q_values, out_dtype), kind
 
 
-def _attend_error(q: Any, k_hist: Any, v_hist: Any, spec: Any, scale: Any, out_dtype: Any) -> Optional[KVCacheError]:
+def _attend_error(q: Any, k: Any, v: Any, spec: Any, scale: Any, out_dtype: Any) -> Optional[KVCacheError]:
     try:
-        _attend_args(q, k_hist, v_hist, spec, scale, out_dtype)
+        _attend_args(q, k, v, spec, scale, out_dtype)
     except KVCacheError as error:
         return error
     return None
 
 
-def _shape_holds(q: Any, v_hist: Any, result: Any) -> bool:
-    q_shape, v_shape = to_numpy(q).shape, to_numpy(v_hist).shape
+def _shape_holds(q: Any, v: Any, result: Any) -> bool:
+    q_shape, v_shape = to_numpy(q).shape, to_numpy(v).shape
     return bool(to_numpy(result).shape == q_shape[:3] + v_shape[3:])
 
 
-@icontract.require(lambda q, k_hist, v_hist, spec, scale, out_dtype:
-                   _attend_error(q, k_hist, v_hist, spec, scale, out_dtype) is None,
-                   "OP-ARGS, OP-MASK: q [B, Hq, q_len, D], k_hist [B, Hkv, rows, D], v_hist [B, Hkv, rows, Dv], "
-                   "Hq a multiple of Hkv, a spec meaning a [q_len, rows] mask with a row for every query",
-                   error=lambda q, k_hist, v_hist, spec, scale, out_dtype:
-                   found(_attend_error(q, k_hist, v_hist, spec, scale, out_dtype)),
+@icontract.require(lambda q, k, v, spec, scale, out_dtype: _attend_error(q, k, v, spec, scale, out_dtype) is None,
+                   "OP-ARGS, OP-MASK: q [B, Hq, q_len, D], k [B, Hkv, rows, D], v [B, Hkv, rows, Dv], Hq a "
+                   "multiple of Hkv, a spec meaning a [q_len, rows] mask with a row for every query",
+                   error=lambda q, k, v, spec, scale, out_dtype: found(_attend_error(q, k, v, spec, scale, out_dtype)),
                    enabled=True)
-@icontract.ensure(lambda q, v_hist, result: _shape_holds(q, v_hist, result),
+@icontract.ensure(lambda q, v, result: _shape_holds(q, v, result),
                   "OP-ARGS: the output is [B, Hq, q_len, Dv]")
-def attend(q: Any, k_hist: Any, v_hist: Any, spec: AttendSpec, scale: Optional[float] = None,
-           out_dtype: Any = None) -> Any:
-    """Softmax attention of q over (k_hist, v_hist) with the mask `spec` means (OP-MASK).
+def attend(q: Any, k: Any, v: Any, spec: AttendSpec, scale: Optional[float] = None, out_dtype: Any = None) -> Any:
+    """Softmax attention of q over a fetched history (k, v) with the mask `spec` means (OP-MASK). The
+    parameters are named as upstream's `attend`'s; scale and out_dtype, which upstream requires, default here.
 
-    q [B, Hq, q_len, D]; k_hist [B, Hkv, rows, D]; v_hist [B, Hkv, rows, Dv]; scale defaults to 1/sqrt(D),
-    out_dtype to q's dtype. Returns [B, Hq, q_len, Dv], of q's kind (numpy array or torch tensor).
+    q [B, Hq, q_len, D]; k [B, Hkv, rows, D]; v [B, Hkv, rows, Dv]; scale defaults to 1/sqrt(D), out_dtype to
+    q's dtype. Returns [B, Hq, q_len, Dv], of q's kind (numpy array or torch tensor).
 
     :raises ArgumentValueError: CAUSAL with q_len != rows (torch's is_causal is upper-left aligned: a
         continuation needs an EXPLICIT mask), a mask of another shape, or a query that attends no row
     """
-    q_values, k_values, v_values, mask, scale_value, dtype, kind = _attend_args(q, k_hist, v_hist, spec, scale,
-                                                                                out_dtype)
+    q_values, k_values, v_values, mask, scale_value, dtype, kind = _attend_args(q, k, v, spec, scale, out_dtype)
     group = q_values.shape[1] // k_values.shape[1]
     keys = np.repeat(k_values.astype(np.float64), group, axis=1)
     values = np.repeat(v_values.astype(np.float64), group, axis=1)

@@ -499,6 +499,13 @@ def test_attend_refuses_a_non_square_causal_and_empty_rows() -> None:
                np.zeros((1, 2, 3, 2), np.float32), AttendSpec(MaskKind.NONE))
     with pytest.raises(TypeError, match="OP-ARGS"):
         attend(q, k, k, AttendSpec(MaskKind.NONE), scale=True)
+    with pytest.raises(ValueError, match="OP-ARGS"):
+        attend(q, k, k, AttendSpec(MaskKind.NONE), scale=math.nan)
+    with pytest.raises(ValueError, match="OP-ARGS"):
+        attend(q, k, k, AttendSpec(MaskKind.NONE), out_dtype=np.int64)
+    with pytest.raises(TypeError, match="OP-ARGS"):
+        attend(q, k.astype(np.int32), k, AttendSpec(MaskKind.NONE))
+    np.testing.assert_allclose(attend(q, k, k, AttendSpec(MaskKind.NONE), scale=np.float32(0.5)), 0)
     with pytest.raises(TypeError, match="OP-MASK"):
         attend(q, k, k, "causal")  # type: ignore[arg-type]
 
