@@ -176,6 +176,15 @@ def contiguous_programs(draw: st.DrawFn) -> ContiguousProgram:
     return ContiguousProgram(config, steps)
 
 
+def probe(call: Any, snapshot: Any, rules: set[str]) -> None:
+    """OP-ATOMIC: a hostile call between valid ones is refused with one of `rules` and changes nothing."""
+    before = snapshot()
+    with pytest.raises(KVCacheError) as refused:
+        call()
+    assert isinstance(refused.value, ValueError) and refused.value.rule in rules, str(refused.value)
+    assert snapshot() == before
+
+
 def run_contiguous(program: ContiguousProgram) -> None:
     config = program.config
     assert config.v_head_dim is not None
@@ -199,6 +208,10 @@ def run_contiguous(program: ContiguousProgram) -> None:
                 assert isinstance(refused.value, KVCacheError) and refused.value.rule == "OP-CAP"
                 assert cache._state() == before
                 return
+            for shift in (-1, 1):   # OP-POS, OP-STEP, OP-ATOMIC: a re-placed or gapped step is refused, unchanged
+                probe(lambda: cache.update_and_fetch(layer, *labelled(uids, layer, B, H, D, Dv),
+                                                     column([p + shift for p in positions])), cache._state,
+                      {"OP-POS", "OP-STEP"})
             if uids is not step_uids:
                 uid += q_len
                 step_uids = uids
@@ -365,7 +378,16 @@ def run_cells(config: CacheConfig, ops: list[tuple[Any, ...]]) -> None:
                 step.append((s, newest[s], uid))
                 uid += 1
             uids = [u for _, _, u in step]
+            held_before = [(i, max(model.held(s))) for i, s in enumerate(seq_ids) if model.held(s)]
             for layer in order:
+                if model.step is None and held_before:   # OP-POS: a position its sequence holds is refused
+                    i, newest_held = held_before[0]
+                    replaced = positions[:i] + [newest_held] + positions[i + 1:]
+                    probe(lambda: cache.update_and_fetch(layer, *labelled(uids, layer, 1, H, D, Dv),
+                                                         column(replaced)), cache._state, {"OP-POS"})
+                for served in model.served:   # OP-STEP: a layer serves a step once
+                    probe(lambda: cache.update_and_fetch(served, *labelled(uids, served, 1, H, D, Dv),
+                                                         column(positions)), cache._state, {"OP-STEP"})
                 if model.step is None:
                     model.step = step
                     for s, p, u in step:
