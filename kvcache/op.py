@@ -5,7 +5,7 @@ The names are those of ExecuTorch's `extension/llm/cache/reference_cache.py`, so
 
     from kvcache.op import CacheConfig, ContiguousReferenceCache, CellReferenceCache, attend
 
-replaces the import of upstream's module. Needs numpy (`pip install kvcache-spec[numpy]`); never torch.
+replaces the import of upstream's module. Needs numpy (a dependency of kvcache-spec), never torch.
 """
 
 from ._op_attend import attend
