@@ -21,37 +21,28 @@ The declared scopes follow what upstream documents (scope.py, OP_FEATURES):
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 from .configs import JsonConfig
+from .op_targets import config_for
 
 MODULE = "executorch.extension.llm.cache.reference_cache"
 
 
 def _config(cfg: JsonConfig) -> Any:
-    import importlib
-
     import torch
 
-    upstream = importlib.import_module(MODULE)
-    layers = tuple(upstream.LayerPolicy(kind=upstream.LayerKind(entry["kind"]), window=entry["window"])
-                   for entry in cfg["layers"])
-    return upstream.CacheConfig(n_layers=cfg["n_layers"], n_kv_heads=cfg["n_kv_heads"], head_dim=cfg["head_dim"],
-                                capacity=cfg["capacity"], sizing=upstream.CacheSizing(cfg.get("sizing", "dynamic")),
-                                dtype=torch.float32, batch_size=cfg["batch_size"], layers=layers)
+    return config_for(importlib.import_module(MODULE), cfg, torch.float32)
 
 
 def contiguous(cfg: JsonConfig) -> Any:
     """upstream's ContiguousReferenceCache, as it is."""
-    import importlib
-
     return importlib.import_module(MODULE).ContiguousReferenceCache(_config(cfg))
 
 
 def cell(cfg: JsonConfig) -> Any:
     """upstream's CellReferenceCache, as it is."""
-    import importlib
-
     return importlib.import_module(MODULE).CellReferenceCache(_config(cfg))
 
 
