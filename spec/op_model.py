@@ -179,8 +179,11 @@ class OpModel:
             return Rejected("OP-FORK", f"upto {upto!r} is not None or an int >= 0")
         if src == dst:
             return Rejected("OP-FORK", "src == dst")
-        if self.seq_len(dst) > 0:
-            return Rejected("OP-FORK", f"dst {dst} holds {self.seq_len(dst)} tokens: a fork needs an empty destination")
+        # judged after the abandonment this verb causes (as begin_step's admission is): a stopped step's
+        # tokens are gone the moment a verb is called, so they do not make dst live
+        if self.held.get(dst):
+            return Rejected("OP-FORK", f"dst {dst} holds {len(self.held[dst])} tokens: a fork needs an empty "
+                                       "destination")
         self._abandon_started()
         shared = {uid: pos for uid, pos in self.held.get(src, {}).items() if upto is None or pos < upto}
         if shared:

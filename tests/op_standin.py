@@ -171,7 +171,7 @@ class CellStandin(_Base):
         src, dst = _int(src, 0, 62, "src"), _int(dst, 0, 62, "dst")
         if upto is not None:
             _int(upto, 0, 1 << 62, "upto")
-        if src == dst or self.seq_len(dst):
+        if src == dst or any(dst in t.owners for t in self.tokens if not self.step or t not in self.step["tokens"]):
             raise StandinError("fork destination")
         self._verb()
         for t in self.tokens:

@@ -237,3 +237,26 @@ def test_the_op_configs_are_valid_and_their_layouts_registered() -> None:
     for kind, configs in ((op_model.CONTIGUOUS, CONTIGUOUS_CONFIGS), (op_model.CELL, CELL_CONFIGS)):
         assert all(isinstance(op_model.make_config(cfg, kind), op_model.OpConfig) for cfg in configs)
     assert {"op-contiguous", "op-cell"} <= set(layouts.LAYOUTS)
+
+
+@pytest.mark.parametrize("name", ["cell", "contiguous"])
+def test_the_project_op_reference_is_conforming_strict(name: str) -> None:
+    """kvcache.op (the project's reference of the op face) passes the whole op-face suite, strict."""
+    report = _report(f"python:kvcache_spec.conformance.op_targets:{name}")
+    assert report["verdict"] == CONFORMING, report["semantic"]["findings"][:1]
+    assert not report["coverage"]["incomplete"]
+
+
+# --- the exhaustive checker ---------------------------------------------------------------------------
+
+def test_the_exhaustive_checker_passes_the_standin_and_finds_each_broken_one_shortest() -> None:
+    """OP-ATTEND, OP-STEP, OP-POS over every program of the alphabet up to depth 5 (states deduplicated)."""
+    from kvcache_spec.conformance.op_checker import check
+    clean = check(PythonTarget(STANDIN.format("cell")), 5)
+    assert not clean.findings and clean.states > 40 and clean.programs > clean.states
+    expected = {"cell_keeps_stopped_step": (("wrong", "OP-STEP"), 3), "cell_window_off_by_one": (("wrong", "OP-ATTEND"), 2),
+                "cell_replaces": (("lenient", "OP-POS"), 5)}
+    for name, (key, length) in expected.items():
+        found = check(PythonTarget(STANDIN.format(name)), 5).findings
+        assert key in found and len(found[key][1]) == length, (name, found)
+    assert not check(PythonTarget(STANDIN.format("contiguous")), 5).findings

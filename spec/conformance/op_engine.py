@@ -31,6 +31,9 @@ from .engine import CRASH, LENIENT, OVER_STRICT, WRONG, Finding, RunResult, Step
 from .targets import Outcome, Target, TargetCrash
 
 LABEL_LIMIT = 1 << 24   # float32 holds every integer below it exactly
+# What this process's op engines checked: queries (one per query token, batch row and head of an answer).
+# A measure for throughput (README, "Upstream findings"), read by whoever runs the suite.
+CHECKED = {"queries": 0, "answers": 0}
 
 
 class Labels:
@@ -401,6 +404,8 @@ class OpEngine:
                                                              f"the spec says {attends[i]} (token numbers in the order "
                                                              f"written)")
         self.result.exercised.add("OP-ATTEND")
+        CHECKED["queries"] += q * cfg.batch_size * cfg.n_kv_heads
+        CHECKED["answers"] += 1
         if cfg.batch_size > 1:
             self.result.exercised.add("OP-BATCH")   # batch rows kept apart
 
