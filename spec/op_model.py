@@ -115,6 +115,7 @@ class OpModel:
         self.cfg = cfg
         self.held: dict[int, dict[int, int]] = {}   # seq -> {uid: position}: tokens on every layer
         self.step: Optional[Step] = None
+        self.dropped_declaration = False   # the last verb dropped a declaration no layer had used
         self.abandoned = 0   # steps abandoned partway (a target without the `steps` feature is not judged past one)
 
     # --- observations ------------------------------------------------------------------------------
@@ -155,7 +156,7 @@ class OpModel:
 
     # --- verbs -------------------------------------------------------------------------------------
     def reset(self) -> None:
-        self.held, self.step = {}, None
+        self.held, self.step, self.dropped_declaration = {}, None, False
 
     def begin_step(self, seq_ids: Any) -> Optional[Rejected]:
         """Cell: declare the owner of each token of the next forward (OP-STEP, OP-CAP)."""
@@ -169,6 +170,7 @@ class OpModel:
             return Rejected("OP-CAP", f"{len(seq_ids)} tokens, {self.free_cells() + pending} free cells")
         self._abandon()
         self.step = Step(tuple(seq_ids))
+        self.dropped_declaration = False
         return None
 
     def seq_cp(self, src: Any, dst: Any, upto: Any = None) -> Optional[Rejected]:
@@ -205,9 +207,12 @@ class OpModel:
         return None
 
     def _abandon_started(self) -> None:
-        """A verb abandons a step some layer served; a declaration no layer used yet stands (the positions
-        come with the forward, and a verb before it changes nothing the declaration admitted)."""
-        if self.step is not None and self.step.served:
+        """A verb abandons the step in progress (OP-STEP): served partway, or only declared - a declaration
+        no layer has used is a step not every layer served too. Dropping a bare declaration is the
+        `declarations` feature (upstream's cell cache deliberately keeps it), so the refusal it causes
+        later is marked with that feature."""
+        if self.step is not None:
+            self.dropped_declaration = not self.step.served
             self._abandon()
 
     def fetch(self, layer: Any, shapes: Shapes, positions: Sequence[Any],
@@ -243,7 +248,8 @@ class OpModel:
     def _fetch_cell(self, layer: int, positions: tuple[int, ...], uids: tuple[int, ...]) -> Union[Rejected, Attends]:
         step = self.step
         if step is None:
-            return Rejected("OP-STEP", "no step declared: begin_step must precede every forward")
+            return Rejected("OP-STEP", "no step declared: begin_step must precede every forward",
+                            "declarations" if self.dropped_declaration else "", case="no step")
         if layer in step.served:
             return Rejected("OP-STEP", f"layer {layer} served twice in one step")
         if step.positions is not None:

@@ -163,9 +163,9 @@ class CellStandin(_Base):
         self.declared = ids
 
     def _verb(self) -> None:
-        if self.step is not None:   # a step some layer served is abandoned; a bare declaration stands
-            self._abandon()
-            self.declared = None
+        """A verb abandons the step in progress, a bare declaration too."""
+        self._abandon()
+        self.declared = None
 
     def seq_cp(self, src: Any, dst: Any, upto: Any = None) -> None:
         src, dst = _int(src, 0, 62, "src"), _int(dst, 0, 62, "dst")

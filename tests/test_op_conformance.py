@@ -108,6 +108,10 @@ def test_OP_STEP_a_stopped_step_leaves_nothing() -> None:
     assert m.begin_step([0]) is None and m.fetch(0, _shapes(m.cfg, 1), [0], [5]) == [[5]]
     refused = m.fetch(0, _shapes(m.cfg, 1), [0], [5])   # served twice
     assert isinstance(refused, op_model.Rejected) and refused.rule == "OP-STEP"
+    # a declaration no layer has used is dropped by a verb too (the `declarations` scope feature)
+    assert m.begin_step([1]) is None and m.seq_rm(0) is None
+    refused = m.fetch(0, _shapes(m.cfg, 1), [0], [6])
+    assert isinstance(refused, op_model.Rejected) and refused.feature == "declarations"
 
 
 def test_OP_FORK_needs_an_empty_destination_other_than_the_source() -> None:

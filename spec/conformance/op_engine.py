@@ -99,6 +99,7 @@ class OpEngine:
         self.next_uid = 0
         self.refused_at: Optional[int] = None   # the step of the last refused call
         self.current: Optional[Step] = None     # the step running, with its concrete arguments
+        self.declared: tuple[int, ...] = ()     # the owners of the last accepted begin_step
 
     # --- helpers -----------------------------------------------------------------------------------
     def _fail(self, kind: str, rule: str, message: str) -> Stop:
@@ -235,6 +236,8 @@ class OpEngine:
         before = self.model.abandoned
         if op == "begin":
             rejected = self.model.begin_step(args["seq_ids"])
+            if rejected is None:
+                self.declared = tuple(args["seq_ids"] or ())
         elif op == "cp":
             rejected = self.model.seq_cp(args["src"], args["dst"], args["upto"])
         else:
@@ -281,13 +284,16 @@ class OpEngine:
                 return list(pending.positions)
             held = len(model.held.get(0, {}))
             return list(range(held, held + int(step.get("n", 1))))
-        if pending is None:
-            return list(range(int(step.get("n", 1))))
-        if pending.positions is not None:
+        if pending is not None and pending.positions is not None:
             return list(pending.positions)
-        newest = {seq: max(model.held.get(seq, {}).values(), default=-1) for seq in set(pending.seqs)}
+        # the open declaration's owners; with none open (dropped by a verb), the last one's: the step then
+        # means what a target that kept the declaration would serve
+        seqs = pending.seqs if pending is not None else self.declared
+        if not seqs:
+            return list(range(int(step.get("n", 1))))
+        newest = {seq: max(model.held.get(seq, {}).values(), default=-1) for seq in set(seqs)}
         out = []
-        for seq in pending.seqs:
+        for seq in seqs:
             newest[seq] += 1
             out.append(newest[seq])
         return out

@@ -163,6 +163,8 @@ def edge_cell_programs(cfg: JsonConfig) -> list[tuple[str, list[Step]]]:
         ("bad ids", [begin(63), begin(-1), begin(True), begin()] + cforward(cfg, 0)),
         ("bad ranges", cforward(cfg, 0) + [rm(0, -1), rm(0, 2, 1), cp(0, 1, -1)] + cforward(cfg, 0)),
         ("no declaration", [at(0, [0])] + cforward(cfg, 0)),
+        ("a verb between the declaration and its forward", cforward(cfg, 0) + [begin(0), rm(1)]
+         + [fetch(l) for l in range(layers)] + cforward(cfg, 0)),
         ("declared count differs", [begin(*[0, 0][:two]), at(0, [0, 1, 2][:two + 1])]
          + [fetch(l) for l in range(layers)] + cforward(cfg, 0)),
         ("layer out of range", [begin(0), fetch(layers), fetch(True)]

@@ -37,13 +37,14 @@ FEATURES: dict[str, str] = {
     "max_write": "the max_write config field (configs with max_write set)",
 }
 BORDER_RULE = "SCOPE-BORDER"
-# The op face's parts a target may leave out (op_engine.py; SPEC.md section 8, "Scope of the op face"):
-# a config needing `mla` lies outside a scope without it; `positions` and `steps` are about programs,
-# so a step whose refusal or effect only they define ends its program unjudged.
+# The op face's parts a target may leave out (op_engine.py; SPEC.md section 8.4): a config needing `mla`
+# lies outside a scope without it; `positions`, `steps` and `declarations` are about programs, so a step
+# whose refusal or effect only they define ends its program unjudged.
 OP_FEATURES: dict[str, str] = {
     "mla": "a value width of its own (v_head_dim != head_dim)",
     "positions": "placing by the `position` argument (a cache that appends at its used length leaves it out)",
     "steps": "a forward as one step across layers (a cache of independent per-layer histories leaves it out)",
+    "declarations": "a verb drops a begin_step declaration no layer has used yet (upstream's cell cache keeps it)",
 }
 
 

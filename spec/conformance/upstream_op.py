@@ -14,6 +14,9 @@ The declared scopes follow what upstream documents (scope.py, OP_FEATURES):
   cache appends at its used length, so the causal offset is that prior length; non-contiguous (tree)
   caches will consume ``position`` directly" - and `steps` - it is a "Per-layer contiguous float KV
   history", each layer appended on its own (`used(layer_id)`), with no step across layers.
+- CellReferenceCache leaves out `declarations`: a verb keeps an unused begin_step declaration, as its
+  comment says: "The step protocol state is deliberately left alone: a mutation must not disguise a
+  forward that skipped begin_step."
 - Both declare `mla`: `update_and_fetch` documents "v_head_dim may differ from head_dim, e.g. MLA".
   Upstream's CacheConfig has no v_head_dim, so the cache is built with head_dim and handed values of
   the config's v_head_dim, as its docstring says it takes them.
@@ -52,4 +55,4 @@ contiguous.kvcache_tensors = "torch"   # type: ignore[attr-defined]
 contiguous.kvcache_scope = ("flat", "ring", "max_write", "mla")   # type: ignore[attr-defined]
 cell.kvcache_layout = "op-cell"   # type: ignore[attr-defined]
 cell.kvcache_tensors = "torch"   # type: ignore[attr-defined]
-cell.kvcache_scope = ("all",)   # type: ignore[attr-defined]
+cell.kvcache_scope = ("flat", "ring", "max_write", "mla", "positions", "steps")   # type: ignore[attr-defined]
