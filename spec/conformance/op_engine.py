@@ -13,9 +13,9 @@ a target that dies is a crash. After every call the engine observes what the fac
 (contiguous: used(layer) of every layer; cell: seq_len of every sequence in play and free_cells), so
 a refusal that changed state is caught where it happens (OP-ATOMIC), not steps later.
 
-A target whose declared scope leaves out `positions` or `steps` (scope.py) is not judged on a step
-whose refusal or effect only those features define: the program ends there unjudged, and the run
-says so in its skipped notes.
+A target whose declared scope leaves out `positions`, `steps` or `declarations` (scope.py) is not
+judged on a step whose refusal or effect only those features define: the program ends there unjudged,
+and the run says so in its skipped notes.
 """
 
 from __future__ import annotations
@@ -262,10 +262,12 @@ class OpEngine:
         """A call the spec refuses: the target must refuse it and change nothing."""
         concrete["case"] = _case(rejected)
         self.current = concrete
+        # a refusal only a feature outside the scope defines: the target's own semantics take over here,
+        # and the model cannot follow them, so the rest of the program is not judged (accepted or refused)
+        if self._excused(rejected.feature, f"a refusal only the {rejected.feature!r} feature defines"):
+            raise _Unjudged()
         got = self._call(method, args, rejected.rule)
         if got.ok and got.value is not False:
-            if self._excused(rejected.feature, f"a refusal only the {rejected.feature!r} feature defines"):
-                raise _Unjudged()
             raise self._fail(LENIENT, rejected.rule, f"{method}({_show(args)}) accepted a call the spec refuses "
                                                      f"({rejected.rule}: {rejected.why})")
         self.refused_at = self.index
