@@ -1,8 +1,8 @@
 """Which optional packages each use of the project needs, and the one line a command prints without them.
 
-`pip install kvcache-spec` is the conformance suite: icontract only, so engineers can judge their cache
+`pip install kvcache-spec` is the conformance suite (icontract and numpy, the op face's byte layer), so engineers can judge their cache
 without a solver stack. Verification (`kvcache verify`, the model checkers, the Z3 proofs, the
-CrossHair gate) needs Hypothesis, CrossHair, Z3 and numpy: the `verify` extra. A command that needs an
+CrossHair gate) needs Hypothesis, CrossHair and Z3: the `verify` extra. A command that needs an
 extra checks for it before it imports anything of it, and exits 2 with one line that names the extra
 (`exit_unless_installed`): never a traceback from deep inside an import.
 """
@@ -14,8 +14,7 @@ import sys
 
 # extra -> (import name, distribution name) of every package it brings that the code imports itself.
 EXTRAS: dict[str, tuple[tuple[str, str], ...]] = {
-    "verify": (("hypothesis", "hypothesis"), ("crosshair", "crosshair-tool"), ("z3", "z3-solver"),
-               ("numpy", "numpy")),
+    "verify": (("hypothesis", "hypothesis"), ("crosshair", "crosshair-tool"), ("z3", "z3-solver")),
 }
 
 

@@ -249,5 +249,77 @@ RULES: tuple[Rule, ...] = (
          "A declare_step refused after part of the forward was admitted; a seq_rm that raised after freeing cells."),
 )
 
+
+# --- the op face (`update_and_fetch(layer_id, k, v, position) -> (k_hist, v_hist, AttendSpec)`), layout-free:
+# the rules state what each query attends, not where the cache keeps it (SPEC.md section 8).
+OP_RULES: tuple[Rule, ...] = (
+    Rule("OP-ATTEND",
+         "A query of sequence s at position p on layer l with window w (0 = flat) attends exactly the tokens s holds "
+         "on layer l at positions q <= p (and q > p - w when windowed), each once, with the K and the V written for "
+         "that token on that layer; nothing of another sequence, nothing removed, nothing never written on l. With "
+         "batch_size B > 1 (contiguous) batch row b attends only rows written for batch row b.",
+         "This is what attention needs; every other OP- rule exists to make it true or to refuse what would break it.",
+         "A query that sees another sequence's token, a removed token, a token twice, or a row never written."),
+    Rule("OP-MASK",
+         "AttendSpec NONE: every query attends every returned row. CAUSAL: torch's is_causal (upper-left): query i "
+         "attends rows 0..i, meaningful only when q_len == rows. EXPLICIT: a bool mask of shape [q_len, rows], "
+         "true = attend, broadcast over batch and heads.",
+         "The cache hands back a mask semantic that another function applies; both sides must read it alike.",
+         "A CAUSAL over a continuation (upper-left alignment hides the history); a mask of the wrong shape."),
+    Rule("OP-HIST",
+         "k_hist is [B, Hkv, rows, D] and v_hist [B, Hkv, rows, Dv], with the same rows, in float32.",
+         "attend indexes K and V by the same row and the mask by that row count.",
+         "V rows shifted against K rows; an MLA value width lost."),
+    Rule("OP-ARGS",
+         "k is [B, Hkv, q_len, D], v [B, Hkv, q_len, Dv], position [q_len, 1] integers; B == batch_size, Hkv == "
+         "n_kv_heads, D == head_dim, Dv == v_head_dim; q_len >= 1 and equal across k, v and position; layer_id is an "
+         "int (not bool) in [0, n_layers).",
+         "A shape the cache does not check is silently broadcast or truncated into the history.",
+         "A step whose K, V and positions disagree in length; an MLA value of the key's width."),
+    Rule("OP-POS",
+         "Every position is an int in [0, 2**31 - 2]; within a step one sequence's positions strictly increase; each is "
+         "newer than every position its sequence already holds on that layer. Contiguous cache: the step's positions "
+         "continue the layer's history with no gap (the first equals the tokens held).",
+         "A re-placed or older position gives a query two tokens at one position; -1 is a free-cell marker.",
+         "Re-placed positions; positions colliding with internal markers; a contiguous row that is not its position."),
+    Rule("OP-STEP",
+         "Cell: begin_step(seq_ids) (non-empty, ids ints in [0, 63)) declares each token's owner; each layer is served at "
+         "most once per step, all with the same q_len and positions. Contiguous: a step begins at the first layer "
+         "served, and serving a layer already served begins the next. A step not every layer served is abandoned when "
+         "the next begins, at any mutating verb or at reset: none of its tokens remain on any layer.",
+         "A forward is atomic across layers: otherwise a layer that never wrote a token is later asked to attend it.",
+         "A step stopped partway whose cells stay owned; a layer served twice in one step."),
+    Rule("OP-FORK",
+         "seq_cp(src, dst, upto=None): dst then holds, on every layer, src's tokens at positions < upto (all when None), "
+         "sharing their K/V. src != dst, dst holds nothing, upto None or an int >= 0.",
+         "Merging two histories can put two tokens at one position; upstream says nothing about a live destination.",
+         "A fork onto a live destination that then attends two tokens at one position."),
+    Rule("OP-RM",
+         "seq_rm(s, p0=0, p1=None) removes s's tokens at positions in [p0, p1) (to the end when None) on every layer; "
+         "other sequences sharing them keep them. p0 an int >= 0, p1 None or an int >= p0.",
+         "Eviction and truncation are per sequence; a shared prefix belongs to every sequence holding it.",
+         "A removal that frees a cell another sequence still attends."),
+    Rule("OP-CAP",
+         "Contiguous: tokens held + q_len <= capacity, refused otherwise (STATIC and DYNAMIC agree). Cell: begin_step "
+         "refuses more tokens than free cells.",
+         "The cache bounds hard at capacity; admission is decided before anything is written.",
+         "A step that overflows after writing part of its rows."),
+    Rule("OP-BATCH",
+         "The cell cache requires batch_size == 1 (refused at construction); the contiguous cache serves B batch rows "
+         "that share positions.",
+         "Every sequence of a cell cache shares one token axis, so a second batch row has no meaning there.",
+         "Batch rows of a cell cache silently mixed into one history."),
+    Rule("OP-ATOMIC",
+         "A refused call (a typed error, a ValueError or TypeError subclass) changes nothing a later call can observe.",
+         "A half-applied call leaves history rows the caller does not know about.",
+         "K grown by a step whose V was refused; cells claimed by a step that then failed."),
+    Rule("OP-CONFIG",
+         "capacity > 0, n_layers > 0, layers of size 1 or n_layers, policies valid, n_kv_heads, head_dim, v_head_dim "
+         ">= 1, batch_size >= 1, every size an int (not bool).",
+         "A cache built from a nonsensical config fails later, far from the cause.",
+         "A zero-layer or zero-head cache that accepts steps it cannot serve."),
+)
+RULES = RULES + OP_RULES
+
 BY_ID: dict[str, Rule] = {rule.id: rule for rule in RULES}
 assert len(BY_ID) == len(RULES), "rule ids are unique"

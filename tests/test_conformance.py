@@ -248,8 +248,12 @@ def test_every_rule_is_in_scope_or_says_why_not() -> None:
     assert set(scope) == {rule.id for rule in RULES}
     cell_rules = sorted(rule.id for rule in RULES if rule.id.startswith("CELL-"))
     assert cell_rules and all("cell layout" in scope[rule] for rule in cell_rules)
-    assert sorted(rule for rule, why in scope.items() if why and rule not in cell_rules) == [
+    op_rules = sorted(rule.id for rule in RULES if rule.id.startswith("OP-"))
+    assert op_rules and all("another face" in scope[rule] for rule in op_rules)
+    assert sorted(rule for rule, why in scope.items() if why and rule not in cell_rules + op_rules) == [
         "ET-MAP", "PROTO-COMMIT", "REG-KEYS", "REG-SESSION", "THREADS"]
+    ops = in_scope(config_validation=True, optional=frozenset(), layout="op-cell")
+    assert all(not ops[rule] for rule in op_rules) and ops["CELL-MASK"] and ops["REWIND-SOUND"]
     cells = in_scope(config_validation=True, optional=frozenset(), layout="cell")
     assert all(not cells[rule] for rule in cell_rules) and cells["REWIND-SOUND"] and not cells["ARG-INT"]
     bare = in_scope(config_validation=False, optional=frozenset())

@@ -26,10 +26,11 @@ def test_every_example_in_the_spec_runs() -> None:
 
 
 def _rule_sections(document: str) -> list[tuple[str, str, str]]:
-    """(number, id, text) of every '#### N. ID' section of part 2 (the sequence cache) and of part 7's
-    rules (the cell layout, numbered on from part 2)."""
+    """(number, id, text) of every '#### N. ID' section of part 2 (the sequence cache), of part 7's
+    rules (the cell layout, numbered on from part 2) and of part 8's (the op face, numbered on)."""
     parts = (document[document.index("\n## 2. The rules"):document.index("\n## 3. ")],
-             document[document.index("\n### 7.2 "):document.index("\n### 7.3 ")])
+             document[document.index("\n### 7.2 "):document.index("\n### 7.3 ")],
+             document[document.index("\n### 8.2 "):document.index("\n### 8.3 ")])
     sections: list[tuple[str, str, str]] = []
     for part in parts:
         pieces = re.split(r"^#### (\d+)\. ([A-Z][A-Z0-9-]*)\s*$", part, flags=re.MULTILINE)

@@ -41,6 +41,8 @@ OUT_OF_SCOPE: dict[str, str] = {
 }
 # The rules of the cell layout (spec/cell_model.py) bind cell caches only.
 CELL_PREFIX = "CELL-"
+# The rules of the op face (spec/op_model.py) bind op-face targets only, and only they do.
+OP_PREFIX = "OP-"
 # Checked only when the target validates configurations itself (cmd: targets get JSON configs).
 CONFIG_VALIDATION = ("CFG-TYPE", "CFG-CAPACITY", "CFG-LAYERS", "CFG-POLICY", "CFG-MAX-WRITE", "CFG-SHAPE",
                      "CFG-INITIAL-CAPACITY")
@@ -64,6 +66,12 @@ EVENTS: dict[str, tuple[str, ...]] = {
 
 def _layout_rule(rule_id: str, layout: str) -> str:
     """'' when the rule binds a cache of this layout, else why it does not."""
+    if layout.startswith("op-") or rule_id.startswith(OP_PREFIX):
+        binds = layout.startswith("op-") == rule_id.startswith(OP_PREFIX) or rule_id == "SCOPE-BORDER"
+        contiguous_only = layout == "op-contiguous" and rule_id == "OP-FORK" or \
+            layout == "op-contiguous" and rule_id == "OP-RM"
+        return "" if binds and not contiguous_only else \
+            f"a rule of another face: this run drives the {layout} layout"
     if layout == "cell":
         return "" if rule_id.startswith(CELL_PREFIX) or rule_id in SHARED_RULES else \
             "a rule of the sequence layout: this run drives a cell cache"

@@ -13,11 +13,11 @@ import random
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from . import cell_programs, programs
+from . import cell_programs, op_programs, programs
 from .cell_engine import run_cell_program
 from .configs import BAD_CONFIGS, SUITE_CONFIGS, JsonConfig
 from .engine import RunResult, Step, run_program
-from .targets import Target, TargetCrash
+from .targets import Target, TargetCrash, TargetError
 
 RunProgram = Callable[..., RunResult]
 
@@ -40,7 +40,25 @@ SEQUENCE = Layout("sequence", SUITE_CONFIGS, _bad_sequence_configs, programs.edg
                   programs.random_program, run_program)
 CELL = Layout("cell", cell_programs.CELL_CONFIGS, cell_programs.bad_cell_configs,
               cell_programs.edge_cell_programs, cell_programs.random_cell_program, run_cell_program)
-LAYOUTS: dict[str, Layout] = {layout.name: layout for layout in (SEQUENCE, CELL)}
+
+def _op_runner(kind: str) -> RunProgram:
+    """The op engine reads tensors with numpy, which the base install does not need: imported on first use."""
+    def run(target: Target, cfg: JsonConfig, steps: list[Step], exact: bool = False, **extra: Any) -> RunResult:
+        try:
+            from . import op_engine
+        except ImportError as error:
+            raise TargetError(f"the op face's engine needs numpy (pip install 'kvcache-spec[numpy]'): {error}") from None
+        return op_engine.run_op_program(target, cfg, steps, exact, extra.get("scope"), extra.get("row_budget"), kind)
+    return run
+
+
+# The op face (`update_and_fetch`, spec/op_model.py): one layout per cache kind of upstream's reference.
+OP_CONTIGUOUS = Layout("op-contiguous", op_programs.CONTIGUOUS_CONFIGS, op_programs.bad_contiguous_configs,
+                       op_programs.edge_contiguous_programs, op_programs.random_contiguous_program,
+                       _op_runner("contiguous"))
+OP_CELL = Layout("op-cell", op_programs.CELL_CONFIGS, op_programs.bad_cell_configs, op_programs.edge_cell_programs,
+                 op_programs.random_cell_program, _op_runner("cell"))
+LAYOUTS: dict[str, Layout] = {layout.name: layout for layout in (SEQUENCE, CELL, OP_CONTIGUOUS, OP_CELL)}
 
 
 def of(target: Target, override: Optional[str] = None) -> Layout:

@@ -213,6 +213,14 @@ def shrink(cfg: JsonConfig, program: list[Step], finding: Finding, check: Check,
             if runs < budget and same(simpler_cfg, program):
                 cfg, improved = simpler_cfg, True
                 break
+    # a simpler config can make steps superfluous (a step on a layer it no longer has): drop them again
+    index = 0
+    while index < len(program) and runs < budget:
+        candidate = program[:index] + program[index + 1:]
+        if candidate and same(cfg, candidate):
+            program = candidate
+        else:
+            index += 1
     return cfg, program
 
 
@@ -230,6 +238,13 @@ def _simpler_configs(cfg: JsonConfig) -> list[JsonConfig]:
         out.append({**cfg, "layers": flat, "max_write": None})
     if cfg.get("max_write") is not None:
         out.append({**cfg, "max_write": None})
+    # an op-face config's own fields (op_programs.op_config): the plainest values first
+    if "v_head_dim" in cfg and cfg["v_head_dim"] != cfg.get("head_dim"):
+        out.append({**cfg, "v_head_dim": cfg.get("head_dim")})
+    for name, plain in (("batch_size", 1), ("n_kv_heads", 1), ("sizing", "dynamic")):
+        if name in cfg and cfg[name] != plain:
+            out.append({**cfg, name: plain, **({"layers": [{**entry, "n_kv_heads": 1} for entry in layers]}
+                                                 if name == "n_kv_heads" else {})})
     for capacity in (cfg["capacity"] // 2, cfg["capacity"] - 1):
         if capacity >= 1:
             out.append({**cfg, "capacity": capacity})

@@ -44,6 +44,16 @@ BORDER_RULE = "SCOPE-BORDER"
 # it carries a value, and no declaration (the whole spec) means every max_seqs.
 MAX_SEQS = "max_seqs"
 DEFAULT_MAX_SEQS = 64   # a cell config without the field (spec/PROTOCOL.md, "Cell methods")
+# The op face's parts a target may leave out (op_engine.py; SPEC.md section 8.4): a config needing `mla`
+# lies outside a scope without it; `positions`, `steps` and `declarations` are about programs, so a step
+# whose refusal or effect only they define ends its program unjudged.
+OP_FEATURES: dict[str, str] = {
+    "mla": "a value width of its own (v_head_dim != head_dim)",
+    "positions": "placing by the `position` argument (a cache that appends at its used length leaves it out)",
+    "steps": "a forward as one step across layers (a cache of independent per-layer histories leaves it out)",
+    "declarations": "a verb drops a begin_step declaration no layer has used yet (upstream's cell cache keeps it)",
+}
+EVERY_FEATURE: dict[str, str] = {**FEATURES, **OP_FEATURES}
 
 
 def needs(cfg: JsonConfig) -> frozenset[str]:
@@ -52,12 +62,14 @@ def needs(cfg: JsonConfig) -> frozenset[str]:
     wanted = {kind for kind in kinds if kind in FEATURES}
     if cfg.get("max_write") is not None:
         wanted.add("max_write")
+    if "v_head_dim" in cfg and cfg["v_head_dim"] != cfg.get("head_dim"):
+        wanted.add("mla")
     return frozenset(wanted)
 
 
 def family(cfg: JsonConfig) -> str:
     """A configuration family: the features it needs, in a stable order ('flat+ring+max_write')."""
-    return "+".join(name for name in FEATURES if name in needs(cfg)) or "none"
+    return "+".join(name for name in EVERY_FEATURE if name in needs(cfg)) or "none"
 
 
 def max_seqs_of(cfg: JsonConfig) -> Any:
@@ -87,7 +99,7 @@ class Scope:
 
     def names(self) -> list[str]:
         fixed = [] if self.max_seqs is None else [f"{MAX_SEQS}={self.max_seqs}"]
-        return [name for name in FEATURES if name in self.features] + fixed
+        return [name for name in EVERY_FEATURE if name in self.features] + fixed
 
     def family(self, cfg: JsonConfig) -> str:
         """The family a configuration outside the scope is listed under: its features, and its max_seqs
@@ -99,7 +111,7 @@ class Scope:
         return ",".join(self.names()) or "nothing"
 
 
-FULL = Scope(frozenset(FEATURES))
+FULL = Scope(frozenset(EVERY_FEATURE))
 
 
 def _same_int(value: Any, fixed: int) -> bool:
@@ -132,9 +144,9 @@ def parse(value: Any, source: str) -> Scope:
     items = [item for item in items if item not in fixed]
     max_seqs = _fixed_max_seqs(fixed) if fixed else None
     if "all" in items:
-        items = [name for name in items if name != "all"] + list(FEATURES)
-    known = frozenset(item for item in items if item in FEATURES)
-    return Scope(known, source, tuple(sorted({item for item in items if item not in FEATURES})), max_seqs)
+        items = [name for name in items if name != "all"] + list(EVERY_FEATURE)
+    known = frozenset(item for item in items if item in EVERY_FEATURE)
+    return Scope(known, source, tuple(sorted({item for item in items if item not in EVERY_FEATURE})), max_seqs)
 
 
 def _fixed_max_seqs(items: set[str]) -> int:

@@ -74,6 +74,8 @@ class Reported:
 def _op_kind(step: Step) -> str:
     """A step's kind for `cause`: a full step and a bare plan fail alike (on the plan); T=1 is a decode."""
     op = str(step.get("op"))
+    if "case" in step:   # an op-face step: what the refused call broke (op_engine._case)
+        return f"{op} {step['case']}"
     if op in ("step", "plan"):
         T = step.get("T")
         return f"plan T={T!r}" if type(T) is not int or T < 1 else f"plan T={'1' if T == 1 else '>1'}"

@@ -164,7 +164,8 @@ def die_with_parent() -> None:
         pass
 
 
-LAYOUTS = ("sequence", "cell")    # the layouts a target may implement (PROTOCOL.md: hello's "layout")
+LAYOUTS = ("sequence", "cell", "op-contiguous", "op-cell")   # the layouts a target may implement (PROTOCOL.md)
+OP_LAYOUTS = ("op-contiguous", "op-cell")   # python: targets only: the op face passes tensors
 # The protocol's methods of each layout and their parameters (PROTOCOL.md, "Methods", "Cell methods");
 # a parameter in OPTIONAL_PARAMS may be left out (null).
 FACE_METHODS: dict[str, dict[str, tuple[str, ...]]] = {
@@ -175,6 +176,11 @@ FACE_METHODS: dict[str, dict[str, tuple[str, ...]]] = {
              "seq_clone": ("src", "upto"), "seq_rm": ("seq_id", "p0", "p1"), "seq_len": ("seq_id",),
              "next_pos": ("seq_id",), "free_cells": (), "used_end": (), "live": (), "can_extend": ("n",),
              "capacity": (), "clear": (), "faces": ()},
+    # the op face (spec/op_model.py; PROTOCOL.md, "Op-face targets"): upstream's method names, arguments in order
+    "op-contiguous": {"update_and_fetch": ("layer_id", "k", "v", "position"), "used": ("layer_id",), "reset": ()},
+    "op-cell": {"update_and_fetch": ("layer_id", "k", "v", "position"), "begin_step": ("seq_ids",),
+                "seq_cp": ("src", "dst", "upto"), "seq_rm": ("seq", "p0", "p1"), "seq_len": ("seq",),
+                "free_cells": (), "reset": ()},
 }
 OPTIONAL_PARAMS = ("upto", "p1")
 
@@ -277,6 +283,12 @@ class PythonTarget(Target):
             raise TargetError(f"{spec}: kvcache_layout is {self.layout!r}, not one of {LAYOUTS}")
         self.cache: Any = None
         self.issued: dict[str, Any] = {}   # plan JSON -> the target's own plan object
+        # an op-face factory gets the JSON config (it builds its own config object, so it validates it)
+        # and says which tensors it takes: "numpy" (the default) or "torch"
+        self.validates_configs = self.layout in OP_LAYOUTS
+        self.tensors = getattr(self.factory, "kvcache_tensors", "numpy")
+        if self.tensors not in ("numpy", "torch"):
+            raise TargetError(f"{spec}: kvcache_tensors is {self.tensors!r}, not 'numpy' or 'torch'")
 
     def create(self, cfg: JsonConfig) -> Outcome:
         kept = harness_handlers()
@@ -291,6 +303,9 @@ class PythonTarget(Target):
     def _create(self, cfg: JsonConfig) -> Outcome:
         self.cache, self.issued = None, {}
         try:
+            if self.layout in OP_LAYOUTS:
+                self.cache = self.factory(dict(cfg))
+                return Outcome(True)
             config = to_kvcache(cfg)
             # a cell config carries max_seqs (CELL-MAX-SEQS), handed over unchecked: the target checks it
             self.cache = self.factory(config, **({"max_seqs": cfg["max_seqs"]} if "max_seqs" in cfg else {}))
@@ -341,6 +356,10 @@ class PythonTarget(Target):
                 return Outcome(True, value)
             if method == "commit":
                 return Outcome(True, cache.commit(self._plan_object(args["plan"])))
+            if method == "update_and_fetch" and self.tensors == "torch":
+                import torch   # only a target that asks for torch tensors needs torch installed
+                args = {name: torch.from_numpy(value) if name in ("k", "v", "position") else value
+                        for name, value in args.items()}
             function = getattr(cache, method)
             names = FACE_METHODS[self.layout].get(method)   # by name: a replayed call's params are sorted
             return Outcome(True, function(*(args.values() if names is None else (args.get(n) for n in names))))
@@ -587,6 +606,9 @@ def parse_target(spec: str, timeout: float = 5.0, isolate: bool = False) -> Targ
         spec = "python:kvcache:SequenceCache"
     if spec.startswith("python:") and isolate:
         import sys
+        if PythonTarget(spec).layout in OP_LAYOUTS:   # the protocol speaks JSON; the op face passes tensors
+            raise TargetError(f"{spec}: --isolate does not serve an op-face target (its calls carry tensors, "
+                              "the protocol carries JSON): run it in process")
         return SubprocessTarget(f"cmd:{shlex.quote(sys.executable)} -m kvcache_spec.conformance.serve "
                                 f"{shlex.quote(spec)}", timeout=timeout)
     if spec.startswith("python:"):

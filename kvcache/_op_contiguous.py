@@ -1,0 +1,178 @@
+"""`ContiguousReferenceCache`: the op face (`update_and_fetch`) of one sequence over `SequenceCache`'s plans.
+
+The integer layout decides the rows: each call plans the layer's step with `SequenceCache.plan`, writes
+the step's K/V across the plan's write runs, commits, and returns the rows of the read runs in logical
+order with the mask of OP-ATTEND. Flat layers keep every row; a ring layer keeps a ring of
+`window + max_write - 1` rows when the config sets `max_write`, else its whole history (the window is then
+applied by the mask alone, as upstream's reference does). The byte layer is one numpy array per layer
+for K and one for V, [batch_size, n_kv_heads, rows, dim].
+
+Preconditions validate the caller's input, raise a typed `KVCacheError` naming the argument and the rule
+before anything changes (OP-ATOMIC), and stay enabled under `python -O`; postconditions and invariants
+check this implementation and follow `__debug__`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import icontract
+import numpy as np
+
+from ._cache import SequenceCache
+from ._errors import ArgumentValueError, KVCacheError, StepError
+from ._op_arrays import found, layer_error, to_kind, to_numpy
+from ._op_pools import KVPools, checked_step, fetch_contracts, step_positions_or_error
+from ._op_types import AttendSpec, CacheConfig, CacheSizing, attended_by_formula, layout_config, mask_of, \
+    spec_for, takes_op_config, validated
+from .backends.numpy_backend import rows_of
+
+
+@dataclass(frozen=True)
+class _OpenStep:
+    """A step that not every layer has served yet: its first position, positions and the layers served."""
+
+    start: int
+    positions: tuple[int, ...]
+    served: frozenset[int]
+
+
+@icontract.invariant(lambda self: all(0 <= self._used(layer) <= self.config.capacity
+                                     for layer in range(self.config.n_layers)), "OP-CAP: 0 <= used <= capacity")
+@icontract.invariant(lambda self: self._pools.within_depths(),
+                     "OP-CAP: a layer's K and V rows never exceed its depth (capacity; a kept ring's slots)")
+@icontract.invariant(lambda self: self._step is None or (
+    self._step.start + len(self._step.positions) == self._layout.length()
+    and 0 < len(self._step.served) < self.config.n_layers),
+                     "OP-STEP: an open step ends at the length and some layer has not served it yet")
+class ContiguousReferenceCache:
+    """One sequence's per-layer K/V history, appended in place (upstream's `ContiguousReferenceCache`).
+
+    A step is the tokens of one forward: it begins at the first layer served, and every layer of it takes
+    the same positions. Serving a layer the current step has already served begins the next step; a step
+    that not every layer served is then abandoned: its tokens leave every layer (OP-STEP).
+    """
+
+    @takes_op_config
+    def __init__(self, config: CacheConfig) -> None:
+        config = validated(config)  # OP-CONFIG: re-validated and copied; the caller's object cannot reach it later
+        self.config = config
+        self._ring_rows = config.max_write is not None
+        self._layout = SequenceCache(layout_config(config, ring_rows=self._ring_rows))
+        self._depth = tuple(self._layout.depth(layer) for layer in range(config.n_layers))
+        self._step: Optional[_OpenStep] = None
+        self._pools = KVPools(config, self._depth)
+
+    # --- queries ----------------------------------------------------------------------------------------
+
+    @icontract.require(lambda self, layer_id: layer_error(layer_id, self.config.n_layers) is None,
+                       "OP-ARGS: layer_id is an int in [0, n_layers)",
+                       error=lambda self, layer_id: found(layer_error(layer_id, self.config.n_layers)), enabled=True)
+    @icontract.ensure(lambda self, result: 0 <= result <= self.config.capacity, "OP-CAP: 0 <= used <= capacity")
+    def used(self, layer_id: int) -> int:
+        """The tokens layer `layer_id` holds: the positions [0, used) (a ring layer keeps fewer rows)."""
+        return self._used(layer_id)
+
+    def _used(self, layer_id: int) -> int:
+        step = self._step
+        if step is None:
+            return self._layout.length()
+        return step.start + len(step.positions) if layer_id in step.served else step.start
+
+    def _state(self) -> tuple[Any, ...]:
+        """Everything a later call can observe, as values (the tests' before/after snapshots)."""
+        return self._layout._state(), self._step, self._pools.snapshot()
+
+    # --- validation (before anything changes) -----------------------------------------------------------
+
+    def _fetch_error(self, layer_id: Any, k: Any, v: Any, position: Any) -> Optional[KVCacheError]:
+        """OP-ARGS, OP-POS, OP-STEP, OP-CAP: the error of an update_and_fetch call, else None."""
+        positions = step_positions_or_error(self.config, layer_id, k, v, position)
+        if isinstance(positions, KVCacheError):
+            return positions
+        step = self._step
+        if step is not None and layer_id not in step.served:
+            if tuple(positions) != step.positions:
+                return StepError("OP-STEP", "position", "must be the positions every other layer of this step took",
+                                 positions=positions, step=list(step.positions), layer_id=layer_id)
+            return None
+        held = step.start if step is not None else self._layout.length()  # a new step abandons the open one
+        return self._new_step_error(positions, held)
+
+    def _new_step_error(self, positions: list[int], held: int) -> Optional[KVCacheError]:
+        """OP-POS, OP-CAP, STEP-T-MAX: a new step continues the `held` tokens with no gap and fits."""
+        first, q_len = positions[0], len(positions)
+        if first < held:
+            return StepError("OP-POS", "position", "re-places a position this sequence already holds (or an older "
+                                                   "one): a query would find two tokens at one position",
+                             first=first, held=held)
+        if first > held:
+            return StepError("OP-POS", "position", "leaves a gap: a contiguous step starts at the tokens held",
+                             first=first, held=held)
+        if positions != list(range(first, first + q_len)):
+            return StepError("OP-POS", "position", "must be consecutive: a contiguous row index is its position",
+                             positions=positions)
+        if held + q_len > self.config.capacity:
+            return ArgumentValueError("OP-CAP", "k", "the step does not fit: tokens held + q_len > capacity",
+                                      held=held, q_len=q_len, capacity=self.config.capacity)
+        max_write = self.config.max_write
+        if self._ring_rows and max_write is not None and q_len > max_write:
+            return ArgumentValueError("STEP-T-MAX", "k", "a step writes at most max_write tokens when ring "
+                                                         "layers keep only their ring", q_len=q_len,
+                                      max_write=max_write)
+        return None
+
+    # --- the op face ------------------------------------------------------------------------------------
+
+    @fetch_contracts("OP-ARGS, OP-POS, OP-STEP, OP-CAP, OP-ATOMIC: a valid step for this layer, checked before "
+                     "anything changes")
+    @icontract.ensure(lambda self, layer_id, position, result: np.array_equal(
+        mask_of(result[2], len(to_numpy(position)), to_numpy(result[0]).shape[2]),
+        attended_by_formula([int(p) for p in to_numpy(position).reshape(-1)],
+                            range(self._used(layer_id) - to_numpy(result[0]).shape[2], self._used(layer_id)),
+                            self.config.window(layer_id))),
+                      "OP-ATTEND: the rows are the newest positions held; a query attends exactly those at or "
+                      "before it, inside its window")
+    @icontract.ensure(lambda self, layer_id, position: self._used(layer_id) == int(to_numpy(position)[-1, 0]) + 1,
+                      "OP-POS: the layer holds the positions up to the step's last")
+    def update_and_fetch(self, layer_id: int, k: Any, v: Any, position: Any) -> tuple[Any, Any, AttendSpec]:
+        """Write the step's K/V on layer `layer_id`; return (k_hist, v_hist, spec) (OP-HIST, OP-MASK).
+
+        k [B, Hkv, q_len, D], v [B, Hkv, q_len, Dv], position [q_len, 1] ints: the positions `used(layer_id)`
+        onwards (OP-POS). numpy arrays or torch tensors; the answer has k's kind.
+        """
+        config = self.config
+        k_values, v_values, positions, kind = checked_step(config, layer_id, k, v, position)
+        step = self._step
+        if step is not None and layer_id in step.served:
+            self._abandon()
+            step = None
+        first, q_len = positions[0], len(positions)
+        plan = self._layout.plan(layer_id, first, q_len)
+        assert plan is not None  # OP-CAP was checked
+        self._pools.write(layer_id, rows_of(plan.write), k_values, v_values)
+        self._layout.commit(plan)
+        served = frozenset({layer_id}) if step is None else step.served | {layer_id}
+        self._step = None if len(served) == config.n_layers else _OpenStep(first, tuple(positions), served)
+        k_hist, v_hist = self._pools.read(layer_id, rows_of(plan.read))
+        mask = attended_by_formula(positions, range(plan.read_base_pos, plan.end), config.window(layer_id))
+        return to_kind(k_hist, kind), to_kind(v_hist, kind), spec_for(mask, kind)
+
+    def _abandon(self) -> None:
+        """OP-STEP: the open step's tokens leave every layer (rows past the length are never read again)."""
+        step = self._step
+        if step is not None:
+            rewound = self._layout.rewind(step.start)
+            assert rewound  # a step's own start is always a sound rewind target (REWIND-SOUND)
+            self._step = None
+
+    @icontract.ensure(lambda self: all(self._used(layer) == 0 for layer in range(self.config.n_layers)),
+                      "OP-STEP: after reset no layer holds a token")
+    def reset(self) -> None:
+        """Forget every token (and an open step); DYNAMIC sizing also frees the rows."""
+        self._layout.clear()
+        self._step = None
+        if self.config.sizing is CacheSizing.DYNAMIC:
+            self._pools.reset()
+

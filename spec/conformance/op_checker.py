@@ -1,0 +1,126 @@
+"""An exhaustive checker of an op-face target over a small configuration: every program up to a depth.
+
+Where the suite samples programs, this explores them all: breadth first over a small alphabet of
+steps (forwards of one or two sequences, a step stopped partway, forks, removals, reset, and the
+malformed calls of OP-POS, OP-FORK and OP-STEP), each program run on a fresh cache by the op engine
+(every query's attended tokens checked, every observation compared with the op model). Two programs
+that leave the op model in the same state - the same tokens, up to their numbering, and the same
+step in progress - have the same future on a conforming target, so only the first is extended: the
+state space is searched, not the program tree. A depth bound is stated, not hidden: the result says
+how many states and programs it checked, and how many states it left unexpanded at the bound.
+
+    python -m kvcache_spec.conformance.op_checker --target python:kvcache_spec.conformance.op_targets:cell
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Hashable, Optional
+
+from .. import op_model
+from .engine import Finding, Step
+from .op_engine import OpEngine
+from .op_programs import HUGE, RESET, at, begin, cp, fetch, op_config, rm
+from .targets import PythonTarget, Target
+
+# Small configurations: two layers (so a step can stop partway), a flat and a windowed layer.
+CHECK_CONFIGS = {
+    "op-cell": op_config(3, (0, 2)),
+    "op-contiguous": op_config(3, (0, 2)),
+}
+
+
+def alphabet(kind: str, cfg: dict[str, Any]) -> list[Step]:
+    """The steps a program is made of: each layer with next positions, and the calls around them."""
+    layers = [fetch(layer) for layer in range(cfg["n_layers"])]
+    if kind == "op-contiguous":
+        return layers + [fetch(0, 2), at(0, [0]), at(0, [-1]), RESET]
+    return layers + [begin(0), begin(1), begin(0, 1), begin(0, 0), begin(0, 0, 0), cp(0, 1), cp(1, 0, 1), rm(0), rm(1, 1),
+                     at(0, [0]), at(0, [HUGE]), RESET]
+
+
+def state_key(model: op_model.OpModel) -> Hashable:
+    """The op model's state up to the numbering of tokens: what each sequence holds, and the open step."""
+    owners: dict[int, set[int]] = {}
+    positions: dict[int, int] = {}
+    for seq, tokens in model.held.items():
+        for uid, pos in tokens.items():
+            owners.setdefault(uid, set()).add(seq)
+            positions[uid] = pos
+    held = tuple(sorted((positions[uid], tuple(sorted(seqs))) for uid, seqs in owners.items()))
+    step = model.step
+    open_step = None if step is None else (step.seqs, step.positions, tuple(sorted(step.served)))
+    return held, open_step
+
+
+@dataclass
+class CheckResult:
+    target: str
+    layout: str
+    depth: int
+    states: int = 0
+    programs: int = 0
+    unexpanded: int = 0            # states reached at the depth bound, not extended
+    # the first (so a shortest) program of each (class, rule) found; a failing program is not extended
+    findings: dict[tuple[str, str], tuple[Finding, list[Step]]] = field(default_factory=dict)
+
+    def summary(self) -> dict[str, Any]:
+        return {"target": self.target, "layout": self.layout, "depth": self.depth, "states": self.states,
+                "programs": self.programs, "unexpanded_at_bound": self.unexpanded,
+                "verdict": "no finding" if not self.findings else f"{len(self.findings)} kinds of finding",
+                "findings": [{"class": f.kind, "rule": f.rule, "message": f.message, "steps": steps}
+                             for f, steps in self.findings.values()]}
+
+
+def check(target: Target, depth: int, cfg: Optional[dict[str, Any]] = None) -> CheckResult:
+    """Every program of at most `depth` steps over the alphabet, states deduplicated. Programs are explored
+    shortest first, so the program kept for each (class, rule) is a shortest one over this alphabet."""
+    layout = target.layout
+    cfg = cfg or CHECK_CONFIGS[layout]
+    kind = op_model.CELL if layout == "op-cell" else op_model.CONTIGUOUS
+    result = CheckResult(target.name, layout, depth)
+    letters = alphabet(layout, cfg)
+    seen: set[Hashable] = set()
+    frontier: deque[list[Step]] = deque([[]])
+    while frontier:
+        prefix = frontier.popleft()
+        for letter in letters:
+            program = prefix + [letter]
+            engine = OpEngine(target, cfg, kind)
+            run = engine.run(program)
+            result.programs += 1
+            if run.finding is not None:
+                result.findings.setdefault(run.finding.key(), (run.finding, run.steps))
+                continue
+            key = state_key(engine.model)
+            if key in seen:
+                continue
+            seen.add(key)
+            result.states += 1
+            if len(program) < depth:
+                frontier.append(program)
+            else:
+                result.unexpanded += 1
+    return result
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m kvcache_spec.conformance.op_checker", description=__doc__.split("\n")[0])
+    parser.add_argument("--target", required=True, help="python:MODULE:FACTORY of an op-face target")
+    parser.add_argument("--depth", type=int, default=4)
+    args = parser.parse_args(argv)
+    target = PythonTarget(args.target)
+    if target.layout not in CHECK_CONFIGS:
+        print(f"{args.target}: layout {target.layout!r} is not an op-face layout", file=sys.stderr)
+        return 2
+    result = check(target, args.depth)
+    print(json.dumps(result.summary(), indent=1))
+    return 0 if not result.findings else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

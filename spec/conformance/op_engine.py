@@ -1,0 +1,460 @@
+"""The op-face engine: runs a program on an `update_and_fetch` target and on the op model, in lockstep.
+
+Each step's K and V are *labelled*: every element written for (token uid, layer, batch row, head, dim)
+is an exactly representable float32 integer that names all five, and K differs from V. So what a
+query attends is read off the answer exactly, not within a tolerance: for each query i of the step,
+each batch row and head, the rows its AttendSpec lets it attend (OP-MASK), then the labels found in
+k_hist and v_hist there. That multiset of tokens must be the model's (OP-ATTEND), each row's K and V
+must be one token's, written on this layer, for this batch row and head.
+
+Grading is the sequence engine's (engine.py): a refused call the spec serves is over-strict, an
+accepted call the spec refuses is lenient, a wrong answer or an observation that disagrees is wrong,
+a target that dies is a crash. After every call the engine observes what the face lets a caller see
+(contiguous: used(layer) of every layer; cell: seq_len of every sequence in play and free_cells), so
+a refusal that changed state is caught where it happens (OP-ATOMIC), not steps later.
+
+A target whose declared scope leaves out `positions`, `steps` or `declarations` (scope.py) is not
+judged on a step whose refusal or effect only those features define: the program ends there unjudged,
+and the run says so in its skipped notes.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import numpy as np
+
+from .. import op_model
+from . import scope as scopes
+from .configs import JsonConfig, describe
+from .engine import CRASH, LENIENT, OVER_STRICT, WRONG, Finding, RunResult, Step, Stop
+from .targets import Outcome, Target, TargetCrash
+
+LABEL_LIMIT = 1 << 24   # float32 holds every integer below it exactly
+# What this process's op engines checked: queries (one per query token, batch row and head of an answer).
+# A measure for throughput (README, "Upstream findings"), read by whoever runs the suite.
+CHECKED = {"queries": 0, "answers": 0}
+
+
+class Labels:
+    """The label of each element: 1 + a mixed-radix number of (uid, layer, batch, head, dim, is_v)."""
+
+    def __init__(self, cfg: op_model.OpConfig) -> None:
+        # one more than each valid value, so a malformed step (a head too many, a wider V) still gets labels
+        self.radix = (cfg.n_layers + 1, cfg.batch_size + 1, cfg.n_kv_heads + 1,
+                      max(cfg.head_dim, cfg.v_head_dim) + 1)
+
+    def array(self, uids: list[int], layer: int, shape: tuple[int, ...], is_v: int) -> np.ndarray:
+        """[B, H, q, W] labels for the step's tokens `uids` (uid -1 pads a row past them)."""
+        L, B, H, W = self.radix
+        b = np.arange(shape[0]).reshape(-1, 1, 1, 1) % B
+        h = np.arange(shape[1]).reshape(1, -1, 1, 1) % H
+        u = np.array([(uids[i] if i < len(uids) else -1) for i in range(shape[2])], dtype=np.int64).reshape(1, 1, -1, 1)
+        d = np.arange(shape[3]).reshape(1, 1, 1, -1) % W
+        value = 1 + ((((u * L + layer % L) * B + b) * H + h) * W + d) * 2 + is_v
+        value = np.where(u < 0, 0, value)
+        return value.astype(np.float32)
+
+    def uid_of(self, values: np.ndarray, layer: int, b: int, h: int, is_v: int) -> np.ndarray:
+        """Per row of values [rows, W]: the uid whose full label vector it holds, or -1."""
+        L, B, H, W = self.radix
+        first = values[:, 0].astype(np.int64) - 1 if values.shape[1] else np.full(values.shape[0], -1)
+        uid = first // (2 * W * H * B * L)
+        expected = 1 + ((((uid.reshape(-1, 1) * L + layer) * B + b) * H + h) * W + np.arange(values.shape[1])) * 2 + is_v
+        ok = (uid >= 0) & np.all(values == expected.astype(np.float32), axis=1) & (values[:, 0] >= 1)
+        return np.where(ok, uid, -1)
+
+
+def as_array(value: Any) -> np.ndarray:
+    """A numpy array from a numpy array or a torch tensor (torch is never imported here)."""
+    if hasattr(value, "detach") and hasattr(value, "cpu"):
+        value = value.detach().cpu().numpy()
+    return np.asarray(value)
+
+
+def mask_kind(spec: Any) -> str:
+    """An AttendSpec's kind as 'NONE' / 'CAUSAL' / 'EXPLICIT' (an enum member, its value or a string)."""
+    kind = getattr(spec, "kind", None)
+    name = getattr(kind, "name", None)
+    return str(name if isinstance(name, str) else kind).upper()
+
+
+class OpEngine:
+    """One program on one op-face target; a fresh cache per program."""
+
+    def __init__(self, target: Target, cfg: JsonConfig, kind: str, scope: Optional[scopes.Scope] = None,
+                 nested: bool = False) -> None:
+        self.target, self.cfg, self.kind, self.nested = target, cfg, kind, nested
+        self.program: list[Step] = []
+        made = op_model.make_config(cfg, kind)
+        self.rejected_config = made if isinstance(made, op_model.Rejected) else None
+        self.mcfg = made if isinstance(made, op_model.OpConfig) else \
+            op_model.OpConfig(kind, 1, (0,), 1, 1, 1, 1, 1)
+        self.model = op_model.OpModel(self.mcfg)
+        self.labels = Labels(self.mcfg)
+        self.scope = scope
+        self.outside: frozenset[str] = frozenset()
+        self.result = RunResult(None, [])
+        self.index = -1
+        self.next_uid = 0
+        self.refused_at: Optional[int] = None   # the step of the last refused call
+        self.current: Optional[Step] = None     # the step running, with its concrete arguments
+        self.declared: tuple[int, ...] = ()     # the owners of the last accepted begin_step
+
+    # --- helpers -----------------------------------------------------------------------------------
+    def _fail(self, kind: str, rule: str, message: str) -> Stop:
+        return Stop(Finding(kind, rule, message, self.index))
+
+    def _features(self) -> frozenset[str]:
+        return (self.scope or self.target.scope).features
+
+    def _call(self, method: str, args: dict[str, Any], rule: str) -> Outcome:
+        self.result.calls += 1
+        try:
+            outcome = self.target.call(method, args)
+        except TargetCrash as crash:
+            raise self._fail(CRASH, rule, f"{method}({_show(args)}): {crash}") from None
+        self.result.exercised.add(rule)
+        return outcome
+
+    # --- creation ----------------------------------------------------------------------------------
+    def start(self) -> bool:
+        """Create the cache; False when the program has nothing more to run (a config refused as it must be)."""
+        self.result.calls += 1
+        try:
+            created = self.target.create(self.cfg)
+        except TargetCrash as crash:
+            raise self._fail(CRASH, "OP-CONFIG", f"create({describe(self.cfg)}): {crash}") from None
+        if self.rejected_config is not None:
+            rule = self.rejected_config.rule
+            self.result.exercised.add(rule)
+            if created.ok:
+                raise self._fail(LENIENT, rule, f"create accepted a config the spec rejects ({rule}: "
+                                                f"{self.rejected_config.why})")
+            return False
+        self.outside = (self.scope or self.target.scope).missing(self.cfg)
+        if self.outside and not created.ok:
+            self.outside = frozenset()
+            return False
+        if not created.ok:
+            raise self._fail(OVER_STRICT, "OP-CONFIG", f"create refused a valid config: {created.error}")
+        self.result.created = True
+        self.result.exercised.add("OP-CONFIG")
+        self.observe("after create", "OP-CONFIG")
+        return True
+
+    # --- observations ------------------------------------------------------------------------------
+    def observe(self, when: str, rule: str) -> None:
+        """What the face lets a caller see must be the model's: used(layer) / seq_len, free_cells."""
+        if self.kind == op_model.CONTIGUOUS:
+            for layer in range(self.mcfg.n_layers):
+                got = self._call("used", {"layer_id": layer}, rule)
+                want = self.model.used(layer)
+                if not got.ok or not _is_count(got.value) or got.value != want:
+                    raise self._fail(WRONG, rule, f"{when}: used({layer}) is "
+                                                  f"{got.value if got.ok else got.error!r}, the model holds {want}")
+            return
+        for seq in self.model.seqs_in_play():
+            got = self._call("seq_len", {"seq": seq}, rule)
+            want = self.model.seq_len(seq)
+            if not got.ok or not _is_count(got.value) or got.value != want:
+                raise self._fail(WRONG, rule, f"{when}: seq_len({seq}) is {got.value if got.ok else got.error!r}, "
+                                              f"sequence {seq} holds {want} tokens")
+        got = self._call("free_cells", {}, rule)
+        want = self.model.free_cells()
+        if not got.ok or not _is_count(got.value) or got.value != want:
+            raise self._fail(WRONG, rule, f"{when}: free_cells() is {got.value if got.ok else got.error!r}, "
+                                          f"{want} cells are free")
+
+    # --- the program -------------------------------------------------------------------------------
+    def run(self, program: list[Step]) -> RunResult:
+        self.program = program
+        try:
+            if self.start():
+                for self.index, step in enumerate(program):
+                    concrete = self.run_step(step)
+                    if concrete is None:   # a step outside the declared scope: the rest is not judged
+                        break
+                    self.result.steps.append(concrete)
+        except _Unjudged:
+            pass
+        except Stop as stop:
+            self.result.finding = self._after_refusal(stop.finding)
+            if self.current is not None and stop.finding.step_index == len(self.result.steps):
+                self.result.steps.append(self.current)   # the failing step, concrete
+        if self.outside:
+            self.result.finding = self.border_finding(self.result.finding, len(program))
+        return self.result
+
+    def _after_refusal(self, finding: Finding) -> Finding:
+        """OP-ATOMIC: a finding on a call served after a refused one is the refusal's doing when the same
+        program without the (last) refused step is served as the spec says (a second run, on a fresh cache)."""
+        refused = self.refused_at
+        if refused is None or self.nested or finding.kind not in (WRONG, OVER_STRICT) or \
+                finding.step_index <= refused:
+            return finding
+        without = self.program[:refused] + self.program[refused + 1:finding.step_index + 1]
+        again = OpEngine(self.target, self.cfg, self.kind, self.scope, nested=True).run(without)
+        self.result.calls += again.calls
+        if again.finding is not None:
+            return finding
+        return Finding(finding.kind, "OP-ATOMIC", f"{finding.message} - and without the refused call of step "
+                                                  f"{refused} this call is served as the spec says: that refusal "
+                                                  "changed the cache", finding.step_index)
+
+    def border_finding(self, finding: Optional[Finding], end: int) -> Finding:
+        head = (f"create({describe(self.cfg)}) needs {', '.join(sorted(self.outside))}, outside the declared scope, "
+                f"and the target accepted it")
+        if finding is None:
+            return Finding(LENIENT, scopes.BORDER_RULE, f"{head}; it answered as the spec on {end} steps", end)
+        if finding.kind == CRASH:
+            return Finding(CRASH, scopes.BORDER_RULE, f"{head}, then: {finding.message}", finding.step_index)
+        return Finding(WRONG, scopes.BORDER_RULE, f"{head}, and serves it another way: {finding.kind} "
+                                                  f"{finding.rule}: {finding.message}", finding.step_index)
+
+    def _excused(self, feature: str, what: str) -> bool:
+        if feature and feature not in self._features():
+            self.result.skipped.add(f"scope: programs past {what} not judged: the target's scope leaves out "
+                                    f"{feature!r} ({scopes.OP_FEATURES[feature]})")
+            return True
+        return False
+
+    def run_step(self, step: Step) -> Optional[Step]:
+        op = step["op"]
+        self.current = dict(step)
+        if op == "fetch":
+            return self.fetch(step)
+        if op == "reset":
+            self.model.reset()
+            self._accepted("reset", {}, "OP-STEP")
+            return dict(step)
+        verdicts = {"begin": ("begin_step", {"seq_ids": step.get("seqs")}, "OP-STEP"),
+                    "cp": ("seq_cp", {"src": step.get("src"), "dst": step.get("dst"), "upto": step.get("upto")},
+                           "OP-FORK"),
+                    "rm": ("seq_rm", {"seq": step.get("seq"), "p0": step.get("p0"), "p1": step.get("p1")}, "OP-RM")}
+        method, args, rule = verdicts[op]
+        before = self.model.abandoned
+        if op == "begin":
+            rejected = self.model.begin_step(args["seq_ids"])
+            if rejected is None:
+                self.declared = tuple(args["seq_ids"] or ())
+        elif op == "cp":
+            rejected = self.model.seq_cp(args["src"], args["dst"], args["upto"])
+        else:
+            rejected = self.model.seq_rm(args["seq"], args["p0"], args["p1"])
+        if rejected is not None:
+            self._refused(method, args, rejected, dict(step))
+            return dict(step)
+        self._accepted(method, args, "OP-STEP" if self.model.abandoned != before else rule)
+        return dict(step)
+
+    def _accepted(self, method: str, args: dict[str, Any], rule: str) -> None:
+        """A call the spec serves: the target must serve it, then its observations must be the model's."""
+        got = self._call(method, args, rule)
+        if not got.ok or got.value is False:
+            self._over_strict(method, args, rule, got)
+        self.observe(f"after {method}({_show(args)})", rule)
+
+    def _over_strict(self, method: str, args: dict[str, Any], rule: str, got: Outcome) -> None:
+        raise self._fail(OVER_STRICT, rule, f"{method}({_show(args)}) refused a call the spec serves: {got.error}")
+
+    def _refused(self, method: str, args: dict[str, Any], rejected: op_model.Rejected, concrete: Step) -> None:
+        """A call the spec refuses: the target must refuse it and change nothing."""
+        concrete["case"] = _case(rejected)
+        self.current = concrete
+        # a refusal only a feature outside the scope defines: the target's own semantics take over here,
+        # and the model cannot follow them, so the rest of the program is not judged (accepted or refused)
+        if self._excused(rejected.feature, f"a refusal only the {rejected.feature!r} feature defines"):
+            raise _Unjudged()
+        got = self._call(method, args, rejected.rule)
+        if got.ok and got.value is not False:
+            raise self._fail(LENIENT, rejected.rule, f"{method}({_show(args)}) accepted a call the spec refuses "
+                                                     f"({rejected.rule}: {rejected.why})")
+        self.refused_at = self.index
+        self.result.exercised.add("OP-ATOMIC")
+        self.observe(f"after the refused {method}({_show(args)})", "OP-ATOMIC")
+
+    # --- update_and_fetch --------------------------------------------------------------------------
+    def _positions(self, step: Step) -> list[Any]:
+        if "positions" in step:
+            return list(step["positions"])
+        model, layer = self.model, step.get("layer")
+        pending = model.step
+        if self.kind == op_model.CONTIGUOUS:
+            if pending is not None and pending.positions is not None and layer not in pending.served \
+                    and len(pending.positions) == step.get("n", 1):
+                return list(pending.positions)
+            held = len(model.held.get(0, {}))
+            return list(range(held, held + int(step.get("n", 1))))
+        if pending is not None and pending.positions is not None:
+            return list(pending.positions)
+        # the open declaration's owners; with none open (dropped by a verb), the last one's: the step then
+        # means what a target that kept the declaration would serve
+        seqs = pending.seqs if pending is not None else self.declared
+        if not seqs:
+            return list(range(int(step.get("n", 1))))
+        newest = {seq: max(model.held.get(seq, {}).values(), default=-1) for seq in set(seqs)}
+        out = []
+        for seq in seqs:
+            newest[seq] += 1
+            out.append(newest[seq])
+        return out
+
+    def fetch(self, step: Step) -> Optional[Step]:
+        layer = step.get("layer")
+        positions = self._positions(step)
+        concrete: Step = {"op": "fetch", "layer": layer, "positions": positions}
+        if step.get("bad"):
+            concrete["bad"] = step["bad"]
+        self.current = concrete
+        cfg, bad = self.mcfg, step.get("bad")
+        q = len(positions)
+        k_shape = [cfg.batch_size, cfg.n_kv_heads, q, cfg.head_dim]
+        v_shape = [cfg.batch_size, cfg.n_kv_heads, q, cfg.v_head_dim]
+        pos_shape = [q, 1]
+        if bad == "v_width":
+            v_shape[3] = cfg.head_dim if cfg.v_head_dim != cfg.head_dim else cfg.v_head_dim + 1
+        elif bad == "v_len":
+            v_shape[2] += 1
+        elif bad == "k_heads":
+            k_shape[1] += 1
+            v_shape[1] += 1
+        elif bad == "batch":
+            k_shape[0] += 1
+            v_shape[0] += 1
+        elif bad == "pos_cols":
+            pos_shape[1] = 2
+        elif bad == "pos_len":
+            pos_shape[0] += 1
+        pending = self.model.step
+        continuing = pending is not None and pending.positions is not None and layer not in pending.served and \
+            (self.kind == op_model.CELL or len(pending.uids) == q)
+        uids = list(pending.uids) if continuing and pending is not None else \
+            list(range(self.next_uid, self.next_uid + max(q, v_shape[2])))
+        if not continuing:
+            self.next_uid += max(q, v_shape[2])
+        layer_label = layer if type(layer) is int and 0 <= layer < cfg.n_layers else cfg.n_layers
+        k = self.labels.array(uids, layer_label, tuple(k_shape), 0)
+        v = self.labels.array(uids, layer_label, tuple(v_shape), 1)
+        pos_values = [p if type(p) is int else 0 for p in positions]
+        position = np.zeros(pos_shape, dtype=np.int64)
+        position[:q, 0] = pos_values[:pos_shape[0]]
+        if pos_shape[0] > q:
+            position[q:, 0] = (max(pos_values, default=-1) + 1)
+        shapes = op_model.Shapes(tuple(k_shape), tuple(v_shape), tuple(pos_shape))
+        before = self.model.abandoned
+        verdict = self.model.fetch(layer, shapes, positions, uids[:q])
+        args = {"layer_id": layer, "k": k, "v": v, "position": position}
+        if isinstance(verdict, op_model.Rejected):
+            self._refused("update_and_fetch", args, verdict, concrete)
+            return concrete
+        if self.model.abandoned != before and self._excused("steps", "a step abandoned partway"):
+            return None
+        got = self._call("update_and_fetch", args, "OP-ATTEND")
+        if not got.ok:
+            self._over_strict("update_and_fetch", args, "OP-ATTEND", got)
+        assert type(layer) is int   # the model served it (OP-ARGS)
+        self.check_answer(got.value, layer, verdict)
+        self.observe(f"after update_and_fetch(layer {layer}, positions {positions})", "OP-STEP")
+        return concrete
+
+    def check_answer(self, value: Any, layer: int, attends: list[list[int]]) -> None:
+        """OP-HIST, OP-MASK, OP-ATTEND on one update_and_fetch answer."""
+        cfg = self.mcfg
+        try:
+            k_value, v_value, spec = value
+        except (TypeError, ValueError):
+            raise self._fail(WRONG, "OP-HIST", f"update_and_fetch answered {type(value).__name__}, "
+                                               "not (k_hist, v_hist, spec)") from None
+        k_hist, v_hist = as_array(k_value), as_array(v_value)
+        q = len(attends)
+        rows = k_hist.shape[2] if k_hist.ndim == 4 else -1
+        want_k = (cfg.batch_size, cfg.n_kv_heads, rows, cfg.head_dim)
+        want_v = (cfg.batch_size, cfg.n_kv_heads, rows, cfg.v_head_dim)
+        if k_hist.shape != want_k or v_hist.shape != want_v or k_hist.dtype != np.float32 or \
+                v_hist.dtype != np.float32:
+            raise self._fail(WRONG, "OP-HIST", f"k_hist {list(k_hist.shape)} {k_hist.dtype}, v_hist "
+                                               f"{list(v_hist.shape)} {v_hist.dtype}: not [B, Hkv, rows, D] / "
+                                               f"[B, Hkv, rows, Dv] float32 = {list(want_k)} / {list(want_v)}")
+        self.result.exercised.add("OP-HIST")
+        kind = mask_kind(spec)
+        if kind == "NONE":
+            allowed = np.ones((q, rows), dtype=bool)
+        elif kind == "CAUSAL":
+            if rows != q:
+                raise self._fail(WRONG, "OP-MASK", f"CAUSAL over {q} queries and {rows} rows: torch's is_causal is "
+                                                   "upper-left aligned and would hide the history")
+            allowed = np.tril(np.ones((q, rows), dtype=bool))
+        elif kind == "EXPLICIT":
+            mask = as_array(getattr(spec, "mask", None))
+            if mask.dtype != np.bool_ or mask.shape != (q, rows):
+                raise self._fail(WRONG, "OP-MASK", f"EXPLICIT mask {list(mask.shape)} {mask.dtype}, not bool "
+                                                   f"[{q}, {rows}]")
+            allowed = mask
+        else:
+            raise self._fail(WRONG, "OP-MASK", f"AttendSpec kind {kind!r} is not NONE, CAUSAL or EXPLICIT")
+        self.result.exercised.add("OP-MASK")
+        for b in range(cfg.batch_size):
+            for h in range(cfg.n_kv_heads):
+                k_uids = self.labels.uid_of(k_hist[b, h], layer, b, h, 0)
+                v_uids = self.labels.uid_of(v_hist[b, h], layer, b, h, 1)
+                for i in range(q):
+                    seen = np.flatnonzero(allowed[i])
+                    for row in seen:
+                        if k_uids[row] < 0 or v_uids[row] != k_uids[row]:
+                            raise self._fail(WRONG, "OP-ATTEND", f"query {i} (batch {b}, head {h}) attends row {row}, "
+                                                                 f"whose K {_row(k_hist[b, h, row])} / V "
+                                                                 f"{_row(v_hist[b, h, row])} are not one token's, "
+                                                                 f"written on layer {layer} for this batch row and head")
+                    got = sorted(int(u) for u in k_uids[seen])
+                    if got != attends[i]:
+                        raise self._fail(WRONG, "OP-ATTEND", f"query {i} (batch {b}, head {h}) attends tokens {got}, "
+                                                             f"the spec says {attends[i]} (token numbers in the order "
+                                                             f"written)")
+        self.result.exercised.add("OP-ATTEND")
+        CHECKED["queries"] += q * cfg.batch_size * cfg.n_kv_heads
+        CHECKED["answers"] += 1
+        if cfg.batch_size > 1:
+            self.result.exercised.add("OP-BATCH")   # batch rows kept apart
+
+
+class _Unjudged(Exception):
+    """The target's declared scope excuses this step: the program ends here unjudged."""
+
+
+def _case(rejected: op_model.Rejected) -> str:
+    """A short name for what a refused call broke (the suite's causes tell findings apart by it)."""
+    if rejected.case:
+        return f"{rejected.rule} {rejected.case}"
+    why = rejected.why
+    for word in ("re-placed", "not an int in", "differ", "declared", "twice", "no step", "src == dst",
+                 "holds", "continue", "is not None or", "shape", "q_len", "not [", "free cells", "capacity"):
+        if word in why:
+            return f"{rejected.rule} {word}"
+    return rejected.rule
+
+
+def _is_count(value: Any) -> bool:
+    return type(value) is int and value >= 0
+
+
+def _row(values: np.ndarray) -> str:
+    return "[" + ", ".join(f"{x:g}" for x in values[:4]) + (", ...]" if len(values) > 4 else "]")
+
+
+def _show(args: dict[str, Any]) -> str:
+    parts = []
+    for name, value in args.items():
+        if isinstance(value, np.ndarray):
+            parts.append(f"{name}={list(value.shape)}" if name != "position" else
+                         f"position={value[:, 0].tolist() if value.ndim == 2 else value.tolist()}")
+        else:
+            parts.append(f"{name}={value!r}")
+    return ", ".join(parts)
+
+
+def run_op_program(target: Target, cfg: JsonConfig, program: list[Step], exact: bool = False,
+                   scope: Any = None, row_budget: Optional[int] = None, kind: str = op_model.CONTIGUOUS) -> RunResult:
+    return OpEngine(target, cfg, kind, scope).run(program)
+
+

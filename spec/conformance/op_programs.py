@@ -1,0 +1,226 @@
+"""Op-face programs: the suite's configurations for the two op layouts, edge and random programs.
+
+Programs are JSON step lists (spec/PROTOCOL.md, "Op-face programs"):
+
+- {"op": "fetch", "layer": L, "n": q}: update_and_fetch on layer L with the next positions (the step's
+  own when the step already has them, else the sequence's next ones); {"positions": [...]} instead of
+  "n" gives them explicitly; "bad": "v_width" | "v_len" | "k_heads" | "batch" | "pos_cols" | "pos_len"
+  hands over a malformed shape (OP-ARGS);
+- begin(...), {"op": "cp", "src", "dst", "upto"}, {"op": "rm", "seq", "p0", "p1"}:
+  the cell cache's begin_step, seq_cp, seq_rm; {"op": "reset"}.
+
+"Next" positions are resolved against the model when the step runs, so a program the shrinker cut
+still means a well-formed step where it meant one; `RunResult.steps` holds the concrete positions.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any, Optional
+
+from .configs import JsonConfig, config, layer
+from .engine import Step
+
+HUGE = 2**31 - 1   # one past the largest position (OP-POS)
+BAD_SHAPES = ("v_width", "v_len", "k_heads", "batch", "pos_cols", "pos_len")
+
+
+def op_config(capacity: int, windows: tuple[int, ...] = (0,), n_layers: Optional[int] = None, heads: int = 1,
+              head_dim: int = 2, v_head_dim: Optional[int] = None, batch: int = 1,
+              sizing: str = "dynamic") -> JsonConfig:
+    """A JSON op config; the layer entries repeat the shape so the shared shrinker can read them."""
+    layers = [layer("ring" if w else "flat", w, heads, head_dim) for w in windows]
+    return {**config(capacity, layers, n_layers), "n_kv_heads": heads, "head_dim": head_dim,
+            "v_head_dim": head_dim if v_head_dim is None else v_head_dim, "batch_size": batch, "sizing": sizing}
+
+
+CONTIGUOUS_CONFIGS: tuple[JsonConfig, ...] = (
+    op_config(8, (0,), n_layers=2),
+    op_config(6, (0,), sizing="static"),
+    op_config(10, (3, 0)),                                   # a window and a flat layer
+    op_config(8, (0,), n_layers=2, heads=2, batch=2),        # batch rows and heads
+    op_config(6, (1,), sizing="static"),                     # window 1
+    op_config(8, (0,), n_layers=2, v_head_dim=3),            # MLA: a value width of its own
+)
+CELL_CONFIGS: tuple[JsonConfig, ...] = (
+    op_config(8, (0,), n_layers=2),
+    op_config(4, (0,), sizing="static"),
+    op_config(12, (0, 2)),                                   # mixed windows
+    op_config(10, (3,), heads=2),
+    op_config(8, (0,), n_layers=2, v_head_dim=3, sizing="static"),   # MLA
+)
+
+
+def _bad(name: str, **change: Any) -> tuple[str, JsonConfig]:
+    return name, {**op_config(4, (0,)), **change}
+
+
+BAD_OP_CONFIGS: tuple[tuple[str, JsonConfig], ...] = (
+    _bad("capacity 0", capacity=0),
+    _bad("n_layers 0", n_layers=0),
+    _bad("n_layers true", n_layers=True),
+    _bad("two policies for three layers", n_layers=3, layers=[layer("flat"), layer("flat")]),
+    _bad("ring window 0", layers=[layer("ring", 0)]),
+    _bad("flat with a window", layers=[layer("flat", 2)]),
+    _bad("n_kv_heads 0", n_kv_heads=0),
+    _bad("head_dim 0", head_dim=0, v_head_dim=1),
+    _bad("batch_size 0", batch_size=0),
+)
+
+
+def bad_contiguous_configs(validates_configs: bool) -> list[JsonConfig]:
+    """The invalid configs a target must refuse (an op target builds its own config from the JSON)."""
+    return [cfg for _, cfg in BAD_OP_CONFIGS]
+
+
+def bad_cell_configs(validates_configs: bool) -> list[JsonConfig]:
+    return bad_contiguous_configs(validates_configs) + [{**op_config(4, (0,)), "batch_size": 2}]   # OP-BATCH
+
+
+def fetch(layer_id: Any, n: int = 1, **extra: Any) -> Step:
+    return {"op": "fetch", "layer": layer_id, "n": n, **extra}
+
+
+def at(layer_id: Any, positions: list[Any], **extra: Any) -> Step:
+    return {"op": "fetch", "layer": layer_id, "positions": positions, **extra}
+
+
+def forward(cfg: JsonConfig, n: int) -> list[Step]:
+    """Contiguous: one step of n next tokens on every layer."""
+    return [fetch(layer_id, n) for layer_id in range(cfg["n_layers"])]
+
+
+def cforward(cfg: JsonConfig, *seqs: int) -> list[Step]:
+    """Cell: declare the owners, then every layer with the next positions."""
+    return [{"op": "begin", "seqs": list(seqs)}] + [fetch(layer_id) for layer_id in range(cfg["n_layers"])]
+
+
+def cp(src: Any, dst: Any, upto: Any = None) -> Step:
+    return {"op": "cp", "src": src, "dst": dst, "upto": upto}
+
+
+def rm(seq: Any, p0: Any = 0, p1: Any = None) -> Step:
+    return {"op": "rm", "seq": seq, "p0": p0, "p1": p1}
+
+
+def begin(*seqs: Any) -> Step:
+    return {"op": "begin", "seqs": list(seqs)}
+
+
+RESET: Step = {"op": "reset"}
+
+
+def edge_contiguous_programs(cfg: JsonConfig) -> list[tuple[str, list[Step]]]:
+    cap, layers = cfg["capacity"], cfg["n_layers"]
+    out: list[tuple[str, list[Step]]] = [
+        ("prefill", forward(cfg, 3)),
+        ("prefill then decodes", forward(cfg, 2) + forward(cfg, 1) * 3),
+        ("chunked prefill", forward(cfg, 2) + forward(cfg, 2)),
+        ("decodes past the window", forward(cfg, 1) * min(cap, 6)),
+        ("fill to capacity, one more", forward(cfg, cap) + forward(cfg, 1)),
+        ("overflowing step", forward(cfg, 1) + forward(cfg, cap)),
+        ("reset", forward(cfg, 2) + [RESET] + forward(cfg, 1)),
+        ("layers in reverse", [fetch(layer_id, 2) for layer_id in reversed(range(layers))] + forward(cfg, 1)),
+        ("layer out of range", forward(cfg, 1) + [fetch(layers), fetch(-1), fetch(True)] + forward(cfg, 1)),
+        ("empty step", forward(cfg, 1) + [fetch(0, 0)] + forward(cfg, 1)),
+        ("gap", forward(cfg, 1) + [at(0, [2])] + forward(cfg, 1)),
+        ("re-placed position", forward(cfg, 2) + [at(0, [1])] + forward(cfg, 1)),
+        ("negative position", [at(0, [-1])] + forward(cfg, 1)),
+        ("position past the largest", [at(0, [HUGE])] + forward(cfg, 1)),
+    ]
+    for bad in BAD_SHAPES:
+        out.append((f"malformed {bad}", forward(cfg, 1) + [fetch(0, 1, bad=bad)] + forward(cfg, 1) * 2))
+    if layers > 1:
+        out += [("stopped step", [fetch(0, 2), fetch(0, 1)] + [fetch(l, 1) for l in range(1, layers)] + forward(cfg, 1)),
+                ("layers disagree on q_len", [fetch(0, 1), fetch(1, 2)] + forward(cfg, 1)),
+                ("layers disagree on positions", [fetch(0, 1), at(1, [1])] + forward(cfg, 1))]
+    return out
+
+
+def edge_cell_programs(cfg: JsonConfig) -> list[tuple[str, list[Step]]]:
+    cap, layers = cfg["capacity"], cfg["n_layers"]
+    two = min(2, cap)
+    out: list[tuple[str, list[Step]]] = [
+        ("prompt", cforward(cfg, *[0] * min(3, cap))),
+        ("decodes past a window", cforward(cfg, 0) * min(cap, 5)),
+        ("two sequences in one step", cforward(cfg, *[0] * (two - 1), 1) + cforward(cfg, 0) + cforward(cfg, 1)),
+        ("fork then both decode", cforward(cfg, *[0] * two) + [cp(0, 1)] + cforward(cfg, 1) + cforward(cfg, 0)),
+        ("fork a prefix", cforward(cfg, *[0] * two) + [cp(0, 1, 1)] + cforward(cfg, 1)),
+        ("truncate then continue", cforward(cfg, *[0] * two) + [rm(0, 1)] + cforward(cfg, 0)),
+        ("drop a shared prefix's first owner", cforward(cfg, *[0] * two) + [cp(0, 1), rm(0)] + cforward(cfg, 1)),
+        ("evict the oldest", cforward(cfg, *[0] * two) + [rm(0, 0, 1)] + cforward(cfg, 0)),
+        ("fill, then one more", cforward(cfg, *[0] * cap) + cforward(cfg, 0)),
+        ("reset", cforward(cfg, *[0] * two) + [RESET] + cforward(cfg, 0)),
+        ("re-placed position", cforward(cfg, *[0] * two) + [begin(0)]
+         + [at(l, [1]) for l in range(layers)] + cforward(cfg, 0)),
+        ("positions out of order", [begin(0, 0)] + [at(l, [1, 0]) for l in range(layers)]
+         + cforward(cfg, 0)),
+        ("negative position", [begin(0)] + [at(l, [-1]) for l in range(layers)] + cforward(cfg, 0)),
+        ("position past the largest", [begin(0)] + [at(l, [HUGE]) for l in range(layers)]
+         + cforward(cfg, 0)),
+        ("fork onto a live sequence", cforward(cfg, 0) + cforward(cfg, 1) + [cp(0, 1)] + cforward(cfg, 1)),
+        ("fork onto itself", cforward(cfg, 0) + [cp(0, 0)] + cforward(cfg, 0)),
+        ("bad ids", [begin(63), begin(-1), begin(True), begin()] + cforward(cfg, 0)),
+        ("bad ranges", cforward(cfg, 0) + [rm(0, -1), rm(0, 2, 1), cp(0, 1, -1)] + cforward(cfg, 0)),
+        ("no declaration", [at(0, [0])] + cforward(cfg, 0)),
+        ("a verb between the declaration and its forward", cforward(cfg, 0) + [begin(0), rm(1)]
+         + [fetch(l) for l in range(layers)] + cforward(cfg, 0)),
+        ("declared count differs", [begin(*[0, 0][:two]), at(0, [0, 1, 2][:two + 1])]
+         + [fetch(l) for l in range(layers)] + cforward(cfg, 0)),
+        ("layer out of range", [begin(0), fetch(layers), fetch(True)]
+         + [fetch(l) for l in range(layers)] + cforward(cfg, 0)),
+    ]
+    for bad in BAD_SHAPES:
+        out.append((f"malformed {bad}", cforward(cfg, 0) + [begin(0), fetch(0, 1, bad=bad)]
+                    + [fetch(l) for l in range(layers)] + cforward(cfg, 0)))
+    if layers > 1:
+        out += [("stopped step, then a fork", [begin(*[0, 0][:two]), fetch(0), cp(0, 1)]
+                 + [fetch(l) for l in range(1, layers)] + cforward(cfg, 0) + cforward(cfg, 1)),
+                ("stopped step, then a new declaration", [begin(0), fetch(0)]
+                 + cforward(cfg, 0) + cforward(cfg, 0)),
+                ("layer served twice", [begin(0), fetch(0), fetch(0)]
+                 + [fetch(l) for l in range(1, layers)] + cforward(cfg, 0)),
+                ("layers disagree on positions", [begin(0), at(0, [0]), at(1, [1])]
+                 + [fetch(l) for l in range(1, layers)] + cforward(cfg, 0))]
+    return out
+
+
+def random_contiguous_program(cfg: JsonConfig, rng: random.Random, size: int) -> list[Step]:
+    layers = cfg["n_layers"]
+    program: list[Step] = []
+    while len(program) < size:
+        roll = rng.random()
+        if roll < 0.6:
+            program += forward(cfg, rng.choice([1, 1, 2, 3]))
+        elif roll < 0.7:
+            program.append(fetch(rng.randrange(layers), rng.choice([1, 2])))   # a partial or a repeated layer
+        elif roll < 0.75:
+            program.append(RESET)
+        elif roll < 0.85:
+            program.append(at(rng.randrange(layers), [rng.choice([-1, 0, 1, 2, 5, HUGE])]))
+        else:
+            program.append(fetch(rng.choice([0, layers, -1]), 1, bad=rng.choice(BAD_SHAPES)))
+    return program
+
+
+def random_cell_program(cfg: JsonConfig, rng: random.Random, size: int) -> list[Step]:
+    layers = cfg["n_layers"]
+    program: list[Step] = []
+    while len(program) < size:
+        roll = rng.random()
+        seq = rng.randrange(4)
+        if roll < 0.5:
+            program += cforward(cfg, *[rng.randrange(3) for _ in range(rng.choice([1, 1, 2, 3]))])
+        elif roll < 0.6:
+            program.append(cp(rng.randrange(3), rng.randrange(4), rng.choice([None, None, 0, 1, 2, 4])))
+        elif roll < 0.7:
+            program.append(rm(seq, rng.choice([0, 0, 1, 2]), rng.choice([None, None, 1, 3])))
+        elif roll < 0.75:
+            program.append(RESET)
+        elif roll < 0.85:   # a step stopped partway, or a layer repeated
+            program += [begin(seq), fetch(rng.randrange(layers))]
+        elif roll < 0.92:
+            program += [begin(seq), at(rng.randrange(layers), [rng.choice([-1, 0, 1, 3, HUGE])])]
+        else:
+            program += [begin(seq), fetch(rng.choice([0, layers]), 1, bad=rng.choice(BAD_SHAPES))]
+    return program

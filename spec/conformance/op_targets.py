@@ -1,0 +1,48 @@
+"""The project's op-face reference (`kvcache.op`) as conformance targets, built from the suite's JSON configs.
+
+    kvcache conformance --target python:kvcache_spec.conformance.op_targets:contiguous --strict
+    kvcache conformance --target python:kvcache_spec.conformance.op_targets:cell --strict
+
+`kvcache.op` mirrors upstream's names, so one builder (`config_for`) serves it and upstream's module
+(upstream_op.py): it maps the JSON config field by field onto the module's own CacheConfig, and the
+module's constructors validate it (OP-CONFIG). The reference declares the whole op face (no scope).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from .configs import JsonConfig
+
+
+def config_for(module: Any, cfg: JsonConfig, dtype: Any, **extra: Any) -> Any:
+    """`module.CacheConfig` for a JSON op config (op_programs.op_config), nothing checked here."""
+    layers = tuple(module.LayerPolicy(kind=module.LayerKind(entry["kind"]), window=entry["window"])
+                   for entry in cfg["layers"])
+    return module.CacheConfig(n_layers=cfg["n_layers"], n_kv_heads=cfg["n_kv_heads"], head_dim=cfg["head_dim"],
+                              capacity=cfg["capacity"], sizing=module.CacheSizing(cfg.get("sizing", "dynamic")),
+                              dtype=dtype, batch_size=cfg["batch_size"], layers=layers, **extra)
+
+
+def _reference(cfg: JsonConfig) -> Any:
+    import numpy as np
+
+    op = importlib.import_module("kvcache.op")
+    return op, config_for(op, cfg, np.float32, v_head_dim=cfg.get("v_head_dim", cfg["head_dim"]))
+
+
+def contiguous(cfg: JsonConfig) -> Any:
+    """kvcache.op.ContiguousReferenceCache."""
+    op, config = _reference(cfg)
+    return op.ContiguousReferenceCache(config)
+
+
+def cell(cfg: JsonConfig) -> Any:
+    """kvcache.op.CellReferenceCache."""
+    op, config = _reference(cfg)
+    return op.CellReferenceCache(config)
+
+
+contiguous.kvcache_layout = "op-contiguous"   # type: ignore[attr-defined]
+cell.kvcache_layout = "op-cell"   # type: ignore[attr-defined]

@@ -1,0 +1,58 @@
+"""The released upstream caches as op-face targets, unchanged: ExecuTorch 1.5.1's reference caches.
+
+    kvcache conformance --target python:kvcache_spec.conformance.upstream_op:contiguous
+    kvcache conformance --target python:kvcache_spec.conformance.upstream_op:cell
+
+Each factory builds upstream's own `CacheConfig` from the suite's JSON config, field by field, and
+returns upstream's cache object as it is: no method is wrapped, no argument or answer is changed (the
+suite hands it torch tensors, `kvcache_tensors = "torch"`). Needs torch and executorch (the `upstream`
+extra; README, "Upstream findings"): `pip install torch==2.13.0 ruamel.yaml flatbuffers tabulate` and
+`pip install --no-deps executorch==1.5.1`.
+
+The declared scopes follow what upstream documents (scope.py, OP_FEATURES):
+- ContiguousReferenceCache leaves out `positions` - its docstring: "This contiguous single-sequence
+  cache appends at its used length, so the causal offset is that prior length; non-contiguous (tree)
+  caches will consume ``position`` directly" - and `steps` - it is a "Per-layer contiguous float KV
+  history", each layer appended on its own (`used(layer_id)`), with no step across layers.
+- CellReferenceCache leaves out `declarations`: a verb keeps an unused begin_step declaration, as its
+  comment says: "The step protocol state is deliberately left alone: a mutation must not disguise a
+  forward that skipped begin_step."
+- Both declare `mla`: `update_and_fetch` documents "v_head_dim may differ from head_dim, e.g. MLA".
+  Upstream's CacheConfig has no v_head_dim, so the cache is built with head_dim and handed values of
+  the config's v_head_dim, as its docstring says it takes them.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from .configs import JsonConfig
+from .op_targets import config_for
+
+MODULE = "executorch.extension.llm.cache.reference_cache"
+
+
+def _config(cfg: JsonConfig) -> Any:
+    import torch
+
+    return config_for(importlib.import_module(MODULE), cfg, torch.float32)
+
+
+def contiguous(cfg: JsonConfig) -> Any:
+    """upstream's ContiguousReferenceCache, as it is."""
+    return importlib.import_module(MODULE).ContiguousReferenceCache(_config(cfg))
+
+
+def cell(cfg: JsonConfig) -> Any:
+    """upstream's CellReferenceCache, as it is."""
+    return importlib.import_module(MODULE).CellReferenceCache(_config(cfg))
+
+
+# max_write: no op config sets it; declared so the shared scope report lists only what matters here
+contiguous.kvcache_layout = "op-contiguous"   # type: ignore[attr-defined]
+contiguous.kvcache_tensors = "torch"   # type: ignore[attr-defined]
+contiguous.kvcache_scope = ("flat", "ring", "max_write", "mla")   # type: ignore[attr-defined]
+cell.kvcache_layout = "op-cell"   # type: ignore[attr-defined]
+cell.kvcache_tensors = "torch"   # type: ignore[attr-defined]
+cell.kvcache_scope = ("flat", "ring", "max_write", "mla", "positions", "steps")   # type: ignore[attr-defined]

@@ -1,0 +1,315 @@
+"""The executable model of the op face (`update_and_fetch`): small, brute force, layout-free.
+
+The op face hands a cache one layer's K/V for a step and gets back a history and a mask semantic;
+what matters is which tokens each query attends (OP-ATTEND). The model keeps exactly that and
+nothing of any layout: the tokens each sequence holds, as {token uid: position}, and the step in
+progress (its owners, positions, uids and the layers already served). A token written by a step is
+held on every layer once every layer served the step; before that, only the layers served hold it,
+and a step abandoned partway leaves nothing (OP-STEP).
+
+Token uids are fresh for every token written and never reused, so a stale row can never pass for a
+current one. A contiguous cache has one sequence (id 0); a cell cache's ids are the caller's.
+
+Every call answers a `Rejected` (a caller error: nothing changes, OP-ATOMIC) or applies its effect.
+`Rejected.feature` names the part of the op face a rejection (or an abandoned step) needs a target to
+implement - `positions` (the contiguous cache reads `position`) and `steps` (a contiguous forward is
+one step across layers) - so a target whose declared scope leaves that part out is not judged on it.
+
+This module does not import `kvcache`: the model and the reference are independent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional, Sequence, Union
+
+MAX_POSITION = 2**31 - 2          # OP-POS: no position is a -1 marker, a next position fits a C++ int
+MAX_SEQS = 63                     # OP-STEP: ids in [0, 63) (bit 63 of an int64 owner word is its sign)
+CONTIGUOUS, CELL = "contiguous", "cell"
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """The spec refuses the call: `rule` is the rule id, `why` what is at fault."""
+
+    rule: str
+    why: str
+    feature: str = ""   # the scope feature a target needs for this refusal to be its business ('' = every target)
+    case: str = ""      # a short name of what is wrong (tells two causes under one rule apart)
+
+
+@dataclass(frozen=True)
+class OpConfig:
+    kind: str                      # CONTIGUOUS or CELL
+    n_layers: int
+    windows: tuple[int, ...]       # per layer: 0 = flat, w >= 1 = the newest w positions
+    n_kv_heads: int
+    head_dim: int
+    v_head_dim: int
+    capacity: int
+    batch_size: int
+
+
+def _is_int(value: Any) -> bool:
+    return type(value) is int
+
+
+def make_config(cfg: dict[str, Any], kind: str) -> Union[OpConfig, Rejected]:
+    """The model's reading of a JSON op config (OP-CONFIG, OP-BATCH)."""
+    try:
+        sizes = {name: cfg[name] for name in ("capacity", "n_layers", "n_kv_heads", "head_dim", "batch_size")}
+        sizes["v_head_dim"] = cfg.get("v_head_dim", cfg["head_dim"])
+        layers = cfg["layers"]
+    except (KeyError, TypeError):
+        return Rejected("OP-CONFIG", "a config field is missing")
+    for name, value in sizes.items():
+        if not _is_int(value) or value < 1:
+            return Rejected("OP-CONFIG", f"{name} must be an int >= 1, got {value!r}")
+    if not isinstance(layers, list) or len(layers) not in (1, sizes["n_layers"]):
+        return Rejected("OP-CONFIG", "layers must be one policy, or one per layer")
+    windows: list[int] = []
+    for entry in layers:
+        if not isinstance(entry, dict):
+            return Rejected("OP-CONFIG", f"a layer policy is {entry!r}")
+        window = entry.get("window")
+        if not isinstance(window, int) or not _is_int(window) or (entry.get("kind") == "flat" and window != 0) or \
+                (entry.get("kind") == "ring" and window < 1) or entry.get("kind") not in ("flat", "ring"):
+            return Rejected("OP-CONFIG", f"layer policy {entry!r} is not flat (window 0) or ring (window >= 1)")
+        windows.append(window)
+    if kind == CELL and sizes["batch_size"] != 1:
+        return Rejected("OP-BATCH", "a cell cache needs batch_size 1")
+    if cfg.get("sizing", "dynamic") not in ("dynamic", "static"):
+        return Rejected("OP-CONFIG", f"sizing {cfg.get('sizing')!r}")
+    n_layers = sizes["n_layers"]
+    return OpConfig(kind, n_layers, tuple(windows * n_layers if len(windows) == 1 else windows),
+                    sizes["n_kv_heads"], sizes["head_dim"], sizes["v_head_dim"], sizes["capacity"],
+                    sizes["batch_size"])
+
+
+@dataclass
+class Step:
+    """The step in progress: declared owners; positions and uids once the first layer is served."""
+
+    seqs: tuple[int, ...]
+    positions: Optional[tuple[int, ...]] = None
+    uids: tuple[int, ...] = ()
+    served: set[int] = field(default_factory=set)
+
+
+@dataclass(frozen=True)
+class Shapes:
+    """What a fetch was handed: k [B, H, q, D], v [B, H, q, Dv], position [q, 1] (as shape tuples)."""
+
+    k: tuple[int, ...]
+    v: tuple[int, ...]
+    position: tuple[int, ...]
+
+
+Attends = list[list[int]]   # per query of the step: the sorted uids it must attend
+
+
+class OpModel:
+    """One cache's op-face state. Every verb returns a Rejected (nothing changed) or its answer."""
+
+    def __init__(self, cfg: OpConfig) -> None:
+        self.cfg = cfg
+        self.held: dict[int, dict[int, int]] = {}   # seq -> {uid: position}: tokens on every layer
+        self.step: Optional[Step] = None
+        self.dropped_declaration = False   # the last verb dropped a declaration no layer had used
+        self.abandoned = 0   # steps abandoned partway (a target without the `steps` feature is not judged past one)
+
+    # --- observations ------------------------------------------------------------------------------
+    def seq_len(self, seq: int) -> int:
+        pending = self.step.seqs.count(seq) if self.step and self.step.positions is not None else 0
+        return len(self.held.get(seq, {})) + pending
+
+    def used(self, layer: int) -> int:
+        """Contiguous: the rows layer `layer` holds (the pending step counts on the layers it served)."""
+        pending = len(self.step.seqs) if self.step and layer in self.step.served else 0
+        return len(self.held.get(0, {})) + pending
+
+    def live_uids(self) -> set[int]:
+        uids = {uid for tokens in self.held.values() for uid in tokens}
+        if self.step is not None:
+            uids |= set(self.step.uids)
+        return uids
+
+    def free_cells(self) -> int:
+        return self.cfg.capacity - len(self.live_uids())
+
+    def seqs_in_play(self) -> list[int]:
+        seqs = set(self.held) | (set(self.step.seqs) if self.step else set())
+        return sorted(seqs)
+
+    # --- the step's end ----------------------------------------------------------------------------
+    def _abandon(self) -> None:
+        """OP-STEP: a step not every layer served leaves nothing behind."""
+        if self.step is not None and self.step.served:
+            self.abandoned += 1
+        self.step = None
+
+    def _commit(self) -> None:
+        assert self.step is not None and self.step.positions is not None
+        for seq, pos, uid in zip(self.step.seqs, self.step.positions, self.step.uids):
+            self.held.setdefault(seq, {})[uid] = pos
+        self.step = None
+
+    # --- verbs -------------------------------------------------------------------------------------
+    def reset(self) -> None:
+        self.held, self.step, self.dropped_declaration = {}, None, False
+
+    def begin_step(self, seq_ids: Any) -> Optional[Rejected]:
+        """Cell: declare the owner of each token of the next forward (OP-STEP, OP-CAP)."""
+        if not isinstance(seq_ids, list) or not seq_ids:
+            return Rejected("OP-STEP", "begin_step needs at least one token")
+        for seq in seq_ids:
+            if not _is_int(seq) or not 0 <= seq < MAX_SEQS:
+                return Rejected("OP-STEP", f"seq id {seq!r} is not an int in [0, {MAX_SEQS})")
+        pending = len(self.step.uids) if self.step is not None else 0   # abandoned by this declaration
+        if len(seq_ids) > self.free_cells() + pending:
+            return Rejected("OP-CAP", f"{len(seq_ids)} tokens, {self.free_cells() + pending} free cells")
+        self._abandon()
+        self.step = Step(tuple(seq_ids))
+        self.dropped_declaration = False
+        return None
+
+    def seq_cp(self, src: Any, dst: Any, upto: Any = None) -> Optional[Rejected]:
+        for name, seq in (("src", src), ("dst", dst)):
+            if not _is_int(seq) or not 0 <= seq < MAX_SEQS:
+                return Rejected("OP-FORK", f"{name} {seq!r} is not an int in [0, {MAX_SEQS})")
+        if upto is not None and (not _is_int(upto) or upto < 0):
+            return Rejected("OP-FORK", f"upto {upto!r} is not None or an int >= 0")
+        if src == dst:
+            return Rejected("OP-FORK", "src == dst")
+        # judged after the abandonment this verb causes (as begin_step's admission is): a stopped step's
+        # tokens are gone the moment a verb is called, so they do not make dst live
+        if self.held.get(dst):
+            return Rejected("OP-FORK", f"dst {dst} holds {len(self.held[dst])} tokens: a fork needs an empty "
+                                       "destination")
+        self._abandon_started()
+        shared = {uid: pos for uid, pos in self.held.get(src, {}).items() if upto is None or pos < upto}
+        if shared:
+            self.held[dst] = shared
+        return None
+
+    def seq_rm(self, seq: Any, p0: Any = 0, p1: Any = None) -> Optional[Rejected]:
+        if not _is_int(seq) or not 0 <= seq < MAX_SEQS:
+            return Rejected("OP-RM", f"seq {seq!r} is not an int in [0, {MAX_SEQS})")
+        if not _is_int(p0) or p0 < 0:
+            return Rejected("OP-RM", f"p0 {p0!r} is not an int >= 0")
+        if p1 is not None and (not _is_int(p1) or p1 < p0):
+            return Rejected("OP-RM", f"p1 {p1!r} is not None or an int >= p0")
+        self._abandon_started()
+        kept = {uid: pos for uid, pos in self.held.get(seq, {}).items() if not (pos >= p0 and (p1 is None or pos < p1))}
+        self.held.pop(seq, None)
+        if kept:
+            self.held[seq] = kept
+        return None
+
+    def _abandon_started(self) -> None:
+        """A verb abandons the step in progress (OP-STEP): served partway, or only declared - a declaration
+        no layer has used is a step not every layer served too. Dropping a bare declaration is the
+        `declarations` feature (upstream's cell cache deliberately keeps it), so the refusal it causes
+        later is marked with that feature."""
+        if self.step is not None:
+            self.dropped_declaration = not self.step.served
+            self._abandon()
+
+    def fetch(self, layer: Any, shapes: Shapes, positions: Sequence[Any],
+              uids: Sequence[int]) -> Union[Rejected, Attends]:
+        """update_and_fetch: the uids each query of the step must attend on `layer`, or a Rejected.
+        `uids` name the step's tokens when this call begins the step (the caller labels K/V with them)."""
+        cfg = self.cfg
+        if not _is_int(layer) or not 0 <= layer < cfg.n_layers:
+            return Rejected("OP-ARGS", f"layer_id {layer!r} is not an int in [0, {cfg.n_layers})")
+        q = shapes.position[0] if shapes.position else 0
+        q = shapes.k[2] if len(shapes.k) == 4 else q
+        want_k = (cfg.batch_size, cfg.n_kv_heads, q, cfg.head_dim)
+        want_v = (cfg.batch_size, cfg.n_kv_heads, q, cfg.v_head_dim)
+        if shapes.k != want_k or shapes.v != want_v:
+            names = ("batch", "heads", "q_len", "width")
+            wrong = next(name for name, k, v, want, want_v_dim in zip(names, shapes.k, shapes.v, want_k, want_v)
+                         if k != want or v != want_v_dim)
+            return Rejected("OP-ARGS", f"k {list(shapes.k)} / v {list(shapes.v)} are not {list(want_k)} / "
+                                       f"{list(want_v)}", case=f"k/v {wrong}")
+        if len(shapes.position) != 2 or shapes.position != (q, 1):
+            # a contiguous cache may leave `position` unread (the `positions` feature)
+            return Rejected("OP-ARGS", f"position has shape {list(shapes.position)}, not [q_len, 1] = [{q}, 1]",
+                            "positions" if cfg.kind == CONTIGUOUS else "", case="position shape")
+        if q < 1:
+            return Rejected("OP-ARGS", "q_len must be >= 1", case="q_len 0")
+        for pos in positions:
+            if not _is_int(pos) or not 0 <= pos <= MAX_POSITION:
+                return Rejected("OP-POS", f"position {pos!r} is not an int in [0, {MAX_POSITION}]", "positions")
+        if cfg.kind == CELL:
+            return self._fetch_cell(layer, tuple(positions), tuple(uids))
+        return self._fetch_contiguous(layer, tuple(positions), tuple(uids))
+
+    def _fetch_cell(self, layer: int, positions: tuple[int, ...], uids: tuple[int, ...]) -> Union[Rejected, Attends]:
+        step = self.step
+        if step is None:
+            return Rejected("OP-STEP", "no step declared: begin_step must precede every forward",
+                            "declarations" if self.dropped_declaration else "", case="no step")
+        if layer in step.served:
+            return Rejected("OP-STEP", f"layer {layer} served twice in one step")
+        if step.positions is not None:
+            if positions != step.positions:
+                return Rejected("OP-STEP", f"positions {list(positions)} differ from the step's {list(step.positions)}")
+        else:
+            if len(positions) != len(step.seqs):
+                return Rejected("OP-STEP", f"{len(positions)} positions for {len(step.seqs)} declared tokens")
+            bad = self._bad_order(step.seqs, positions)
+            if bad is not None:
+                return bad
+        return self._serve(layer, positions, uids)
+
+    def _bad_order(self, seqs: tuple[int, ...], positions: tuple[int, ...]) -> Optional[Rejected]:
+        """OP-POS: within the step each sequence's positions increase, and all are newer than it holds."""
+        newest = {seq: max(self.held.get(seq, {}).values(), default=-1) for seq in set(seqs)}
+        for seq, pos in zip(seqs, positions):
+            if pos <= newest[seq]:
+                return Rejected("OP-POS", f"sequence {seq} already holds position {newest[seq]} >= {pos}: "
+                                          "a re-placed or older position", "positions")
+            newest[seq] = pos
+        return None
+
+    def _fetch_contiguous(self, layer: int, positions: tuple[int, ...],
+                          uids: tuple[int, ...]) -> Union[Rejected, Attends]:
+        step = self.step
+        continuing = step is not None and layer not in step.served
+        if continuing:
+            assert step is not None
+            if len(positions) != len(step.seqs):   # a cache of independent per-layer histories serves it
+                return Rejected("OP-STEP", f"{len(positions)} tokens on layer {layer}, the step has "
+                                           f"{len(step.seqs)}", "steps")
+            if positions != step.positions:
+                return Rejected("OP-STEP", f"positions {list(positions)} differ from the step's "
+                                           f"{list(step.positions or ())}", "positions")
+            return self._serve(layer, positions, uids)
+        held = len(self.held.get(0, {}))
+        if positions != tuple(range(held, held + len(positions))):
+            return Rejected("OP-POS", f"positions {list(positions)} do not continue the history of {held} tokens",
+                            "positions")
+        if held + len(positions) > self.cfg.capacity:
+            return Rejected("OP-CAP", f"{held} + {len(positions)} tokens exceed capacity {self.cfg.capacity}")
+        self._abandon()
+        self.step = Step((0,) * len(positions))
+        return self._serve(layer, positions, uids)
+
+    def _serve(self, layer: int, positions: tuple[int, ...], uids: tuple[int, ...]) -> Attends:
+        step = self.step
+        assert step is not None
+        if step.positions is None:
+            step.positions = positions
+            step.uids = uids[:len(positions)]
+        step.served.add(layer)
+        window = self.cfg.windows[layer]
+        attends: Attends = []
+        for seq, pos in zip(step.seqs, positions):
+            seen = [uid for uid, q in self.held.get(seq, {}).items() if q <= pos and (window == 0 or q > pos - window)]
+            seen += [uid for s, q, uid in zip(step.seqs, positions, step.uids)
+                     if s == seq and q <= pos and (window == 0 or q > pos - window)]
+            attends.append(sorted(seen))
+        if len(step.served) == self.cfg.n_layers:
+            self._commit()
+        return attends

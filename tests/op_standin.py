@@ -1,0 +1,270 @@
+"""A small op-face stand-in (numpy), written apart from spec/op_model.py, and broken variants of it.
+
+It exists to test the op-face conformance suite before and besides the project's reference
+(`kvcache.op`): the correct stand-in must be CONFORMING (strict), each broken variant NOT CONFORMING
+with the rule its defect breaks. Every history is kept as per-token records (sequence ids, position,
+K, V per layer), and the mask is always EXPLICIT, built from those records.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import numpy as np
+
+MAX_POSITION = 2**31 - 2
+
+
+class StandinError(ValueError):
+    """A refused call."""
+
+
+@dataclass
+class Spec:
+    kind: str
+    mask: Optional[np.ndarray] = None
+
+
+@dataclass
+class Token:
+    pos: int
+    owners: set[int]
+    k: dict[int, np.ndarray] = field(default_factory=dict)   # layer -> [B, H, D]
+    v: dict[int, np.ndarray] = field(default_factory=dict)
+
+
+def _int(value: Any, low: int, high: int, what: str) -> int:
+    if type(value) is not int and not isinstance(value, np.integer) or not low <= int(value) <= high:
+        raise StandinError(f"{what} {value!r} not an int in [{low}, {high}]")
+    return int(value)
+
+
+class _Base:
+    cell = False
+
+    def __init__(self, cfg: dict[str, Any]) -> None:
+        for name in ("capacity", "n_layers", "n_kv_heads", "head_dim", "v_head_dim", "batch_size"):
+            if type(cfg[name]) is not int or cfg[name] < 1:
+                raise StandinError(f"{name} {cfg[name]!r}")
+        layers = cfg["layers"]
+        if len(layers) not in (1, cfg["n_layers"]):
+            raise StandinError("layers")
+        for entry in layers:
+            if (entry["kind"], entry["window"] > 0) not in (("flat", False), ("ring", True)):
+                raise StandinError(f"policy {entry}")
+        if self.cell and cfg["batch_size"] != 1:
+            raise StandinError("batch_size")
+        self.cfg = cfg
+        self.windows = [e["window"] for e in (layers * cfg["n_layers"] if len(layers) == 1 else layers)]
+        self.tokens: list[Token] = []
+        self.step: Optional[dict[str, Any]] = None   # {"seqs", "positions", "tokens", "served"}
+
+    def _check_arrays(self, layer_id: Any, k: Any, v: Any, position: Any) -> tuple[int, list[int]]:
+        c = self.cfg
+        layer = _int(layer_id, 0, c["n_layers"] - 1, "layer_id")
+        position = np.asarray(position)
+        if position.ndim != 2 or position.shape[1] != 1 or position.dtype.kind not in "iu":
+            raise StandinError("position shape")
+        q = position.shape[0]
+        if q < 1 or np.shape(k) != (c["batch_size"], c["n_kv_heads"], q, c["head_dim"]) or \
+                np.shape(v) != (c["batch_size"], c["n_kv_heads"], q, c["v_head_dim"]):
+            raise StandinError("k/v shape")
+        return layer, [_int(p, 0, MAX_POSITION, "position") for p in position[:, 0].tolist()]
+
+    def _abandon(self) -> None:
+        if self.step is not None:
+            for token in self.step["tokens"]:
+                self.tokens.remove(token)
+        self.step = None
+
+    def _visible(self, layer: int, seq_of: list[int], positions: list[int]) -> np.ndarray:
+        window = self.windows[layer]
+        rows = [t for t in self.tokens if layer in t.k]
+        mask = np.zeros((len(positions), len(rows)), dtype=bool)
+        for i, (s, p) in enumerate(zip(seq_of, positions)):
+            for j, t in enumerate(rows):
+                mask[i, j] = s in t.owners and t.pos <= p and (window == 0 or t.pos > p - window)
+        return mask
+
+    def _answer(self, layer: int, seq_of: list[int], positions: list[int]) -> tuple[np.ndarray, np.ndarray, Spec]:
+        c = self.cfg
+        rows = [t for t in self.tokens if layer in t.k]
+        k = np.zeros((c["batch_size"], c["n_kv_heads"], len(rows), c["head_dim"]), dtype=np.float32)
+        v = np.zeros((c["batch_size"], c["n_kv_heads"], len(rows), c["v_head_dim"]), dtype=np.float32)
+        for j, t in enumerate(rows):
+            k[:, :, j], v[:, :, j] = t.k[layer], t.v[layer]
+        return k, v, Spec("EXPLICIT", self._visible(layer, seq_of, positions))
+
+    def _write(self, layer: int, tokens: list[Token], k: Any, v: Any) -> None:
+        for i, token in enumerate(tokens):
+            token.k[layer] = np.asarray(k, dtype=np.float32)[:, :, i].copy()
+            token.v[layer] = np.asarray(v, dtype=np.float32)[:, :, i].copy()
+        self.step["served"].add(layer)   # type: ignore[index]
+        if len(self.step["served"]) == self.cfg["n_layers"]:   # type: ignore[index]
+            self.step = None
+
+    def reset(self) -> None:
+        self.tokens, self.step = [], None
+
+
+class ContiguousStandin(_Base):
+    def used(self, layer_id: int) -> int:
+        return sum(1 for t in self.tokens if layer_id in t.k)
+
+    def update_and_fetch(self, layer_id: Any, k: Any, v: Any, position: Any) -> Any:
+        layer, positions = self._check_arrays(layer_id, k, v, position)
+        committed = [t for t in self.tokens if not self.step or t not in self.step["tokens"]]
+        if self.step is not None and layer not in self.step["served"]:
+            if positions != self.step["positions"]:
+                raise StandinError("the step's layers disagree")
+            tokens = self.step["tokens"]
+        else:
+            if positions != list(range(len(committed), len(committed) + len(positions))):
+                raise StandinError("positions do not continue the history")
+            if len(committed) + len(positions) > self.cfg["capacity"]:
+                raise StandinError("capacity")
+            self._abandon()
+            tokens = [Token(p, {0}) for p in positions]
+            self.tokens += tokens
+            self.step = {"seqs": [0] * len(positions), "positions": positions, "tokens": tokens, "served": set()}
+        seqs = list(self.step["seqs"])   # type: ignore[index]
+        self._write(layer, tokens, k, v)
+        return self._answer(layer, seqs, positions)
+
+
+ContiguousStandin.kvcache_layout = "op-contiguous"   # type: ignore[attr-defined]
+
+
+class CellStandin(_Base):
+    cell = True
+
+    def __init__(self, cfg: dict[str, Any]) -> None:
+        super().__init__(cfg)
+        self.declared: Optional[list[int]] = None
+
+    def free_cells(self) -> int:
+        return self.cfg["capacity"] - len(self.tokens)
+
+    def seq_len(self, seq: int) -> int:
+        return sum(1 for t in self.tokens if seq in t.owners)
+
+    def _newest(self, seq: int) -> int:
+        return max((t.pos for t in self.tokens if seq in t.owners), default=-1)
+
+    def begin_step(self, seq_ids: Any) -> None:
+        if not isinstance(seq_ids, list) or not seq_ids:
+            raise StandinError("empty step")
+        ids = [_int(s, 0, 62, "seq id") for s in seq_ids]
+        pending = len(self.step["tokens"]) if self.step else 0
+        if len(ids) > self.free_cells() + pending:
+            raise StandinError("cells")
+        self._abandon()
+        self.declared = ids
+
+    def _verb(self) -> None:
+        """A verb abandons the step in progress, a bare declaration too."""
+        self._abandon()
+        self.declared = None
+
+    def seq_cp(self, src: Any, dst: Any, upto: Any = None) -> None:
+        src, dst = _int(src, 0, 62, "src"), _int(dst, 0, 62, "dst")
+        if upto is not None:
+            _int(upto, 0, 1 << 62, "upto")
+        if src == dst or any(dst in t.owners for t in self.tokens if not self.step or t not in self.step["tokens"]):
+            raise StandinError("fork destination")
+        self._verb()
+        for t in self.tokens:
+            if src in t.owners and (upto is None or t.pos < upto):
+                t.owners.add(dst)
+
+    def seq_rm(self, seq: Any, p0: Any = 0, p1: Any = None) -> None:
+        seq, p0 = _int(seq, 0, 62, "seq"), _int(p0, 0, 1 << 62, "p0")
+        if p1 is not None:
+            _int(p1, p0, 1 << 62, "p1")
+        self._verb()
+        for t in list(self.tokens):
+            if seq in t.owners and t.pos >= p0 and (p1 is None or t.pos < p1):
+                t.owners.discard(seq)
+                if not t.owners:
+                    self.tokens.remove(t)
+
+    def reset(self) -> None:
+        super().reset()
+        self.declared = None
+
+    def update_and_fetch(self, layer_id: Any, k: Any, v: Any, position: Any) -> Any:
+        layer, positions = self._check_arrays(layer_id, k, v, position)
+        if self.step is None:
+            if self.declared is None:
+                raise StandinError("no step declared")
+            if len(positions) != len(self.declared):
+                raise StandinError("count")
+            newest = {s: self._newest(s) for s in self.declared}
+            for s, p in zip(self.declared, positions):
+                if p <= newest[s]:
+                    raise StandinError("re-placed position")
+                newest[s] = p
+            tokens = [Token(p, {s}) for s, p in zip(self.declared, positions)]
+            self.tokens += tokens
+            self.step = {"seqs": self.declared, "positions": positions, "tokens": tokens, "served": set()}
+            self.declared = None
+        elif layer in self.step["served"] or positions != self.step["positions"]:
+            raise StandinError("layer served twice, or positions differ")
+        seqs = list(self.step["seqs"])
+        self._write(layer, self.step["tokens"], k, v)
+        return self._answer(layer, seqs, positions)
+
+
+CellStandin.kvcache_layout = "op-cell"   # type: ignore[attr-defined]
+
+
+# --- broken variants: each breaks one rule ------------------------------------------------------------
+
+class CellReplaces(CellStandin):
+    """Accepts a re-placed position (OP-POS): a query then sees two tokens at one position."""
+
+    def _newest(self, seq: int) -> int:
+        return -1
+
+
+class CellKeepsStoppedStep(CellStandin):
+    """A verb or a new declaration keeps the tokens of a step stopped partway (OP-STEP)."""
+
+    def _abandon(self) -> None:
+        self.step = None
+
+
+class ContiguousCausalAlways(ContiguousStandin):
+    """Answers CAUSAL for every multi-token step, a continuation too (OP-MASK)."""
+
+    def update_and_fetch(self, layer_id: Any, k: Any, v: Any, position: Any) -> Any:
+        k_hist, v_hist, spec = super().update_and_fetch(layer_id, k, v, position)
+        return k_hist, v_hist, Spec("CAUSAL") if np.shape(position)[0] > 1 else spec
+
+
+class CellWindowOffByOne(CellStandin):
+    """A window that keeps one position too many (OP-ATTEND)."""
+
+    def _visible(self, layer: int, seq_of: list[int], positions: list[int]) -> np.ndarray:
+        saved = self.windows[layer]
+        self.windows[layer] = saved + 1 if saved else 0
+        try:
+            return super()._visible(layer, seq_of, positions)
+        finally:
+            self.windows[layer] = saved
+
+
+def _factory(cls: type) -> Any:
+    def make(cfg: dict[str, Any]) -> Any:
+        return cls(cfg)
+    make.kvcache_layout = cls.kvcache_layout   # type: ignore[attr-defined]
+    return make
+
+
+contiguous = _factory(ContiguousStandin)
+cell = _factory(CellStandin)
+cell_replaces = _factory(CellReplaces)
+cell_keeps_stopped_step = _factory(CellKeepsStoppedStep)
+contiguous_causal_always = _factory(ContiguousCausalAlways)
+cell_window_off_by_one = _factory(CellWindowOffByOne)
