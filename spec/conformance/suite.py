@@ -15,7 +15,7 @@ from . import scope as scopes
 from .configs import JsonConfig, describe
 from .coverage import family, in_scope, shortfall
 from .coverage import summary as rules_summary
-from .engine import CRASH, LENIENT, OVER_STRICT, WRONG, Finding, Step
+from .engine import CRASH, LENIENT, OVER_STRICT, WRONG, Finding, RunResult, Step
 from .programs import shrink
 from .targets import HarnessInterrupted, SubprocessTarget, Target, TargetCrash, parse_target, safety_alarm
 
@@ -209,63 +209,61 @@ def run_suite(target: Target, profile: str = "quick", seed: int = 0,
     result returned.
     """
     plan = PROFILES[profile]
-    cap = plan.restart_cap if restart_cap is None else restart_cap
     started = time.monotonic()
-    safety = started + (plan.safety_seconds if deadline is None else deadline)
-    result = SuiteResult(target.name, profile, seed)
-    rng = random.Random(seed)
-    requests_before = target.requests if isinstance(target, SubprocessTarget) else 0
-    rows_used = 0
-    causes_seen: set[tuple[Any, ...]] = set()
-    last_crash: Optional[tuple[str, str]] = None   # how the last program crashed (None: it did not)
-    same_crash_in_a_row = 0
+    options = _Options(stop_after_first, crash_shrink_budget, continue_past_lenient,
+                       plan.restart_cap if restart_cap is None else restart_cap)
     scope = scope or declared_scope(target)
-    drive = layouts.of(target, layout)   # known once a cmd: target's hello is read
+    drive = layouts.of(target, layout)   # known once a cmd: target's hello is read (declared_scope)
     target.layout = drive.name
-    run_program = drive.run_program
-    configs = configs or drive.configs
-    result.declared = scopes.summary(scope, configs)
-    result.skipped |= set(scopes.notes(result.declared))
-    configs, outside = (tuple(part) for part in scopes.split(configs, scope))
-    if not configs:   # a verdict on nothing would be vacuous
-        result.aborted = f"no suite configuration lies inside the scope [{scope}] ({scope.source}): nothing to check"
-        return result
+    run = _SuiteRun(target, plan, SuiteResult(target.name, profile, seed), scope, drive, options,
+                    started, plan.safety_seconds if deadline is None else deadline)
+    return run.everything(configs or drive.configs, random.Random(seed), edges)
 
-    work = _interleaved(configs, drive) if edges else []
-    randoms = [rng.choice(configs) for _ in range(plan.random_programs)]
-    bad_configs = drive.bad_configs(target.validates_configs)
-    result.planned = len(work) + len(randoms) + len(bad_configs)
-    result.configs = {describe(cfg): cfg for cfg in configs}
 
-    def check(cfg: JsonConfig, program: list[Step], fresh: bool) -> Optional[Finding]:
+@dataclass(frozen=True)
+class _Options:
+    stop_after_first: bool
+    crash_shrink_budget: int
+    continue_past_lenient: bool
+    restart_cap: int
+
+
+class _SuiteRun:
+    """One run of the suite: the target, what the profile allows, and the result being filled in."""
+
+    def __init__(self, target: Target, plan: Profile, result: SuiteResult, scope: scopes.Scope,
+                 drive: layouts.Layout, options: _Options, started: float, safety_seconds: float) -> None:
+        self.target, self.plan, self.result, self.scope, self.drive = target, plan, result, scope, drive
+        self.options = options
+        self.started = started
+        self.safety = self.started + safety_seconds
+        self.rows_used = 0
+        self.causes_seen: set[tuple[Any, ...]] = set()
+        self.last_crash: Optional[tuple[str, str]] = None   # how the last program crashed (None: it did not)
+        self.same_crash_in_a_row = 0
+
+    # --- running one program -------------------------------------------------------------------------
+    def run_checked(self, cfg: JsonConfig, program: list[Step], fresh: bool) -> RunResult:
+        """One program, judged exactly, in a fresh target process when `fresh`."""
         if fresh:
-            target.fresh()
-        return run_program(target, cfg, program, exact=True, scope=scope).finding
+            self.target.fresh()
+        return self.drive.run_program(self.target, cfg, program, exact=True, scope=self.scope)
 
-    def stopped() -> bool:
+    def check(self, cfg: JsonConfig, program: list[Step], fresh: bool) -> Optional[Finding]:
+        return self.run_checked(cfg, program, fresh).finding
+
+    def stopped(self) -> bool:
+        result = self.result
         if result.aborted:
             return True
-        if stop_after_first and result.findings:
+        if self.options.stop_after_first and result.findings:
             result.aborted = "stopped after the first finding (stop_after_first)"
-        if time.monotonic() > safety:
-            result.aborted = (f"the wall-clock safety net ({safety - started:.0f} s) stopped the run: "
+        if time.monotonic() > self.safety:
+            result.aborted = (f"the wall-clock safety net ({self.safety - self.started:.0f} s) stopped the run: "
                               f"the target answers too slowly for the profile's program count")
         return bool(result.aborted)
 
-    def kept_like(finding: Finding) -> list[Reported]:
-        """The counterexamples kept in this finding's group: its (class, rule), or every crash."""
-        return [r for rs in result.causes.values() for r in rs if _group(r.finding) == _group(finding)]
-
-    def keep(finding: Finding, cfg: JsonConfig, steps: list[Step], note: str = "") -> None:
-        reported = Reported(finding, cfg, steps, note=note)
-        same = next((r for r in kept_like(finding) if r.cause() == reported.cause()), None)
-        if same is not None:
-            same.hits += 1
-            return
-        result.causes.setdefault(finding.key(), []).append(reported)
-        result.findings.setdefault(finding.key(), reported)
-
-    def one(cfg: JsonConfig, program: list[Step]) -> None:
+    def one(self, cfg: JsonConfig, program: list[Step]) -> None:
         """Run one program; past a lenient or over-strict finding, run it again without that step.
 
         The model cannot follow a call the spec rejects but the target served (or one it refused that the
@@ -273,17 +271,29 @@ def run_suite(target: Target, profile: str = "quick", seed: int = 0,
         wrong answer there would hide behind the lenient one. Dropping the step (as the shrinker does:
         arguments are relative) checks the rest; each continuation is one step shorter, so at most
         len(program) of them run, and a continuation counts in `continued`, not in `programs`."""
-        finding = one_run(cfg, program, counted=True)
-        while (continue_past_lenient and finding is not None and finding.kind in (LENIENT, OVER_STRICT)
-               and 0 <= finding.step_index < len(program) - 1 and not stopped()):
+        finding = self.one_run(cfg, program, counted=True)
+        while (self.options.continue_past_lenient and finding is not None
+               and finding.kind in (LENIENT, OVER_STRICT)
+               and 0 <= finding.step_index < len(program) - 1 and not self.stopped()):
             program = program[:finding.step_index] + program[finding.step_index + 1:]
-            result.continued += 1
-            finding = one_run(cfg, program, counted=False)
+            self.result.continued += 1
+            finding = self.one_run(cfg, program, counted=False)
 
-    def one_run(cfg: JsonConfig, program: list[Step], counted: bool) -> Optional[Finding]:
-        nonlocal rows_used, last_crash, same_crash_in_a_row
-        run = run_program(target, cfg, program, exact=True, scope=scope, row_budget=plan.row_budget - rows_used)
-        rows_used += run.pool_rows
+    def one_run(self, cfg: JsonConfig, program: list[Step], counted: bool) -> Optional[Finding]:
+        run = self.drive.run_program(self.target, cfg, program, exact=True, scope=self.scope,
+                                     row_budget=self.plan.row_budget - self.rows_used)
+        self.account(cfg, run, counted)
+        finding = run.finding
+        self.count_crash_streak(finding)
+        if finding is None:
+            return None
+        self.found(finding, cfg, program, run)
+        return finding
+
+    def account(self, cfg: JsonConfig, run: RunResult, counted: bool) -> None:
+        """What a program's run adds to the result's counts and coverage."""
+        result = self.result
+        self.rows_used += run.pool_rows
         result.programs += 1 if counted else 0
         result.calls += run.calls
         result.skipped |= run.skipped
@@ -292,60 +302,90 @@ def run_suite(target: Target, profile: str = "quick", seed: int = 0,
             result.created.add(describe(cfg))
             result.families.add(family(cfg))
         if run.over_budget:
-            result.aborted = (f"the harness's work budget ({plan.row_budget} pool rows) ran out: the "
+            result.aborted = (f"the harness's work budget ({self.plan.row_budget} pool rows) ran out: the "
                               f"target's depth makes each program too big to check")
         if run.layout and len(result.layout) < 5:
             result.layout.append({"config": cfg, "divergences": run.layout})
-        finding = run.finding
+
+    def count_crash_streak(self, finding: Optional[Finding]) -> None:
+        """SAME_CRASH_IN_A_ROW: programs in a row that crashed the same way stop the run."""
         how = how_it_crashed(finding) if finding is not None and finding.kind == CRASH else None
-        same_crash_in_a_row = same_crash_in_a_row + 1 if how is not None and how == last_crash else int(how is not None)
-        last_crash = how
-        if how is not None and same_crash_in_a_row >= SAME_CRASH_IN_A_ROW and not result.aborted:
-            result.aborted = (f"the target crashed the same way ({how[0]} in {how[1]}) in {same_crash_in_a_row} "
-                              f"programs in a row: the programs left would only repeat it")
-        if finding is None:
-            return None
+        self.same_crash_in_a_row = (self.same_crash_in_a_row + 1 if how is not None and how == self.last_crash
+                                    else int(how is not None))
+        self.last_crash = how
+        if how is not None and self.same_crash_in_a_row >= SAME_CRASH_IN_A_ROW and not self.result.aborted:
+            self.result.aborted = (f"the target crashed the same way ({how[0]} in {how[1]}) in "
+                                   f"{self.same_crash_in_a_row} programs in a row: the programs left would "
+                                   f"only repeat it")
+
+    # --- a finding: shrunk, kept per cause -----------------------------------------------------------
+    def kept_like(self, finding: Finding) -> list[Reported]:
+        """The counterexamples kept in this finding's group: its (class, rule), or every crash."""
+        return [r for rs in self.result.causes.values() for r in rs if _group(r.finding) == _group(finding)]
+
+    def keep(self, finding: Finding, cfg: JsonConfig, steps: list[Step], note: str = "") -> None:
+        reported = Reported(finding, cfg, steps, note=note)
+        same = next((r for r in self.kept_like(finding) if r.cause() == reported.cause()), None)
+        if same is not None:
+            same.hits += 1
+            return
+        self.result.causes.setdefault(finding.key(), []).append(reported)
+        self.result.findings.setdefault(finding.key(), reported)
+
+    def found(self, finding: Finding, cfg: JsonConfig, program: list[Step], run: RunResult) -> None:
+        """A program's finding: counted, then kept - shrunk first, unless its cause is most likely kept."""
+        result = self.result
         if result.first_counterexample is None:
-            result.first_counterexample = time.monotonic() - started
+            result.first_counterexample = time.monotonic() - self.started
             result.first_counterexample_programs = result.programs
         crash = finding.kind == CRASH
         if crash:
             result.restarts += 1
-            if result.restarts > cap:
-                result.aborted = f"the restart cap ({cap}) was hit: the target crashed or hung {result.restarts} times"
+            if result.restarts > self.options.restart_cap:
+                result.aborted = (f"the restart cap ({self.options.restart_cap}) was hit: the target crashed "
+                                  f"or hung {result.restarts} times")
         if not program or finding.step_index < 0:   # an invalid config, or a crash while creating: no steps
-            note = ""
-            if crash and not any(r.cause() == cause(finding, cfg, []) for r in kept_like(finding)):
-                target.fresh()   # a new crash while creating: does it happen alone, in a fresh process?
-                again = run_program(target, cfg, [], exact=True, scope=scope).finding
-                if again is None or again.kind != CRASH:
-                    note = _ALONE
-                else:
-                    finding = again
-            keep(finding, cfg, [], note)
-            return finding
-        kept = kept_like(finding)
+            self.keep_without_steps(finding, cfg)
+            return
+        kept = self.kept_like(finding)
         quick_cause = cause(finding, cfg, run.steps[-1:])
         group = _group(finding)
-        if kept and (len(kept) >= (MAX_CRASHES if crash else MAX_CAUSES) or quick_cause in causes_seen
+        if kept and (len(kept) >= (MAX_CRASHES if crash else MAX_CAUSES) or quick_cause in self.causes_seen
                      or result.shrinks.get(group, 0) >= MAX_SHRINKS):
             kept[0].hits += 1   # most likely a cause already kept: not worth another shrink
-            return finding
-        causes_seen.add(quick_cause)
+            return
+        self.causes_seen.add(quick_cause)
         result.shrinks[group] = result.shrinks.get(group, 0) + 1
-        # A crash is shrunk on a small budget (each hang costs a timeout), every candidate in a fresh
-        # process: a crash that needs earlier programs in the same process is no minimal reproduction.
-        # Any crash of the same kind counts while shrinking; the reported rule is the final run's.
-        # A candidate must fail at the same kind of operation (`_op_kind`: a decode step is not a
-        # multi-token step): otherwise the shrinker slips from this cause to another defect the program
-        # also reaches, that cause is reported twice, and this one never (measured: with the edge
-        # programs in another order, one of many_defects' two PLAN-READ causes was lost that way).
+        small_cfg, final, note = self.shrunk(finding, cfg, program, run)
+        self.keep(final.finding or finding, small_cfg, final.steps, note)
+
+    def keep_without_steps(self, finding: Finding, cfg: JsonConfig) -> None:
+        """A finding at creation; a new crash there is tried again alone, in a fresh process."""
+        note = ""
+        if finding.kind == CRASH and not any(r.cause() == cause(finding, cfg, []) for r in self.kept_like(finding)):
+            again = self.check(cfg, [], fresh=True)
+            if again is None or again.kind != CRASH:
+                note = _ALONE
+            else:
+                finding = again
+        self.keep(finding, cfg, [], note)
+
+    def shrunk(self, finding: Finding, cfg: JsonConfig, program: list[Step],
+               run: RunResult) -> tuple[JsonConfig, RunResult, str]:
+        """The finding's minimal program: its config, its final run, and a note on how it reproduces.
+
+        A crash is shrunk on a small budget (each hang costs a timeout), every candidate in a fresh
+        process: a crash that needs earlier programs in the same process is no minimal reproduction.
+        Any crash of the same kind counts while shrinking; the reported rule is the final run's.
+        A candidate must fail at the same kind of operation (`_op_kind`: a decode step is not a
+        multi-token step): otherwise the shrinker slips from this cause to another defect the program
+        also reaches, that cause is reported twice, and this one never (measured: with the edge
+        programs in another order, one of many_defects' two PLAN-READ causes was lost that way)."""
+        crash = finding.kind == CRASH
         failing_op = _op_kind(run.steps[-1]) if run.steps else "create"
 
         def candidate(c: JsonConfig, p: list[Step]) -> Optional[Finding]:
-            if crash:
-                target.fresh()
-            tried = run_program(target, c, p, exact=True, scope=scope)
+            tried = self.run_checked(c, p, fresh=crash)
             got = tried.finding
             if got is None or not tried.steps or _op_kind(tried.steps[-1]) != failing_op:
                 return None
@@ -353,58 +393,69 @@ def run_suite(target: Target, profile: str = "quick", seed: int = 0,
                 return replace(got, rule=finding.rule)
             return got
 
-        small_cfg, small = shrink(cfg, program, finding, candidate,
-                                  budget=min(plan.shrink_budget, crash_shrink_budget) if crash else plan.shrink_budget)
-        note = ""
-        if crash:   # the shrunk crash, alone in a fresh process
-            target.fresh()
-            final = run_program(target, small_cfg, small, exact=True, scope=scope)
-            if final.finding is None or final.finding.kind != CRASH:
-                target.fresh()
-                final = run_program(target, cfg, program, exact=True, scope=scope)
-                small_cfg = cfg
-                if final.finding is not None and final.finding.kind == CRASH:
-                    note = "the shrunk steps do not crash alone; the whole program does, in a fresh process"
-                else:
-                    note, final = _ALONE, run
-        else:
-            final = run_program(target, small_cfg, small, exact=True, scope=scope)
+        budget = min(self.plan.shrink_budget, self.options.crash_shrink_budget) if crash else self.plan.shrink_budget
+        small_cfg, small = shrink(cfg, program, finding, candidate, budget=budget)
+        if not crash:
+            final = self.run_checked(small_cfg, small, fresh=False)
             if final.finding is None or final.finding.key() != finding.key():   # flaky: keep the original
-                small_cfg, final = cfg, run
-        keep(final.finding or finding, small_cfg, final.steps, note)
-        return finding
+                return cfg, run, ""
+            return small_cfg, final, ""
+        final = self.run_checked(small_cfg, small, fresh=True)   # the shrunk crash, alone in a fresh process
+        if final.finding is not None and final.finding.kind == CRASH:
+            return small_cfg, final, ""
+        final = self.run_checked(cfg, program, fresh=True)
+        if final.finding is not None and final.finding.kind == CRASH:
+            return cfg, final, "the shrunk steps do not crash alone; the whole program does, in a fresh process"
+        return cfg, run, _ALONE
 
-    if not target.validates_configs:
-        result.skipped.add("config validation: a python: target gets a kvcache.CacheConfig, "
-                           "which validates itself")
-    try:
-        with safety_alarm(safety - time.monotonic()):
-            for cfg, program in work + [(cfg, drive.random_program(cfg, rng, rng.randint(3, plan.largest)))
-                                        for cfg in randoms]:
-                if stopped():
-                    break
-                one(cfg, program)
-            border(outside, result, stopped, one, lambda cfg: check(cfg, [], False), drive)
-            # Config validation last: each invalid configuration must be refused at create.
-            for bad_cfg in bad_configs:
-                if stopped():
-                    break
-                one(bad_cfg, [])
-    except HarnessInterrupted as stop:
-        if stop.signal_name == "SIGALRM":
-            result.aborted = (f"the wall-clock safety net ({safety - started:.0f} s) stopped the run inside a "
-                              f"call of the target (a hang? run a python: target with --isolate)")
-        else:
-            result.interrupted = stop.signal_name
-            result.aborted = f"the harness was interrupted by {stop.signal_name}"
-        target.kill()
-    finally:
-        result.seconds = time.monotonic() - started
-        result.scope = in_scope(target.validates_configs, target.optional, drive.name)
-        _scope_coverage(result, outside)
-        if isinstance(target, SubprocessTarget) and result.seconds > 0:
-            result.requests_per_second = (target.requests - requests_before) / result.seconds
-    return result
+    # --- the whole run ---------------------------------------------------------------------------------
+    def everything(self, configs: tuple[JsonConfig, ...], rng: random.Random, edges: bool) -> SuiteResult:
+        """The edge programs, the random programs, the border, the invalid configurations."""
+        result, target, drive, plan = self.result, self.target, self.drive, self.plan
+        requests_before = target.requests if isinstance(target, SubprocessTarget) else 0
+        result.declared = scopes.summary(self.scope, configs)
+        result.skipped |= set(scopes.notes(result.declared))
+        configs, outside = (tuple(part) for part in scopes.split(configs, self.scope))
+        if not configs:   # a verdict on nothing would be vacuous
+            result.aborted = (f"no suite configuration lies inside the scope [{self.scope}] ({self.scope.source}): "
+                              f"nothing to check")
+            return result
+        work = _interleaved(configs, drive) if edges else []
+        randoms = [rng.choice(configs) for _ in range(plan.random_programs)]
+        bad_configs = drive.bad_configs(target.validates_configs)
+        result.planned = len(work) + len(randoms) + len(bad_configs)
+        result.configs = {describe(cfg): cfg for cfg in configs}
+        if not target.validates_configs:
+            result.skipped.add("config validation: a python: target gets a kvcache.CacheConfig, "
+                               "which validates itself")
+        try:
+            with safety_alarm(self.safety - time.monotonic()):
+                for cfg, program in work + [(cfg, drive.random_program(cfg, rng, rng.randint(3, plan.largest)))
+                                            for cfg in randoms]:
+                    if self.stopped():
+                        break
+                    self.one(cfg, program)
+                border(outside, result, self.stopped, self.one, lambda cfg: self.check(cfg, [], False), drive)
+                # Config validation last: each invalid configuration must be refused at create.
+                for bad_cfg in bad_configs:
+                    if self.stopped():
+                        break
+                    self.one(bad_cfg, [])
+        except HarnessInterrupted as stop:
+            if stop.signal_name == "SIGALRM":
+                result.aborted = (f"the wall-clock safety net ({self.safety - self.started:.0f} s) stopped the run "
+                                  f"inside a call of the target (a hang? run a python: target with --isolate)")
+            else:
+                result.interrupted = stop.signal_name
+                result.aborted = f"the harness was interrupted by {stop.signal_name}"
+            target.kill()
+        finally:
+            result.seconds = time.monotonic() - self.started
+            result.scope = in_scope(target.validates_configs, target.optional, drive.name)
+            _scope_coverage(result, outside)
+            if isinstance(target, SubprocessTarget) and result.seconds > 0:
+                result.requests_per_second = (target.requests - requests_before) / result.seconds
+        return result
 
 
 def declared_scope(target: Target) -> scopes.Scope:
