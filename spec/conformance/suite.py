@@ -111,7 +111,20 @@ def cause(finding: Finding, cfg: JsonConfig, steps: list[Step]) -> tuple[Any, ..
     kinds = [_op_kind(step) for step in steps]
     how = how_it_crashed(finding) if finding.kind == CRASH else (finding.rule,)
     return (_group(finding), how, family(cfg).split(",")[0], kinds[-1] if kinds else "create",
-            "rewind chain" if kinds.count("rewind") > 1 else "")
+            _rewind_kind(steps))
+
+
+def _rewind_kind(steps: list[Step]) -> str:
+    """A single rewind (or none) versus a chain of rewinds: two causes (the README promises both)."""
+    return "rewind chain" if sum(1 for step in steps if step.get("op") == "rewind") > 1 else ""
+
+
+def _last_rewind_only(program: list[Step]) -> Optional[list[Step]]:
+    """The program without its rewinds but the last one; None when it has no chain to drop."""
+    rewinds = [index for index, step in enumerate(program) if step.get("op") == "rewind"]
+    if len(rewinds) < 2:
+        return None
+    return [step for index, step in enumerate(program) if index not in rewinds[:-1]]
 
 
 @dataclass
@@ -348,16 +361,42 @@ class _SuiteRun:
             self.keep_without_steps(finding, cfg)
             return
         kept = self.kept_like(finding)
-        quick_cause = cause(finding, cfg, run.steps[-1:])
+        if not crash:
+            program, run = self.single_if_alone(finding, cfg, program, run)
+        # The cause as far as it is known before shrinking, from the whole run: its last operation,
+        # and a single rewind or a chain (the last step alone cannot tell them apart: a single unsound
+        # rewind was folded into the chain finding that way).
+        quick_cause = cause(finding, cfg, run.steps)
         group = _group(finding)
         if kept and (len(kept) >= (MAX_CRASHES if crash else MAX_CAUSES) or quick_cause in self.causes_seen
                      or result.shrinks.get(group, 0) >= MAX_SHRINKS):
             kept[0].hits += 1   # most likely a cause already kept: not worth another shrink
             return
-        self.causes_seen.add(quick_cause)
         result.shrinks[group] = result.shrinks.get(group, 0) + 1
         small_cfg, final, note = self.shrunk(finding, cfg, program, run)
-        self.keep(final.finding or finding, small_cfg, final.steps, note)
+        if not crash and final.finding is not None:   # a chain the shrink kept: is its last rewind enough?
+            alone, tried = self.single_if_alone(final.finding, small_cfg, final.steps, final)
+            if tried is not final:
+                small_cfg, final, note = self.shrunk(final.finding, small_cfg, alone, tried)
+        reported = final.finding or finding
+        # Only a quick cause the shrink confirmed is skipped from now on: a chain that shrank to a
+        # single rewind says nothing yet about the chains.
+        if cause(reported, small_cfg, final.steps) == quick_cause:
+            self.causes_seen.add(quick_cause)
+        self.keep(reported, small_cfg, final.steps, note)
+
+    def single_if_alone(self, finding: Finding, cfg: JsonConfig, program: list[Step],
+                        run: RunResult) -> tuple[list[Step], RunResult]:
+        """A program with a chain of rewinds whose finding its last rewind alone reproduces (the same
+        class, rule and failing operation) is a single-rewind program: that one is shrunk instead."""
+        alone = _last_rewind_only(program[:finding.step_index + 1])
+        if alone is None:
+            return program, run
+        tried = self.run_checked(cfg, alone, fresh=False)
+        if (tried.finding is None or tried.finding.key() != finding.key() or not tried.steps
+                or _op_kind(tried.steps[-1]) != _op_kind(run.steps[-1])):
+            return program, run
+        return alone, tried
 
     def keep_without_steps(self, finding: Finding, cfg: JsonConfig) -> None:
         """A finding at creation; a new crash there is tried again alone, in a fresh process."""
@@ -383,11 +422,13 @@ class _SuiteRun:
         programs in another order, one of many_defects' two PLAN-READ causes was lost that way)."""
         crash = finding.kind == CRASH
         failing_op = _op_kind(run.steps[-1]) if run.steps else "create"
+        rewinds = _rewind_kind(run.steps)   # likewise kept: a chain must not slip to a single rewind
 
         def candidate(c: JsonConfig, p: list[Step]) -> Optional[Finding]:
             tried = self.run_checked(c, p, fresh=crash)
             got = tried.finding
-            if got is None or not tried.steps or _op_kind(tried.steps[-1]) != failing_op:
+            if (got is None or not tried.steps or _op_kind(tried.steps[-1]) != failing_op
+                    or _rewind_kind(tried.steps) != rewinds):
                 return None
             if crash and got.kind == CRASH and _crash_kind(got.message) == _crash_kind(finding.message):
                 return replace(got, rule=finding.rule)
