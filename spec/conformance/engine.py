@@ -61,6 +61,9 @@ class Finding:
     rule: str
     message: str
     step_index: int
+    # A consequence (consequences.py): the lenient or over-strict step that led here, as
+    # "<class> <rule> at <operation>"; "" for a finding of the lockstep itself.
+    after: str = ""
 
     def key(self) -> tuple[str, str]:
         return (self.kind, self.rule)
@@ -77,6 +80,14 @@ class RunResult:
     created: bool = False                               # the target created the (valid) configuration
     pool_rows: int = 0                                  # the harness's own work: pool rows allocated and copied
     over_budget: bool = False                           # stopped: pool_rows passed the row budget
+    # Past a lenient or over-strict `finding`, the program driven on with that step applied: the first
+    # broken safety property (consequences.py), and the concrete steps up to it.
+    consequence: Optional[Finding] = None
+    consequence_steps: list[Step] = field(default_factory=list)
+
+    def as_consequence(self) -> "RunResult":
+        """This run seen through its consequence: the consequence as the finding, with its steps."""
+        return replace(self, finding=self.consequence, steps=self.consequence_steps)
 
 
 # The exact JSON type of each method's answer besides null (bool is not an int here, as in ARG-INT).
@@ -156,6 +167,8 @@ class Engine:
         self.open_plans: dict[int, tuple[Any, model.Plan]] = {}   # layer -> (target plan, model plan)
         self.result = RunResult(None, [])
         self.index = 0
+        self.last_call: Optional[tuple[str, dict[str, Any]]] = None   # the target's latest call
+        self.last_answer: Optional[Outcome] = None                     # and its answer
         # light: fewer observation calls (retained marks only after rewinds, clears and at the end; no
         # length check after each plan of a step). The golden vectors use it to stay small.
         self.light = light
@@ -173,10 +186,12 @@ class Engine:
 
     def _call(self, method: str, args: dict[str, Any], rule: str) -> Outcome:
         self.result.calls += 1
+        self.last_call = (method, args)
         try:
             outcome = self.target.call(method, args)
         except TargetCrash as crash:
             raise self._fail(CRASH, rule, f"{method}({_show(args)}): {crash}") from None
+        self.last_answer = outcome
         self._check_type(method, args, outcome, rule)
         self.result.exercised.add(rule)
         return outcome
@@ -510,9 +525,17 @@ class Engine:
             self.result.finding = stop.finding
             if 0 <= stop.finding.step_index == len(self.result.steps) and stop.finding.step_index < len(program):
                 self.result.steps.append(self._concrete_guess(program[stop.finding.step_index]))
+            if stop.finding.kind in (LENIENT, OVER_STRICT) and stop.finding.step_index >= 0 and not self.light \
+                    and not self.outside:
+                self.drive_on(program, stop.finding)
         if self.outside:
             self.result.finding = self.border_finding(self.result.finding, len(program))
         return self.result
+
+    def drive_on(self, program: list[Step], entry: Finding) -> None:
+        """Past a lenient or over-strict step, drive the rest of the program with that step applied and
+        judge only the safety properties (consequences.py): a layout that has them sets
+        `result.consequence`. The sequence layout has none yet: its reruns without the step remain."""
 
     def border_finding(self, finding: Optional[Finding], end: int) -> Finding:
         """SCOPE-BORDER: the target accepted a config outside its declared scope. Any disagreement

@@ -111,7 +111,7 @@ def cause(finding: Finding, cfg: JsonConfig, steps: list[Step]) -> tuple[Any, ..
     kinds = [_op_kind(step) for step in steps]
     how = how_it_crashed(finding) if finding.kind == CRASH else (finding.rule,)
     return (_group(finding), how, family(cfg).split(",")[0], kinds[-1] if kinds else "create",
-            _rewind_kind(steps))
+            _rewind_kind(steps), finding.after)
 
 
 def _rewind_kind(steps: list[Step]) -> str:
@@ -184,10 +184,12 @@ def replay(target: Union[str, Target], config: JsonConfig, steps: list[Step],
     finally:
         if owned:
             chosen.close()
-    if result.finding is None:
+    # past a lenient step, what it led to (a wrong consequence) is the finding these steps show
+    f = result.consequence or result.finding
+    if f is None:
         return None
-    f = result.finding
-    return {"class": f.kind, "rule": f.rule, "message": f.message, "step_index": f.step_index}
+    return {"class": f.kind, "rule": f.rule, "message": f.message, "step_index": f.step_index,
+            **({"after": f.after} if f.after else {})}
 
 
 def _interleaved(configs: tuple[JsonConfig, ...], layout: layouts.Layout) -> list[tuple[JsonConfig, list[Step]]]:
@@ -214,8 +216,9 @@ def run_suite(target: Target, profile: str = "quick", seed: int = 0,
 
     scope: overrides the target's declared scope (the CLI's --scope).
     layout: overrides the target's declared layout (the CLI's --layout); configs default to the layout's.
-    continue_past_lenient: run a program again without the step of a lenient or over-strict finding, so
-    the steps after it are checked too (False only to show what that finds).
+    continue_past_lenient: past the step of a lenient or over-strict finding, grade what it leads to (the
+    safety properties of consequences.py, the step applied) and run the program again without the step,
+    so the steps after it are checked too (False only to show what that finds).
 
     deadline: the wall-clock safety net in seconds (default: the profile's); hitting it is INCOMPLETE.
     The harness's own SIGTERM/SIGINT/SIGHUP (`stop_on_signals`) ends the run INCOMPLETE, with the partial
@@ -256,11 +259,13 @@ class _SuiteRun:
         self.same_crash_in_a_row = 0
 
     # --- running one program -------------------------------------------------------------------------
-    def run_checked(self, cfg: JsonConfig, program: list[Step], fresh: bool) -> RunResult:
-        """One program, judged exactly, in a fresh target process when `fresh`."""
+    def run_checked(self, cfg: JsonConfig, program: list[Step], fresh: bool, consequence: bool = False) -> RunResult:
+        """One program, judged exactly, in a fresh target process when `fresh`; seen through its
+        consequence (the finding past its lenient step) when `consequence`."""
         if fresh:
             self.target.fresh()
-        return self.drive.run_program(self.target, cfg, program, exact=True, scope=self.scope)
+        run = self.drive.run_program(self.target, cfg, program, exact=True, scope=self.scope)
+        return run.as_consequence() if consequence else run
 
     def check(self, cfg: JsonConfig, program: list[Step], fresh: bool) -> Optional[Finding]:
         return self.run_checked(cfg, program, fresh).finding
@@ -301,6 +306,8 @@ class _SuiteRun:
         if finding is None:
             return None
         self.found(finding, cfg, program, run)
+        if run.consequence is not None and self.options.continue_past_lenient and not self.stopped():
+            self.found(run.consequence, cfg, program, run.as_consequence(), consequence=True)
         return finding
 
     def account(self, cfg: JsonConfig, run: RunResult, counted: bool) -> None:
@@ -345,8 +352,10 @@ class _SuiteRun:
         self.result.causes.setdefault(finding.key(), []).append(reported)
         self.result.findings.setdefault(finding.key(), reported)
 
-    def found(self, finding: Finding, cfg: JsonConfig, program: list[Step], run: RunResult) -> None:
-        """A program's finding: counted, then kept - shrunk first, unless its cause is most likely kept."""
+    def found(self, finding: Finding, cfg: JsonConfig, program: list[Step], run: RunResult,
+              consequence: bool = False) -> None:
+        """A program's finding (or the consequence of its lenient step): counted, then kept - shrunk
+        first, unless its cause is most likely kept."""
         result = self.result
         if result.first_counterexample is None:
             result.first_counterexample = time.monotonic() - self.started
@@ -361,7 +370,7 @@ class _SuiteRun:
             self.keep_without_steps(finding, cfg)
             return
         kept = self.kept_like(finding)
-        if not crash:
+        if not crash and not consequence:
             program, run = self.single_if_alone(finding, cfg, program, run)
         # The cause as far as it is known before shrinking, from the whole run: its last operation,
         # and a single rewind or a chain (the last step alone cannot tell them apart: a single unsound
@@ -373,8 +382,8 @@ class _SuiteRun:
             kept[0].hits += 1   # most likely a cause already kept: not worth another shrink
             return
         result.shrinks[group] = result.shrinks.get(group, 0) + 1
-        small_cfg, final, note = self.shrunk(finding, cfg, program, run)
-        if not crash and final.finding is not None:   # a chain the shrink kept: is its last rewind enough?
+        small_cfg, final, note = self.shrunk(finding, cfg, program, run, consequence)
+        if not crash and not consequence and final.finding is not None:   # a chain the shrink kept: is its last rewind enough?
             alone, tried = self.single_if_alone(final.finding, small_cfg, final.steps, final)
             if tried is not final:
                 small_cfg, final, note = self.shrunk(final.finding, small_cfg, alone, tried)
@@ -409,8 +418,8 @@ class _SuiteRun:
                 finding = again
         self.keep(finding, cfg, [], note)
 
-    def shrunk(self, finding: Finding, cfg: JsonConfig, program: list[Step],
-               run: RunResult) -> tuple[JsonConfig, RunResult, str]:
+    def shrunk(self, finding: Finding, cfg: JsonConfig, program: list[Step], run: RunResult,
+               consequence: bool = False) -> tuple[JsonConfig, RunResult, str]:
         """The finding's minimal program: its config, its final run, and a note on how it reproduces.
 
         A crash is shrunk on a small budget (each hang costs a timeout), every candidate in a fresh
@@ -425,7 +434,7 @@ class _SuiteRun:
         rewinds = _rewind_kind(run.steps)   # likewise kept: a chain must not slip to a single rewind
 
         def candidate(c: JsonConfig, p: list[Step]) -> Optional[Finding]:
-            tried = self.run_checked(c, p, fresh=crash)
+            tried = self.run_checked(c, p, fresh=crash, consequence=consequence)
             got = tried.finding
             if (got is None or not tried.steps or _op_kind(tried.steps[-1]) != failing_op
                     or _rewind_kind(tried.steps) != rewinds):
@@ -437,14 +446,14 @@ class _SuiteRun:
         budget = min(self.plan.shrink_budget, self.options.crash_shrink_budget) if crash else self.plan.shrink_budget
         small_cfg, small = shrink(cfg, program, finding, candidate, budget=budget)
         if not crash:
-            final = self.run_checked(small_cfg, small, fresh=False)
+            final = self.run_checked(small_cfg, small, fresh=False, consequence=consequence)
             if final.finding is None or final.finding.key() != finding.key():   # flaky: keep the original
                 return cfg, run, ""
             return small_cfg, final, ""
-        final = self.run_checked(small_cfg, small, fresh=True)   # the shrunk crash, alone in a fresh process
+        final = self.run_checked(small_cfg, small, fresh=True, consequence=consequence)   # the shrunk crash, alone in a fresh process
         if final.finding is not None and final.finding.kind == CRASH:
             return small_cfg, final, ""
-        final = self.run_checked(cfg, program, fresh=True)
+        final = self.run_checked(cfg, program, fresh=True, consequence=consequence)
         if final.finding is not None and final.finding.kind == CRASH:
             return cfg, final, "the shrunk steps do not crash alone; the whole program does, in a fresh process"
         return cfg, run, _ALONE
