@@ -19,11 +19,13 @@ from typing import Any, Iterator, Optional, TextIO
 from ..cli import open_report, report_path_problem
 from . import scope as scopes
 from .engine import CLASSES
-from .suite import CONFORMING, INCOMPLETE, PROFILES, SuiteResult, report_json, report_junit, run_suite
+from .suite import CONFORMING, INCOMPLETE, PROFILES, SuiteResult, report_json, report_junit, run_suite, wrap
 from .targets import HarnessInterrupted, Target, TargetError, parse_target, stop_on_signals
 from .vectors import save_findings
 
 EXIT_CODES = {CONFORMING: 0, "NOT CONFORMING": 1, INCOMPLETE: 3}
+WIDTH = 110            # the summary's lines: longer text wraps (a value without spaces keeps its line)
+INDENT = " " * 14
 EPILOG = ("exit codes: 0 CONFORMING (full coverage), 1 NOT CONFORMING (findings), 2 usage or harness error, "
           "3 INCOMPLETE (less exercised than the profile promises: interrupted, the wall-clock safety net, "
           "the restart cap, a configuration never created or a rule in scope never exercised). "
@@ -52,6 +54,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--save-findings", metavar="DIR",
                         help="write each finding as a golden-vector file in DIR, replayable without Python "
                              "(./my_target --vectors DIR/01-....json)")
+    parser.add_argument("--pytest", action="store_true",
+                        help="print each finding's pasteable pytest test under it in the summary (the JSON "
+                             "report has it too, as 'pytest')")
     parser.add_argument("--scope", metavar="FEATURES",
                         help="override the target's declared scope: comma-separated features of "
                              f"{', '.join(scopes.FEATURES)} (or all); configs outside it must be refused")
@@ -189,6 +194,11 @@ def summary(report: dict[str, Any], target: str, args: argparse.Namespace, out: 
     def line(text: str) -> None:
         out.write(text + "\n")
 
+    def paragraph(first: str, text: str) -> None:
+        """Wrapped, never cut: the first line after `first`, the others indented under it."""
+        for number, part in enumerate(wrap(text, WIDTH - len(first))):
+            line((first if number == 0 else " " * len(first)) + part)
+
     stats, coverage = report["stats"], report["coverage"]
     rules = coverage["rules"]
     line(f"kvcache conformance: target {target}, profile {report['profile']}, seed {report['seed']}: "
@@ -204,13 +214,20 @@ def summary(report: dict[str, Any], target: str, args: argparse.Namespace, out: 
          + (f", {coverage['restarts']} target restarts" if coverage["restarts"] else ""))
     for reason in coverage["incomplete"]:
         line(f"  INCOMPLETE: {reason}")
-    for finding in report["semantic"]["findings"]:
+    findings = report["semantic"]["findings"]
+    for finding in findings:
         cause = f" (cause {finding['cause']} of {finding['causes_of_rule']})" if finding["causes_of_rule"] > 1 else ""
-        line(f"  {finding['class']:<11} {finding['rule']:<15} {finding['message'][:160]}{cause}")
-        line(f"              config {finding['config_name']}; {len(finding['steps'])} steps: "
-             f"{json.dumps(finding['steps'])[:300]}")
+        head = f"  {finding['class']:<11} {finding['rule']:<15} "
+        paragraph(head, finding["message"] + cause)
+        paragraph(INDENT, f"config {finding['config_name']}; {len(finding['steps'])} steps: "
+                          f"{json.dumps(finding['steps'])}")
         if finding["note"]:
-            line(f"              note: {finding['note']}")
+            paragraph(INDENT, f"note: {finding['note']}")
+        if args.pytest:
+            for test_line in finding["pytest"].splitlines():
+                line(INDENT + test_line)
+    if findings and not args.pytest:
+        line(f"{INDENT}(each finding's pytest test to paste: --pytest, or 'pytest' in the --json report)")
     broken = any(f["class"] in ("wrong", "crash") for f in report["semantic"]["findings"])
     semantic = "NO" if broken else "yes" if report["semantic"]["conforming"] else "not established (INCOMPLETE)"
     line(f"  semantic conformance: {semantic}; "

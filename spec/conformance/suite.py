@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import textwrap
 import time
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field, replace
@@ -69,6 +70,14 @@ class Reported:
 
     def cause(self) -> tuple[Any, ...]:
         return cause(self.finding, self.config, self.steps)
+
+    def same_cause(self, other: "Reported") -> bool:
+        """One cause: equal `cause`s, or the very same words - the same message, after the same step,
+        through a single rewind or a chain alike - on another configuration family (a shrink that could
+        not flatten the layers must not print one cause twice)."""
+        return self.cause() == other.cause() or (
+            _group(self.finding) == _group(other.finding) and self.finding.message == other.finding.message
+            and self.finding.after == other.finding.after and _rewind_kind(self.steps) == _rewind_kind(other.steps))
 
 
 def _op_kind(step: Step) -> str:
@@ -345,9 +354,11 @@ class _SuiteRun:
 
     def keep(self, finding: Finding, cfg: JsonConfig, steps: list[Step], note: str = "") -> None:
         reported = Reported(finding, cfg, steps, note=note)
-        same = next((r for r in self.kept_like(finding) if r.cause() == reported.cause()), None)
+        same = next((r for r in self.kept_like(finding) if r.same_cause(reported)), None)
         if same is not None:
             same.hits += 1
+            if len(reported.steps) < len(same.steps):   # the shorter program shows it best
+                same.config, same.steps, same.note = cfg, steps, note
             return
         self.result.causes.setdefault(finding.key(), []).append(reported)
         self.result.findings.setdefault(finding.key(), reported)
@@ -555,15 +566,21 @@ def _scope_coverage(result: SuiteResult, outside: tuple[JsonConfig, ...]) -> Non
 
 # --- reports ---------------------------------------------------------------------------------------
 
+def wrap(text: str, width: int) -> list[str]:
+    """Lines of at most `width` characters where the text has spaces: never cut inside a word (a long
+    word, a JSON value without spaces, gets a line of its own)."""
+    return textwrap.wrap(text, width, break_long_words=False, break_on_hyphens=False) or [""]
+
+
 def pytest_text(target: str, reported: Reported, number: int = 1) -> str:
     """A test to paste into the target's repository: replays the minimal step list."""
     f = reported.finding
     name = f"{f.kind}_{f.rule}".lower().replace("-", "_") + (f"_{number}" if number > 1 else "")
     statement = BY_ID[f.rule].statement if f.rule in BY_ID else ""
-    message = f.message[:300].replace("\n", " ")
+    message = "".join(f"    # {line}\n" for line in wrap(f.message.replace("\n", " "), 92))
     return (f'def test_kvcache_conformance_{name}() -> None:\n'
             f'    """{f.kind} {f.rule}: {statement}"""\n'
-            f'    # {message}\n'
+            f'{message}'
             f'    from kvcache_spec.conformance import replay\n'
             f'    config = {reported.config!r}\n'
             f'    steps = {reported.steps!r}\n'
@@ -591,7 +608,7 @@ def report_json(result: SuiteResult, strict: bool, exact_layout: bool) -> dict[s
                              "causes_of_rule": len(kept),
                              "statement": BY_ID[r.finding.rule].statement if r.finding.rule in BY_ID else "",
                              "message": r.finding.message, "config": r.config, "config_name": describe(r.config),
-                             "steps": r.steps, "programs_hit": r.hits, "note": r.note,
+                             "steps": r.steps, "programs_hit": r.hits, "note": r.note, "after": r.finding.after,
                              "pytest": pytest_text(result.target, r, number)})
     order = {WRONG: 0, CRASH: 1, LENIENT: 2, OVER_STRICT: 3}
     findings.sort(key=lambda f: (order[f["class"]], f["rule"], f["cause"]))
