@@ -191,13 +191,15 @@ def save(result: SuiteResult, directory: str, target: Target, scope: Optional[sc
 
 def summary(report: dict[str, Any], target: str, args: argparse.Namespace, out: TextIO) -> None:
     """The human summary (to stderr when the JSON report goes to stdout)."""
-    def line(text: str) -> None:
-        out.write(text + "\n")
+    def paragraph(first: str, text: str, under: int = -1) -> None:
+        """Wrapped, never cut: the first line after `first`, the others indented under it (or by `under`)."""
+        indent = " " * (len(first) if under < 0 else under)
+        out.write("".join(part + "\n" for part in wrap(text, WIDTH, first, indent)))
 
-    def paragraph(first: str, text: str) -> None:
-        """Wrapped, never cut: the first line after `first`, the others indented under it."""
-        for number, part in enumerate(wrap(text, WIDTH - len(first))):
-            line((first if number == 0 else " " * len(first)) + part)
+    def line(text: str) -> None:
+        """A line of the summary, wrapped under its own indentation plus two."""
+        stripped = text.lstrip(" ")
+        paragraph(text[:len(text) - len(stripped)], stripped, len(text) - len(stripped) + 4)
 
     stats, coverage = report["stats"], report["coverage"]
     rules = coverage["rules"]
@@ -223,9 +225,8 @@ def summary(report: dict[str, Any], target: str, args: argparse.Namespace, out: 
                           f"{json.dumps(finding['steps'])}")
         if finding["note"]:
             paragraph(INDENT, f"note: {finding['note']}")
-        if args.pytest:
-            for test_line in finding["pytest"].splitlines():
-                line(INDENT + test_line)
+        if args.pytest:   # code: its lines are kept as they are
+            out.write("".join(INDENT + test_line + "\n" for test_line in finding["pytest"].splitlines()))
     if findings and not args.pytest:
         line(f"{INDENT}(each finding's pytest test to paste: --pytest, or 'pytest' in the --json report)")
     broken = any(f["class"] in ("wrong", "crash") for f in report["semantic"]["findings"])

@@ -566,10 +566,11 @@ def _scope_coverage(result: SuiteResult, outside: tuple[JsonConfig, ...]) -> Non
 
 # --- reports ---------------------------------------------------------------------------------------
 
-def wrap(text: str, width: int) -> list[str]:
-    """Lines of at most `width` characters where the text has spaces: never cut inside a word (a long
-    word, a JSON value without spaces, gets a line of its own)."""
-    return textwrap.wrap(text, width, break_long_words=False, break_on_hyphens=False) or [""]
+def wrap(text: str, width: int, first: str = "", indent: str = "") -> list[str]:
+    """Lines of at most `width` characters (the first after `first`, the others after `indent`) where
+    the text has spaces: never cut inside a word (a longer word gets a line of its own)."""
+    return textwrap.wrap(text, width, initial_indent=first, subsequent_indent=indent, break_long_words=False,
+                         break_on_hyphens=False) or [first]
 
 
 def pytest_text(target: str, reported: Reported, number: int = 1) -> str:
@@ -577,7 +578,7 @@ def pytest_text(target: str, reported: Reported, number: int = 1) -> str:
     f = reported.finding
     name = f"{f.kind}_{f.rule}".lower().replace("-", "_") + (f"_{number}" if number > 1 else "")
     statement = BY_ID[f.rule].statement if f.rule in BY_ID else ""
-    message = "".join(f"    # {line}\n" for line in wrap(f.message.replace("\n", " "), 92))
+    message = "".join(line + "\n" for line in wrap(f.message.replace("\n", " "), 100, "    # ", "    # "))
     return (f'def test_kvcache_conformance_{name}() -> None:\n'
             f'    """{f.kind} {f.rule}: {statement}"""\n'
             f'{message}'
