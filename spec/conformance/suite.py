@@ -67,6 +67,7 @@ class Reported:
     steps: list[Step]
     hits: int = 1
     note: str = ""      # e.g. the crash did not reproduce alone in a fresh process
+    found_after: dict[str, float] = field(default_factory=dict)   # seconds, cpu_seconds, programs: when kept
 
     def cause(self) -> tuple[Any, ...]:
         return cause(self.finding, self.config, self.steps)
@@ -185,7 +186,8 @@ class SuiteResult:
 
 def replay(target: Union[str, Target], config: JsonConfig, steps: list[Step],
            exact: bool = False) -> Optional[dict[str, Any]]:
-    """Run one step list on a target; the finding as a dict, or None when the target conforms on it."""
+    """Run one step list on a target; the finding as a dict, or None when the target conforms on it. Past
+    a lenient or over-strict step, the wrong consequence it led to (with "after") is the finding."""
     owned = isinstance(target, str)
     chosen = parse_target(target) if isinstance(target, str) else target
     try:
@@ -261,6 +263,7 @@ class _SuiteRun:
         self.target, self.plan, self.result, self.scope, self.drive = target, plan, result, scope, drive
         self.options = options
         self.started = started
+        self.cpu_started = time.process_time()   # this process's CPU only (not a cmd: target's)
         self.safety = self.started + safety_seconds
         self.rows_used = 0
         self.causes_seen: set[tuple[Any, ...]] = set()
@@ -360,6 +363,9 @@ class _SuiteRun:
             if len(reported.steps) < len(same.steps):   # the shorter program shows it best
                 same.config, same.steps, same.note = cfg, steps, note
             return
+        reported.found_after = {"seconds": round(time.monotonic() - self.started, 4),
+                                "cpu_seconds": round(time.process_time() - self.cpu_started, 4),
+                                "programs": self.result.programs}
         self.result.causes.setdefault(finding.key(), []).append(reported)
         self.result.findings.setdefault(finding.key(), reported)
 
@@ -610,6 +616,7 @@ def report_json(result: SuiteResult, strict: bool, exact_layout: bool) -> dict[s
                              "statement": BY_ID[r.finding.rule].statement if r.finding.rule in BY_ID else "",
                              "message": r.finding.message, "config": r.config, "config_name": describe(r.config),
                              "steps": r.steps, "programs_hit": r.hits, "note": r.note, "after": r.finding.after,
+                             "found_after": r.found_after,
                              "pytest": pytest_text(result.target, r, number)})
     order = {WRONG: 0, CRASH: 1, LENIENT: 2, OVER_STRICT: 3}
     findings.sort(key=lambda f: (order[f["class"]], f["rule"], f["cause"]))
