@@ -129,6 +129,11 @@ class CellConsequences:
         except Stop as stop:
             engine.result.consequence = stop.finding
             engine.result.consequence_steps = self.steps
+        except (TypeError, ValueError, KeyError, IndexError) as error:
+            # answers of a shape the driver cannot follow (the lockstep already reported the entry):
+            # said in the report, never a silent pass
+            engine.result.skipped.add(f"consequences past a {self.after} step not followed to the end: "
+                                      f"{type(error).__name__}: {error}")
 
     def after_entry(self) -> None:
         """What the entry call itself did, as far as its answer tells: an id handed out starts an
@@ -272,7 +277,7 @@ class CellConsequences:
         if self.placed is None:
             contents = list(range(self.next_content, self.next_content + step.length))
             self.next_content += step.length
-            self.placed = (list(positions), list(step.cells), contents)
+            self.placed = (list(positions) if isinstance(positions, (list, tuple)) else [], list(step.cells), contents)
         self.write(layer, step, seq_ids)
         self.read(shown, layer, step, seq_ids, self.placed[0])
         self.served.add(layer)
@@ -284,7 +289,9 @@ class CellConsequences:
         step = step_from_json(value)
         if isinstance(step, str):
             raise self._broken("SAFE-STEP-SHAPE", f"{shown}: {step}")
-        tokens = len(positions) if isinstance(positions, list) else -1
+        # one cell per declared token (per position when the harness saw no declaration)
+        tokens = len(self.declared) if self.declared is not None else \
+            len(positions) if isinstance(positions, list) else -1
         cells, n = step.cells, step.read_len
         if (step.length != tokens or len(cells) != tokens or len(set(cells)) != len(cells)
                 or not 0 <= n <= self.capacity or any(not 0 <= c < n for c in cells)

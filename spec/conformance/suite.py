@@ -405,9 +405,9 @@ class _SuiteRun:
             if tried is not final:
                 small_cfg, final, note = self.shrunk(final.finding, small_cfg, alone, tried)
         reported = final.finding or finding
-        # Only a quick cause the shrink confirmed is skipped from now on: a chain that shrank to a
-        # single rewind says nothing yet about the chains.
-        if cause(reported, small_cfg, final.steps) == quick_cause:
+        # The quick cause is skipped from now on - unless it was a chain that shrank to a single
+        # rewind: that says nothing yet about the chains.
+        if _rewind_kind(final.steps) == _rewind_kind(run.steps):
             self.causes_seen.add(quick_cause)
         self.keep(reported, small_cfg, final.steps, note)
 
