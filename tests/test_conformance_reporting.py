@@ -14,7 +14,7 @@ import pytest
 
 from kvcache_spec.conformance import cli, replay, run_suite
 from kvcache_spec.conformance.consequences import SAFETY
-from kvcache_spec.conformance.engine import LENIENT, WRONG, Finding
+from kvcache_spec.conformance.engine import CLASSES, LENIENT, WRONG, Finding
 from kvcache_spec.conformance.suite import Reported, SuiteResult, report_json
 from kvcache_spec.conformance.targets import PythonTarget
 from kvcache_spec.rules import BY_ID
@@ -118,7 +118,9 @@ def test_the_summary_wraps_and_never_cuts_a_message(capsys: pytest.CaptureFixtur
     for finding in findings:
         assert " ".join(finding["message"].split()) in flat, finding["message"]
         assert " ".join(json.dumps(finding["steps"]).split()) in flat
-    for line in out.splitlines():   # longer only for a word that no line of the width could hold
+    blocks = [line for line in out.splitlines() if line.startswith(cli.INDENT) or line.split()[0] in CLASSES]
+    assert len(blocks) > 2 * len(findings)
+    for line in blocks:   # longer only for a word that no line of the width could hold
         assert len(line) <= cli.WIDTH or max(len(word) for word in line.split()) > cli.WIDTH - 30, line
     assert "--pytest" in out and "def test_" not in out
 

@@ -24,7 +24,7 @@ from .targets import HarnessInterrupted, Target, TargetError, parse_target, stop
 from .vectors import save_findings
 
 EXIT_CODES = {CONFORMING: 0, "NOT CONFORMING": 1, INCOMPLETE: 3}
-WIDTH = 110            # the summary's lines: longer text wraps (a value without spaces keeps its line)
+WIDTH = 110            # a finding's lines in the summary: longer text wraps (a word too long keeps its line)
 INDENT = " " * 14
 EPILOG = ("exit codes: 0 CONFORMING (full coverage), 1 NOT CONFORMING (findings), 2 usage or harness error, "
           "3 INCOMPLETE (less exercised than the profile promises: interrupted, the wall-clock safety net, "
@@ -191,15 +191,12 @@ def save(result: SuiteResult, directory: str, target: Target, scope: Optional[sc
 
 def summary(report: dict[str, Any], target: str, args: argparse.Namespace, out: TextIO) -> None:
     """The human summary (to stderr when the JSON report goes to stdout)."""
-    def paragraph(first: str, text: str, under: int = -1) -> None:
-        """Wrapped, never cut: the first line after `first`, the others indented under it (or by `under`)."""
-        indent = " " * (len(first) if under < 0 else under)
-        out.write("".join(part + "\n" for part in wrap(text, WIDTH, first, indent)))
+    def paragraph(first: str, text: str) -> None:
+        """A finding's text wrapped, never cut: the first line after `first`, the others indented under it."""
+        out.write("".join(part + "\n" for part in wrap(text, WIDTH, first, " " * len(first))))
 
     def line(text: str) -> None:
-        """A line of the summary, wrapped under its own indentation plus two."""
-        stripped = text.lstrip(" ")
-        paragraph(text[:len(text) - len(stripped)], stripped, len(text) - len(stripped) + 4)
+        out.write(text + "\n")
 
     stats, coverage = report["stats"], report["coverage"]
     rules = coverage["rules"]
