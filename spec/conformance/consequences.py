@@ -10,12 +10,16 @@ own answers and on the harness's data-level pools (every CellStep is still execu
 is a **wrong** finding under the rule it protects, naming the step that led there (`Finding.after`).
 
 How the rest of the program is driven: arguments resolve against the target's own answers (its
-`live()`, `next_pos`, `free_cells()`), not the model's; every answer is accepted as it is. Writers
-are tracked by *incarnation*: every id the target hands out (seq_new, seq_clone) starts a new one,
-so an id handed out again is another sequence; a fork may read what its source's lineage wrote
-(the cut is not judged here - that is CELL-FORK's lockstep). Stated once in SPEC.md, section 4.
-
-The sequence layout has no such driver yet: past a lenient step it relies on the reruns without it.
+`live()`, `next_pos`, `free_cells()`; a sequence cache's length), not the model's; every answer is
+accepted as it is. In the cell layout writers are tracked by *incarnation*: every id the target hands
+out (seq_new, seq_clone) starts a new one, so an id handed out again is another sequence; a fork may
+read what its source's lineage wrote (the cut is not judged here - that is CELL-FORK's lockstep). In
+the sequence layout the harness keeps its own truth - the content last written at each position by
+the steps the target accepted, a gap where its length moved past what was written - and executes
+every plan on the target's pools against it; bare commits are not replayed (their forged plans come
+from the model). A consequence counts only when the program without its entry step shows no wrong
+answer or crash (otherwise it is a defect of its own, reported by the lockstep). Stated in SPEC.md,
+section 4.
 """
 
 from __future__ import annotations
@@ -24,9 +28,10 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from .. import cell_model as cm
+from .. import model
 from .cell_engine import CellEngine, resolve_positions, step_from_json
-from .engine import CRASH, WRONG, Finding, Step, Stop, _show
-from .targets import Outcome
+from .engine import CRASH, WRONG, Engine, Finding, Step, Stop, _show, _well_formed, json_plan
+from .targets import Outcome, TargetCrash
 
 
 @dataclass(frozen=True)
@@ -39,24 +44,31 @@ class Safety:
 
 SAFETY: tuple[Safety, ...] = (
     Safety("SAFE-ISOLATION", "CELL-DATA-SOUND",
-           "A query token attends only cells the harness saw written, by its own sequence (this incarnation "
+           "(Cell layout) A query token attends only cells the harness saw written, by its own sequence (this incarnation "
            "of its id) or a sequence it was forked from, at positions not after its own.",
            "Attending another sequence's cell is the leak every other CELL- rule exists to prevent."),
     Safety("SAFE-NEW-EMPTY", "CELL-ID-REUSE",
-           "A sequence id just handed out by seq_new() owns no cell: seq_len 0, next_pos 0.",
+           "(Cell layout) A sequence id just handed out by seq_new() owns no cell: seq_len 0, next_pos 0.",
            "An id handed out again with a cell of its previous holder gives that holder's keys to a stranger."),
     Safety("SAFE-NO-STRAY", "CELL-ID-REUSE",
-           "Every occupied cell is owned by a live sequence: capacity - free_cells() <= the sum of seq_len "
+           "(Cell layout) Every occupied cell is owned by a live sequence: capacity - free_cells() <= the sum of seq_len "
            "over live(), and nothing is occupied once no sequence is live.",
            "An occupied cell no live sequence owns is lost to every sequence, or owned by an id that is "
            "not live and will be handed out again with it."),
     Safety("SAFE-RANGE", "CELL-OWNERS",
-           "Counts and positions stay in range: live() holds distinct ids in [0, max_seqs); free_cells(), "
+           "(Cell layout) Counts and positions stay in range: live() holds distinct ids in [0, max_seqs); free_cells(), "
            "used_end() and each seq_len in [0, capacity]; each next_pos in [0, INT_MAX].",
            "A runner continues from next_pos and seq_len: an overflowed next_pos (a position INT_MAX "
            "accepted) sends the next token to a negative position."),
+    Safety("SAFE-READS", "DATA-SOUND",
+           "(Sequence layout) Every row a plan reads holds the content last written at its position by the steps "
+           "the target accepted; a position no step wrote (a gap, a length moved by a commit) is never read.",
+           "A read of a row never written, or overwritten, is attention over garbage, whatever the caller asked."),
+    Safety("SAFE-LENGTH", "LEN-BOUNDS",
+           "(Sequence layout) length() stays in [0, capacity].",
+           "A runner sizes its next step from the length."),
     Safety("SAFE-STEP-SHAPE", "CELL-STEP-SHAPE",
-           "A CellStep has one cell per declared token, distinct, inside [0, read_len), read_len <= capacity, "
+           "(Cell layout) A CellStep has one cell per declared token, distinct, inside [0, read_len), read_len <= capacity, "
            "and length x read_len mask bytes of 0 or 1.",
            "The backend indexes the mask and gathers the cells without checks."),
 )
@@ -65,56 +77,47 @@ BY_ID = {safety.id: safety for safety in SAFETY}
 Written = tuple[int, int, int]   # what the harness wrote in a cell: (position, content, incarnation)
 
 
-class CellConsequences:
-    """Drives the rest of a cell program past the entry step of `engine`, judging only SAFETY."""
+class Consequences:
+    """Drives the rest of a program past the entry step of `engine`, judging only SAFETY. The layouts'
+    drivers say what the entry did (`after_entry`), how a step runs (`run_step`) and what is judged at
+    the end (`check_table`)."""
 
-    def __init__(self, engine: CellEngine, entry: Finding) -> None:
+    atomic_rule = "ATOMIC"   # the rule a call of the drive is made under (a crash there names it)
+
+    def __init__(self, engine: Engine, entry: Finding) -> None:
         self.engine = engine
         self.entry = entry
-        call = engine.last_call
-        self.after = f"{entry.kind} {entry.rule} in {call[0] if call else 'create'}"   # the kind of entry: a cause
+        self.call = engine.judged   # the entry's call and its answer
+        method = self.call[0] if self.call else "create"
+        self.after = f"{entry.kind} {entry.rule} in {method}"   # the kind of entry: part of a cause
         self.entry_text = f"{entry.kind} {entry.rule} step {entry.step_index}, {self._entry_call()}"
         self.steps: list[Step] = list(engine.result.steps)
-        c = engine.ccfg
-        self.capacity, self.max_seqs, self.n_layers = c.capacity, c.max_seqs, len(c.layers)
-        forward = engine.cs.forward
-        self.declared: Optional[list[Any]] = list(forward.seq_ids) if forward is not None else None
-        # the open forward's placement: positions, cells, content ids
-        self.placed: Optional[tuple[list[Any], list[int], list[int]]] = (
-            (list(forward.positions), list(forward.cells), list(forward.contents))
-            if forward is not None and forward.positions is not None and forward.cells is not None
-            and forward.contents is not None else None)
-        self.served: set[int] = set(forward.served) if forward is not None else set()
-        # the harness's pools: what it wrote in each cell of each layer, with the writer's incarnation
-        self.pools: list[list[Optional[Written]]] = [
-            [None if held is None else (held[0], held[1], engine.writer.get(held[1], -1)) for held in pool]
-            for pool in engine.cell_pools]
-        self.next_content = max(engine.writer, default=-1) + 1
+        self.entry_at = len(self.steps) - 1   # the entry's index in the concrete steps (the last the lockstep ran)
 
     def _entry_call(self) -> str:
-        call = self.engine.last_call
-        return f"{call[0]}({_show(call[1])})" if call is not None else "create"
+        return f"{self.call[0]}({_show(self.call[1])})" if self.call is not None else "create"
 
     # --- the verdicts ------------------------------------------------------------------------------------
-    def _broken(self, safety: str, message: str) -> Stop:
-        rule = BY_ID[safety].rule
-        return Stop(Finding(WRONG, rule, f"{safety} broken after the {self.entry_text}: {message}",
-                            self.engine.index, after=self.after))
+    def _broken(self, safety: str, message: str, rule: str = "") -> Stop:
+        return Stop(Finding(WRONG, rule or BY_ID[safety].rule, f"{safety} broken after the {self.entry_text}: "
+                                                               f"{message}", self.engine.index, after=self.after,
+                            after_index=self.entry_at))
 
     def _ask(self, method: str, args: dict[str, Any]) -> Outcome:
+        """One call of the drive. Its answer is judged by the SAFE- properties only (not by the lockstep's
+        answer types: past a lenient step, a length of True is a value to range-check, not a protocol
+        break); a crash is still a crash, naming the entry."""
+        self.engine.result.calls += 1
         try:
-            return self.engine._call(method, args, "CELL-ATOMIC")
-        except Stop as stop:   # a crash (or a broken protocol) past the entry: it names the entry too
-            raise Stop(Finding(CRASH, stop.finding.rule, f"after the {self.entry_text}: {stop.finding.message}",
-                               stop.finding.step_index, after=self.after)) from None
+            return self.engine.target.call(method, args)
+        except TargetCrash as crash:
+            raise Stop(Finding(CRASH, self.atomic_rule, f"after the {self.entry_text}: {method}({_show(args)}): "
+                                                        f"{crash}", self.engine.index, after=self.after,
+                               after_index=self.entry_at)) from None
 
     def _int(self, method: str, args: dict[str, Any]) -> Optional[int]:
         got = self._ask(method, args)
         return got.value if got.ok and type(got.value) is int else None
-
-    def live(self) -> list[int]:
-        got = self._ask("live", {})
-        return [v for v in got.value if type(v) is int] if got.ok and isinstance(got.value, list) else []
 
     # --- the drive -----------------------------------------------------------------------------------
     def drive(self, rest: list[tuple[int, Step]]) -> None:
@@ -136,12 +139,49 @@ class CellConsequences:
                                       f"{type(error).__name__}: {error}")
 
     def after_entry(self) -> None:
+        raise NotImplementedError
+
+    def run_step(self, step: Step) -> None:
+        raise NotImplementedError
+
+    def check_table(self, context: str) -> None:
+        raise NotImplementedError
+
+
+class CellConsequences(Consequences):
+    """The cell layout's driver: incarnations, the harness's cell pools, the table's answers."""
+
+    atomic_rule = "CELL-ATOMIC"
+
+    def __init__(self, engine: CellEngine, entry: Finding) -> None:
+        super().__init__(engine, entry)
+        self.engine: CellEngine = engine
+        c = engine.ccfg
+        self.capacity, self.max_seqs, self.n_layers = c.capacity, c.max_seqs, len(c.layers)
+        forward = engine.cs.forward
+        self.declared: Optional[list[Any]] = list(forward.seq_ids) if forward is not None else None
+        # the open forward's placement: positions, cells, content ids
+        self.placed: Optional[tuple[list[Any], list[int], list[int]]] = (
+            (list(forward.positions), list(forward.cells), list(forward.contents))
+            if forward is not None and forward.positions is not None and forward.cells is not None
+            and forward.contents is not None else None)
+        self.served: set[int] = set(forward.served) if forward is not None else set()
+        # the harness's pools: what it wrote in each cell of each layer, with the writer's incarnation
+        self.pools: list[list[Optional[Written]]] = [
+            [None if held is None else (held[0], held[1], engine.writer.get(held[1], -1)) for held in pool]
+            for pool in engine.cell_pools]
+        self.next_content = max(engine.writer, default=-1) + 1
+
+    def live(self) -> list[int]:
+        got = self._ask("live", {})
+        return [v for v in got.value if type(v) is int] if got.ok and isinstance(got.value, list) else []
+
+    def after_entry(self) -> None:
         """What the entry call itself did, as far as its answer tells: an id handed out starts an
         incarnation, a declaration opens a forward, a CellStep is executed; then the table is judged."""
-        call, answer = self.engine.last_call, self.engine.last_answer
-        if call is None or answer is None:
+        if self.call is None:
             return
-        method, args = call
+        method, args, answer = self.call
         if answer.ok and method in ("seq_new", "seq_clone") and type(answer.value) is int:
             self.handed_out(method, answer.value, args)
         elif answer.ok and method == "declare_step" and answer.value is True and isinstance(args["seq_ids"], list):
@@ -366,3 +406,149 @@ class CellConsequences:
             raise self._broken("SAFE-NO-STRAY", f"{context}: {self.capacity - free} cell(s) occupied "
                                                 f"(free_cells() {free} of {self.capacity}) but the live sequences "
                                                 f"{live} own {owned}: a cell held by an id that is not live")
+
+
+GAP = -2   # the content of a position no step wrote: no row ever holds it, so a read of it is never sound
+FRESH = 10**9   # tags of the drive's own steps start here, above every tag of the lockstep's
+
+
+class SequenceConsequences(Consequences):
+    """The sequence layout's driver: the harness's truth (the content last written at each position, as
+    the steps the target accepted wrote it), the target's own pools, and its length."""
+
+    def __init__(self, engine: Engine, entry: Finding, entry_step: Step) -> None:
+        super().__init__(engine, entry)
+        self.entry_step = entry_step
+        self.capacity = engine.mcfg.capacity
+        self.truth: list[int] = list(engine.ms.truth[:engine.ms.length])
+        self.pools = list(engine.pools)
+        self.next_tag = FRESH
+        self.open_step: Optional[tuple[int, int]] = engine.ms.open_step
+
+    def length(self) -> int:
+        """The target's length (length(), when it has one), else the harness's own view of it."""
+        if "length" in self.engine.target.optional:
+            got = self._int("length", {})
+            if got is not None:
+                return got
+        return len(self.truth)
+
+    def sync(self, context: str) -> None:
+        """SAFE-LENGTH; the truth follows the target's length: positions past what was written are gaps."""
+        length = self.length()
+        if not 0 <= length <= self.capacity:
+            raise self._broken("SAFE-LENGTH", f"{context}: length() is {length}, outside [0, {self.capacity}]")
+        self.truth = (self.truth + [GAP] * length)[:length]
+
+    def check_table(self, context: str) -> None:
+        self.sync(context)
+
+    def after_entry(self) -> None:
+        """A full step whose plan on some layer was the entry goes on from that layer, as a backend would
+        (executed, committed); any other entry is followed through the length it left."""
+        step, call = self.entry_step, self.call
+        if step.get("op") == "step" and call is not None and call[0] == "plan":
+            args = call[1]
+            if type(args["layer"]) is int and 0 <= args["layer"] < self.engine.n_layers:
+                self.full_step(step, record=False, position=args["position"], T=args["T"], first_layer=args["layer"])
+                return
+        self.sync(f"after {self._entry_call()}")
+
+    def resolve(self, value: Any, what: str) -> Any:
+        """Relative arguments against the target's length (engine.resolve's meanings)."""
+        if not isinstance(value, dict):
+            return value
+        engine = self.engine
+        limit = model.step_limit(engine.mcfg)
+        if "rel" in value:
+            return self.length() + value["rel"]
+        if "back" in value:
+            return max(0, self.length() - value["back"])
+        if "room" in value:
+            return self.capacity - self.length() + value["room"]
+        if "n" in value:
+            return engine.n_layers + value["n"]
+        if "limit" in value:
+            return (self.capacity if limit is None else limit) + value["limit"]
+        if "open" in value:
+            if what == "T":
+                return (self.open_step[1] if self.open_step else 1) + value["open"]
+            return (self.open_step[0] if self.open_step else max(0, self.length() - 1)) + value["open"]
+        return value
+
+    def run_step(self, step: Step) -> None:
+        op = step["op"]
+        if op == "step":
+            self.full_step(step)
+        elif op in ("plan", "rewind", "can_extend", "depth", "retained_from"):
+            names = {"plan": ("layer", "position", "T"), "rewind": ("new_len",), "can_extend": ("n",)}
+            args = {name: self.resolve(step[name], name) for name in names.get(op, ("layer",))}
+            if op in ("depth", "retained_from") and op not in self.engine.target.optional:
+                return
+            self.steps.append({"op": op, **args})
+            got = self._ask(op, args)
+            if op == "rewind" and got.ok and got.value is True:
+                self.open_step = None
+                self.sync(f"after rewind({_show(args)})")
+        elif op == "clear":
+            self.steps.append({"op": "clear"})
+            if self._ask("clear", {}).ok:
+                self.truth, self.open_step = [], None
+            self.sync("after clear()")
+        elif op in ("length", "capacity", "faces") and (op != "length" or "length" in self.engine.target.optional):
+            self.steps.append({"op": op})
+            self._ask(op, {})
+        # a bare commit is not replayed: its forged plans are built from the model's state, which the
+        # drive no longer follows
+
+    def full_step(self, step: Step, record: bool = True, position: Any = None, T: Any = None,
+                  first_layer: int = 0) -> None:
+        """Plan the layers (from `first_layer`: the entry's step goes on where the lockstep stopped),
+        execute each plan the target answers on its pool (SAFE-READS), commit as the step says."""
+        engine = self.engine
+        position = self.resolve(step.get("position", {"rel": 0}), "position") if position is None else position
+        T = self.resolve(step["T"], "T") if T is None else T
+        pattern = step.get("commit", "once")
+        commit_layer = min(step.get("commit_layer", engine.n_layers - 1), engine.n_layers - 1)
+        if record:
+            self.steps.append({"op": "step", "position": position, "T": T, "commit": pattern,
+                               **({"commit_layer": commit_layer} if pattern == "once" else {}),
+                               **({"recommit": True} if step.get("recommit") else {})})
+        if type(position) is not int or type(T) is not int or not 0 <= position <= self.capacity or not 0 <= T:
+            return
+        if first_layer:   # the lockstep wrote the earlier layers with the model's tag for this step
+            tag = engine.ms.open_tag if engine.ms.open_step == (position, T) else engine.ms.next_tag
+            tags = [tag if tag is not None else self.fresh()] * T
+        else:
+            tags = [self.fresh() for _ in range(T)]
+        truth = (self.truth + [GAP] * position)[:position] + tags
+        plans: dict[int, Any] = {}
+        for layer in range(first_layer, engine.n_layers):
+            got = self._ask("plan", {"layer": layer, "position": position, "T": T})
+            if not got.ok or got.value is None or got.value is False or _well_formed(got.value) is not None:
+                continue   # refused, or no plan a backend could run
+            self.execute(layer, position, T, truth, got.value)
+            plans[layer] = got.value
+            if pattern == "per-layer":
+                self.commit(got.value, truth)
+        if pattern == "once" and commit_layer in plans:
+            self.commit(plans[commit_layer], truth)
+        if plans and step.get("recommit"):
+            self.commit(plans[min(plans)], truth)
+        self.open_step = (position, T)
+        self.sync(f"after the step ({position}, {T})")
+
+    def fresh(self) -> int:
+        self.next_tag += 1
+        return self.next_tag
+
+    def execute(self, layer: int, position: int, T: int, truth: list[int], value: Any) -> None:
+        plan = json_plan(value)
+        self.pools[layer], problems = model.execute(self.pools[layer], tuple(truth), position, T, plan)
+        if problems:
+            raise self._broken("SAFE-READS", f"executing layer {layer}'s plan for the step ({position}, {T}) "
+                                             f"{value}: " + "; ".join(problems[:3]), problems[0].split(":", 1)[0])
+
+    def commit(self, value: Any, truth: list[int]) -> None:
+        if self._ask("commit", {"plan": value}).ok:
+            self.truth = list(truth)

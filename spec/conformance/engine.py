@@ -62,8 +62,10 @@ class Finding:
     message: str
     step_index: int
     # A consequence (consequences.py): the lenient or over-strict step that led here, as
-    # "<class> <rule> at <operation>"; "" for a finding of the lockstep itself.
+    # "<class> <rule> in <method>", and that step's index in the concrete steps; "" for a finding of
+    # the lockstep itself.
     after: str = ""
+    after_index: int = -1
 
     def key(self) -> tuple[str, str]:
         return (self.kind, self.rule)
@@ -167,8 +169,8 @@ class Engine:
         self.open_plans: dict[int, tuple[Any, model.Plan]] = {}   # layer -> (target plan, model plan)
         self.result = RunResult(None, [])
         self.index = 0
-        self.last_call: Optional[tuple[str, dict[str, Any]]] = None   # the target's latest call
-        self.last_answer: Optional[Outcome] = None                     # and its answer
+        # the call `checked` judged last, with its answer: a lenient or over-strict finding's entry call
+        self.judged: Optional[tuple[str, dict[str, Any], Outcome]] = None
         # light: fewer observation calls (retained marks only after rewinds, clears and at the end; no
         # length check after each plan of a step). The golden vectors use it to stay small.
         self.light = light
@@ -186,12 +188,10 @@ class Engine:
 
     def _call(self, method: str, args: dict[str, Any], rule: str) -> Outcome:
         self.result.calls += 1
-        self.last_call = (method, args)
         try:
             outcome = self.target.call(method, args)
         except TargetCrash as crash:
             raise self._fail(CRASH, rule, f"{method}({_show(args)}): {crash}") from None
-        self.last_answer = outcome
         self._check_type(method, args, outcome, rule)
         self.result.exercised.add(rule)
         return outcome
@@ -279,6 +279,7 @@ class Engine:
         verdict = self.verdict(method, args)
         rule = verdict.rule
         outcome = self._call(method, args, rule)
+        self.judged = (method, args, outcome)
         shown = f"{method}({_show(args)})"
         if isinstance(verdict, model.Rejected):
             if not _is_refusal(outcome):
@@ -534,8 +535,10 @@ class Engine:
 
     def drive_on(self, program: list[Step], entry: Finding) -> None:
         """Past a lenient or over-strict step, drive the rest of the program with that step applied and
-        judge only the safety properties (consequences.py): a layout that has them sets
-        `result.consequence`. The sequence layout has none yet: its reruns without the step remain."""
+        judge only the safety properties (consequences.py); a broken one is `result.consequence`."""
+        from .consequences import SequenceConsequences   # here: consequences.py builds on this module
+        rest = list(enumerate(program))[entry.step_index + 1:]
+        SequenceConsequences(self, entry, program[entry.step_index]).drive(rest)
 
     def border_finding(self, finding: Optional[Finding], end: int) -> Finding:
         """SCOPE-BORDER: the target accepted a config outside its declared scope. Any disagreement

@@ -387,8 +387,8 @@ class _SuiteRun:
             self.keep_without_steps(finding, cfg)
             return
         kept = self.kept_like(finding)
-        if not crash and not consequence:
-            program, run = self.single_if_alone(finding, cfg, program, run)
+        if not crash:
+            program, run = self.single_if_alone(finding, cfg, program, run, consequence)
         # The cause as far as it is known before shrinking, from the whole run: its last operation,
         # and a single rewind or a chain (the last step alone cannot tell them apart: a single unsound
         # rewind was folded into the chain finding that way).
@@ -400,25 +400,37 @@ class _SuiteRun:
             return
         result.shrinks[group] = result.shrinks.get(group, 0) + 1
         small_cfg, final, note = self.shrunk(finding, cfg, program, run, consequence)
-        if not crash and not consequence and final.finding is not None:   # a chain the shrink kept: is its last rewind enough?
-            alone, tried = self.single_if_alone(final.finding, small_cfg, final.steps, final)
+        if not crash and final.finding is not None:   # a chain the shrink kept: is its last rewind enough?
+            alone, tried = self.single_if_alone(final.finding, small_cfg, final.steps, final, consequence)
             if tried is not final:
-                small_cfg, final, note = self.shrunk(final.finding, small_cfg, alone, tried)
+                small_cfg, final, note = self.shrunk(final.finding, small_cfg, alone, tried, consequence)
         reported = final.finding or finding
+        if consequence and not self.caused_by_its_entry(reported, small_cfg, final.steps):
+            return
         # The quick cause is skipped from now on - unless it was a chain that shrank to a single
         # rewind: that says nothing yet about the chains.
         if _rewind_kind(final.steps) == _rewind_kind(run.steps):
             self.causes_seen.add(quick_cause)
         self.keep(reported, small_cfg, final.steps, note)
 
-    def single_if_alone(self, finding: Finding, cfg: JsonConfig, program: list[Step],
-                        run: RunResult) -> tuple[list[Step], RunResult]:
+    def caused_by_its_entry(self, consequence: Finding, cfg: JsonConfig, steps: list[Step]) -> bool:
+        """A consequence is the entry step's when the program without that step shows no wrong answer
+        or crash: otherwise it is a defect of its own, which that program's lockstep reports (an
+        unsound rewind after an over-strict one is the rewind's finding, not the refusal's)."""
+        if not 0 <= consequence.after_index < len(steps):
+            return True
+        without = steps[:consequence.after_index] + steps[consequence.after_index + 1:]
+        again = self.run_checked(cfg, without, fresh=consequence.kind == CRASH)
+        return again.finding is None or again.finding.kind not in (WRONG, CRASH)
+
+    def single_if_alone(self, finding: Finding, cfg: JsonConfig, program: list[Step], run: RunResult,
+                        consequence: bool = False) -> tuple[list[Step], RunResult]:
         """A program with a chain of rewinds whose finding its last rewind alone reproduces (the same
         class, rule and failing operation) is a single-rewind program: that one is shrunk instead."""
         alone = _last_rewind_only(program[:finding.step_index + 1])
         if alone is None:
             return program, run
-        tried = self.run_checked(cfg, alone, fresh=False)
+        tried = self.run_checked(cfg, alone, fresh=False, consequence=consequence)
         if (tried.finding is None or tried.finding.key() != finding.key() or not tried.steps
                 or _op_kind(tried.steps[-1]) != _op_kind(run.steps[-1])):
             return program, run
