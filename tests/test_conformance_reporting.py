@@ -133,3 +133,21 @@ def test_the_pytest_flag_prints_each_findings_test(capsys: pytest.CaptureFixture
     for finding in findings:
         assert finding["pytest"].splitlines()[0] in out
     assert cli.main(["--help"]) == 0 and "--pytest" in capsys.readouterr().out
+
+
+def test_DATA_SOUND_a_forged_commit_moving_the_length_over_unwritten_rows_is_wrong() -> None:
+    """DATA-SOUND, COMMIT-ISSUED: a commit that takes any plan (lenient) moves the length past positions no
+    step wrote; the next step reads them - the wrong consequence, naming the commit."""
+    result = suite("python:kvcache_spec.conformance.zoo:commits_anything")
+    read = result.findings[(WRONG, "DATA-SOUND")]
+    assert read.finding.after == "lenient COMMIT-ISSUED in commit" and "SAFE-READS" in read.finding.message
+    assert [step["op"] for step in read.steps][-2:] == ["commit", "step"], read.steps
+    assert replay("reference", read.config, read.steps) is None
+
+
+def test_a_defect_of_its_own_is_not_a_consequence() -> None:
+    """REWIND-SOUND: upstream's floor refuses rewind(0) (over-strict) and, later in the same program, lets an
+    unsound rewind through; the bad read is the rewind's own finding, not a consequence of the refusal."""
+    result = suite(FLOOR)
+    assert (WRONG, "REWIND-SOUND") in result.findings
+    assert not [r for rs in result.causes.values() for r in rs if r.finding.after], sorted(result.findings)
