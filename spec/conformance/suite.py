@@ -297,8 +297,9 @@ class _SuiteRun:
         """Run one program; past a lenient or over-strict finding, run it again without that step.
 
         The model cannot follow a call the spec rejects but the target served (or one it refused that the
-        spec serves), so a program ends at such a finding; the steps after it would go unchecked, and a
-        wrong answer there would hide behind the lenient one. Dropping the step (as the shrinker does:
+        spec serves), so the lockstep ends at such a finding. What the step itself leads to is graded by
+        the engine's drive past it (consequences.py, kept by `one_run`); the steps after it would still
+        go unchecked, and a wrong answer there would hide behind the lenient one. Dropping the step (as the shrinker does:
         arguments are relative) checks the rest; each continuation is one step shorter, so at most
         len(program) of them run, and a continuation counts in `continued`, not in `programs`."""
         finding = self.one_run(cfg, program, counted=True)
