@@ -141,7 +141,9 @@ class LaxCellCache:
         return True
 
     def declare_step(self, seq_ids: Any) -> bool:
-        if (self._open() and not self.mid_forward_verbs) or (not isinstance(seq_ids, (list, tuple)) or not seq_ids or len(seq_ids) > self.free_cells()
+        if self._open() and not self.mid_forward_verbs:
+            return False
+        if (not isinstance(seq_ids, (list, tuple)) or not seq_ids or len(seq_ids) > self.free_cells()
                 or any(s not in self.live_ids for s in seq_ids)):
             return False
         self.declared, self.placed, self.placed_positions, self.served = list(seq_ids), None, None, set()

@@ -44,19 +44,22 @@ class Safety:
 
 SAFETY: tuple[Safety, ...] = (
     Safety("SAFE-ISOLATION", "CELL-DATA-SOUND",
-           "(Cell layout) A query token attends only cells the harness saw written, by its own sequence (this incarnation "
+           "(Cell layout) A query token attends only cells the harness saw written, by its own sequence (this "
+           "incarnation "
            "of its id) or a sequence it was forked from, at positions not after its own.",
            "Attending another sequence's cell is the leak every other CELL- rule exists to prevent."),
     Safety("SAFE-NEW-EMPTY", "CELL-ID-REUSE",
            "(Cell layout) A sequence id just handed out by seq_new() owns no cell: seq_len 0, next_pos 0.",
            "An id handed out again with a cell of its previous holder gives that holder's keys to a stranger."),
     Safety("SAFE-NO-STRAY", "CELL-ID-REUSE",
-           "(Cell layout) Every occupied cell is owned by a live sequence: capacity - free_cells() <= the sum of seq_len "
+           "(Cell layout) Every occupied cell is owned by a live sequence: capacity - free_cells() <= the sum of "
+           "seq_len "
            "over live(), and nothing is occupied once no sequence is live.",
            "An occupied cell no live sequence owns is lost to every sequence, or owned by an id that is "
            "not live and will be handed out again with it."),
     Safety("SAFE-RANGE", "CELL-OWNERS",
-           "(Cell layout) Counts and positions stay in range: live() holds distinct ids in [0, max_seqs); free_cells(), "
+           "(Cell layout) Counts and positions stay in range: live() holds distinct ids in [0, max_seqs); "
+           "free_cells(), "
            "used_end() and each seq_len in [0, capacity]; each next_pos in [0, INT_MAX].",
            "A runner continues from next_pos and seq_len: an overflowed next_pos (a position INT_MAX "
            "accepted) sends the next token to a negative position."),
@@ -68,7 +71,8 @@ SAFETY: tuple[Safety, ...] = (
            "(Sequence layout) length() stays in [0, capacity].",
            "A runner sizes its next step from the length."),
     Safety("SAFE-STEP-SHAPE", "CELL-STEP-SHAPE",
-           "(Cell layout) A CellStep has one cell per declared token, distinct, inside [0, read_len), read_len <= capacity, "
+           "(Cell layout) A CellStep has one cell per declared token, distinct, inside [0, read_len), "
+           "read_len <= capacity, "
            "and length x read_len mask bytes of 0 or 1.",
            "The backend indexes the mask and gathers the cells without checks."),
 )

@@ -299,9 +299,10 @@ class _SuiteRun:
         The model cannot follow a call the spec rejects but the target served (or one it refused that the
         spec serves), so the lockstep ends at such a finding. What the step itself leads to is graded by
         the engine's drive past it (consequences.py, kept by `one_run`); the steps after it would still
-        go unchecked, and a wrong answer there would hide behind the lenient one. Dropping the step (as the shrinker does:
-        arguments are relative) checks the rest; each continuation is one step shorter, so at most
-        len(program) of them run, and a continuation counts in `continued`, not in `programs`."""
+        go unchecked, and a wrong answer there would hide behind the lenient one. Dropping the step (as
+        the shrinker does: arguments are relative) checks the rest; each continuation is one step
+        shorter, so at most len(program) of them run, and a continuation counts in `continued`, not in
+        `programs`."""
         finding = self.one_run(cfg, program, counted=True)
         while (self.options.continue_past_lenient and finding is not None
                and finding.kind in (LENIENT, OVER_STRICT)
@@ -480,7 +481,8 @@ class _SuiteRun:
             if final.finding is None or final.finding.key() != finding.key():   # flaky: keep the original
                 return cfg, run, ""
             return small_cfg, final, ""
-        final = self.run_checked(small_cfg, small, fresh=True, consequence=consequence)   # the shrunk crash, alone in a fresh process
+        # the shrunk crash, alone in a fresh process
+        final = self.run_checked(small_cfg, small, fresh=True, consequence=consequence)
         if final.finding is not None and final.finding.kind == CRASH:
             return small_cfg, final, ""
         final = self.run_checked(cfg, program, fresh=True, consequence=consequence)
