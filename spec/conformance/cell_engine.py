@@ -17,12 +17,12 @@ n_layers + d. Exact layout conformance (CELL-LAYOUT-CANON) is recorded separatel
 
 from __future__ import annotations
 
-from typing import Any, Optional, Union
+from typing import Any, Callable, Optional, Union
 
 from .. import cell_model as cm
 from .. import model
 from .configs import JsonConfig, to_model
-from .engine import LENIENT, WRONG, Accepted, Engine, Refused, Step, Verdict, _same, _show
+from .engine import LENIENT, WRONG, Accepted, Engine, Finding, Refused, Step, Verdict, _same, _show
 from .targets import Outcome
 
 # The rule a wrong answer (or a refusal) of each method breaks, and the answer's JSON type.
@@ -50,6 +50,26 @@ def to_cell_model(cfg: JsonConfig) -> Union[cm.CellConfig, model.Rejected]:
     if not model._is_int(max_seqs) or not 1 <= max_seqs <= cm.MAX_SEQS:
         return model.Rejected("CELL-MAX-SEQS", "max_seqs")
     return cm.CellConfig(base, max_seqs)
+
+
+def resolve_positions(seq_ids: list[Any], specs: Any, pos: Callable[[Any, Any], Any]) -> Any:
+    """One position per token: specs (default {"next": 0} each) resolved token by token - a later token
+    of a sequence continues from the earlier one; `pos(spec, seq_id)` resolves the first."""
+    if not isinstance(specs, (list, type(None))):
+        return specs
+    specs = specs if specs is not None else [{"next": 0}] * len(seq_ids)
+    newest: dict[Any, int] = {}
+    out: list[Any] = []
+    for i, spec in enumerate(specs):
+        seq_id = seq_ids[i] if i < len(seq_ids) else None
+        if isinstance(spec, dict) and seq_id in newest and "next" in spec:
+            value: Any = newest[seq_id] + 1 + spec["next"]
+        else:
+            value = pos(spec, seq_id)
+        if model._is_int(value):
+            newest[seq_id] = value
+        out.append(value)
+    return out
 
 
 def step_from_json(value: Any) -> Union[cm.CellStep, str]:
@@ -103,6 +123,24 @@ class CellEngine(Engine):
         self.next_state = self.cs             # the model's state after the call `verdict` judged
         self.cell_pools: list[cm.Pool] = [(None,) * ccfg.capacity for _ in ccfg.layers]
         self.ever_live: set[int] = set()
+        # Who wrote what, for the consequences of a lenient step (consequences.py): every id handed out
+        # starts an incarnation; a fork's lineage holds its source's; each content id has its writer.
+        self.incarnation: dict[int, int] = {}          # id -> its current incarnation
+        self.holder: dict[int, int] = {}               # incarnation -> id
+        self.lineage: dict[int, frozenset[int]] = {}   # incarnation -> the incarnations it may read
+        self.writer: dict[int, int] = {}               # content id -> incarnation
+
+    def new_incarnation(self, seq_id: int, src: Any = None) -> None:
+        """`seq_id` was handed out (by seq_new, or by seq_clone of `src`): another sequence from now on."""
+        number = len(self.holder)
+        source = self.lineage.get(self.incarnation.get(src, -1), frozenset()) if src is not None else frozenset()
+        self.incarnation[seq_id], self.holder[number] = number, seq_id
+        self.lineage[number] = source | {number}
+
+    def drive_on(self, program: list[Step], entry: Finding) -> None:
+        from .consequences import CellConsequences   # here: consequences.py builds on this module
+        rest = list(enumerate(program))[entry.step_index + 1:]
+        CellConsequences(self, entry).drive(rest)
 
     def _check_type(self, method: str, args: dict[str, Any], outcome: Outcome, rule: str) -> None:
         """A mistyped answer breaks the rule of the method that gave it (seq_len answering "0" is
@@ -184,22 +222,7 @@ class CellEngine(Engine):
         return value
 
     def positions(self, seq_ids: list[Any], specs: Any) -> Any:
-        """One position per token: specs (default {"next": 0} each) resolved token by token."""
-        if not isinstance(specs, (list, type(None))):
-            return specs
-        specs = specs if specs is not None else [{"next": 0}] * len(seq_ids)
-        newest: dict[Any, int] = {}
-        out: list[Any] = []
-        for i, spec in enumerate(specs):
-            seq_id = seq_ids[i] if i < len(seq_ids) else None
-            if isinstance(spec, dict) and seq_id in newest and "next" in spec:
-                value: Any = newest[seq_id] + 1 + spec["next"]
-            else:
-                value = self.pos(spec, seq_id)
-            if model._is_int(value):
-                newest[seq_id] = value
-            out.append(value)
-        return out
+        return resolve_positions(seq_ids, specs, self.pos)
 
     def layer(self, value: Any) -> Any:
         return len(self.ccfg.layers) + value["n"] if isinstance(value, dict) and "n" in value else value
@@ -248,6 +271,8 @@ class CellEngine(Engine):
                 raise self._fail(WRONG, verdict.rule, f"{method}({_show(args)}) is {outcome.value!r}, "
                                                       f"the spec says {verdict.value!r}")
             self.cs = self.next_state
+            if method in ("seq_new", "seq_clone") and verdict.value is not None:
+                self.new_incarnation(verdict.value, args.get("src"))
             if method in ("seq_new", "seq_clone") and verdict.value in self.ever_live - live_before:
                 self.result.exercised.add("CELL-ID-REUSE")   # a reused id: the observations below check it
             self.ever_live |= cm.live(self.cs)
@@ -280,6 +305,9 @@ class CellEngine(Engine):
             raise self._fail(WRONG, rule, f"executing {shown}'s CellStep {cm.mask_rows(got)} (cells {got.cells}): "
                                           + "; ".join(problems[:3]))
         self._exercise("cell step executed")
+        assert forward.contents is not None
+        for seq_id, content in zip(forward.seq_ids, forward.contents):
+            self.writer[content] = self.incarnation.get(seq_id, -1)
         if got != verdict.value:
             self._layout(f"{shown} is cells {got.cells} mask {cm.mask_rows(got)}, canonical "
                          f"cells {verdict.value.cells} mask {cm.mask_rows(verdict.value)}")

@@ -19,11 +19,13 @@ from typing import Any, Iterator, Optional, TextIO
 from ..cli import open_report, report_path_problem
 from . import scope as scopes
 from .engine import CLASSES
-from .suite import CONFORMING, INCOMPLETE, PROFILES, SuiteResult, report_json, report_junit, run_suite
+from .suite import CONFORMING, INCOMPLETE, PROFILES, SuiteResult, report_json, report_junit, run_suite, wrap
 from .targets import OP_LAYOUTS, HarnessInterrupted, Target, TargetError, parse_target, stop_on_signals
 from .vectors import save_findings
 
 EXIT_CODES = {CONFORMING: 0, "NOT CONFORMING": 1, INCOMPLETE: 3}
+WIDTH = 110            # a finding's lines in the summary: longer text wraps (a word too long keeps its line)
+INDENT = " " * 14
 EPILOG = ("exit codes: 0 CONFORMING (full coverage), 1 NOT CONFORMING (findings), 2 usage or harness error, "
           "3 INCOMPLETE (less exercised than the profile promises: interrupted, the wall-clock safety net, "
           "the restart cap, a configuration never created or a rule in scope never exercised). "
@@ -52,6 +54,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--save-findings", metavar="DIR",
                         help="write each finding as a golden-vector file in DIR, replayable without Python "
                              "(./my_target --vectors DIR/01-....json)")
+    parser.add_argument("--pytest", action="store_true",
+                        help="print each finding's pasteable pytest test under it in the summary (the JSON "
+                             "report has it too, as 'pytest')")
     parser.add_argument("--scope", metavar="FEATURES",
                         help="override the target's declared scope: comma-separated features of "
                              f"{', '.join(scopes.FEATURES)} (or all), and max_seqs=N for a cell cache with N fixed "
@@ -192,6 +197,10 @@ def save(result: SuiteResult, directory: str, target: Target, scope: Optional[sc
 
 def summary(report: dict[str, Any], target: str, args: argparse.Namespace, out: TextIO) -> None:
     """The human summary (to stderr when the JSON report goes to stdout)."""
+    def paragraph(first: str, text: str) -> None:
+        """A finding's text wrapped, never cut: the first line after `first`, the others indented under it."""
+        out.write("".join(part + "\n" for part in wrap(text, WIDTH, first, " " * len(first))))
+
     def line(text: str) -> None:
         out.write(text + "\n")
 
@@ -210,13 +219,19 @@ def summary(report: dict[str, Any], target: str, args: argparse.Namespace, out: 
          + (f", {coverage['restarts']} target restarts" if coverage["restarts"] else ""))
     for reason in coverage["incomplete"]:
         line(f"  INCOMPLETE: {reason}")
-    for finding in report["semantic"]["findings"]:
+    findings = report["semantic"]["findings"]
+    for finding in findings:
         cause = f" (cause {finding['cause']} of {finding['causes_of_rule']})" if finding["causes_of_rule"] > 1 else ""
-        line(f"  {finding['class']:<11} {finding['rule']:<15} {finding['message'][:160]}{cause}")
-        line(f"              config {finding['config_name']}; {len(finding['steps'])} steps: "
-             f"{json.dumps(finding['steps'])[:300]}")
+        head = f"  {finding['class']:<11} {finding['rule']:<15} "
+        paragraph(head, finding["message"] + cause)
+        paragraph(INDENT, f"config {finding['config_name']}; {len(finding['steps'])} steps: "
+                          f"{json.dumps(finding['steps'])}")
         if finding["note"]:
-            line(f"              note: {finding['note']}")
+            paragraph(INDENT, f"note: {finding['note']}")
+        if args.pytest:   # code: its lines are kept as they are
+            out.write("".join(INDENT + test_line + "\n" for test_line in finding["pytest"].splitlines()))
+    if findings and not args.pytest:
+        line(f"{INDENT}(each finding's pytest test to paste: --pytest, or 'pytest' in the --json report)")
     broken = any(f["class"] in ("wrong", "crash") for f in report["semantic"]["findings"])
     semantic = "NO" if broken else "yes" if report["semantic"]["conforming"] else "not established (INCOMPLETE)"
     line(f"  semantic conformance: {semantic}; "

@@ -61,6 +61,11 @@ class Finding:
     rule: str
     message: str
     step_index: int
+    # A consequence (consequences.py): the lenient or over-strict step that led here, as
+    # "<class> <rule> in <method>", and that step's index in the concrete steps; "" for a finding of
+    # the lockstep itself.
+    after: str = ""
+    after_index: int = -1
 
     def key(self) -> tuple[str, str]:
         return (self.kind, self.rule)
@@ -77,6 +82,14 @@ class RunResult:
     created: bool = False                               # the target created the (valid) configuration
     pool_rows: int = 0                                  # the harness's own work: pool rows allocated and copied
     over_budget: bool = False                           # stopped: pool_rows passed the row budget
+    # Past a lenient or over-strict `finding`, the program driven on with that step applied: the first
+    # broken safety property (consequences.py), and the concrete steps up to it.
+    consequence: Optional[Finding] = None
+    consequence_steps: list[Step] = field(default_factory=list)
+
+    def as_consequence(self) -> "RunResult":
+        """This run seen through its consequence: the consequence as the finding, with its steps."""
+        return replace(self, finding=self.consequence, steps=self.consequence_steps)
 
 
 # The exact JSON type of each method's answer besides null (bool is not an int here, as in ARG-INT).
@@ -156,6 +169,8 @@ class Engine:
         self.open_plans: dict[int, tuple[Any, model.Plan]] = {}   # layer -> (target plan, model plan)
         self.result = RunResult(None, [])
         self.index = 0
+        # the call `checked` judged last, with its answer: a lenient or over-strict finding's entry call
+        self.judged: Optional[tuple[str, dict[str, Any], Outcome]] = None
         # light: fewer observation calls (retained marks only after rewinds, clears and at the end; no
         # length check after each plan of a step). The golden vectors use it to stay small.
         self.light = light
@@ -264,6 +279,7 @@ class Engine:
         verdict = self.verdict(method, args)
         rule = verdict.rule
         outcome = self._call(method, args, rule)
+        self.judged = (method, args, outcome)
         shown = f"{method}({_show(args)})"
         if isinstance(verdict, model.Rejected):
             if not _is_refusal(outcome):
@@ -510,9 +526,19 @@ class Engine:
             self.result.finding = stop.finding
             if 0 <= stop.finding.step_index == len(self.result.steps) and stop.finding.step_index < len(program):
                 self.result.steps.append(self._concrete_guess(program[stop.finding.step_index]))
+            if stop.finding.kind in (LENIENT, OVER_STRICT) and stop.finding.step_index >= 0 and not self.light \
+                    and not self.outside:
+                self.drive_on(program, stop.finding)
         if self.outside:
             self.result.finding = self.border_finding(self.result.finding, len(program))
         return self.result
+
+    def drive_on(self, program: list[Step], entry: Finding) -> None:
+        """Past a lenient or over-strict step, drive the rest of the program with that step applied and
+        judge only the safety properties (consequences.py); a broken one is `result.consequence`."""
+        from .consequences import SequenceConsequences   # here: consequences.py builds on this module
+        rest = list(enumerate(program))[entry.step_index + 1:]
+        SequenceConsequences(self, entry, program[entry.step_index]).drive(rest)
 
     def border_finding(self, finding: Optional[Finding], end: int) -> Finding:
         """SCOPE-BORDER: the target accepted a config outside its declared scope. Any disagreement

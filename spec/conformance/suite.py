@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import textwrap
 import time
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field, replace
@@ -15,7 +16,7 @@ from . import scope as scopes
 from .configs import JsonConfig, describe
 from .coverage import family, in_scope, shortfall
 from .coverage import summary as rules_summary
-from .engine import CRASH, LENIENT, OVER_STRICT, WRONG, Finding, Step
+from .engine import CRASH, LENIENT, OVER_STRICT, WRONG, Finding, RunResult, Step
 from .programs import shrink
 from .targets import HarnessInterrupted, SubprocessTarget, Target, TargetCrash, parse_target, safety_alarm
 
@@ -66,9 +67,18 @@ class Reported:
     steps: list[Step]
     hits: int = 1
     note: str = ""      # e.g. the crash did not reproduce alone in a fresh process
+    found_after: dict[str, float] = field(default_factory=dict)   # seconds, cpu_seconds, programs: when kept
 
     def cause(self) -> tuple[Any, ...]:
         return cause(self.finding, self.config, self.steps)
+
+    def same_cause(self, other: "Reported") -> bool:
+        """One cause: equal `cause`s, or the very same words - the same message, after the same step,
+        through a single rewind or a chain alike - on another configuration family (a shrink that could
+        not flatten the layers must not print one cause twice)."""
+        return self.cause() == other.cause() or (
+            _group(self.finding) == _group(other.finding) and self.finding.message == other.finding.message
+            and self.finding.after == other.finding.after and _rewind_kind(self.steps) == _rewind_kind(other.steps))
 
 
 def _op_kind(step: Step) -> str:
@@ -113,7 +123,20 @@ def cause(finding: Finding, cfg: JsonConfig, steps: list[Step]) -> tuple[Any, ..
     kinds = [_op_kind(step) for step in steps]
     how = how_it_crashed(finding) if finding.kind == CRASH else (finding.rule,)
     return (_group(finding), how, family(cfg).split(",")[0], kinds[-1] if kinds else "create",
-            "rewind chain" if kinds.count("rewind") > 1 else "")
+            _rewind_kind(steps), finding.after)
+
+
+def _rewind_kind(steps: list[Step]) -> str:
+    """A single rewind (or none) versus a chain of rewinds: two causes (the README promises both)."""
+    return "rewind chain" if sum(1 for step in steps if step.get("op") == "rewind") > 1 else ""
+
+
+def _last_rewind_only(program: list[Step]) -> Optional[list[Step]]:
+    """The program without its rewinds but the last one; None when it has no chain to drop."""
+    rewinds = [index for index, step in enumerate(program) if step.get("op") == "rewind"]
+    if len(rewinds) < 2:
+        return None
+    return [step for index, step in enumerate(program) if index not in rewinds[:-1]]
 
 
 @dataclass
@@ -165,7 +188,8 @@ class SuiteResult:
 
 def replay(target: Union[str, Target], config: JsonConfig, steps: list[Step],
            exact: bool = False) -> Optional[dict[str, Any]]:
-    """Run one step list on a target; the finding as a dict, or None when the target conforms on it."""
+    """Run one step list on a target; the finding as a dict, or None when the target conforms on it. Past
+    a lenient or over-strict step, the wrong consequence it led to (with "after") is the finding."""
     owned = isinstance(target, str)
     chosen = parse_target(target) if isinstance(target, str) else target
     try:
@@ -173,10 +197,12 @@ def replay(target: Union[str, Target], config: JsonConfig, steps: list[Step],
     finally:
         if owned:
             chosen.close()
-    if result.finding is None:
+    # past a lenient step, what it led to (a wrong consequence) is the finding these steps show
+    f = result.consequence or result.finding
+    if f is None:
         return None
-    f = result.finding
-    return {"class": f.kind, "rule": f.rule, "message": f.message, "step_index": f.step_index}
+    return {"class": f.kind, "rule": f.rule, "message": f.message, "step_index": f.step_index,
+            **({"after": f.after} if f.after else {})}
 
 
 def _interleaved(configs: tuple[JsonConfig, ...], layout: layouts.Layout) -> list[tuple[JsonConfig, list[Step]]]:
@@ -203,89 +229,108 @@ def run_suite(target: Target, profile: str = "quick", seed: int = 0,
 
     scope: overrides the target's declared scope (the CLI's --scope).
     layout: overrides the target's declared layout (the CLI's --layout); configs default to the layout's.
-    continue_past_lenient: run a program again without the step of a lenient or over-strict finding, so
-    the steps after it are checked too (False only to show what that finds).
+    continue_past_lenient: past the step of a lenient or over-strict finding, grade what it leads to (the
+    safety properties of consequences.py, the step applied) and run the program again without the step,
+    so the steps after it are checked too (False only to show what that finds).
 
     deadline: the wall-clock safety net in seconds (default: the profile's); hitting it is INCOMPLETE.
     The harness's own SIGTERM/SIGINT/SIGHUP (`stop_on_signals`) ends the run INCOMPLETE, with the partial
     result returned.
     """
     plan = PROFILES[profile]
-    cap = plan.restart_cap if restart_cap is None else restart_cap
     started = time.monotonic()
-    safety = started + (plan.safety_seconds if deadline is None else deadline)
-    result = SuiteResult(target.name, profile, seed)
-    rng = random.Random(seed)
-    requests_before = target.requests if isinstance(target, SubprocessTarget) else 0
-    rows_used = 0
-    causes_seen: set[tuple[Any, ...]] = set()
-    last_crash: Optional[tuple[str, str]] = None   # how the last program crashed (None: it did not)
-    same_crash_in_a_row = 0
+    options = _Options(stop_after_first, crash_shrink_budget, continue_past_lenient,
+                       plan.restart_cap if restart_cap is None else restart_cap)
     scope = scope or declared_scope(target)
-    drive = layouts.of(target, layout)   # known once a cmd: target's hello is read
+    drive = layouts.of(target, layout)   # known once a cmd: target's hello is read (declared_scope)
     target.layout = drive.name
-    run_program = drive.run_program
-    configs = scopes.with_twins(configs or drive.configs, scope)   # a fixed max_seqs: the twins inside
-    result.declared = scopes.summary(scope, configs)
-    result.skipped |= set(scopes.notes(result.declared))
-    configs, outside = (tuple(part) for part in scopes.split(configs, scope))
-    if not configs:   # a verdict on nothing would be vacuous
-        result.aborted = f"no suite configuration lies inside the scope [{scope}] ({scope.source}): nothing to check"
-        return result
+    run = _SuiteRun(target, plan, SuiteResult(target.name, profile, seed), scope, drive, options,
+                    started, plan.safety_seconds if deadline is None else deadline)
+    # a fixed max_seqs: the twins of the configs outside it by their max_seqs alone are driven
+    return run.everything(scopes.with_twins(configs or drive.configs, scope), random.Random(seed), edges)
 
-    work = _interleaved(configs, drive) if edges else []
-    randoms = [rng.choice(configs) for _ in range(plan.random_programs)]
-    bad_configs = drive.bad_configs(target.validates_configs)
-    result.planned = len(work) + len(randoms) + len(bad_configs)
-    result.configs = {describe(cfg): cfg for cfg in configs}
 
-    def check(cfg: JsonConfig, program: list[Step], fresh: bool) -> Optional[Finding]:
+@dataclass(frozen=True)
+class _Options:
+    stop_after_first: bool
+    crash_shrink_budget: int
+    continue_past_lenient: bool
+    restart_cap: int
+
+
+class _SuiteRun:
+    """One run of the suite: the target, what the profile allows, and the result being filled in."""
+
+    def __init__(self, target: Target, plan: Profile, result: SuiteResult, scope: scopes.Scope,
+                 drive: layouts.Layout, options: _Options, started: float, safety_seconds: float) -> None:
+        self.target, self.plan, self.result, self.scope, self.drive = target, plan, result, scope, drive
+        self.options = options
+        self.started = started
+        self.cpu_started = time.process_time()   # this process's CPU only (not a cmd: target's)
+        self.safety = self.started + safety_seconds
+        self.rows_used = 0
+        self.causes_seen: set[tuple[Any, ...]] = set()
+        self.last_crash: Optional[tuple[str, str]] = None   # how the last program crashed (None: it did not)
+        self.same_crash_in_a_row = 0
+
+    # --- running one program -------------------------------------------------------------------------
+    def run_checked(self, cfg: JsonConfig, program: list[Step], fresh: bool, consequence: bool = False) -> RunResult:
+        """One program, judged exactly, in a fresh target process when `fresh`; seen through its
+        consequence (the finding past its lenient step) when `consequence`."""
         if fresh:
-            target.fresh()
-        return run_program(target, cfg, program, exact=True, scope=scope).finding
+            self.target.fresh()
+        run = self.drive.run_program(self.target, cfg, program, exact=True, scope=self.scope)
+        return run.as_consequence() if consequence else run
 
-    def stopped() -> bool:
+    def check(self, cfg: JsonConfig, program: list[Step], fresh: bool) -> Optional[Finding]:
+        return self.run_checked(cfg, program, fresh).finding
+
+    def stopped(self) -> bool:
+        result = self.result
         if result.aborted:
             return True
-        if stop_after_first and result.findings:
+        if self.options.stop_after_first and result.findings:
             result.aborted = "stopped after the first finding (stop_after_first)"
-        if time.monotonic() > safety:
-            result.aborted = (f"the wall-clock safety net ({safety - started:.0f} s) stopped the run: "
+        if time.monotonic() > self.safety:
+            result.aborted = (f"the wall-clock safety net ({self.safety - self.started:.0f} s) stopped the run: "
                               f"the target answers too slowly for the profile's program count")
         return bool(result.aborted)
 
-    def kept_like(finding: Finding) -> list[Reported]:
-        """The counterexamples kept in this finding's group: its (class, rule), or every crash."""
-        return [r for rs in result.causes.values() for r in rs if _group(r.finding) == _group(finding)]
-
-    def keep(finding: Finding, cfg: JsonConfig, steps: list[Step], note: str = "") -> None:
-        reported = Reported(finding, cfg, steps, note=note)
-        same = next((r for r in kept_like(finding) if r.cause() == reported.cause()), None)
-        if same is not None:
-            same.hits += 1
-            return
-        result.causes.setdefault(finding.key(), []).append(reported)
-        result.findings.setdefault(finding.key(), reported)
-
-    def one(cfg: JsonConfig, program: list[Step]) -> None:
+    def one(self, cfg: JsonConfig, program: list[Step]) -> None:
         """Run one program; past a lenient or over-strict finding, run it again without that step.
 
         The model cannot follow a call the spec rejects but the target served (or one it refused that the
-        spec serves), so a program ends at such a finding; the steps after it would go unchecked, and a
-        wrong answer there would hide behind the lenient one. Dropping the step (as the shrinker does:
-        arguments are relative) checks the rest; each continuation is one step shorter, so at most
-        len(program) of them run, and a continuation counts in `continued`, not in `programs`."""
-        finding = one_run(cfg, program, counted=True)
-        while (continue_past_lenient and finding is not None and finding.kind in (LENIENT, OVER_STRICT)
-               and 0 <= finding.step_index < len(program) - 1 and not stopped()):
+        spec serves), so the lockstep ends at such a finding. What the step itself leads to is graded by
+        the engine's drive past it (consequences.py, kept by `one_run`); the steps after it would still
+        go unchecked, and a wrong answer there would hide behind the lenient one. Dropping the step (as
+        the shrinker does: arguments are relative) checks the rest; each continuation is one step
+        shorter, so at most len(program) of them run, and a continuation counts in `continued`, not in
+        `programs`."""
+        finding = self.one_run(cfg, program, counted=True)
+        while (self.options.continue_past_lenient and finding is not None
+               and finding.kind in (LENIENT, OVER_STRICT)
+               and 0 <= finding.step_index < len(program) - 1 and not self.stopped()):
             program = program[:finding.step_index] + program[finding.step_index + 1:]
-            result.continued += 1
-            finding = one_run(cfg, program, counted=False)
+            self.result.continued += 1
+            finding = self.one_run(cfg, program, counted=False)
 
-    def one_run(cfg: JsonConfig, program: list[Step], counted: bool) -> Optional[Finding]:
-        nonlocal rows_used, last_crash, same_crash_in_a_row
-        run = run_program(target, cfg, program, exact=True, scope=scope, row_budget=plan.row_budget - rows_used)
-        rows_used += run.pool_rows
+    def one_run(self, cfg: JsonConfig, program: list[Step], counted: bool) -> Optional[Finding]:
+        run = self.drive.run_program(self.target, cfg, program, exact=True, scope=self.scope,
+                                     row_budget=self.plan.row_budget - self.rows_used)
+        self.account(cfg, run, counted)
+        finding = run.finding
+        self.count_crash_streak(finding)
+        if finding is None:
+            return None
+        self.found(finding, cfg, program, run)
+        if run.consequence is not None and self.options.continue_past_lenient and not self.stopped():
+            self.found(run.consequence, cfg, program, run.as_consequence(), consequence=True)
+        return finding
+
+    def account(self, cfg: JsonConfig, run: RunResult, counted: bool) -> None:
+        """What a program's run adds to the result's counts and coverage."""
+        result = self.result
+        self.rows_used += run.pool_rows
         result.programs += 1 if counted else 0
         result.calls += run.calls
         result.skipped |= run.skipped
@@ -294,119 +339,208 @@ def run_suite(target: Target, profile: str = "quick", seed: int = 0,
             result.created.add(describe(cfg))
             result.families.add(family(cfg))
         if run.over_budget:
-            result.aborted = (f"the harness's work budget ({plan.row_budget} pool rows) ran out: the "
+            result.aborted = (f"the harness's work budget ({self.plan.row_budget} pool rows) ran out: the "
                               f"target's depth makes each program too big to check")
         if run.layout and len(result.layout) < 5:
             result.layout.append({"config": cfg, "divergences": run.layout})
-        finding = run.finding
+
+    def count_crash_streak(self, finding: Optional[Finding]) -> None:
+        """SAME_CRASH_IN_A_ROW: programs in a row that crashed the same way stop the run."""
         how = how_it_crashed(finding) if finding is not None and finding.kind == CRASH else None
-        same_crash_in_a_row = same_crash_in_a_row + 1 if how is not None and how == last_crash else int(how is not None)
-        last_crash = how
-        if how is not None and same_crash_in_a_row >= SAME_CRASH_IN_A_ROW and not result.aborted:
-            result.aborted = (f"the target crashed the same way ({how[0]} in {how[1]}) in {same_crash_in_a_row} "
-                              f"programs in a row: the programs left would only repeat it")
-        if finding is None:
-            return None
+        self.same_crash_in_a_row = (self.same_crash_in_a_row + 1 if how is not None and how == self.last_crash
+                                    else int(how is not None))
+        self.last_crash = how
+        if how is not None and self.same_crash_in_a_row >= SAME_CRASH_IN_A_ROW and not self.result.aborted:
+            self.result.aborted = (f"the target crashed the same way ({how[0]} in {how[1]}) in "
+                                   f"{self.same_crash_in_a_row} programs in a row: the programs left would "
+                                   f"only repeat it")
+
+    # --- a finding: shrunk, kept per cause -----------------------------------------------------------
+    def kept_like(self, finding: Finding) -> list[Reported]:
+        """The counterexamples kept in this finding's group: its (class, rule), or every crash."""
+        return [r for rs in self.result.causes.values() for r in rs if _group(r.finding) == _group(finding)]
+
+    def keep(self, finding: Finding, cfg: JsonConfig, steps: list[Step], note: str = "") -> None:
+        reported = Reported(finding, cfg, steps, note=note)
+        same = next((r for r in self.kept_like(finding) if r.same_cause(reported)), None)
+        if same is not None:
+            same.hits += 1
+            if len(reported.steps) < len(same.steps):   # the shorter program shows it best
+                same.config, same.steps, same.note = cfg, steps, note
+            return
+        reported.found_after = {"seconds": round(time.monotonic() - self.started, 4),
+                                "cpu_seconds": round(time.process_time() - self.cpu_started, 4),
+                                "programs": self.result.programs}
+        self.result.causes.setdefault(finding.key(), []).append(reported)
+        self.result.findings.setdefault(finding.key(), reported)
+
+    def found(self, finding: Finding, cfg: JsonConfig, program: list[Step], run: RunResult,
+              consequence: bool = False) -> None:
+        """A program's finding (or the consequence of its lenient step): counted, then kept - shrunk
+        first, unless its cause is most likely kept."""
+        result = self.result
         if result.first_counterexample is None:
-            result.first_counterexample = time.monotonic() - started
+            result.first_counterexample = time.monotonic() - self.started
             result.first_counterexample_programs = result.programs
         crash = finding.kind == CRASH
         if crash:
             result.restarts += 1
-            if result.restarts > cap:
-                result.aborted = f"the restart cap ({cap}) was hit: the target crashed or hung {result.restarts} times"
+            if result.restarts > self.options.restart_cap:
+                result.aborted = (f"the restart cap ({self.options.restart_cap}) was hit: the target crashed "
+                                  f"or hung {result.restarts} times")
         if not program or finding.step_index < 0:   # an invalid config, or a crash while creating: no steps
-            note = ""
-            if crash and not any(r.cause() == cause(finding, cfg, []) for r in kept_like(finding)):
-                target.fresh()   # a new crash while creating: does it happen alone, in a fresh process?
-                again = run_program(target, cfg, [], exact=True, scope=scope).finding
-                if again is None or again.kind != CRASH:
-                    note = _ALONE
-                else:
-                    finding = again
-            keep(finding, cfg, [], note)
-            return finding
-        kept = kept_like(finding)
-        quick_cause = cause(finding, cfg, run.steps[-1:])
+            self.keep_without_steps(finding, cfg)
+            return
+        kept = self.kept_like(finding)
+        if not crash:
+            program, run = self.single_if_alone(finding, cfg, program, run, consequence)
+        # The cause as far as it is known before shrinking, from the whole run: its last operation,
+        # and a single rewind or a chain (the last step alone cannot tell them apart: a single unsound
+        # rewind was folded into the chain finding that way).
+        quick_cause = cause(finding, cfg, run.steps)
         group = _group(finding)
-        if kept and (len(kept) >= (MAX_CRASHES if crash else MAX_CAUSES) or quick_cause in causes_seen
+        if kept and (len(kept) >= (MAX_CRASHES if crash else MAX_CAUSES) or quick_cause in self.causes_seen
                      or result.shrinks.get(group, 0) >= MAX_SHRINKS):
             kept[0].hits += 1   # most likely a cause already kept: not worth another shrink
-            return finding
-        causes_seen.add(quick_cause)
+            return
         result.shrinks[group] = result.shrinks.get(group, 0) + 1
-        # A crash is shrunk on a small budget (each hang costs a timeout), every candidate in a fresh
-        # process: a crash that needs earlier programs in the same process is no minimal reproduction.
-        # Any crash of the same kind counts while shrinking; the reported rule is the final run's.
-        # A candidate must fail at the same kind of operation (`_op_kind`: a decode step is not a
-        # multi-token step): otherwise the shrinker slips from this cause to another defect the program
-        # also reaches, that cause is reported twice, and this one never (measured: with the edge
-        # programs in another order, one of many_defects' two PLAN-READ causes was lost that way).
+        small_cfg, final, note = self.shrunk(finding, cfg, program, run, consequence)
+        if not crash and final.finding is not None:   # a chain the shrink kept: is its last rewind enough?
+            alone, tried = self.single_if_alone(final.finding, small_cfg, final.steps, final, consequence)
+            if tried is not final:
+                small_cfg, final, note = self.shrunk(final.finding, small_cfg, alone, tried, consequence)
+        reported = final.finding or finding
+        if consequence and not self.caused_by_its_entry(reported, small_cfg, final.steps):
+            return
+        # The quick cause is skipped from now on - unless it was a chain that shrank to a single
+        # rewind: that says nothing yet about the chains.
+        if _rewind_kind(final.steps) == _rewind_kind(run.steps):
+            self.causes_seen.add(quick_cause)
+        self.keep(reported, small_cfg, final.steps, note)
+
+    def caused_by_its_entry(self, consequence: Finding, cfg: JsonConfig, steps: list[Step]) -> bool:
+        """A consequence is the entry step's when the program without that step shows no wrong answer
+        or crash: otherwise it is a defect of its own, which that program's lockstep reports (an
+        unsound rewind after an over-strict one is the rewind's finding, not the refusal's)."""
+        if not 0 <= consequence.after_index < len(steps):
+            return True
+        without = steps[:consequence.after_index] + steps[consequence.after_index + 1:]
+        again = self.run_checked(cfg, without, fresh=consequence.kind == CRASH)
+        return again.finding is None or again.finding.kind not in (WRONG, CRASH)
+
+    def single_if_alone(self, finding: Finding, cfg: JsonConfig, program: list[Step], run: RunResult,
+                        consequence: bool = False) -> tuple[list[Step], RunResult]:
+        """A program with a chain of rewinds whose finding its last rewind alone reproduces (the same
+        class, rule and failing operation) is a single-rewind program: that one is shrunk instead."""
+        alone = _last_rewind_only(program[:finding.step_index + 1])
+        if alone is None:
+            return program, run
+        tried = self.run_checked(cfg, alone, fresh=False, consequence=consequence)
+        if (tried.finding is None or tried.finding.key() != finding.key() or not tried.steps
+                or _op_kind(tried.steps[-1]) != _op_kind(run.steps[-1])):
+            return program, run
+        return alone, tried
+
+    def keep_without_steps(self, finding: Finding, cfg: JsonConfig) -> None:
+        """A finding at creation; a new crash there is tried again alone, in a fresh process."""
+        note = ""
+        if finding.kind == CRASH and not any(r.cause() == cause(finding, cfg, []) for r in self.kept_like(finding)):
+            again = self.check(cfg, [], fresh=True)
+            if again is None or again.kind != CRASH:
+                note = _ALONE
+            else:
+                finding = again
+        self.keep(finding, cfg, [], note)
+
+    def shrunk(self, finding: Finding, cfg: JsonConfig, program: list[Step], run: RunResult,
+               consequence: bool = False) -> tuple[JsonConfig, RunResult, str]:
+        """The finding's minimal program: its config, its final run, and a note on how it reproduces.
+
+        A crash is shrunk on a small budget (each hang costs a timeout), every candidate in a fresh
+        process: a crash that needs earlier programs in the same process is no minimal reproduction.
+        Any crash of the same kind counts while shrinking; the reported rule is the final run's.
+        A candidate must fail at the same kind of operation (`_op_kind`: a decode step is not a
+        multi-token step): otherwise the shrinker slips from this cause to another defect the program
+        also reaches, that cause is reported twice, and this one never (measured: with the edge
+        programs in another order, one of many_defects' two PLAN-READ causes was lost that way)."""
+        crash = finding.kind == CRASH
         failing_op = _op_kind(run.steps[-1]) if run.steps else "create"
+        rewinds = _rewind_kind(run.steps)   # likewise kept: a chain must not slip to a single rewind
 
         def candidate(c: JsonConfig, p: list[Step]) -> Optional[Finding]:
-            if crash:
-                target.fresh()
-            tried = run_program(target, c, p, exact=True, scope=scope)
+            tried = self.run_checked(c, p, fresh=crash, consequence=consequence)
             got = tried.finding
-            if got is None or not tried.steps or _op_kind(tried.steps[-1]) != failing_op:
+            if (got is None or not tried.steps or _op_kind(tried.steps[-1]) != failing_op
+                    or _rewind_kind(tried.steps) != rewinds):
                 return None
             if crash and got.kind == CRASH and _crash_kind(got.message) == _crash_kind(finding.message):
                 return replace(got, rule=finding.rule)
             return got
 
-        small_cfg, small = shrink(cfg, program, finding, candidate,
-                                  budget=min(plan.shrink_budget, crash_shrink_budget) if crash else plan.shrink_budget)
-        note = ""
-        if crash:   # the shrunk crash, alone in a fresh process
-            target.fresh()
-            final = run_program(target, small_cfg, small, exact=True, scope=scope)
-            if final.finding is None or final.finding.kind != CRASH:
-                target.fresh()
-                final = run_program(target, cfg, program, exact=True, scope=scope)
-                small_cfg = cfg
-                if final.finding is not None and final.finding.kind == CRASH:
-                    note = "the shrunk steps do not crash alone; the whole program does, in a fresh process"
-                else:
-                    note, final = _ALONE, run
-        else:
-            final = run_program(target, small_cfg, small, exact=True, scope=scope)
+        budget = min(self.plan.shrink_budget, self.options.crash_shrink_budget) if crash else self.plan.shrink_budget
+        small_cfg, small = shrink(cfg, program, finding, candidate, budget=budget)
+        if not crash:
+            final = self.run_checked(small_cfg, small, fresh=False, consequence=consequence)
             if final.finding is None or final.finding.key() != finding.key():   # flaky: keep the original
-                small_cfg, final = cfg, run
-        keep(final.finding or finding, small_cfg, final.steps, note)
-        return finding
+                return cfg, run, ""
+            return small_cfg, final, ""
+        # the shrunk crash, alone in a fresh process
+        final = self.run_checked(small_cfg, small, fresh=True, consequence=consequence)
+        if final.finding is not None and final.finding.kind == CRASH:
+            return small_cfg, final, ""
+        final = self.run_checked(cfg, program, fresh=True, consequence=consequence)
+        if final.finding is not None and final.finding.kind == CRASH:
+            return cfg, final, "the shrunk steps do not crash alone; the whole program does, in a fresh process"
+        return cfg, run, _ALONE
 
-    if not target.validates_configs:
-        result.skipped.add("config validation: a python: target gets a kvcache.CacheConfig, "
-                           "which validates itself")
-    try:
-        with safety_alarm(safety - time.monotonic()):
-            for cfg, program in work + [(cfg, drive.random_program(cfg, rng, rng.randint(3, plan.largest)))
-                                        for cfg in randoms]:
-                if stopped():
-                    break
-                one(cfg, program)
-            border(outside, result, stopped, one, lambda cfg: check(cfg, [], False), drive)
-            # Config validation last: each invalid configuration must be refused at create.
-            for bad_cfg in bad_configs:
-                if stopped():
-                    break
-                one(bad_cfg, [])
-    except HarnessInterrupted as stop:
-        if stop.signal_name == "SIGALRM":
-            result.aborted = (f"the wall-clock safety net ({safety - started:.0f} s) stopped the run inside a "
-                              f"call of the target (a hang? run a python: target with --isolate)")
-        else:
-            result.interrupted = stop.signal_name
-            result.aborted = f"the harness was interrupted by {stop.signal_name}"
-        target.kill()
-    finally:
-        result.seconds = time.monotonic() - started
-        result.scope = in_scope(target.validates_configs, target.optional, drive.name)
-        _scope_coverage(result, outside)
-        if isinstance(target, SubprocessTarget) and result.seconds > 0:
-            result.requests_per_second = (target.requests - requests_before) / result.seconds
-    return result
+    # --- the whole run ---------------------------------------------------------------------------------
+    def everything(self, configs: tuple[JsonConfig, ...], rng: random.Random, edges: bool) -> SuiteResult:
+        """The edge programs, the random programs, the border, the invalid configurations."""
+        result, target, drive, plan = self.result, self.target, self.drive, self.plan
+        requests_before = target.requests if isinstance(target, SubprocessTarget) else 0
+        result.declared = scopes.summary(self.scope, configs)
+        result.skipped |= set(scopes.notes(result.declared))
+        configs, outside = (tuple(part) for part in scopes.split(configs, self.scope))
+        if not configs:   # a verdict on nothing would be vacuous
+            result.aborted = (f"no suite configuration lies inside the scope [{self.scope}] ({self.scope.source}): "
+                              f"nothing to check")
+            return result
+        work = _interleaved(configs, drive) if edges else []
+        randoms = [rng.choice(configs) for _ in range(plan.random_programs)]
+        bad_configs = drive.bad_configs(target.validates_configs)
+        result.planned = len(work) + len(randoms) + len(bad_configs)
+        result.configs = {describe(cfg): cfg for cfg in configs}
+        if not target.validates_configs:
+            result.skipped.add("config validation: a python: target gets a kvcache.CacheConfig, "
+                               "which validates itself")
+        try:
+            with safety_alarm(self.safety - time.monotonic()):
+                for cfg, program in work + [(cfg, drive.random_program(cfg, rng, rng.randint(3, plan.largest)))
+                                            for cfg in randoms]:
+                    if self.stopped():
+                        break
+                    self.one(cfg, program)
+                border(outside, result, self.stopped, self.one, lambda cfg: self.check(cfg, [], False), drive)
+                # Config validation last: each invalid configuration must be refused at create.
+                for bad_cfg in bad_configs:
+                    if self.stopped():
+                        break
+                    self.one(bad_cfg, [])
+        except HarnessInterrupted as stop:
+            if stop.signal_name == "SIGALRM":
+                result.aborted = (f"the wall-clock safety net ({self.safety - self.started:.0f} s) stopped the run "
+                                  f"inside a call of the target (a hang? run a python: target with --isolate)")
+            else:
+                result.interrupted = stop.signal_name
+                result.aborted = f"the harness was interrupted by {stop.signal_name}"
+            target.kill()
+        finally:
+            result.seconds = time.monotonic() - self.started
+            result.scope = in_scope(target.validates_configs, target.optional, drive.name)
+            _scope_coverage(result, outside)
+            if isinstance(target, SubprocessTarget) and result.seconds > 0:
+                result.requests_per_second = (target.requests - requests_before) / result.seconds
+        return result
 
 
 def declared_scope(target: Target) -> scopes.Scope:
@@ -456,15 +590,22 @@ def _scope_coverage(result: SuiteResult, outside: tuple[JsonConfig, ...]) -> Non
 
 # --- reports ---------------------------------------------------------------------------------------
 
+def wrap(text: str, width: int, first: str = "", indent: str = "") -> list[str]:
+    """Lines of at most `width` characters (the first after `first`, the others after `indent`) where
+    the text has spaces: never cut inside a word (a longer word gets a line of its own)."""
+    return textwrap.wrap(text, width, initial_indent=first, subsequent_indent=indent, break_long_words=False,
+                         break_on_hyphens=False) or [first]
+
+
 def pytest_text(target: str, reported: Reported, number: int = 1) -> str:
     """A test to paste into the target's repository: replays the minimal step list."""
     f = reported.finding
     name = f"{f.kind}_{f.rule}".lower().replace("-", "_") + (f"_{number}" if number > 1 else "")
     statement = BY_ID[f.rule].statement if f.rule in BY_ID else ""
-    message = f.message[:300].replace("\n", " ")
+    message = "".join(line + "\n" for line in wrap(f.message.replace("\n", " "), 100, "    # ", "    # "))
     return (f'def test_kvcache_conformance_{name}() -> None:\n'
             f'    """{f.kind} {f.rule}: {statement}"""\n'
-            f'    # {message}\n'
+            f'{message}'
             f'    # config {describe(reported.config)}\n'
             f'    from kvcache_spec.conformance import replay\n'
             f'    config = {reported.config!r}\n'
@@ -493,7 +634,8 @@ def report_json(result: SuiteResult, strict: bool, exact_layout: bool) -> dict[s
                              "causes_of_rule": len(kept),
                              "statement": BY_ID[r.finding.rule].statement if r.finding.rule in BY_ID else "",
                              "message": r.finding.message, "config": r.config, "config_name": describe(r.config),
-                             "steps": r.steps, "programs_hit": r.hits, "note": r.note,
+                             "steps": r.steps, "programs_hit": r.hits, "note": r.note, "after": r.finding.after,
+                             "found_after": r.found_after,
                              "pytest": pytest_text(result.target, r, number)})
     order = {WRONG: 0, CRASH: 1, LENIENT: 2, OVER_STRICT: 3}
     findings.sort(key=lambda f: (order[f["class"]], f["rule"], f["cause"]))
