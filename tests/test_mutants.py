@@ -42,7 +42,7 @@ MUTANTS = [
      "return min(capacity, self.window)"),
     ("CLEAR (history kept)", "_cache.py",
      "self._open_step = None\n        self._retained = [0] * len(self._policies)", "self._open_step = None"),
-    ("LAYER-RANGE (negative layers index from the end)", "_cache.py", "return 0 <= layer < self.n_layers",
+    ("LAYER-RANGE (negative layers index from the end)", "_layers.py", "return 0 <= layer < self.n_layers",
      "return layer < self.n_layers"),
     ("COMMIT-ADVANCE (commit not idempotent)", "_cache.py", "if end > self._length:", "if end >= self._length:\n"
      "            end = self._length + plan.n_written if end == self._length else end\n            if end > self._capacity: return"),
