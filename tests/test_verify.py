@@ -27,6 +27,7 @@ def _reports(tmp_path: Path) -> tuple[Path, Path, list[str]]:
     return json_file, junit_file, ["--json", str(json_file), "--junit", str(junit_file)]
 
 
+@pytest.mark.slow
 def test_reference_passes_the_quick_profile(tmp_path: Path) -> None:
     """Every stage but CrossHair's (tests/test_proofs.py runs the gate; its time depends on the load)."""
     json_file, junit_file, report_args = _reports(tmp_path)
@@ -110,6 +111,7 @@ def test_broken_implementation_fails_with_a_shortest_counterexample(
     assert failure.get("type") == "counterexample"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant", ["lenient_step", "ring_slot_short"])
 def test_broken_implementation_fails_the_state_machine(variant: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert verify.main(["--profile", "quick", "--stages", "stateful", "--target", BROKEN + variant]) == 1
@@ -161,6 +163,7 @@ def test_pre_commit_hook_declares_the_quick_profile() -> None:
         assert line in text
 
 
+@pytest.mark.slow
 def test_verify_covers_the_cell_layout(tmp_path: Path) -> None:
     """CELL-DATA-SOUND: the cell stages run kvcache.CellCache against the cell model, and report."""
     out = tmp_path / "cells.json"
@@ -177,6 +180,7 @@ def _work(report: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
             for s in report["stages"]]
 
 
+@pytest.mark.slow
 def test_overlapping_the_serial_stages_changes_no_stage_s_work(tmp_path: Path) -> None:
     """With more than one process, the one-process stages run in a side lane beside the fanned-out
     ones: every stage must still do exactly the work it does when the stages run one by one."""
