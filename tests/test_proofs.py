@@ -81,6 +81,7 @@ def test_every_obligation_is_confirmed_or_excluded_with_a_cover(real_gate: gate.
         assert not ex.frame_problems, ex
 
 
+@pytest.mark.slow
 def test_scope_covers_name_real_proofs(real_gate: gate.GateResult) -> None:
     confirmed_targets = {row.obligation.target for row in real_gate.rows if row.status == gate.CONFIRMED}
     full_scope = {o.target for o in gate.inventory("kvcache") if gate._exclusion_for(o, gate.scope_for("full")) is None}
