@@ -5,14 +5,14 @@ The normative rules live in `kvcache_spec.rules`; every contract here cites thei
 """
 
 from ._cache import SequenceCache
-from ._cells import MAX_SEQS, CellCache, CellStep
+from ._cells import MAX_SEQS, CellCache
 from ._errors import (ArgumentTypeError, ArgumentValueError, ConfigError, ConfigTypeError, ForwardError,
                       KVCacheError, LayerIndexError, PlanError, StepError)
 from ._faces import BatchControl, CacheBase, CacheControl, CellStepper, SequenceControl, SequencePlanner
 from ._ints import INT_MAX
 from ._policies import FlatPolicy, LayoutPolicy, RingPolicy
 from ._registry import CacheBuilderRegistry, CacheRegistry, CacheSession, make_unique_key
-from ._types import CacheConfig, Kind, LayerConfig, LayerPolicy, Run, SeqStepPlan
+from ._types import CacheConfig, CellStep, Kind, LayerConfig, LayerPolicy, Run, SeqStepPlan
 
 __all__ = [
     "INT_MAX", "MAX_SEQS", "ArgumentTypeError", "ArgumentValueError", "BatchControl", "CacheBase", "CacheBuilderRegistry",

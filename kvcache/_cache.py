@@ -8,7 +8,7 @@ runs, so a rejected call leaves the cache exactly as it was.
 
 from __future__ import annotations
 
-from typing import Any, Optional, Protocol
+from typing import Any, Optional
 
 import icontract
 
@@ -16,6 +16,7 @@ from ._errors import ArgumentTypeError, ArgumentValueError, ConfigTypeError, Lay
     StepError, not_an_int, out_of_range
 from ._faces import CacheBase, SequenceControl, SequencePlanner, returns_self
 from ._ints import INT_MAX, is_int
+from ._layers import layer_in_range, layer_is_int
 from ._policies import LayoutPolicy, policy_for
 from ._types import CacheConfig, Kind, SeqStepPlan, copy_config, plan_value
 
@@ -27,42 +28,12 @@ _not_int = not_an_int
 _out_of_range = out_of_range
 
 
-class _Layered(Protocol):
-    """A cache with layers (the sequence and the cell cache share the layer checks below)."""
-
-    n_layers: int
-
-
-def _layer_error(self: _Layered, layer: int) -> LayerIndexError:
-    return LayerIndexError("LAYER-RANGE", "layer", "must lie in [0, n_layers)", layer=layer,
-                           n_layers=self.n_layers)
-
-
 @icontract.require(lambda retained, new_len: 0 <= retained and 0 <= new_len, "ARG-RANGE: marks are positions")
 @icontract.ensure(lambda result, new_len: 0 <= result <= new_len, "RETAINED: 0 <= retained_from <= length after a rewind")
 @icontract.ensure(lambda result, retained: result <= retained, "RETAINED: a rewind never makes a lost row intact again")
 def retained_after_rewind(retained: int, new_len: int) -> int:
     """A policy's retained mark after a rewind to new_len: rows at and after new_len leave the branch."""
     return min(retained, new_len)
-
-
-def _layer_index_in_range(self: _Layered, layer: int) -> bool:
-    return 0 <= layer < self.n_layers
-
-
-def _layer_index_is_int(layer: Any) -> bool:
-    return is_int(layer)
-
-
-# The preconditions shared by every method that takes a layer index; icontract evaluates
-# preconditions bottom-up, so in each stack the type check sits nearest the function. Their
-# conditions are named functions, not lambdas: icontract (and CrossHair through it) reads a lambda
-# condition back from the decorator line it sits on, which a shared decorator does not have.
-_layer_in_range = icontract.require(
-    _layer_index_in_range, "LAYER-RANGE: 0 <= layer < n_layers", error=_layer_error, enabled=True)
-_layer_is_int = icontract.require(
-    _layer_index_is_int, "ARG-INT: layer is an int", error=lambda layer: _not_int("layer", layer),
-    enabled=True)
 
 
 @icontract.invariant(lambda self: len(self.config.layers) in (1, self.n_layers)
@@ -121,8 +92,8 @@ class SequenceCache(CacheBase, SequenceControl, SequencePlanner):
     def _state(self) -> _State:
         return (self._length, self._open_step, tuple(self._retained))
 
-    @_layer_in_range
-    @_layer_is_int
+    @layer_in_range
+    @layer_is_int
     def policy(self, layer: int) -> LayoutPolicy:
         """The (shared) policy object of `layer`."""
         return self._policy_of(layer)
@@ -234,8 +205,8 @@ class SequenceCache(CacheBase, SequenceControl, SequencePlanner):
                        error=lambda position: _out_of_range("position", position, 0), enabled=True)
     @icontract.require(lambda position: is_int(position), "ARG-INT: position is an int",
                        error=lambda position: _not_int("position", position), enabled=True)
-    @_layer_in_range
-    @_layer_is_int
+    @layer_in_range
+    @layer_is_int
     @icontract.snapshot(lambda self: self._state(), name="state")
     @icontract.ensure(lambda self, OLD: self._state() == OLD.state, "PLAN-PURE: plan changes nothing")
     @icontract.ensure(lambda self, position, T, result: (result is None) == (position + T > self._capacity),
@@ -282,14 +253,14 @@ class SequenceCache(CacheBase, SequenceControl, SequencePlanner):
             self._retained = [policy.retained_after_write(retained, end)
                               for policy, retained in zip(self._policies, self._retained)]
 
-    @_layer_in_range
-    @_layer_is_int
+    @layer_in_range
+    @layer_is_int
     @icontract.ensure(lambda self, result: 1 <= result <= self._capacity, "DEPTH: 1 <= depth <= capacity")
     def depth(self, layer: int) -> int:
         return self._policy_of(layer).depth(self._capacity)
 
-    @_layer_in_range
-    @_layer_is_int
+    @layer_in_range
+    @layer_is_int
     @icontract.ensure(lambda self, result: 0 <= result <= self._length, "RETAINED: 0 <= retained_from <= length")
     def retained_from(self, layer: int) -> int:
         return self._retained[self._layer_policy[layer]]

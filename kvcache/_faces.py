@@ -9,14 +9,12 @@ and each returns None from the other layout's faces.
 from __future__ import annotations
 
 import abc
-from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, TypeVar
+from typing import Any, Callable, Optional, Sequence, TypeVar
 
 import icontract
 
-from ._types import SeqStepPlan
-
-if TYPE_CHECKING:  # _cells imports this module; the step type is only needed for annotations here
-    from ._cells import CellStep
+# The faces name the value types they hand over, never a layout: the layouts import this module.
+from ._types import CellStep, SeqStepPlan
 
 
 _Face = TypeVar("_Face", bound=Callable[..., Any])

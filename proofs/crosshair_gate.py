@@ -144,7 +144,7 @@ API: `run_gate(budget_seconds=60.0, ..., sequence_cache="fast", max_iterations=1
 `main(argv)` (exit 0 pass, 1 fail, 2 environment error). Run:
 `python -m kvcache_proofs.crosshair_gate [--budget S] [--max-iterations N] [--sequence-cache none|fast|full]`.
 Measured on this 2-core machine (default scope "fast", 38 obligations): 6 s wall, 11 s of CPU, quiet;
-the most paths any of them needs is 189, the most CPU 2.6 s (README: the stress measurement).
+the most paths any of them needs is 189, the most CPU 2.6 s (proofs/MEASUREMENTS.md: the stress measurement).
 The full scope's measurements in this docstring (run-dependent plan verdicts, 650 s of CPU) were
 taken before the work bounds, with wall-clock solver timeouts; not re-measured since.
 """
@@ -407,7 +407,8 @@ CELL_OUT_OF_FULL: dict[str, str] = {
                   "length (the documented order of errors), so the rejected ones are a path each (115 of the "
                   "first 150 paths)",
 }
-#: Measured into the full scope, method by method, twice each with identical verdicts and paths (README):
+#: Measured into the full scope, method by method, twice each with identical verdicts and paths
+#: (proofs/MEASUREMENTS.md, "CellCache"):
 #: seq_new (90 paths, <= 1.2 s of CPU per condition), seq_len (<= 441, 7.7 s), next_pos (<= 447, 6.2 s),
 #: seq_clone (<= 630, 9.4 s), seq_rm (<= 752, 12.6 s).
 

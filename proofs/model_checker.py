@@ -30,7 +30,6 @@ transitions and checks of `kvcache_proofs.cell_model_checker`.
 from __future__ import annotations
 
 import argparse
-import importlib
 import itertools
 import json
 import multiprocessing
@@ -47,6 +46,7 @@ if __name__ == "__main__":   # before the imports that need the extra: one line 
 
 from kvcache_proofs._processes import default_sigterm
 from kvcache_spec import model
+from kvcache_spec.conformance.targets import import_target_module
 from kvcache_spec.stateful import (COMMIT_WITH, FORGED_KINDS, AbortedStep, CanExtend, Clear, CommitForged,
                                    CommitOther, ConfigSpec, Depth, Factory, LayerStep, Lockstep, Observe, Op,
                                    Plan, RetainedFrom, Rewind, Step, reference_factory)
@@ -377,11 +377,12 @@ class CheckReport:
 
 
 def resolve_target(reference: str) -> Factory:
-    """`python:MODULE:FACTORY` -> the factory (a callable taking a kvcache.CacheConfig)."""
+    """`python:MODULE:FACTORY` -> the factory (a callable taking a kvcache.CacheConfig). MODULE is found
+    from the current directory too, as `kvcache conformance` finds it (one helper, import_target_module)."""
     parts = reference.split(":")
     if len(parts) != 3 or parts[0] != "python" or not parts[1] or not parts[2]:
         raise ValueError(f"a target is python:MODULE:FACTORY, not {reference!r}")
-    factory: Factory = getattr(importlib.import_module(parts[1]), parts[2])
+    factory: Factory = getattr(import_target_module(parts[1]), parts[2])
     if not callable(factory):
         raise ValueError(f"{reference} is not callable")
     return factory

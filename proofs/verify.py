@@ -16,7 +16,7 @@ A verdict is a function of the code, not of the machine's load: every stage's wo
 counts - the state machine by a fixed number of derandomized examples and steps, CrossHair by paths
 per condition and Z3 by its deterministic resource limit (rlimit), the model checker by its
 configuration bounds (every reachable state of each). The seconds in a profile are safety nets that
-end a runaway stage INCOMPLETE; they are far above the measured times (README: the stress measurement).
+end a runaway stage INCOMPLETE; they are far above the measured times (proofs/MEASUREMENTS.md: the stress measurement).
 
 Processes: with more than one core (`--jobs`, default every core), CrossHair and the two model checkers
 fan out to a worker per core, and the one-process stages (the two state machines, the Z3 proofs) run
@@ -27,9 +27,12 @@ are written, exit 3, and no process verify started outlives it.
 Profiles: quick (seconds; the pre-commit hook), pre-merge (the CI profile, <= 60 s on two busy cores),
 deep (every core, the model checker's full bounds, the full CrossHair scope, an hour).
 `--target python:MODULE:FACTORY` runs the state machine and the model checker against another
-implementation (a callable taking a kvcache.CacheConfig), judged by the Python target contract
+sequence-cache implementation (a callable taking a kvcache.CacheConfig; MODULE is found from the current
+directory too, as `kvcache conformance` finds it), judged by the Python target contract
 (`kvcache_spec.target_contract`, the one `kvcache conformance --target` uses); CrossHair and Z3 are
-about the reference's own code and still run on it.
+about the reference's own code and still run on it, the cell stages on the reference CellCache. A
+cell-layout target (`kvcache_layout = "cell"`) is refused, exit 2: the cell lockstep holds a target to the
+reference's typed errors, not to that contract, and `kvcache conformance --target` judges it.
 """
 
 from __future__ import annotations
@@ -70,8 +73,8 @@ class Profile:
 
 
 PROFILES: dict[str, Profile] = {
-    # pre-merge's counts are sized for 60 s on two cores each running another CPU-bound process (README:
-    # "Verdicts that do not depend on the load"): both layouts, about 45 s of CPU in all, measured quiet.
+    # pre-merge's counts are sized for 60 s on two cores each running another CPU-bound process
+    # (proofs/MEASUREMENTS.md, the stress measurement): both layouts, about 45 s of CPU in all, measured quiet.
     # CellCache's CrossHair obligations are left to deep: the one decided with a wide margin (free_cells'
     # postcondition) cost 5.6 s of CPU, a quarter of the gate, for one obligation that the cell checker
     # and state machine of the same profile cover (tests/test_proofs.py still runs CrossHair over
@@ -363,7 +366,7 @@ def write_junit(path: str, results: list[StageResult], profile: str, seconds: fl
 #: per core. With more than one core, verify runs the serial stages in a side process while the fanned
 #: out ones run: the work of every stage is unchanged (its counts, its examples, its verdict), only
 #: the cores are kept busy - on this quiet 2-core machine pre-merge takes 25 s of wall time for 49 s of
-#: CPU, against 58 s with --jobs 1 (README: "Verdicts that do not depend on the load").
+#: CPU, against 58 s with --jobs 1 (proofs/MEASUREMENTS.md, "kvcache verify --profile pre-merge").
 SERIAL_STAGES = ("stateful", "z3", "cell-stateful", "cell-z3")
 
 
@@ -461,7 +464,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--json", metavar="FILE", help="write the results as JSON")
     parser.add_argument("--junit", metavar="FILE", help="write the results as JUnit XML")
     parser.add_argument("--target", metavar="python:MODULE:FACTORY",
-                        help="the implementation under check (default: the reference, kvcache.SequenceCache)")
+                        help="the sequence cache under check (default: the reference, kvcache.SequenceCache); "
+                             "a cell-layout target is refused: kvcache conformance judges it")
     parser.add_argument("--stages", default=",".join(STAGES),
                         help=f"comma-separated subset of {','.join(STAGES)} (default: all)")
     parser.add_argument("--jobs", type=_positive_int, default=None,
@@ -503,6 +507,11 @@ def main(argv: Optional[list[str]] = None) -> int:
         factory = reference_factory if args.target is None else resolve_target(args.target)
     except (ValueError, ImportError, AttributeError) as error:
         print(f"kvcache verify: bad --target: {error}", file=sys.stderr)
+        return 2
+    layout = getattr(factory, "kvcache_layout", "sequence")
+    if layout != "sequence":   # its stages would drive a cell cache through the sequence faces
+        print(f"kvcache verify: {args.target} is a {layout!r}-layout target (kvcache_layout); --target takes a "
+              f"sequence cache: judge it with kvcache conformance --target {args.target}", file=sys.stderr)
         return 2
     profile = PROFILES[args.profile]
     if args.jobs is not None:

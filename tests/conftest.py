@@ -17,8 +17,16 @@ settings.register_profile("dev", deadline=None)
 settings.register_profile("deep", deadline=None, max_examples=2000)
 
 
+#: Registered here, not in pyproject.toml, because CI also runs a copy of tests/ against the installed wheel
+#: where no pyproject.toml is read. pyproject's addopts deselect the marker (the README's test command).
+SLOW = ("slow: a test that took 4 s or more on the project's busy 2-core machine, or compiles C++ - the "
+        "CrossHair gate, the state machines and model checkers run through verify, the mutants, subprocess "
+        "targets, the C++ drivers; the default run leaves them out, CI runs them with `python -m pytest -m slow`")
+
+
 def pytest_configure(config: pytest.Config) -> None:
     import os
+    config.addinivalue_line("markers", SLOW)
     settings.load_profile(os.environ.get("KVCACHE_PROFILE") or ("ci" if os.environ.get("CI") else "dev"))
 
 

@@ -70,6 +70,7 @@ MINIMAL_STEPS = {"fork_past_cut": 3, "id_reused_while_owned": 3, "rm_off_by_one"
                  "stale_memo_mask": 6}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(zoo.CELL_ZOO))
 def test_each_broken_cell_cache_is_caught_with_a_minimal_program(name: str) -> None:
     spec, kind, rule = zoo.CELL_ZOO[name]
@@ -123,6 +124,7 @@ def test_a_hello_with_an_unknown_layout_is_a_protocol_crash(tmp_path: Any) -> No
     target.close()
 
 
+@pytest.mark.slow
 def test_the_cli_drives_a_cell_target_through_the_protocol(tmp_path: Any) -> None:
     out = tmp_path / "report.json"
     code = conformance_main(["--target", f"{SERVE} {REFERENCE}", "--strict", "--json", str(out)])
@@ -154,6 +156,7 @@ def cell_binaries(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return built
 
 
+@pytest.mark.slow
 def test_the_faithful_cpp_cell_port_is_conforming_through_the_driver(cell_binaries: dict[str, Path]) -> None:
     report = _report(f"cmd:{cell_binaries['faithful']}")
     assert report["verdict"] == CONFORMING, (report["semantic"]["findings"][:2], report["coverage"]["incomplete"])
@@ -161,6 +164,7 @@ def test_the_faithful_cpp_cell_port_is_conforming_through_the_driver(cell_binari
     assert {"CFG-CAPACITY", "CFG-POLICY", "CELL-MAX-SEQS"} <= set(report["coverage"]["rules"]["exercised"])
 
 
+@pytest.mark.slow
 def test_the_lax_cpp_cell_port_is_lenient_and_its_mid_forward_seq_rm_leaks(cell_binaries: dict[str, Path]) -> None:
     """Upstream's lax answers are lenient; what its mid-forward seq_rm leads to - the removed id still gets a
     cell, which the id's next holder owns - is wrong CELL-ID-REUSE, a consequence naming seq_rm."""
@@ -193,6 +197,7 @@ def test_each_broken_cell_cache_fails_the_cell_vectors(name: str) -> None:
     assert failures and passed > 0   # it runs them, and some expected answer differs
 
 
+@pytest.mark.slow
 def test_the_cpp_driver_replays_the_cell_vectors(cell_binaries: dict[str, Path]) -> None:
     path = str(vectors.VECTORS_DIR / vectors.CELL_VECTORS_FILE)
     done = subprocess.run([cell_binaries["faithful"], "--vectors", path], capture_output=True, text=True, timeout=120)

@@ -272,6 +272,7 @@ def test_a_mistyped_cell_answer_is_a_crash_of_the_methods_rule_and_the_run_incom
     assert result.verdict() == "NOT CONFORMING" and result.incomplete()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, words", [("CrashesOnPlace", "exit code 3"), ("HangsInSeqNew", "hung"),
                                          ("IgnoresSigterm", "hung")])
 def test_a_dying_or_hanging_cell_target_is_a_crash_never_conforming_and_leaves_no_process(name: str,
@@ -285,6 +286,7 @@ def test_a_dying_or_hanging_cell_target_is_a_crash_never_conforming_and_leaves_n
     assert target.process is None             # killed (SIGKILL after an ignored SIGTERM) and reaped
 
 
+@pytest.mark.slow
 def test_a_cell_target_that_prints_conforms_in_process_and_isolated() -> None:
     assert run_suite(PythonTarget(HOSTILE.format("PrintsToStdout")), "quick", seed=0).conforming(strict=True)
     served, _ = cmd_suite(module_cmd(SERVE, HOSTILE.format("PrintsToStdout")))

@@ -58,6 +58,7 @@ def test_the_machine_passes_the_model_target() -> None:
                               settings=settings(stateful_settings(), max_examples=60))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("broken", [ForkPastCutCache, RmOffByOneCache, WindowInTokensCache])
 def test_the_machine_catches_a_broken_target(broken: Any) -> None:
     machine = make_cell_machine(lambda config, n: broken(config, n), name="BrokenCellMachine")
@@ -94,6 +95,7 @@ print(json.dumps(found))
 """
 
 
+@pytest.mark.slow
 def test_the_machine_catches_the_zoo_s_broken_cell_caches_with_contracts_off() -> None:
     """CELL-OWNERS, CELL-LAYOUT-CANON...: under `python -O` the reference's contracts are off, so the
     broken variants (kvcache_proofs._cell_broken) answer wrongly; the spec checks alone must catch each."""

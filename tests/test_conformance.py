@@ -58,6 +58,7 @@ def test_a_bigger_ring_may_accept_more_rewinds_soundly() -> None:
     assert not result.conforming(strict=True, exact_layout=True)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(ZOO))
 def test_each_zoo_mutant_is_caught_with_its_class_and_rule(name: str) -> None:
     _, kind, rule = ZOO[name]
@@ -172,6 +173,7 @@ def test_cli_reference_strict_writes_json_and_junit(tmp_path: Path, capsys: pyte
     assert "CONFORMING" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_cli_exit_codes(tmp_path: Path) -> None:
     lenient_only = ["--target", ZOO_TARGET.format("accepts_bool")]
     assert cli.main(lenient_only) == 0
@@ -207,6 +209,7 @@ def test_pytest_plugin_does_nothing_without_the_option(tmp_path: Path) -> None:
     assert done.returncode == 0 and "1 passed" in done.stdout and "kvcache" not in done.stdout
 
 
+@pytest.mark.slow
 def test_pytest_plugin_runs_the_suite_inside_another_test_run(tmp_path: Path) -> None:
     target = "--kvcache-target=" + ZOO_TARGET.format("accepts_bool")
     lenient = _pytest(tmp_path, target)

@@ -84,6 +84,7 @@ def test_a_slow_correct_target_is_incomplete_not_conforming() -> None:
     assert "safety net" in result.aborted and result.programs < result.planned
 
 
+@pytest.mark.slow
 def test_a_slow_target_wrong_on_every_ring_config_is_caught_before_the_safety_net() -> None:
     """Edge programs go round-robin over the configurations: a ring configuration is created within
     the first few programs (~3 s of the target's sleeps), so the defect is found, not cut off."""
@@ -111,6 +112,7 @@ def test_a_huge_depth_is_incomplete_by_the_row_budget_not_by_the_clock() -> None
 
 # --- output, exits, BaseException, protocol types ------------------------------------------------------
 
+@pytest.mark.slow
 def test_a_printing_target_conforms_in_process_with_json_on_stdout_and_isolated(tmp_path: Path) -> None:
     """A correct target that prints deserves CONFORMING: its prints go to the log, never into the
     protocol channel (--isolate) or the JSON report on stdout."""
@@ -138,6 +140,7 @@ def test_a_base_exception_inside_an_in_process_target_is_a_crash_finding() -> No
     assert result.verdict() == NOT_CONFORMING
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("isolate", [False, True])
 def test_can_extend_answering_an_int_is_a_protocol_finding(isolate: bool) -> None:
     target = parse_target(ZOO.format("wrong_protocol_types"), isolate=isolate)
@@ -174,6 +177,7 @@ def test_a_crash_that_needs_earlier_programs_says_it_does_not_reproduce_alone() 
 
 # --- every finding in one run (issue 9) ----------------------------------------------------------------
 
+@pytest.mark.slow
 def test_several_independent_defects_are_all_reported_in_one_run() -> None:
     """many_defects: two crashes on different inputs, two causes of PLAN-READ, a lenient ARG-INT."""
     target = parse_target(ZOO.format("many_defects"), isolate=True)
@@ -239,6 +243,7 @@ def _hung_target(tmp_path: Path) -> tuple[subprocess.Popen[str], Path, int]:
     return process, report, int(pidfile.read_text())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
 def test_a_signal_stops_the_harness_fast_writes_an_incomplete_report_and_kills_the_target(
         tmp_path: Path, signum: int) -> None:

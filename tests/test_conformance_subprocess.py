@@ -17,6 +17,7 @@ from kvcache_spec.conformance.targets import SubprocessTarget, TargetError
 from .suite_runs import cmd_suite, module_cmd
 
 
+@pytest.mark.slow
 def test_the_protocol_server_conforms_strictly() -> None:
     result, target = cmd_suite(module_cmd("kvcache_spec.conformance.serve"), seed=3)
     assert result.conforming(strict=True, exact_layout=True), sorted(result.findings)
@@ -24,11 +25,13 @@ def test_the_protocol_server_conforms_strictly() -> None:
     assert target.process is None
 
 
+@pytest.mark.slow
 def test_the_protocol_server_serves_a_zoo_mutant_out_of_process() -> None:
     result, _ = cmd_suite(module_cmd("kvcache_spec.conformance.serve", "python:kvcache_spec.conformance.zoo:upstream_floor"))
     assert ("wrong", "REWIND-SOUND") in result.findings
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["crash-on-create", "crash-mid-run", "hang", "half-line", "garbage",
                                   "wrong-version", "wrong-id", "exit-early", "deaf", "huge-line"])
 def test_a_misbehaving_target_is_a_crash_finding(mode: str) -> None:
@@ -44,6 +47,7 @@ def test_a_misbehaving_target_is_a_crash_finding(mode: str) -> None:
     assert target.process is None   # killed and reaped
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("layout", ["sequence", "cell"])
 def test_a_target_that_hangs_whatever_it_is_given_gets_its_verdict_after_a_streak(layout: str) -> None:
     """Before the streak, a target hanging on every plan ran to the restart cap (65 timeouts, 532 s in
@@ -76,6 +80,7 @@ def test_a_command_that_cannot_start_is_a_target_error() -> None:
         target.create(SUITE_CONFIGS[0])
 
 
+@pytest.mark.slow
 def test_isolate_runs_a_python_target_out_of_process() -> None:
     from kvcache_spec.conformance.cli import main
 

@@ -104,11 +104,13 @@ def smoke(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out / "smoke"
 
 
+@pytest.mark.slow   # compiles the ports (the smoke fixture)
 def test_the_faithful_port_runs_the_program(smoke: Path) -> None:
     done = subprocess.run([smoke], capture_output=True, text=True, timeout=30)
     assert done.returncode == 0 and done.stdout.splitlines() == FAITHFUL
 
 
+@pytest.mark.slow   # compiles the ports (the smoke fixture)
 def test_the_lax_port_answers_upstreams_way(smoke: Path) -> None:
     done = subprocess.run([smoke, "lax"], capture_output=True, text=True, timeout=30)
     assert done.returncode == 0 and done.stdout.splitlines() == LAX

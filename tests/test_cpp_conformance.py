@@ -24,7 +24,9 @@ CPP = Path(__file__).resolve().parent.parent / "spec" / "cpp"
 EXAMPLES = {"port": "serve_reference_port.cpp", "lax": "serve_upstream_lax.cpp", "seed": "serve_seed_flat.cpp",
             "later": "serve_later_cache.cpp"}
 GXX = shutil.which("g++")
-pytestmark = pytest.mark.skipif(GXX is None, reason="no g++ on PATH: the C++ driver tests need a C++17 compiler")
+# slow: every test here drives C++ targets the session fixture compiles (about 20 s of builds).
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(GXX is None, reason="no g++ on PATH: the C++ driver tests need a C++17 compiler")]
 
 
 # A cache whose planner face is another object: the driver must answer same_object false (FACES).

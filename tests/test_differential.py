@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -110,6 +111,7 @@ class Lockstep:
         self.observe()
 
 
+@pytest.mark.slow
 @settings(max_examples=1000)
 @given(configs(), operations)
 def test_model_and_reference_agree_on_every_call(raw: tuple[int, int, list[RawLayer], Optional[int]],

@@ -52,6 +52,7 @@ def test_the_commands_print_the_installed_header_folder() -> None:
     assert cpp.main([]) == 2 and cpp.main(["--bogus"]) == 2
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(GXX is None, reason="no g++ on PATH: compiling the C++ example needs a C++17 compiler")
 def test_the_example_compiles_with_the_printed_include_path_and_replays_the_vectors(tmp_path: Path) -> None:
     main = _example(tmp_path)
@@ -75,6 +76,7 @@ target_link_libraries(port PRIVATE kvcache_conformance::kvcache_conformance)
 """
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(GXX is None or CMAKE is None, reason="needs cmake and g++ (find_package of the installed config)")
 def test_cmake_find_package_uses_the_installed_config(tmp_path: Path) -> None:
     _example(tmp_path)

@@ -15,6 +15,7 @@ from kvcache_proofs.model_checker import Bounds, ConfigSpec, check_all, check_co
 from kvcache_spec.stateful import CanExtend, Lockstep, Observe, Rewind, Step
 
 
+@pytest.mark.slow
 def test_reference_holds_on_the_quick_bounds() -> None:
     report = check_all(model_checker.PROFILES["quick"], jobs=2, time_budget=120)
     assert report.ok, report.summary()

@@ -42,7 +42,7 @@ MUTANTS = [
      "return min(capacity, self.window)"),
     ("CLEAR (history kept)", "_cache.py",
      "self._open_step = None\n        self._retained = [0] * len(self._policies)", "self._open_step = None"),
-    ("LAYER-RANGE (negative layers index from the end)", "_cache.py", "return 0 <= layer < self.n_layers",
+    ("LAYER-RANGE (negative layers index from the end)", "_layers.py", "return 0 <= layer < self.n_layers",
      "return layer < self.n_layers"),
     ("COMMIT-ADVANCE (commit not idempotent)", "_cache.py", "if end > self._length:", "if end >= self._length:\n"
      "            end = self._length + plan.n_written if end == self._length else end\n            if end > self._capacity: return"),
@@ -55,11 +55,13 @@ TESTS = [str(ROOT / "tests" / name) for name in
 def run_tests_against(copy: Path) -> subprocess.CompletedProcess[str]:
     """The tests, under -O, importing `kvcache` from `copy` (cwd and append mode keep the checkout behind it)."""
     env = {**os.environ, "PYTHONPATH": str(copy), "PYTHONDONTWRITEBYTECODE": "1"}
+    # -m "": every one of those tests, the slow ones too (pyproject's addopts leave them out by default)
     return subprocess.run([sys.executable, "-O", "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
                            "--import-mode=append", "--rootdir", str(ROOT), "-c", str(ROOT / "pyproject.toml"),
-                           *TESTS], cwd=copy, env=env, capture_output=True, text=True, timeout=300)
+                           "-m", "", *TESTS], cwd=copy, env=env, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rule,file,original,mutated", MUTANTS, ids=[m[0] for m in MUTANTS])
 def test_mutant_is_killed(rule: str, file: str, original: str, mutated: str, tmp_path: Path) -> None:
     shutil.copytree(ROOT / "kvcache", tmp_path / "kvcache")
@@ -71,6 +73,7 @@ def test_mutant_is_killed(rule: str, file: str, original: str, mutated: str, tmp
     assert run.returncode == 1, f"mutant survived ({rule}):\n{run.stdout[-2000:]}"
 
 
+@pytest.mark.slow
 def test_unmutated_copy_passes(tmp_path: Path) -> None:
     """The harness itself: the same run on an unmutated copy passes (so a kill means the mutant)."""
     shutil.copytree(ROOT / "kvcache", tmp_path / "kvcache")

@@ -32,6 +32,7 @@ def real_gate() -> gate.GateResult:
     return gate.run_gate()
 
 
+@pytest.mark.slow
 def test_gate_confirms_every_in_scope_obligation_of_kvcache(real_gate: gate.GateResult) -> None:
     assert real_gate.passed and real_gate.verdict == "PASS", real_gate.table()
     confirmed = {(row.obligation.target, row.obligation.kind) for row in real_gate.rows}
@@ -57,6 +58,7 @@ def test_gate_confirms_every_in_scope_obligation_of_kvcache(real_gate: gate.Gate
                                gate.scope_for("full")) is None
 
 
+@pytest.mark.slow
 def test_the_gate_leaves_this_process_s_contracts_enforced(real_gate: gate.GateResult) -> None:
     """Importing CrossHair patches icontract in the importing process; the gate imports it only in
     its workers, so kvcache still rejects a gap here (and in every test that runs after this file)."""
@@ -68,6 +70,7 @@ def test_the_gate_leaves_this_process_s_contracts_enforced(real_gate: gate.GateR
         cache.plan(0, 3, 1)
 
 
+@pytest.mark.slow
 def test_every_obligation_is_confirmed_or_excluded_with_a_cover(real_gate: gate.GateResult) -> None:
     inventory = set(gate.inventory("kvcache"))
     seen = {row.obligation for row in real_gate.rows if row.obligation.kind != "crosshair"}
@@ -78,6 +81,7 @@ def test_every_obligation_is_confirmed_or_excluded_with_a_cover(real_gate: gate.
         assert not ex.frame_problems, ex
 
 
+@pytest.mark.slow
 def test_scope_covers_name_real_proofs(real_gate: gate.GateResult) -> None:
     confirmed_targets = {row.obligation.target for row in real_gate.rows if row.status == gate.CONFIRMED}
     full_scope = {o.target for o in gate.inventory("kvcache") if gate._exclusion_for(o, gate.scope_for("full")) is None}
@@ -275,6 +279,7 @@ def _check_partition(obligations: list[gate.Obligation], scope: tuple[gate.Exclu
         assert gate.covers_for(o, gate._exclusion_for(o, scope)), o  # type: ignore[arg-type]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["can_extend", "clear", "depth", "retained_from", "as_control", "length",
                                     "policy"])
 def test_sequence_cache_method_confirmed_from_every_invariant_state(method: str) -> None:
@@ -295,6 +300,7 @@ def _mutant(tmp_path: Path, package: str, old: str, new: str, module: str = "_ca
     cache_py.write_text(source.replace(old, new))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("old, new, rule", [
     # rewind forgets to close the open step: a later re-plan of the old step would be accepted
     ("self._length = new_len\n        self._open_step = None\n", "self._length = new_len\n", "REWIND-SOUND"),
@@ -362,6 +368,7 @@ def test_cell_cache_full_scope_is_stated_as_it_is() -> None:
         assert stated in flat, f"{where} does not state the full cell scope as '{stated}'"
 
 
+@pytest.mark.slow
 def test_cell_cache_method_confirmed_from_every_invariant_state() -> None:
     """Every obligation of a CellCache method (its postcondition and the ten class invariants), confirmed
     from the plugin's symbolic cell state: the full cell scope, restricted to one method."""
@@ -371,6 +378,7 @@ def test_cell_cache_method_confirmed_from_every_invariant_state() -> None:
     assert mine and all(row.status == gate.CONFIRMED for row in mine), result.table()
 
 
+@pytest.mark.slow
 def test_cell_cache_seq_id_precondition_leaves_the_seq_id_symbolic() -> None:
     """seq_len's postcondition is confirmed within the gate's default work bound (1000 paths): its CELL-SEQ-ID
     precondition defers building the typed error (kvcache._cells._Fault), so CrossHair does not realise a
@@ -383,6 +391,7 @@ def test_cell_cache_seq_id_precondition_leaves_the_seq_id_symbolic() -> None:
     assert row.status == gate.CONFIRMED and row.paths < gate.DEFAULT_MAX_ITERATIONS, result.table()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("old, new, rule", [
     # seq_new hands out an id without making it live
     ("        if seq_id is not None:\n            self._live |= 1 << seq_id\n", "", "CELL-NEW: the lowest id"),
@@ -444,6 +453,7 @@ def test_gate_fails_under_python_O_where_crosshair_check_exits_0() -> None:
 
 # --- the Z3 proofs ----------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_z3_proofs_hold() -> None:
     results = z3p.run_proofs()
     assert tuple(r.name for r in results) == z3p.PROOF_NAMES
@@ -466,6 +476,7 @@ def test_z3_broken_variants_fail_with_a_counterexample(variant: str, must_fail: 
         assert re.match(r"counterexample: .*\bw = \d+", results[name].counterexample), results[name]
 
 
+@pytest.mark.slow
 def test_z3_out_of_work_is_unknown_not_a_counterexample(monkeypatch: pytest.MonkeyPatch,
                                                         capsys: pytest.CaptureFixture[str]) -> None:
     """Z3's work bound (rlimit, deterministic) ends a proof "unknown": exit 3, not a failure, not a proof."""

@@ -78,6 +78,7 @@ def test_a_config_inside_the_scope_is_driven_and_one_outside_refused_is_no_findi
     assert run_program(target, flat, [step(1)]).calls > 1
 
 
+@pytest.mark.slow
 def test_the_scope_comes_from_the_handshake_of_a_cmd_target() -> None:
     target = SubprocessTarget(f"cmd:{sys.executable} -m kvcache_spec.conformance.serve {ZOO.format('flat_only')}")
     try:

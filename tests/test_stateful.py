@@ -78,6 +78,7 @@ def _program(error: BaseException) -> str:
     return match.group(0)
 
 
+@pytest.mark.slow
 def test_failure_prints_a_pasteable_program() -> None:
     """A failure's printed steps, pasted next to the machine's definition, fail the same way."""
     BrokenMachine = make_machine(BROKEN["lenient_step"], name="BrokenMachine",
@@ -147,6 +148,7 @@ def _probe(tmp_path: Path, kind: str, pin: str, *modules: str) -> str:
     return done.stdout.strip().splitlines()[-1]
 
 
+@pytest.mark.slow
 def test_hypothesis_draws_literals_of_imported_modules_unless_the_pool_is_pinned(tmp_path: Path) -> None:
     """The hazard is real in the installed Hypothesis (if it ever goes away, fixed_constant_pool can go):
     loading a module of literals changes what a derandomized test draws; pinned, it does not."""
@@ -154,6 +156,7 @@ def test_hypothesis_draws_literals_of_imported_modules_unless_the_pool_is_pinned
     assert _probe(tmp_path, "given", "pinned") == _probe(tmp_path, "given", "pinned", "literals_of_another_module")
 
 
+@pytest.mark.slow
 def test_verify_s_state_machine_runs_the_same_examples_whatever_else_is_imported(tmp_path: Path) -> None:
     """Measured before the pin: 102 machines with the state machine's modules alone, 115 with the
     conformance package imported too. Now the pre-merge stage's numbers are one function of the code."""

@@ -21,6 +21,7 @@ from kvcache_spec.target_contract import forge_plan, forge_run, read_plan
 VERDICTS = {"make_cache": 0, "make_namespace_cache": 0, "make_broken_cache": 1, "make_pair_runs_cache": 1}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("factory", sorted(VERDICTS))
 def test_verify_and_conformance_give_the_same_verdict(factory: str, capsys: pytest.CaptureFixture[str]) -> None:
     """The same target, the same verdict: exit 0 from both for the conforming ones, 1 from both for the broken."""

@@ -67,6 +67,7 @@ def test_nothing_else_is_a_gap(matrix: trace.Matrix) -> None:
     assert not matrix.gaps(), "\n".join(matrix.gaps())
 
 
+@pytest.mark.slow
 def test_trace_command_exit_code_follows_the_gaps(matrix: trace.Matrix, capsys: pytest.CaptureFixture[str]) -> None:
     assert trace.main(["--tests", str(TESTS)]) == (1 if matrix.gaps() else 0)
     out = capsys.readouterr().out
@@ -103,6 +104,7 @@ def test_without_tests_the_command_cannot_pass(tmp_path: Path, monkeypatch: pyte
 
 # --- the check can fail ------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_an_extra_rule_is_a_gap_in_every_column(sources: trace.Sources) -> None:
     fake = Rule("FAKE-RULE", "A rule nothing cites.", "To show the matrix notices.")
     gaps = trace.build_matrix(RULES + (fake,), sources).gaps()
@@ -135,6 +137,7 @@ def _traced_rule(matrix: trace.Matrix, column: str) -> str:
     return next(row.rule.id for row in matrix.rows if row.has(column) and (row.rule.id, column) not in matrix.exemptions)
 
 
+@pytest.mark.slow
 def test_a_rule_losing_its_contract_is_a_gap(sources: trace.Sources, matrix: trace.Matrix) -> None:
     # a rule some contract cites alone: stripping it leaves that contract citing nothing
     rule_id = next(row.rule.id for row in matrix.rows
@@ -147,6 +150,7 @@ def test_a_rule_losing_its_contract_is_a_gap(sources: trace.Sources, matrix: tra
     assert len(stripped.uncited_contracts) > len(matrix.uncited_contracts)
 
 
+@pytest.mark.slow
 def test_a_rule_losing_its_tests_is_a_gap(sources: trace.Sources, matrix: trace.Matrix) -> None:
     rule_id = _traced_rule(matrix, "tests")
     gap = f"{rule_id}: not cited by the {trace._COLUMN_TEXT['tests']}"
@@ -154,6 +158,7 @@ def test_a_rule_losing_its_tests_is_a_gap(sources: trace.Sources, matrix: trace.
     assert gap in trace.build_matrix(RULES, _without_tests(sources, rule_id)).gaps()
 
 
+@pytest.mark.slow
 def test_a_rule_losing_its_model_citation_is_a_gap(sources: trace.Sources, matrix: trace.Matrix) -> None:
     rule_id = _traced_rule(matrix, "model")
     stripped = copy.copy(sources)
@@ -161,6 +166,7 @@ def test_a_rule_losing_its_model_citation_is_a_gap(sources: trace.Sources, matri
     assert f"{rule_id}: not cited by the {trace._COLUMN_TEXT['model']}" in trace.build_matrix(RULES, stripped).gaps()
 
 
+@pytest.mark.slow
 def test_a_stale_or_unjustified_exemption_is_a_gap(sources: trace.Sources, matrix: trace.Matrix) -> None:
     rule_id = _traced_rule(matrix, "model")
     exemptions = dict(trace.EXEMPTIONS)

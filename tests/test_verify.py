@@ -27,6 +27,7 @@ def _reports(tmp_path: Path) -> tuple[Path, Path, list[str]]:
     return json_file, junit_file, ["--json", str(json_file), "--junit", str(junit_file)]
 
 
+@pytest.mark.slow
 def test_reference_passes_the_quick_profile(tmp_path: Path) -> None:
     """Every stage but CrossHair's (tests/test_proofs.py runs the gate; its time depends on the load)."""
     json_file, junit_file, report_args = _reports(tmp_path)
@@ -110,6 +111,7 @@ def test_broken_implementation_fails_with_a_shortest_counterexample(
     assert failure.get("type") == "counterexample"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant", ["lenient_step", "ring_slot_short"])
 def test_broken_implementation_fails_the_state_machine(variant: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert verify.main(["--profile", "quick", "--stages", "stateful", "--target", BROKEN + variant]) == 1
@@ -161,6 +163,7 @@ def test_pre_commit_hook_declares_the_quick_profile() -> None:
         assert line in text
 
 
+@pytest.mark.slow
 def test_verify_covers_the_cell_layout(tmp_path: Path) -> None:
     """CELL-DATA-SOUND: the cell stages run kvcache.CellCache against the cell model, and report."""
     out = tmp_path / "cells.json"
@@ -177,6 +180,7 @@ def _work(report: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
             for s in report["stages"]]
 
 
+@pytest.mark.slow
 def test_overlapping_the_serial_stages_changes_no_stage_s_work(tmp_path: Path) -> None:
     """With more than one process, the one-process stages run in a side lane beside the fanned-out
     ones: every stage must still do exactly the work it does when the stages run one by one."""
@@ -228,3 +232,31 @@ def test_a_signal_stops_verify_incomplete_and_leaves_no_process(tmp_path: Path, 
     while _processes_with(marker) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert _processes_with(marker) == []
+
+
+def test_a_target_is_imported_from_the_current_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`verify --target python:M:F` finds M in the current directory, as `conformance` does (the `kvcache`
+    console script does not put the directory on sys.path): the same helper, import_target_module."""
+    module = f"verify_cwd_target_{uuid.uuid4().hex}"
+    (tmp_path / f"{module}.py").write_text("import kvcache\n\n\ndef make(config):\n    return kvcache.SequenceCache(config)\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", ".", str(tmp_path))])
+    assert verify.main(["--profile", "quick", "--stages", "stateful", "--target", f"python:{module}:make"]) == 0
+    assert str(tmp_path) in sys.path
+
+
+def test_a_module_missing_from_the_current_directory_too_is_a_usage_error(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert verify.main(["--stages", "stateful", "--target", f"python:absent_{uuid.uuid4().hex}:make"]) == 2
+    assert "bad --target" in capsys.readouterr().err
+
+
+def test_a_cell_target_is_refused_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    """--target names a sequence cache: a cell-layout factory (kvcache_layout = "cell") is refused before
+    any stage runs, in one line naming the command that judges it, not driven as a sequence cache."""
+    assert verify.main(["--profile", "quick", "--target", "python:kvcache:CellCache"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and "cell" in lines[0] and "kvcache conformance --target python:kvcache:CellCache" in lines[0]
