@@ -286,3 +286,12 @@ def test_answers_and_specs_cannot_reach_the_cache() -> None:
     object.__setattr__(spec, "kind", "causal")
     with pytest.raises(TypeError, match="OP-MASK"):
         attend(np.ones((1, 1, 2, 1), np.float32), k_hist, v_hist, spec)
+
+
+def test_attributes_cannot_be_deleted() -> None:
+    """OP-ATOMIC: deleting an attribute would break the invariants behind the API's back."""
+    for cache in (contiguous(), cells()):
+        before = cache._state()
+        with pytest.raises(AttributeError):
+            del cache._pools
+        assert cache._state() == before
