@@ -12,7 +12,7 @@ import pytest
 
 from kvcache.op import AttendSpec, CacheConfig, CellReferenceCache, ContiguousReferenceCache, LayerPolicy, \
     MaskKind, attend
-from tests.test_op_reference import column, labelled
+from .test_op_reference import column, labelled
 
 
 def test_importing_the_op_face_does_not_import_torch() -> None:
