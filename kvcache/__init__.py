@@ -1,7 +1,9 @@
 """kvcache: the contract-checked reference of off-graph LLM KV-cache controllers (sequence and cell layouts).
 
 The public surface mirrors ExecuTorch's `extension/llm/cache` so code and docs translate one to one.
-The normative rules live in `kvcache_spec.rules`; every contract here cites their ids.
+The normative rules live in `kvcache_spec.rules`; every contract here cites their ids. The op face
+(upstream's `update_and_fetch` caches, `AttendSpec` and `attend`, over these layouts) is `kvcache.op`,
+imported on its own: `import kvcache` stays free of numpy.
 """
 
 from ._cache import SequenceCache

@@ -21,13 +21,18 @@ from ._op_arrays import float_arg, found, to_numpy
 from ._op_types import FLOAT_DTYPES, AttendSpec, Mask, mask_of, numpy_dtype
 
 
-def _out_dtype(q_values: NDArray[Any], out_dtype: Any) -> np.dtype[Any]:
+def _out_dtype(q_values: NDArray[Any], out_dtype: Any, kind: str) -> np.dtype[Any]:
+    """The numpy dtype the output is computed into: q's by default. torch's bfloat16 (for a torch q) has no
+    numpy dtype: the output is then made in float32, which holds every bfloat16, and cast by torch."""
     if out_dtype is None:
         return q_values.dtype
+    if kind == "torch" and str(out_dtype) == "torch.bfloat16":
+        return np.dtype(np.float32)
     try:
         return numpy_dtype(out_dtype)
     except KVCacheError:
-        raise ArgumentValueError("OP-ARGS", "out_dtype", f"must be None or one of {', '.join(FLOAT_DTYPES)}",
+        raise ArgumentValueError("OP-ARGS", "out_dtype", f"must be None or one of {', '.join(FLOAT_DTYPES)} "
+                                                         "(or torch.bfloat16 for torch tensors)",
                                  value=out_dtype) from None
 
 
@@ -64,7 +69,7 @@ def _attend_args(q: Any, k: Any, v: Any, spec: Any, scale: Any,
                                 type=type(scale).__name__)
     elif not math.isfinite(scale):
         raise ArgumentValueError("OP-ARGS", "scale", "must be finite", value=scale)
-    return q_values, k_values, v_values, mask, float(scale), _out_dtype(q_values, out_dtype), kind
+    return q_values, k_values, v_values, mask, float(scale), _out_dtype(q_values, out_dtype, kind), kind
 
 
 def _attend_error(q: Any, k: Any, v: Any, spec: Any, scale: Any, out_dtype: Any) -> Optional[KVCacheError]:
@@ -110,5 +115,6 @@ def attend(q: Any, k: Any, v: Any, spec: AttendSpec, scale: Optional[float] = No
     if kind == "numpy":
         return out.astype(dtype)
     torch = sys.modules["torch"]  # q is a torch tensor, so torch is imported
-    target = q.dtype if out_dtype is None else getattr(torch, dtype.name)
+    target = q.dtype if out_dtype is None else out_dtype if type(out_dtype).__module__ == "torch" \
+        else getattr(torch, dtype.name)
     return torch.from_numpy(out).to(dtype=target)

@@ -99,6 +99,13 @@ class CellReferenceCache:
         self._served: frozenset[int] = frozenset()
         self._pools = KVPools(config, (config.capacity,) * config.n_layers)  # a row per cell
 
+    def __delattr__(self, name: str) -> None:
+        """Deleting an attribute would break the invariants behind the API's back, so it is refused.
+
+        :raises AttributeError: always
+        """
+        raise AttributeError(f"CellReferenceCache.{name} cannot be deleted")
+
     def _state(self) -> tuple[Any, ...]:
         """Everything a later call can observe, as values (the tests' before/after snapshots)."""
         return (self._cells._state(), tuple(sorted(self._ids.items())), self._declared, self._placed, self._served,

@@ -64,6 +64,13 @@ class ContiguousReferenceCache:
         self._step: Optional[_OpenStep] = None
         self._pools = KVPools(config, self._depth)
 
+    def __delattr__(self, name: str) -> None:
+        """Deleting an attribute would break the invariants behind the API's back, so it is refused.
+
+        :raises AttributeError: always
+        """
+        raise AttributeError(f"ContiguousReferenceCache.{name} cannot be deleted")
+
     # --- queries ----------------------------------------------------------------------------------------
 
     @icontract.require(lambda self, layer_id: layer_error(layer_id, self.config.n_layers) is None,

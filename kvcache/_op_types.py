@@ -230,7 +230,10 @@ def mask_of(spec: AttendSpec, q_len: int, rows: int) -> Mask:
 
     :raises ArgumentValueError: CAUSAL with q_len != rows (torch's upper-left is_causal would hide the
         prior rows), or an EXPLICIT mask of another shape
+    :raises ConfigError: a spec whose fields were changed after it was made (frozen fields still yield to
+        `object.__setattr__`) into something no spec may hold
     """
+    AttendSpec(spec.kind, spec.mask)  # OP-MASK: re-validated, as it is read now
     if spec.kind is MaskKind.NONE:
         return np.ones((q_len, rows), dtype=np.bool_)
     if spec.kind is MaskKind.CAUSAL:

@@ -13,7 +13,7 @@ import pytest
 
 from kvcache import KVCacheError
 from kvcache.op import AttendSpec, CacheConfig, CacheSizing, CellReferenceCache, ContiguousReferenceCache, \
-    LayerKind, LayerPolicy, MaskKind
+    LayerKind, LayerPolicy, MaskKind, attend
 
 B, H, D, DV = 2, 2, 3, 2
 
@@ -266,3 +266,32 @@ def test_input_validation_stays_under_python_O() -> None:
     """The README's promise: preconditions (input validation) stay enabled under -O."""
     result = subprocess.run([sys.executable, "-O", "-c", OPTIMIZED_PROBE], capture_output=True, text=True, check=True)
     assert result.stdout.split() == ["OP-ARGS", "OP-POS", "OP-POS", "OP-FORK", "OP-STEP", "OP-STEP", "OP-MASK"]
+
+
+def test_answers_and_specs_cannot_reach_the_cache() -> None:
+    """OP-ATOMIC: the histories and masks returned are the caller's copies; a spec tampered with after it was
+    made is judged as it is then (OP-MASK)."""
+    cache = ContiguousReferenceCache(CacheConfig(n_layers=1, n_kv_heads=1, head_dim=1, capacity=4,
+                                                 layers=(LayerPolicy.ring(1),)))
+    k = np.full((1, 1, 2, 1), 7, np.float32)
+    k_hist, v_hist, spec = cache.update_and_fetch(0, k, k, col(0, 1))
+    before = cache._state()
+    k_hist[...] = 0
+    v_hist[...] = 0
+    spec.mask[...] = True
+    assert cache._state() == before
+    object.__setattr__(spec, "mask", "everything")
+    with pytest.raises(TypeError, match="OP-MASK"):
+        attend(np.ones((1, 1, 2, 1), np.float32), k_hist, v_hist, spec)
+    object.__setattr__(spec, "kind", "causal")
+    with pytest.raises(TypeError, match="OP-MASK"):
+        attend(np.ones((1, 1, 2, 1), np.float32), k_hist, v_hist, spec)
+
+
+def test_attributes_cannot_be_deleted() -> None:
+    """OP-ATOMIC: deleting an attribute would break the invariants behind the API's back."""
+    for cache in (contiguous(), cells()):
+        before = cache._state()
+        with pytest.raises(AttributeError):
+            del cache._pools
+        assert cache._state() == before

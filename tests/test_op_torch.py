@@ -12,7 +12,7 @@ import pytest
 
 from kvcache.op import AttendSpec, CacheConfig, CellReferenceCache, ContiguousReferenceCache, LayerPolicy, \
     MaskKind, attend
-from tests.test_op_reference import column, labelled
+from .test_op_reference import column, labelled
 
 
 def test_importing_the_op_face_does_not_import_torch() -> None:
@@ -79,6 +79,11 @@ def test_attend_agrees_with_torch_sdpa(kind: MaskKind) -> None:
     assert isinstance(out, torch.Tensor) and out.dtype == torch.float16 and out.shape == (B, Hq, q_len, Dv)
     torch.testing.assert_close(out.float(), expected, rtol=2e-3, atol=2e-3)
     assert attend(q, k, v, spec).dtype == torch.float32
+    bf16 = attend(q.bfloat16(), k.bfloat16(), v.bfloat16(), spec, scale=0.5)
+    assert bf16.dtype == torch.bfloat16 and attend(q, k, v, spec, out_dtype=torch.bfloat16).dtype == torch.bfloat16
+    torch.testing.assert_close(bf16.float(), expected, rtol=5e-2, atol=5e-2)
+    with pytest.raises(ValueError, match="OP-ARGS"):
+        attend(q.numpy(), k.numpy(), v.numpy(), spec, out_dtype=torch.bfloat16)   # numpy has no bfloat16
 
 
 def test_mixed_kinds_are_refused() -> None:
