@@ -28,7 +28,9 @@ from kvcache_spec.conformance.targets import PythonTarget, SubprocessTarget
 
 CPP = Path(__file__).resolve().parent.parent / "spec" / "cpp"
 GXX = shutil.which("g++")
-pytestmark = pytest.mark.skipif(GXX is None, reason="no g++ on PATH: the C++ driver tests need a C++17 compiler")
+# slow: most of these compile the driver (tests/conftest.py, SLOW); CI runs them with -m slow.
+pytestmark = [pytest.mark.skipif(GXX is None, reason="no g++ on PATH: the C++ driver tests need a C++17 compiler"),
+              pytest.mark.slow]
 
 # Variants of the stand-in, each through the driver unchanged. The static_asserts are the shape itself:
 # had the stand-in a public live() or a (config, max_seqs) constructor, it would not test the adaptation.
