@@ -31,10 +31,12 @@ Usage: python -m kvcache_proofs.model_checker --layout cell [--profile quick|pre
 
 from __future__ import annotations
 
+import functools
 import itertools
 from dataclasses import dataclass
 from typing import Any, Iterator, Optional
 
+import kvcache
 from kvcache_spec import cell_model as cm
 from kvcache_spec.cell_stateful import Call, CellConfigSpec, CellFactory, CellLockstep, cell_reference_factory
 from kvcache_spec.stateful import Observe
@@ -172,7 +174,7 @@ def checks(lock: CellLockstep) -> Iterator[Any]:
     state, spec = lock.state, lock.spec
     live = _live(lock)
     dead = [s for s in range(spec.max_seqs) if s not in live]
-    some = live[0] if live else 0
+    some = canonical(lock)[1][0] if live else 0     # the id renamed 0: the same check in every related state
     yield Observe()
     for bad in (True, None, 1.0):
         yield Call("seq_len", (bad,))
@@ -225,9 +227,119 @@ def _cell_harness(spec: CellConfigSpec, factory: CellFactory) -> CellLockstep:
     return CellLockstep(spec, factory, thorough=False)
 
 
-def layout(bounds: CellBounds) -> Layout:
+# --- symmetry over sequence ids (SPEC.md 7.6) ----------------------------------------------------------
+# A renaming b of ids relates two states when it maps the live ids of one onto the live ids of the other
+# with equal histories (so equal cells: cells are data, never renamed), equal roles in the open forward,
+# and maps the ids that are not live onto each other IN INCREASING ORDER. The allocator observes only
+# which ids are free and takes the lowest: b keeps that order, so the id handed out in one state is b of
+# the id handed out in the other; a removal that frees an id is matched by re-choosing b on the free ids
+# (they carry nothing); every other verb treats ids as names. So related states have the same futures up
+# to b (a bisimulation), and one representative per class is explored: the canonical form numbers the
+# live ids 0..k-1 in the order of their (history, forward roles), the others k.. in increasing order, and
+# renames the model, the forward and the target's own tables with it. Ties (equal histories, no role)
+# take the least renamed target among their orders, so the form is a function of the class alone.
+# The target is renamed only when it is the reference's representation (kvcache.CellCache, or a
+# subclass adding no attribute, whose code is held to treat ids as names apart from the lowest free
+# id - the broken variants do); any other target keeps its own fingerprint and the identity renaming:
+# no reduction, the full search. tests/test_cell_symmetry.py compares reduced and full searches.
+
+@functools.lru_cache(maxsize=None)
+def _reference_attributes() -> frozenset[str]:
+    return frozenset(vars(kvcache.CellCache(CellConfigSpec(1, (0,), 1).cache_config(), 1)))
+
+
+@functools.lru_cache(maxsize=None)
+def _cache_config(spec: CellConfigSpec) -> kvcache.CacheConfig:
+    return spec.cache_config()
+
+
+def _renameable(lock: CellLockstep) -> bool:
+    """The target holds the reference's tables and nothing else (its config unchanged: the key leaves it out)."""
+    target = lock.target
+    return (isinstance(target, kvcache.CellCache) and frozenset(vars(target)) == _reference_attributes()
+            and vars(target)["config"] == _cache_config(lock.spec))
+
+
+def _rename_bits(bits: int, beta: list[int]) -> int:
+    renamed = 0
+    while bits:
+        low = bits & -bits
+        renamed |= 1 << beta[low.bit_length() - 1]
+        bits ^= low
+    return renamed
+
+
+def _renamed_target(target: Any, beta: list[int]) -> tuple[Any, ...]:
+    """The reference's attributes with every id renamed by beta (IndexError: an id outside max_seqs)."""
+    v = vars(target)
+    count, newest = [0] * len(beta), [0] * len(beta)
+    if len(v["_count"]) != len(beta) or len(v["_newest"]) != len(beta) or v["_live"] >> len(beta):
+        raise IndexError("ids outside max_seqs")
+    for old, new in enumerate(beta):
+        count[new], newest[new] = v["_count"][old], v["_newest"][old]
+    declared = v["_declared"]
+    steps = v["_steps"]
+    return (tuple(v["_pos"]), tuple(_rename_bits(o, beta) for o in v["_owners"]), v["_occupied"], tuple(count),
+            tuple(newest), _rename_bits(v["_live"], beta),
+            None if declared is None else tuple(beta[s] for s in declared), v["_positions"], v["_cells"],
+            tuple(sorted(v["_served"])), tuple(sorted(steps.items(), key=lambda item: -1 if item[0] is None else item[0])),
+            v["_capacity"], v["n_layers"], v["max_seqs"], v["_layer_window"])
+
+
+def canonical(lock: CellLockstep) -> tuple[tuple[Any, ...], list[int]]:
+    """(the state's canonical key, its live ids in canonical order: the first is renamed 0)."""
+    state = lock.state
+    where = {held[1]: cell for cell, held in enumerate(state.written) if held is not None}
+    forward = state.forward
+    declared = forward.seq_ids if forward is not None else ()
+    signature = {s: (tuple((p, where[c]) for p, c in past), tuple(k for k, t in enumerate(declared) if t == s))
+                 for s, past in state.histories}
+    target = lock.target
+    if not _renameable(lock):
+        return ("as-is", lock.key()), sorted(signature)
+    live = sorted(signature, key=signature.__getitem__)
+    dead = [s for s in range(lock.spec.max_seqs) if s not in signature]
+    live_contents = {content for _, past in state.histories for _, content in past}
+
+    def canon(held: cm.Written) -> Optional[tuple[int, int]]:
+        return (held[0], where[held[1]]) if held is not None and held[1] in live_contents else None
+
+    pools = tuple(tuple(canon(held) for held in pool) for pool in lock.pools)
+    best: Optional[tuple[tuple[Any, ...], list[int]]] = None
+    groups = [list(group) for _, group in itertools.groupby(live, key=signature.__getitem__)]
+    for choice in itertools.product(*(itertools.permutations(group) for group in groups)):
+        order = [s for group in choice for s in group]
+        beta = [0] * lock.spec.max_seqs
+        for new, old in enumerate(order + dead):
+            beta[old] = new
+        try:
+            renamed = _renamed_target(target, beta)
+        except (IndexError, KeyError, TypeError):  # not the reference's tables after all: no renaming
+            return ("as-is", lock.key()), sorted(signature)
+        if best is None or renamed < best[0]:
+            best = (renamed, order)
+    assert best is not None
+    renamed, order = best
+    beta_forward = {old: new for new, old in enumerate(order)}
+    return (("renamed", tuple(signature[s][0] for s in order),
+             None if forward is None else (tuple(beta_forward[s] for s in forward.seq_ids), forward.positions,
+                                           forward.cells, forward.served),
+             pools, renamed), order)
+
+
+def canonical_key(lock: CellLockstep) -> tuple[Any, ...]:
+    return canonical(lock)[0]
+
+
+def _plain_key(lock: CellLockstep) -> tuple[Any, ...]:
+    return ("plain", lock.key())
+
+
+def layout(bounds: CellBounds, symmetry: bool = True) -> Layout:
+    """The cell layout's search; `symmetry` (the default) explores one state per class of id renamings."""
     return Layout("cell", "kvcache_spec.cell_stateful", _cell_harness, "CellLockstep", cell_reference_factory,
-                  _Transitions(bounds), checks, max_depth=bounds.max_depth)
+                  _Transitions(bounds), checks, max_depth=bounds.max_depth,
+                  key=canonical_key if symmetry else _plain_key)
 
 
 @dataclass(frozen=True)
@@ -242,7 +354,7 @@ class _Transitions:
 
 def check_cells(profile: str = "pre-merge", factory: Optional[CellFactory] = None,
                 time_budget: Optional[float] = None, *, jobs: int = 1, target: Optional[str] = None,
-                progress: bool = False) -> Any:
+                progress: bool = False, symmetry: bool = True) -> Any:
     bounds = PROFILES[profile]
     return check_all(bounds, factory, DEFAULT_BUDGET[profile] if time_budget is None else time_budget,
-                     jobs=jobs, target=target, progress=progress, layout=layout(bounds))
+                     jobs=jobs, target=target, progress=progress, layout=layout(bounds, symmetry))

@@ -30,6 +30,8 @@ transitions and checks of `kvcache_proofs.cell_model_checker`.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import hashlib
 import importlib
 import itertools
 import json
@@ -170,6 +172,65 @@ def _unbounded(spec: Any) -> Optional[int]:
     return None
 
 
+def _harness_key(lock: Any) -> Any:
+    return lock.key()
+
+
+# --- the target's contracts, once per state ----------------------------------------------------------
+# icontract checks a class's invariants before and after every public call (measured on the cell checker
+# at face2b5: the ten CellCache invariants ran ~15 times per call, a third of the CPU). An invariant is a
+# function of the object's attributes, so the search checks them once per new state instead: every call
+# runs with them suspended (its preconditions and postconditions still run: they are per call), and each
+# state first reached gets `invariant_problems`. A call that must change nothing is checked unchanged
+# (CELL-ATOMIC / ATOMIC, by the target's whole attribute fingerprint), so its state's verdict stands.
+# Suspending uses icontract's own recursion guard (the set of instances whose invariants are being
+# checked); where it is not there (another icontract), every call checks them as before.
+try:
+    from icontract._checkers import _IN_PROGRESS as _INVARIANTS_IN_PROGRESS  # the recursion guard
+except ImportError:  # pragma: no cover - another icontract: invariants stay per call
+    _INVARIANTS_IN_PROGRESS = None
+
+
+@contextlib.contextmanager
+def invariants_suspended(target: Any) -> Iterator[bool]:
+    """Calls on `target` inside skip its class invariants (checked once per state by the search); yields
+    whether they are suspended."""
+    guard = _INVARIANTS_IN_PROGRESS
+    if guard is None or not getattr(type(target), "__invariants__", None):
+        yield False
+        return
+    in_progress = guard.get()
+    if in_progress is None:
+        in_progress = set()
+        guard.set(in_progress)
+    key = id(target)
+    if key in in_progress:  # already suspended (a nested use)
+        yield True
+        return
+    in_progress.add(key)
+    try:
+        yield True
+    finally:
+        in_progress.discard(key)
+
+
+def invariant_problems(target: Any) -> list[str]:
+    """The class invariants `target` breaks now, each as a problem naming its rule (icontract's own
+    description); none when it has none (another implementation, or python -O)."""
+    problems = []
+    for invariant in getattr(type(target), "__invariants__", ()):
+        try:
+            holds = invariant.condition(self=target) if "self" in invariant.condition_arg_set else invariant.condition()
+        except Exception as error:  # noqa: BLE001 - an invariant that crashes does not hold
+            holds, error_text = False, f" (raised {type(error).__name__}: {error})"
+        else:
+            error_text = ""
+        if not holds:
+            problems.append(f"{invariant.description or 'an invariant'}: the target's invariant does not hold"
+                            + error_text)
+    return problems
+
+
 @dataclass(frozen=True)
 class Layout:
     """What the breadth-first search needs from a layout: its lockstep harness (built from a config
@@ -186,6 +247,7 @@ class Layout:
     checks: Callable[[Any], Iterator[Any]]
     settle: Callable[[Any], None] = _no_settling   # after a state's checks and after each transition
     max_depth: Callable[[Any], Optional[int]] = _unbounded  # per config: None, or see check_config
+    key: Callable[[Any], Any] = _harness_key       # a state's identity: the harness's key, or a canonical form
 
 
 @dataclass
@@ -227,10 +289,79 @@ SEQUENCE = Layout("sequence", "kvcache_spec.stateful", _sequence_harness, "Locks
                   transitions, checks, _forget_issued)
 
 
+def fingerprint(key: Any) -> bytes:
+    """A state's fingerprint: 128 bits of BLAKE2b over its key's repr (deterministic across processes
+    and machines, so a distributed search can partition states by it; a collision among 10^9 states
+    has probability below 10^-20)."""
+    return hashlib.blake2b(repr(key).encode(), digest_size=16).digest()
+
+
+@dataclass
+class Expansion:
+    """What exploring one state found: a violation (the operation and its problems; `Observe()` for a
+    state whose checks failed or changed the model) or every successor (fingerprint, operation, harness),
+    and the work done."""
+
+    violation: Optional[tuple[Any, list[str]]] = None
+    children: list[tuple[bytes, Any, Any]] = field(default_factory=list)
+    checks: int = 0
+    transitions: int = 0
+
+
+def expand(layout: Layout, key: bytes, lock: Any) -> Expansion:
+    """One state's work, the same in every engine: every check in place (each must change nothing),
+    then every transition on a twin; stops at the first problem. The successors' invariants are left to
+    whoever decides a successor is new (`admit`)."""
+    found = Expansion()
+    with invariants_suspended(lock.target):
+        for op in layout.checks(lock):
+            found.checks += 1
+            problems = lock.apply(op)
+            if problems:
+                found.violation = (op, problems)
+                return found
+    layout.settle(lock)
+    if fingerprint(layout.key(lock)) != key:  # a check the model accepted: the harness's fault
+        found.violation = (Observe(), ["HARNESS: a check changed the model's state (it must be a probe or a "
+                                       "call the spec rejects or refuses)"])
+        return found
+    twin = lock.twins() if hasattr(lock, "twins") else lock.clone  # the target serialised once per state
+    for op in layout.transitions(lock):
+        found.transitions += 1
+        child = twin()
+        with invariants_suspended(child.target):
+            problems = child.apply(op)
+        if problems:
+            found.violation = (op, problems)
+            return found
+        layout.settle(child)
+        found.children.append((fingerprint(layout.key(child)), op, child))
+    return found
+
+
+def admit(child: Any) -> list[str]:
+    """A state reached for the first time: its target's invariants, once (see invariants_suspended)."""
+    return invariant_problems(child.target)
+
+
+def root_state(layout: Layout, spec: Any, factory: Optional[Callable[..., Any]]) -> tuple[bytes, Any, list[str]]:
+    """The initial state: (fingerprint, harness, the problems of building it)."""
+    root = layout.harness(spec, factory or layout.reference)
+    problems = list(root.setup_problems) + invariant_problems(root.target)
+    root.setup_problems = []
+    return fingerprint(layout.key(root)), root, problems
+
+
 def check_config(spec: Any, factory: Optional[Callable[..., Any]] = None,
-                 deadline: Optional[float] = None, layout: Optional[Layout] = None) -> ConfigResult:
+                 deadline: Optional[float] = None, layout: Optional[Layout] = None,
+                 seen: Optional[set[bytes]] = None) -> ConfigResult:
     """Breadth-first over every reachable state of one configuration; stops at the first violation
     (BFS: its path is a shortest one) or at the deadline (time.monotonic()).
+
+    States are identified by the fingerprint of the layout's key (a canonical form, with the cell
+    layout's symmetry reduction): each state first reached gets the target's class invariants once
+    (`admit`), then its checks and its transitions (`expand`); every call runs with the invariants
+    suspended. With `seen`, the fingerprints of every state reached are added to it.
 
     With a depth bound D (the layout's `max_depth(spec)`), the search is every state reachable in at
     most D operations: each gets every check and every transition (each transition is applied and
@@ -240,79 +371,76 @@ def check_config(spec: Any, factory: Optional[Callable[..., Any]] = None,
     started = time.monotonic()
     max_depth = layout.max_depth(spec)
     result = ConfigResult(spec, max_depth=max_depth)
-    depth: dict[Any, int] = {}
-    root = layout.harness(spec, factory or layout.reference)
-    parents: dict[Any, tuple[Any, Optional[Op]]] = {}
+    depth: dict[bytes, int] = {}
+    parents: dict[bytes, tuple[Optional[bytes], Optional[Op]]] = {}
 
-    def path_to(key: Any) -> list[Op]:
-        ops: list[Op] = []
-        while True:
-            parent, op = parents[key]
-            if op is None:
-                return ops[::-1]
-            ops.append(op)
-            key = parent
-
-    def fail(key: Any, op: Op, problems: list[str]) -> ConfigResult:
-        result.counterexample = Counterexample(spec, path_to(key) + [op], problems,
+    def fail(key: bytes, op: Op, problems: list[str]) -> ConfigResult:
+        result.counterexample = Counterexample(spec, path_to(parents, key) + [op], problems,
                                                None if layout is SEQUENCE else layout)
         result.seconds = time.monotonic() - started
         return result
 
-    root_problems = list(root.setup_problems)
-    root.setup_problems = []
-    root_key = root.key()
+    root_key, root, root_problems = root_state(layout, spec, factory)
     parents[root_key] = (None, None)
     depth[root_key] = 0
     if root_problems:
         return fail(root_key, Observe(), root_problems)
-    queue: deque[tuple[Any, Lockstep]] = deque([(root_key, root)])
+    queue: deque[tuple[bytes, Any]] = deque([(root_key, root)])
     while queue:
         if deadline is not None and time.monotonic() > deadline:
             result.complete = False
             break
         key, lock = queue.popleft()
         result.states += 1
-        for op in layout.checks(lock):  # in place: each one verifies that it changed nothing
-            result.checks += 1
-            problems = lock.apply(op)
-            if problems:
-                return fail(key, op, problems)
-        layout.settle(lock)
-        if lock.key() != key:  # a check the model accepted: the harness's fault, never the target's
-            return fail(key, Observe(), ["HARNESS: a check changed the model's state (it must be a probe or a "
-                                         "call the spec rejects or refuses)"])
-        twin = lock.twins() if hasattr(lock, "twins") else lock.clone  # the target serialised once per state
-        for op in layout.transitions(lock):
-            result.transitions += 1
-            child = twin()
-            problems = child.apply(op)
-            if problems:
-                return fail(key, op, problems)
-            layout.settle(child)
-            child_key = child.key()
+        found = expand(layout, key, lock)
+        result.checks += found.checks
+        result.transitions += found.transitions
+        for child_key, op, child in found.children:
             if child_key not in parents:
+                problems = admit(child)
+                if problems:
+                    return fail(key, op, problems)
                 parents[child_key] = (key, op)
                 depth[child_key] = depth[key] + 1
                 if max_depth is not None and depth[child_key] > max_depth:
                     result.beyond += 1  # reached and its transition checked, not explored
                 else:
                     queue.append((child_key, child))
+        if found.violation is not None:
+            return fail(key, *found.violation)
+    if seen is not None:
+        seen.update(parents)
     result.seconds = time.monotonic() - started
     return result
 
 
+def path_to(parents: Any, key: bytes) -> list[Any]:
+    """The operations from the initial state to `key` (parents: key -> (parent key, operation))."""
+    ops: list[Any] = []
+    while True:
+        parent, op = parents[key]
+        if parent is None or op is None:
+            return ops[::-1]
+        ops.append(op)
+        key = parent
+
+
 def replay(spec: Any, ops: Sequence[Any], factory: Optional[Callable[..., Any]] = None,
            layout: Optional[Layout] = None) -> list[str]:
-    """Apply `ops` in order; the problems of the first operation that has any (empty: none)."""
+    """Apply `ops` in order; the problems of the first operation that has any (empty: none), the
+    target's invariants checked after each as the search checks them."""
     layout = layout or SEQUENCE
     lock = layout.harness(spec, factory or layout.reference)
     problems: list[str] = list(lock.setup_problems)
     lock.setup_problems = []
-    for op in ops:
+    problems += invariant_problems(lock.target)
+    for op in ops:  # as the search makes them: invariants suspended in the call, checked after it
         if problems:
             break
-        problems = lock.apply(op)
+        with invariants_suspended(lock.target):
+            problems = lock.apply(op)
+        if not problems:
+            problems = invariant_problems(lock.target)
     return problems
 
 
