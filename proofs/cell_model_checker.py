@@ -21,12 +21,16 @@ served twice, other positions, a wrong count, a position not above the sequence'
 
 Bounds (`CellBounds`, `PROFILES`): small configurations exhaustively; larger ones (capacity 6 with 3
 ids) to a stated depth of calls, every state within it with every check and transition, the states
-past it counted in the report. No symmetry reduction: the reference hands out the lowest free cell
-and the lowest free id, so configurations that differ by a permutation of cells or ids behave
-differently, and a canonical form would have to be proved invariant for the model and the target.
+past it counted in the report.
+
+States are explored once per class of id renamings (`canonical`, SPEC.md 7.6): a renaming that maps
+live ids to live ids with the same histories and keeps the free ids in increasing order (what the
+lowest-free allocator observes) relates states with the same futures. Cells are not renamed. The
+target's class invariants are checked once per state (`model_checker.invariants_suspended`).
 
 Usage: python -m kvcache_proofs.model_checker --layout cell [--profile quick|pre-merge|deep] [--jobs N]
-       [--target python:MODULE:FACTORY] [--time-budget S] [--json FILE]
+       [--target python:MODULE:FACTORY] [--time-budget S] [--json FILE] [--no-symmetry]
+       [--engine processes|ray] [--ray-address ADDRESS]
 """
 
 from __future__ import annotations
@@ -227,21 +231,10 @@ def _cell_harness(spec: CellConfigSpec, factory: CellFactory) -> CellLockstep:
     return CellLockstep(spec, factory, thorough=False)
 
 
-# --- symmetry over sequence ids (SPEC.md 7.6) ----------------------------------------------------------
-# A renaming b of ids relates two states when it maps the live ids of one onto the live ids of the other
-# with equal histories (so equal cells: cells are data, never renamed), equal roles in the open forward,
-# and maps the ids that are not live onto each other IN INCREASING ORDER. The allocator observes only
-# which ids are free and takes the lowest: b keeps that order, so the id handed out in one state is b of
-# the id handed out in the other; a removal that frees an id is matched by re-choosing b on the free ids
-# (they carry nothing); every other verb treats ids as names. So related states have the same futures up
-# to b (a bisimulation), and one representative per class is explored: the canonical form numbers the
-# live ids 0..k-1 in the order of their (history, forward roles), the others k.. in increasing order, and
-# renames the model, the forward and the target's own tables with it. Ties (equal histories, no role)
-# take the least renamed target among their orders, so the form is a function of the class alone.
-# The target is renamed only when it is the reference's representation (kvcache.CellCache, or a
-# subclass adding no attribute, whose code is held to treat ids as names apart from the lowest free
-# id - the broken variants do); any other target keeps its own fingerprint and the identity renaming:
-# no reduction, the full search. tests/test_cell_symmetry.py compares reduced and full searches.
+# --- symmetry over sequence ids (the argument: SPEC.md 7.6) -------------------------------------------
+# The canonical form numbers the live ids 0..k-1 in the order of their (history, forward roles) and the
+# free ids k.. in increasing order, and renames the model, the open forward and the target's own tables
+# with it; ties take the least renamed table. Only the reference's representation is renamed.
 
 @functools.lru_cache(maxsize=None)
 def _reference_attributes() -> frozenset[str]:
@@ -250,7 +243,8 @@ def _reference_attributes() -> frozenset[str]:
 
 @functools.lru_cache(maxsize=None)
 def _cache_config(spec: CellConfigSpec) -> kvcache.CacheConfig:
-    return spec.cache_config()
+    config: kvcache.CacheConfig = spec.cache_config()
+    return config
 
 
 def _renameable(lock: CellLockstep) -> bool:
@@ -354,7 +348,9 @@ class _Transitions:
 
 def check_cells(profile: str = "pre-merge", factory: Optional[CellFactory] = None,
                 time_budget: Optional[float] = None, *, jobs: int = 1, target: Optional[str] = None,
-                progress: bool = False, symmetry: bool = True) -> Any:
+                progress: bool = False, symmetry: bool = True, engine: str = "processes",
+                ray_address: Optional[str] = None) -> Any:
     bounds = PROFILES[profile]
     return check_all(bounds, factory, DEFAULT_BUDGET[profile] if time_budget is None else time_budget,
-                     jobs=jobs, target=target, progress=progress, layout=layout(bounds, symmetry))
+                     jobs=jobs, target=target, progress=progress, layout=layout(bounds, symmetry),
+                     engine=engine, ray_address=ray_address)

@@ -21,6 +21,7 @@ configurations being tried smallest first; `replay` re-runs it.
 
 Usage: python -m kvcache_proofs.model_checker [--profile quick|pre-merge|deep] [--layout sequence|cell]
        [--jobs N] [--target python:MODULE:FACTORY] [--time-budget S] [--progress] [--json FILE]
+       [--engine processes|ray] [--ray-address ADDRESS] [--no-symmetry]
 Exit: 0 holds, 1 violation (a counterexample), 3 incomplete (the time safety net ran out), 2 usage.
 
 The search is layout-independent (`Layout`): `--layout cell` checks the cell layout with the
@@ -89,6 +90,7 @@ PROFILES: dict[str, Bounds] = {
     "pre-merge": Bounds(max_capacity=4, max_layers=2, max_window=2, max_max_write=2),
     "deep": Bounds(max_capacity=8, max_layers=3, max_window=4, max_max_write=4),
 }
+ENGINES = ("processes", "ray")
 DEFAULT_BUDGET = {"quick": 60.0, "pre-merge": 180.0, "deep": 14400.0}  # deep measured: 3548 s on 2 cores
 
 
@@ -188,7 +190,7 @@ def _harness_key(lock: Any) -> Any:
 try:
     from icontract._checkers import _IN_PROGRESS as _INVARIANTS_IN_PROGRESS  # the recursion guard
 except ImportError:  # pragma: no cover - another icontract: invariants stay per call
-    _INVARIANTS_IN_PROGRESS = None
+    _INVARIANTS_IN_PROGRESS = None  # type: ignore[assignment]
 
 
 @contextlib.contextmanager
@@ -466,6 +468,22 @@ class CheckReport:
     def ok(self) -> bool:
         return self.complete and self.counterexample is None
 
+    def add(self, result: ConfigResult) -> bool:
+        """Count a configuration's result in; False when the search should stop (a counterexample, or
+        out of time). The report keeps the shortest counterexample."""
+        self.configs_checked += result.complete
+        self.states += result.states
+        self.beyond += result.beyond
+        self.transitions += result.transitions
+        self.checks += result.checks
+        self.complete &= result.complete
+        if self.largest is None or result.states > self.largest[1]:
+            self.largest = (result.config, result.states)
+        cx = result.counterexample
+        if cx and (self.counterexample is None or len(cx.ops) < len(self.counterexample.ops)):
+            self.counterexample = cx
+        return cx is None and result.complete
+
     @property
     def states_per_second(self) -> float:
         return self.states / self.seconds if self.seconds > 0 else 0.0
@@ -535,10 +553,23 @@ class _Progress:
 
 def check_all(bounds: Any, factory: Optional[Callable[..., Any]] = None, time_budget: Optional[float] = None,
               *, jobs: int = 1, target: Optional[str] = None, progress: bool = False,
-              configs: Optional[Sequence[Any]] = None, layout: Optional[Layout] = None) -> CheckReport:
+              configs: Optional[Sequence[Any]] = None, layout: Optional[Layout] = None,
+              engine: str = "processes", ray_address: Optional[str] = None) -> CheckReport:
     """Check every configuration of `bounds` (or `configs`). With jobs > 1 the configurations are spread
     over worker processes; the factory travels by name (`target`, python:MODULE:FACTORY, derived from a
-    module-level factory; a local one is checked in this process). Stops at the first violation; the report's counterexample is the shortest found."""
+    module-level factory; a local one is checked in this process). Stops at the first violation; the report's counterexample is the shortest found.
+
+    `engine="ray"` searches each configuration over `jobs` Ray workers instead, partitioned by
+    fingerprint (`kvcache_proofs.ray_engine`; Ray at `ray_address`, else a local one): the same
+    verdict, states and shortest counterexample length."""
+    if engine == "ray":
+        from kvcache_proofs import ray_engine
+
+        distributed: CheckReport = ray_engine.check_all_ray(bounds, factory, time_budget, workers=jobs, target=target,
+                                                            address=ray_address, configs=configs, layout=layout)
+        return distributed
+    if engine != "processes":
+        raise ValueError(f"engine is processes or ray, not {engine!r}")
     layout = layout or SEQUENCE
     factory = factory or layout.reference
     specs = list(configs) if configs is not None else bounds.configs()
@@ -553,19 +584,9 @@ def check_all(bounds: Any, factory: Optional[Callable[..., Any]] = None, time_bu
     bar = _Progress(progress, len(specs))
 
     def absorb(result: ConfigResult) -> bool:
-        report.configs_checked += result.complete
-        report.states += result.states
-        report.beyond += result.beyond
-        report.transitions += result.transitions
-        report.checks += result.checks
-        report.complete &= result.complete
-        if report.largest is None or result.states > report.largest[1]:
-            report.largest = (result.config, result.states)
-        cx = result.counterexample
-        if cx and (report.counterexample is None or len(cx.ops) < len(report.counterexample.ops)):
-            report.counterexample = cx
+        go_on = report.add(result)
         bar.update(report.configs_checked, report.states)
-        return cx is None and result.complete
+        return go_on
 
     if jobs <= 1:
         for spec in specs:
@@ -599,6 +620,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--time-budget", type=float, default=None, help="seconds (default: per profile)")
     parser.add_argument("--progress", action="store_true", help="progress on stderr even when not a tty")
     parser.add_argument("--json", metavar="FILE", help="write the report as JSON")
+    parser.add_argument("--engine", choices=ENGINES, default="processes",
+                        help="processes on this machine (default), or ray: each configuration over --jobs Ray "
+                             "workers partitioned by fingerprint (pip install 'kvcache-spec[cluster]')")
+    parser.add_argument("--ray-address", default=None, help="a Ray cluster to join (default: a local Ray)")
+    parser.add_argument("--no-symmetry", action="store_true",
+                        help="--layout cell: the full search, no reduction over renamings of ids")
     try:
         args = parser.parse_args(argv)
     except SystemExit as exit_:
@@ -614,9 +641,14 @@ def main(argv: Optional[list[str]] = None) -> int:
         from kvcache_proofs import cell_model_checker  # imports this module: kept out of its import
 
         bounds, budget = cell_model_checker.PROFILES[args.profile], cell_model_checker.DEFAULT_BUDGET[args.profile]
-        layout = cell_model_checker.layout(bounds)
-    report = check_all(bounds, factory, args.time_budget or budget, jobs=args.jobs or os.cpu_count() or 1,
-                       target=args.target, progress=args.progress or sys.stderr.isatty(), layout=layout)
+        layout = cell_model_checker.layout(bounds, symmetry=not args.no_symmetry)
+    try:
+        report = check_all(bounds, factory, args.time_budget or budget, jobs=args.jobs or os.cpu_count() or 1,
+                           target=args.target, progress=args.progress or sys.stderr.isatty(), layout=layout,
+                           engine=args.engine, ray_address=args.ray_address)
+    except RuntimeError as error:  # the Ray engine without Ray
+        print(f"model checker: {error}", file=sys.stderr)
+        return 2
     print(report.summary())
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:

@@ -20,8 +20,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Optional, Sequence
 
-from .model_checker import (CheckReport, ConfigResult, Counterexample, Layout, SEQUENCE, admit, expand,
-                            resolve_target, root_state)
+from .model_checker import CheckReport, ConfigResult, Counterexample, Layout, SEQUENCE, admit, expand, root_state
 
 
 def _owner(key: bytes, workers: int) -> int:
@@ -29,16 +28,18 @@ def _owner(key: bytes, workers: int) -> int:
 
 
 class _Partition:
-    """One worker's share of one configuration's search (a Ray actor)."""
+    """One worker's share of the search (a Ray actor), kept from one configuration to the next."""
 
-    def __init__(self, index: int, workers: int, layout: Layout, target: str, max_depth: Optional[int]) -> None:
-        self.index, self.workers, self.layout, self.max_depth = index, workers, layout, max_depth
-        self.factory = layout.reference if target == "reference" else resolve_target(target)
+    def __init__(self, index: int, workers: int, layout: Layout, factory: Callable[..., Any]) -> None:
+        self.index, self.workers, self.layout, self.factory = index, workers, layout, factory
+        self.max_depth: Optional[int] = None
         self.parents: dict[bytes, tuple[Optional[bytes], Any, int]] = {}
         self.frontier: list[tuple[bytes, Any]] = []
 
     def seed(self, spec: Any) -> tuple[bytes, list[str]]:
-        """The initial state, kept by its owner (every worker builds it; only the owner keeps it)."""
+        """Start `spec`'s search: the initial state, kept by its owner (every worker builds it)."""
+        self.max_depth = self.layout.max_depth(spec)
+        self.parents, self.frontier = {}, []
         key, root, problems = root_state(self.layout, spec, self.factory)
         if _owner(key, self.workers) == self.index:
             self.parents[key] = (None, None, 0)
@@ -96,15 +97,21 @@ def _import_ray() -> Any:
     return ray
 
 
-def check_config_ray(spec: Any, workers: int, target: str, layout: Layout,
+def start(workers: int, layout: Layout, factory: Callable[..., Any]) -> list[Any]:
+    """`workers` Ray actors for a search of `factory`'s targets (Ray must be initialised; the factory
+    travels by value, as Ray pickles it)."""
+    ray = _import_ray()
+    actor = ray.remote(_Partition)
+    return [actor.remote(index, workers, layout, factory) for index in range(workers)]
+
+
+def check_config_ray(spec: Any, partitions: list[Any], layout: Layout,
                      deadline: Optional[float] = None) -> ConfigResult:
-    """`model_checker.check_config` over `workers` Ray actors (Ray must be initialised)."""
+    """`model_checker.check_config` over the actors of `start`."""
     ray = _import_ray()
     started = time.monotonic()
-    max_depth = layout.max_depth(spec)
-    result = ConfigResult(spec, max_depth=max_depth)
-    actor = ray.remote(_Partition)
-    partitions = [actor.remote(index, workers, layout, target, max_depth) for index in range(workers)]
+    workers = len(partitions)
+    result = ConfigResult(spec, max_depth=layout.max_depth(spec))
     seeds = ray.get([p.seed.remote(spec) for p in partitions])
     root_key, root_problems = seeds[0]
 
@@ -153,8 +160,6 @@ def check_config_ray(spec: Any, workers: int, target: str, layout: Layout,
         return result
     finally:
         result.seconds = time.monotonic() - started
-        for p in partitions:
-            ray.kill(p)
 
 
 def check_all_ray(bounds: Any, factory: Optional[Callable[..., Any]] = None, time_budget: Optional[float] = None,
@@ -167,8 +172,6 @@ def check_all_ray(bounds: Any, factory: Optional[Callable[..., Any]] = None, tim
     if target is None and factory is not layout.reference:
         target = f"python:{getattr(factory, '__module__', '?')}:{getattr(factory, '__qualname__', '?')}"
     name = target or "reference"
-    if "<" in name:
-        raise ValueError("the Ray engine names its target (python:MODULE:FACTORY); a local factory cannot travel")
     if not ray.is_initialized():
         ray.init(address=address, include_dashboard=False, log_to_driver=False,
                  configure_logging=False)
@@ -176,21 +179,16 @@ def check_all_ray(bounds: Any, factory: Optional[Callable[..., Any]] = None, tim
     report = CheckReport(bounds, name, len(specs), jobs=workers)
     started = time.monotonic()
     deadline = None if time_budget is None else started + time_budget
-    for spec in specs:
-        result = check_config_ray(spec, workers, name, layout, deadline)
-        report.configs_checked += result.complete
-        report.states += result.states
-        report.beyond += result.beyond
-        report.transitions += result.transitions
-        report.checks += result.checks
-        report.complete &= result.complete
-        if report.largest is None or result.states > report.largest[1]:
-            report.largest = (result.config, result.states)
-        if result.counterexample is not None:
-            report.counterexample = result.counterexample
-            break
-        if not result.complete:
-            break
+    partitions = start(workers, layout, factory)
+    try:
+        for spec in specs:
+            result = check_config_ray(spec, partitions, layout, deadline)
+            if not report.add(result):
+                break
+    finally:
+        for partition in partitions:
+            ray.kill(partition)
     report.complete &= report.configs_checked == len(specs) or report.counterexample is not None
     report.seconds = time.monotonic() - started
     return report
+
