@@ -94,30 +94,27 @@ class CellBounds:
 
 FLAT, WINDOW, BOTH = (0,), (2,), (0, 2)
 
-#: The state space grows fast with the capacity, the ids and the positions: exhaustively, capacity 3
-#: with 3 ids and a window is past 4,300 states with positions below 3, capacity 4 with 2 ids past 4,700
-#: with positions below 4 (both cut by a 150 s safety net), and capacity 6 with 3 ids is out of reach.
-#: So the small configurations are exhaustive, and capacities 4-6 with 3 ids (all three layer kinds,
-#: positions below 6, so one sequence can fill the pool) are checked to a depth bound: every state
+#: The state space grows fast with the capacity, the ids and the positions (the counts below are of
+#: canonical states, one per class of id renamings, SPEC.md 7.6; CPU seconds on this 2-core machine at
+#: load 5-9, one job). Capacity 3 with 3 ids and positions below 3: 1,901 states flat, 1,901 windowed,
+#: 4,179 flat+windowed (29 s). Capacity 4 with 3 ids, positions below 4, flat: past 50,000 states (cut
+#: at 225 s), so capacity 6 with 3 ids stays out of exhaustive reach on one core; capacities 4-6 with 3
+#: ids (positions below 6, so one sequence can fill the pool) are checked to a depth bound: every state
 #: reachable in at most D calls, with every check and every transition; the report counts the states
-#: past the bound. Capacity 6, 3 ids, positions < 6 (states within the depth / past it, CPU s, contracts
-#: on): flat 437 / 2,225 at depth 5, 2,662 / 11,371 at depth 6 (15 s); flat+window 710 / 2,847 at depth
-#: 6, 3,557 / 12,288 at depth 7 (18 s). Each depth costs about 5x the one before.
-#: pre-merge: 2,333 exhaustive states (as before) plus capacity 6, 3 ids, every layer kind to depth 4
-#: (247 states, 1.1 s of CPU): 2,580 states, about 13 s of CPU at about 200 states per CPU second (was
-#: 14.0 s for the 2,333 before the pickled twins and the reused fingerprints; measured side by side on
-#: this loaded machine), spread over 2 jobs one configuration at a time.
-#: deep: the exhaustive groups 175,525 states (2,337 s on one core, before this change); the
-#: depth-7 group 87,863 states in 604 s of CPU at load 3-6 (capacity 4 / 5 / 6: 11,713 / 12,850 /
-#: 14,033 states flat and the same windowed, 3,557 flat+windowed; 3,557 to 14,033 states past the
-#: bound each): about 263,000 states, well within an hour on 2 cores. Depth 8 would be about 5x the
-#: depth-7 group (~440,000 more states): too close to the hour at the slowest rate measured (75/s).
+#: past the bound. Reduction by the symmetry (full / reduced states): 1.9x with 2 ids, 2.1x for capacity
+#: 6 with 3 ids at depth 6.
+#: pre-merge: the face2b5 bounds (2,580 states then, 1,127 canonical now: 9.7 s of CPU then, 4.1 s now,
+#: side by side) plus capacity 5 with 2 ids and a window, exhaustive (5,023 states, 15.5 s of CPU): about
+#: 20 s of CPU, spread over 2 jobs one configuration at a time.
+#: deep: exhaustive up to capacity 5 with 2 ids and capacity 3 with 3 ids, every layer kind, and
+#: capacities 4-6 with 3 ids to depth 7 (87,863 states in 604 s of CPU before the symmetry and the
+#: contracts once per state; about 2.4x less CPU now, measured on the capacity 6 groups).
 PROFILES: dict[str, CellBounds] = {
     "quick": CellBounds(groups=((2, 2, (FLAT, WINDOW)), (3, 1, (FLAT,))), max_tokens=2, max_position=3),
-    "pre-merge": CellBounds(groups=((2, 3, (WINDOW,)), (3, 2, (WINDOW,)), (2, 2, (BOTH,)),
+    "pre-merge": CellBounds(groups=((2, 3, (WINDOW,)), (3, 2, (WINDOW,)), (2, 2, (BOTH,)), (2, (5, 5), (WINDOW,)),
                                     (3, (6, 6), (FLAT, WINDOW, BOTH), 4, 6)), max_tokens=2, max_position=3),
-    "deep": CellBounds(groups=((2, 4, (FLAT, WINDOW, BOTH)), (3, 3, (FLAT, WINDOW, BOTH)),
-                               (3, (4, 6), (FLAT, WINDOW, BOTH), 7, 6)), max_tokens=2, max_position=4),
+    "deep": CellBounds(groups=((2, 5, (FLAT, WINDOW, BOTH)), (3, 3, (FLAT, WINDOW, BOTH)),
+                               (3, (4, 6), (FLAT, WINDOW, BOTH), 8, 6)), max_tokens=2, max_position=4),
 }
 DEFAULT_BUDGET = {"quick": 15.0, "pre-merge": 60.0, "deep": 7200.0}
 

@@ -21,6 +21,10 @@ from . import cell_model_target
 
 KINDS = (cmc.FLAT, cmc.WINDOW, cmc.BOTH)
 BOUNDS = cmc.CellBounds(groups=((2, 3, KINDS), (3, 2, KINDS)), max_tokens=2, max_position=3)
+#: The broken variants' search (both ways, smallest configuration first): every one is found within it.
+#: Not a flat and a windowed layer at capacity 1: stale_memo_mask's memo is an insertion-ordered dict,
+#: so its fingerprint tells apart every order the steps were memoized in, and that space explodes.
+BROKEN_BOUNDS = cmc.CellBounds(groups=((2, 3, (cmc.FLAT, cmc.WINDOW)),), max_tokens=2, max_position=3)
 
 #: Small configurations, each exhaustive both ways: 2 and 3 ids, flat, windowed and mixed layers.
 SMALL = [CellConfigSpec(2, (0,), 2), CellConfigSpec(3, (2,), 2), CellConfigSpec(2, (0, 2), 3),
@@ -71,7 +75,7 @@ def test_every_broken_variant_is_found_alike_reduced_and_full(name: str) -> None
     are never renamed): the first configuration that fails is the same, with a shortest counterexample
     of the same length breaking the same rule, and the reduced one replays."""
     factory = BROKEN_TARGETS[name]
-    for spec in BOUNDS.configs():
+    for spec in BROKEN_BOUNDS.configs():
         full, _ = _full(spec, factory)
         reduced, _ = _reduced(spec, factory)
         assert (full.counterexample is None) == (reduced.counterexample is None), spec
@@ -81,7 +85,7 @@ def test_every_broken_variant_is_found_alike_reduced_and_full(name: str) -> None
             replayed = replay(spec, reduced.counterexample.ops, factory, cmc.layout(BOUNDS))
             assert _addressless(replayed) == _addressless(reduced.counterexample.problems)
             return
-    pytest.fail(f"{name} was not found within {BOUNDS}")
+    pytest.fail(f"{name} was not found within {BROKEN_BOUNDS}")
 
 
 def test_renaming_ids_keeps_the_free_ids_in_order() -> None:
