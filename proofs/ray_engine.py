@@ -3,8 +3,8 @@
 The search is `model_checker`'s breadth-first search, partitioned by fingerprint as TLC's distributed
 mode and parallel Murphi partition theirs: each of N workers (Ray actors) owns the states whose
 fingerprint falls in its hash range (the first 8 bytes modulo N), keeps their parents and depths, and
-explores its share of each level. A worker sends every successor to its owner through Ray's object
-store (one batch per owner per level); the owner keeps the new ones (their invariants checked once,
+explores its share of each level. A worker sends each successor it has not sent before to its owner
+through Ray's object store (one batch per owner per level); the owner keeps the new ones (their invariants checked once,
 `model_checker.admit`) as its share of the next level. Levels are synchronous, so a counterexample is
 found at the same depth as the embedded engine finds it (the same shortest length), and a search that
 holds explores exactly the same states, transitions and checks. A counterexample's path is rebuilt by
@@ -35,11 +35,12 @@ class _Partition:
         self.max_depth: Optional[int] = None
         self.parents: dict[bytes, tuple[Optional[bytes], Any, int]] = {}
         self.frontier: list[tuple[bytes, Any]] = []
+        self.forwarded: set[bytes] = set()   # sent to their owners already: known there, never sent again
 
     def seed(self, spec: Any) -> tuple[bytes, list[str]]:
         """Start `spec`'s search: the initial state, kept by its owner (every worker builds it)."""
         self.max_depth = self.layout.max_depth(spec)
-        self.parents, self.frontier = {}, []
+        self.parents, self.frontier, self.forwarded = {}, [], set()
         key, root, problems = root_state(self.layout, spec, self.factory)
         if _owner(key, self.workers) == self.index:
             self.parents[key] = (None, None, 0)
@@ -58,6 +59,9 @@ class _Partition:
             transitions += found.transitions
             depth = self.parents[key][2]
             for child_key, op, child in found.children:
+                if child_key in self.forwarded or child_key in self.parents:
+                    continue  # its owner has it (the first to reach it stays its parent)
+                self.forwarded.add(child_key)
                 batches[_owner(child_key, self.workers)].append((child_key, key, op, child, depth + 1))
             if found.violation is not None:
                 violation = (key, found.violation[0], found.violation[1])
