@@ -232,7 +232,7 @@ def stage_model_checker(profile: Profile, factory: Callable[..., Any], target: O
                                      jobs=jobs, target=target, progress=progress, engine=profile.engine,
                                      ray_address=profile.ray_address)
     numbers = {"states": report.states, "configs": f"{report.configs_checked}/{report.configs_total}",
-               "states/s": round(report.states_per_second), "jobs": report.jobs,
+               "states/s": round(report.states_per_second), "jobs": report.jobs, "engine": profile.engine,
                "counterexample": int(report.counterexample is not None),
                "unknown configs": report.configs_total - report.configs_checked if report.counterexample is None else 0}
     if report.counterexample:
@@ -258,7 +258,8 @@ class CellProfile:
 
 
 # Measured pre-merge on this quiet 2-core machine, beside the sequence stages: cell-stateful 8.3 s (100
-# examples), cell-checker 4.8 s on two jobs (2,580 states, 10 configurations), cell-z3 0.1 s.
+# examples), cell-z3 0.1 s; cell-checker (with capacity 5 and 2 ids exhaustive since) 12.5 s on two jobs
+# at load 3 (6,150 canonical states, 11 configurations, 13.9 s of CPU on one job).
 CELL_PROFILES: dict[str, CellProfile] = {
     "quick": CellProfile(stateful_examples=20, mc_bounds="quick", mc_budget=30.0),
     "pre-merge": CellProfile(stateful_examples=100, mc_bounds="pre-merge", mc_budget=120.0),
