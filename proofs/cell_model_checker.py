@@ -107,8 +107,11 @@ FLAT, WINDOW, BOTH = (0,), (2,), (0, 2)
 #: side by side) plus capacity 5 with 2 ids and a window, exhaustive (5,023 states, 15.5 s of CPU): about
 #: 20 s of CPU, spread over 2 jobs one configuration at a time.
 #: deep: exhaustive up to capacity 5 with 2 ids and capacity 3 with 3 ids, every layer kind, and
-#: capacities 4-6 with 3 ids to depth 7 (87,863 states in 604 s of CPU before the symmetry and the
-#: contracts once per state; about 2.4x less CPU now, measured on the capacity 6 groups).
+#: capacities 4-6 with 3 ids to depth 8. Measured parts (canonical states, CPU s, load 3-8): capacity 3
+#: with 3 ids 4,730 flat (22 s), 4,730 windowed (23 s), 9,648 flat+windowed (32 s); capacity 5 with 2
+#: ids flat 39,528 (130 s); capacity 6 with 3 ids flat to depth 8: 31,599 within the bound, 110,689
+#: past it (177 s); at depth 7 5,294 states (26 s; 14,033 states before the symmetry, 2.65x). About
+#: 2,000 s of one core in all (estimated from these parts: an hour is the safety net's half).
 PROFILES: dict[str, CellBounds] = {
     "quick": CellBounds(groups=((2, 2, (FLAT, WINDOW)), (3, 1, (FLAT,))), max_tokens=2, max_position=3),
     "pre-merge": CellBounds(groups=((2, 3, (WINDOW,)), (3, 2, (WINDOW,)), (2, 2, (BOTH,)), (2, (5, 5), (WINDOW,)),
