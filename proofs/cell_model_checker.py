@@ -109,9 +109,10 @@ FLAT, WINDOW, BOTH = (0,), (2,), (0, 2)
 #: deep: exhaustive up to capacity 5 with 2 ids and capacity 3 with 3 ids, every layer kind, and
 #: capacities 4-6 with 3 ids to depth 8. Measured parts (canonical states, CPU s, load 3-8): capacity 3
 #: with 3 ids 4,730 flat (22 s), 4,730 windowed (23 s), 9,648 flat+windowed (32 s); capacity 5 with 2
-#: ids flat 39,528 (130 s); capacity 6 with 3 ids flat to depth 8: 31,599 within the bound, 110,689
-#: past it (177 s); at depth 7 5,294 states (26 s; 14,033 states before the symmetry, 2.65x). About
-#: 2,000 s of one core in all (estimated from these parts: an hour is the safety net's half).
+#: ids 39,528 flat (130 s), 39,528 windowed (137 s), 98,720 flat+windowed (244 s); capacity 6 with 3
+#: ids flat to depth 8: 31,599 within the bound, 110,689 past it (177 s); at depth 7 5,294 states (26 s;
+#: 14,033 states before the symmetry, 2.65x). About 2,000-2,700 s of one core in all (estimated from
+#: these parts, not run end to end; an hour is half the safety net).
 PROFILES: dict[str, CellBounds] = {
     "quick": CellBounds(groups=((2, 2, (FLAT, WINDOW)), (3, 1, (FLAT,))), max_tokens=2, max_position=3),
     "pre-merge": CellBounds(groups=((2, 3, (WINDOW,)), (3, 2, (WINDOW,)), (2, 2, (BOTH,)), (2, (5, 5), (WINDOW,)),
