@@ -21,20 +21,26 @@ served twice, other positions, a wrong count, a position not above the sequence'
 
 Bounds (`CellBounds`, `PROFILES`): small configurations exhaustively; larger ones (capacity 6 with 3
 ids) to a stated depth of calls, every state within it with every check and transition, the states
-past it counted in the report. No symmetry reduction: the reference hands out the lowest free cell
-and the lowest free id, so configurations that differ by a permutation of cells or ids behave
-differently, and a canonical form would have to be proved invariant for the model and the target.
+past it counted in the report.
+
+States are explored once per class of id renamings (`canonical`, SPEC.md 7.6): a renaming that maps
+live ids to live ids with the same histories and keeps the free ids in increasing order (what the
+lowest-free allocator observes) relates states with the same futures. Cells are not renamed. The
+target's class invariants are checked once per state (`model_checker.invariants_suspended`).
 
 Usage: python -m kvcache_proofs.model_checker --layout cell [--profile quick|pre-merge|deep] [--jobs N]
-       [--target python:MODULE:FACTORY] [--time-budget S] [--json FILE]
+       [--target python:MODULE:FACTORY] [--time-budget S] [--json FILE] [--no-symmetry]
+       [--engine processes|ray] [--ray-address ADDRESS]
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 from dataclasses import dataclass
 from typing import Any, Iterator, Optional
 
+import kvcache
 from kvcache_spec import cell_model as cm
 from kvcache_spec.cell_stateful import Call, CellConfigSpec, CellFactory, CellLockstep, cell_reference_factory
 from kvcache_spec.stateful import Observe
@@ -88,30 +94,31 @@ class CellBounds:
 
 FLAT, WINDOW, BOTH = (0,), (2,), (0, 2)
 
-#: The state space grows fast with the capacity, the ids and the positions: exhaustively, capacity 3
-#: with 3 ids and a window is past 4,300 states with positions below 3, capacity 4 with 2 ids past 4,700
-#: with positions below 4 (both cut by a 150 s safety net), and capacity 6 with 3 ids is out of reach.
-#: So the small configurations are exhaustive, and capacities 4-6 with 3 ids (all three layer kinds,
-#: positions below 6, so one sequence can fill the pool) are checked to a depth bound: every state
+#: The state space grows fast with the capacity, the ids and the positions (the counts below are of
+#: canonical states, one per class of id renamings, SPEC.md 7.6; CPU seconds on this 2-core machine at
+#: load 5-9, one job). Capacity 3 with 3 ids and positions below 3: 1,901 states flat, 1,901 windowed,
+#: 4,179 flat+windowed (29 s). Capacity 4 with 3 ids, positions below 4, flat: past 50,000 states (cut
+#: at 225 s), so capacity 6 with 3 ids stays out of exhaustive reach on one core; capacities 4-6 with 3
+#: ids (positions below 6, so one sequence can fill the pool) are checked to a depth bound: every state
 #: reachable in at most D calls, with every check and every transition; the report counts the states
-#: past the bound. Capacity 6, 3 ids, positions < 6 (states within the depth / past it, CPU s, contracts
-#: on): flat 437 / 2,225 at depth 5, 2,662 / 11,371 at depth 6 (15 s); flat+window 710 / 2,847 at depth
-#: 6, 3,557 / 12,288 at depth 7 (18 s). Each depth costs about 5x the one before.
-#: pre-merge: 2,333 exhaustive states (as before) plus capacity 6, 3 ids, every layer kind to depth 4
-#: (247 states, 1.1 s of CPU): 2,580 states, about 13 s of CPU at about 200 states per CPU second (was
-#: 14.0 s for the 2,333 before the pickled twins and the reused fingerprints; measured side by side on
-#: this loaded machine), spread over 2 jobs one configuration at a time.
-#: deep: the exhaustive groups 175,525 states (2,337 s on one core, before this change); the
-#: depth-7 group 87,863 states in 604 s of CPU at load 3-6 (capacity 4 / 5 / 6: 11,713 / 12,850 /
-#: 14,033 states flat and the same windowed, 3,557 flat+windowed; 3,557 to 14,033 states past the
-#: bound each): about 263,000 states, well within an hour on 2 cores. Depth 8 would be about 5x the
-#: depth-7 group (~440,000 more states): too close to the hour at the slowest rate measured (75/s).
+#: past the bound. Reduction by the symmetry (full / reduced states): 1.9x with 2 ids, 2.1x for capacity
+#: 6 with 3 ids at depth 6.
+#: pre-merge: the face2b5 bounds (2,580 states then, 1,127 canonical now: 9.7 s of CPU then, 4.1 s now,
+#: side by side) plus capacity 5 with 2 ids and a window, exhaustive (5,023 states, 15.5 s of CPU): about
+#: 20 s of CPU, spread over 2 jobs one configuration at a time.
+#: deep: exhaustive up to capacity 5 with 2 ids and capacity 3 with 3 ids, every layer kind, and
+#: capacities 4-6 with 3 ids to depth 8. Measured parts (canonical states, CPU s, load 3-8): capacity 3
+#: with 3 ids 4,730 flat (22 s), 4,730 windowed (23 s), 9,648 flat+windowed (32 s); capacity 5 with 2
+#: ids 39,528 flat (130 s), 39,528 windowed (137 s), 98,720 flat+windowed (244 s); capacity 6 with 3
+#: ids flat to depth 8: 31,599 within the bound, 110,689 past it (177 s); at depth 7 5,294 states (26 s;
+#: 14,033 states before the symmetry, 2.65x). About 2,000-2,700 s of one core in all (estimated from
+#: these parts, not run end to end; an hour is half the safety net).
 PROFILES: dict[str, CellBounds] = {
     "quick": CellBounds(groups=((2, 2, (FLAT, WINDOW)), (3, 1, (FLAT,))), max_tokens=2, max_position=3),
-    "pre-merge": CellBounds(groups=((2, 3, (WINDOW,)), (3, 2, (WINDOW,)), (2, 2, (BOTH,)),
+    "pre-merge": CellBounds(groups=((2, 3, (WINDOW,)), (3, 2, (WINDOW,)), (2, 2, (BOTH,)), (2, (5, 5), (WINDOW,)),
                                     (3, (6, 6), (FLAT, WINDOW, BOTH), 4, 6)), max_tokens=2, max_position=3),
-    "deep": CellBounds(groups=((2, 4, (FLAT, WINDOW, BOTH)), (3, 3, (FLAT, WINDOW, BOTH)),
-                               (3, (4, 6), (FLAT, WINDOW, BOTH), 7, 6)), max_tokens=2, max_position=4),
+    "deep": CellBounds(groups=((2, 5, (FLAT, WINDOW, BOTH)), (3, 3, (FLAT, WINDOW, BOTH)),
+                               (3, (4, 6), (FLAT, WINDOW, BOTH), 8, 6)), max_tokens=2, max_position=4),
 }
 DEFAULT_BUDGET = {"quick": 15.0, "pre-merge": 60.0, "deep": 7200.0}
 
@@ -172,7 +179,7 @@ def checks(lock: CellLockstep) -> Iterator[Any]:
     state, spec = lock.state, lock.spec
     live = _live(lock)
     dead = [s for s in range(spec.max_seqs) if s not in live]
-    some = live[0] if live else 0
+    some = canonical(lock)[1][0] if live else 0     # the id renamed 0: the same check in every related state
     yield Observe()
     for bad in (True, None, 1.0):
         yield Call("seq_len", (bad,))
@@ -225,9 +232,109 @@ def _cell_harness(spec: CellConfigSpec, factory: CellFactory) -> CellLockstep:
     return CellLockstep(spec, factory, thorough=False)
 
 
-def layout(bounds: CellBounds) -> Layout:
+# --- symmetry over sequence ids (the argument: SPEC.md 7.6) -------------------------------------------
+# The canonical form numbers the live ids 0..k-1 in the order of their (history, forward roles) and the
+# free ids k.. in increasing order, and renames the model, the open forward and the target's own tables
+# with it; ties take the least renamed table. Only the reference's representation is renamed.
+
+@functools.lru_cache(maxsize=None)
+def _reference_attributes() -> frozenset[str]:
+    return frozenset(vars(kvcache.CellCache(CellConfigSpec(1, (0,), 1).cache_config(), 1)))
+
+
+@functools.lru_cache(maxsize=None)
+def _cache_config(spec: CellConfigSpec) -> kvcache.CacheConfig:
+    config: kvcache.CacheConfig = spec.cache_config()
+    return config
+
+
+def _renameable(lock: CellLockstep) -> bool:
+    """The target holds the reference's tables and nothing else (its config unchanged: the key leaves it out)."""
+    target = lock.target
+    return (isinstance(target, kvcache.CellCache) and frozenset(vars(target)) == _reference_attributes()
+            and vars(target)["config"] == _cache_config(lock.spec))
+
+
+def _rename_bits(bits: int, beta: list[int]) -> int:
+    renamed = 0
+    while bits:
+        low = bits & -bits
+        renamed |= 1 << beta[low.bit_length() - 1]
+        bits ^= low
+    return renamed
+
+
+def _renamed_target(target: Any, beta: list[int]) -> tuple[Any, ...]:
+    """The reference's attributes with every id renamed by beta (IndexError: an id outside max_seqs)."""
+    v = vars(target)
+    count, newest = [0] * len(beta), [0] * len(beta)
+    if len(v["_count"]) != len(beta) or len(v["_newest"]) != len(beta) or v["_live"] >> len(beta):
+        raise IndexError("ids outside max_seqs")
+    for old, new in enumerate(beta):
+        count[new], newest[new] = v["_count"][old], v["_newest"][old]
+    declared = v["_declared"]
+    steps = v["_steps"]
+    return (tuple(v["_pos"]), tuple(_rename_bits(o, beta) for o in v["_owners"]), v["_occupied"], tuple(count),
+            tuple(newest), _rename_bits(v["_live"], beta),
+            None if declared is None else tuple(beta[s] for s in declared), v["_positions"], v["_cells"],
+            tuple(sorted(v["_served"])), tuple(sorted(steps.items(), key=lambda item: -1 if item[0] is None else item[0])),
+            v["_capacity"], v["n_layers"], v["max_seqs"], v["_layer_window"])
+
+
+def canonical(lock: CellLockstep) -> tuple[tuple[Any, ...], list[int]]:
+    """(the state's canonical key, its live ids in canonical order: the first is renamed 0)."""
+    state = lock.state
+    where = {held[1]: cell for cell, held in enumerate(state.written) if held is not None}
+    forward = state.forward
+    declared = forward.seq_ids if forward is not None else ()
+    signature = {s: (tuple((p, where[c]) for p, c in past), tuple(k for k, t in enumerate(declared) if t == s))
+                 for s, past in state.histories}
+    target = lock.target
+    if not _renameable(lock):
+        return ("as-is", lock.key()), sorted(signature)
+    live = sorted(signature, key=signature.__getitem__)
+    dead = [s for s in range(lock.spec.max_seqs) if s not in signature]
+    live_contents = {content for _, past in state.histories for _, content in past}
+
+    def canon(held: cm.Written) -> Optional[tuple[int, int]]:
+        return (held[0], where[held[1]]) if held is not None and held[1] in live_contents else None
+
+    pools = tuple(tuple(canon(held) for held in pool) for pool in lock.pools)
+    best: Optional[tuple[tuple[Any, ...], list[int]]] = None
+    groups = [list(group) for _, group in itertools.groupby(live, key=signature.__getitem__)]
+    for choice in itertools.product(*(itertools.permutations(group) for group in groups)):
+        order = [s for group in choice for s in group]
+        beta = [0] * lock.spec.max_seqs
+        for new, old in enumerate(order + dead):
+            beta[old] = new
+        try:
+            renamed = _renamed_target(target, beta)
+        except (IndexError, KeyError, TypeError):  # not the reference's tables after all: no renaming
+            return ("as-is", lock.key()), sorted(signature)
+        if best is None or renamed < best[0]:
+            best = (renamed, order)
+    assert best is not None
+    renamed, order = best
+    beta_forward = {old: new for new, old in enumerate(order)}
+    return (("renamed", tuple(signature[s][0] for s in order),
+             None if forward is None else (tuple(beta_forward[s] for s in forward.seq_ids), forward.positions,
+                                           forward.cells, forward.served),
+             pools, renamed), order)
+
+
+def canonical_key(lock: CellLockstep) -> tuple[Any, ...]:
+    return canonical(lock)[0]
+
+
+def _plain_key(lock: CellLockstep) -> tuple[Any, ...]:
+    return ("plain", lock.key())
+
+
+def layout(bounds: CellBounds, symmetry: bool = True) -> Layout:
+    """The cell layout's search; `symmetry` (the default) explores one state per class of id renamings."""
     return Layout("cell", "kvcache_spec.cell_stateful", _cell_harness, "CellLockstep", cell_reference_factory,
-                  _Transitions(bounds), checks, max_depth=bounds.max_depth)
+                  _Transitions(bounds), checks, max_depth=bounds.max_depth,
+                  key=canonical_key if symmetry else _plain_key)
 
 
 @dataclass(frozen=True)
@@ -242,7 +349,9 @@ class _Transitions:
 
 def check_cells(profile: str = "pre-merge", factory: Optional[CellFactory] = None,
                 time_budget: Optional[float] = None, *, jobs: int = 1, target: Optional[str] = None,
-                progress: bool = False) -> Any:
+                progress: bool = False, symmetry: bool = True, engine: str = "processes",
+                ray_address: Optional[str] = None) -> Any:
     bounds = PROFILES[profile]
     return check_all(bounds, factory, DEFAULT_BUDGET[profile] if time_budget is None else time_budget,
-                     jobs=jobs, target=target, progress=progress, layout=layout(bounds))
+                     jobs=jobs, target=target, progress=progress, layout=layout(bounds, symmetry),
+                     engine=engine, ray_address=ray_address)

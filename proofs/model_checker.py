@@ -21,6 +21,7 @@ configurations being tried smallest first; `replay` re-runs it.
 
 Usage: python -m kvcache_proofs.model_checker [--profile quick|pre-merge|deep] [--layout sequence|cell]
        [--jobs N] [--target python:MODULE:FACTORY] [--time-budget S] [--progress] [--json FILE]
+       [--engine processes|ray] [--ray-address ADDRESS] [--no-symmetry]
 Exit: 0 holds, 1 violation (a counterexample), 3 incomplete (the time safety net ran out), 2 usage.
 
 The search is layout-independent (`Layout`): `--layout cell` checks the cell layout with the
@@ -30,6 +31,8 @@ transitions and checks of `kvcache_proofs.cell_model_checker`.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import hashlib
 import itertools
 import json
 import multiprocessing
@@ -91,6 +94,7 @@ PROFILES: dict[str, Bounds] = {
     "pre-merge": Bounds(max_capacity=4, max_layers=2, max_window=2, max_max_write=2),
     "deep": Bounds(max_capacity=8, max_layers=3, max_window=4, max_max_write=4),
 }
+ENGINES = ("processes", "ray")
 DEFAULT_BUDGET = {"quick": 60.0, "pre-merge": 180.0, "deep": 14400.0}  # deep measured: 3548 s on 2 cores
 
 
@@ -174,6 +178,65 @@ def _unbounded(spec: Any) -> Optional[int]:
     return None
 
 
+def _harness_key(lock: Any) -> Any:
+    return lock.key()
+
+
+# --- the target's contracts, once per state ----------------------------------------------------------
+# icontract checks a class's invariants before and after every public call (measured on the cell checker
+# at face2b5: the ten CellCache invariants ran ~15 times per call, a third of the CPU). An invariant is a
+# function of the object's attributes, so the search checks them once per new state instead: every call
+# runs with them suspended (its preconditions and postconditions still run: they are per call), and each
+# state first reached gets `invariant_problems`. A call that must change nothing is checked unchanged
+# (CELL-ATOMIC / ATOMIC, by the target's whole attribute fingerprint), so its state's verdict stands.
+# Suspending uses icontract's own recursion guard (the set of instances whose invariants are being
+# checked); where it is not there (another icontract), every call checks them as before.
+try:
+    from icontract._checkers import _IN_PROGRESS as _INVARIANTS_IN_PROGRESS  # the recursion guard
+except ImportError:  # pragma: no cover - another icontract: invariants stay per call
+    _INVARIANTS_IN_PROGRESS = None  # type: ignore[assignment]
+
+
+@contextlib.contextmanager
+def invariants_suspended(target: Any) -> Iterator[bool]:
+    """Calls on `target` inside skip its class invariants (checked once per state by the search); yields
+    whether they are suspended."""
+    guard = _INVARIANTS_IN_PROGRESS
+    if guard is None or not getattr(type(target), "__invariants__", None):
+        yield False
+        return
+    in_progress = guard.get()
+    if in_progress is None:
+        in_progress = set()
+        guard.set(in_progress)
+    key = id(target)
+    if key in in_progress:  # already suspended (a nested use)
+        yield True
+        return
+    in_progress.add(key)
+    try:
+        yield True
+    finally:
+        in_progress.discard(key)
+
+
+def invariant_problems(target: Any) -> list[str]:
+    """The class invariants `target` breaks now, each as a problem naming its rule (icontract's own
+    description); none when it has none (another implementation, or python -O)."""
+    problems = []
+    for invariant in getattr(type(target), "__invariants__", ()):
+        try:
+            holds = invariant.condition(self=target) if "self" in invariant.condition_arg_set else invariant.condition()
+        except Exception as error:  # noqa: BLE001 - an invariant that crashes does not hold
+            holds, error_text = False, f" (raised {type(error).__name__}: {error})"
+        else:
+            error_text = ""
+        if not holds:
+            problems.append(f"{invariant.description or 'an invariant'}: the target's invariant does not hold"
+                            + error_text)
+    return problems
+
+
 @dataclass(frozen=True)
 class Layout:
     """What the breadth-first search needs from a layout: its lockstep harness (built from a config
@@ -190,6 +253,7 @@ class Layout:
     checks: Callable[[Any], Iterator[Any]]
     settle: Callable[[Any], None] = _no_settling   # after a state's checks and after each transition
     max_depth: Callable[[Any], Optional[int]] = _unbounded  # per config: None, or see check_config
+    key: Callable[[Any], Any] = _harness_key       # a state's identity: the harness's key, or a canonical form
 
 
 @dataclass
@@ -231,10 +295,79 @@ SEQUENCE = Layout("sequence", "kvcache_spec.stateful", _sequence_harness, "Locks
                   transitions, checks, _forget_issued)
 
 
+def fingerprint(key: Any) -> bytes:
+    """A state's fingerprint: 128 bits of BLAKE2b over its key's repr (deterministic across processes
+    and machines, so a distributed search can partition states by it; a collision among 10^9 states
+    has probability below 10^-20)."""
+    return hashlib.blake2b(repr(key).encode(), digest_size=16).digest()
+
+
+@dataclass
+class Expansion:
+    """What exploring one state found: a violation (the operation and its problems; `Observe()` for a
+    state whose checks failed or changed the model) or every successor (fingerprint, operation, harness),
+    and the work done."""
+
+    violation: Optional[tuple[Any, list[str]]] = None
+    children: list[tuple[bytes, Any, Any]] = field(default_factory=list)
+    checks: int = 0
+    transitions: int = 0
+
+
+def expand(layout: Layout, key: bytes, lock: Any) -> Expansion:
+    """One state's work, the same in every engine: every check in place (each must change nothing),
+    then every transition on a twin; stops at the first problem. The successors' invariants are left to
+    whoever decides a successor is new (`admit`)."""
+    found = Expansion()
+    with invariants_suspended(lock.target):
+        for op in layout.checks(lock):
+            found.checks += 1
+            problems = lock.apply(op)
+            if problems:
+                found.violation = (op, problems)
+                return found
+    layout.settle(lock)
+    if fingerprint(layout.key(lock)) != key:  # a check the model accepted: the harness's fault
+        found.violation = (Observe(), ["HARNESS: a check changed the model's state (it must be a probe or a "
+                                       "call the spec rejects or refuses)"])
+        return found
+    twin = lock.twins() if hasattr(lock, "twins") else lock.clone  # the target serialised once per state
+    for op in layout.transitions(lock):
+        found.transitions += 1
+        child = twin()
+        with invariants_suspended(child.target):
+            problems = child.apply(op)
+        if problems:
+            found.violation = (op, problems)
+            return found
+        layout.settle(child)
+        found.children.append((fingerprint(layout.key(child)), op, child))
+    return found
+
+
+def admit(child: Any) -> list[str]:
+    """A state reached for the first time: its target's invariants, once (see invariants_suspended)."""
+    return invariant_problems(child.target)
+
+
+def root_state(layout: Layout, spec: Any, factory: Optional[Callable[..., Any]]) -> tuple[bytes, Any, list[str]]:
+    """The initial state: (fingerprint, harness, the problems of building it)."""
+    root = layout.harness(spec, factory or layout.reference)
+    problems = list(root.setup_problems) + invariant_problems(root.target)
+    root.setup_problems = []
+    return fingerprint(layout.key(root)), root, problems
+
+
 def check_config(spec: Any, factory: Optional[Callable[..., Any]] = None,
-                 deadline: Optional[float] = None, layout: Optional[Layout] = None) -> ConfigResult:
+                 deadline: Optional[float] = None, layout: Optional[Layout] = None,
+                 seen: Optional[set[bytes]] = None) -> ConfigResult:
     """Breadth-first over every reachable state of one configuration; stops at the first violation
     (BFS: its path is a shortest one) or at the deadline (time.monotonic()).
+
+    States are identified by the fingerprint of the layout's key (a canonical form, with the cell
+    layout's symmetry reduction): each state first reached gets the target's class invariants once
+    (`admit`), then its checks and its transitions (`expand`); every call runs with the invariants
+    suspended. With `seen`, the fingerprints of every state reached are added to it.
 
     With a depth bound D (the layout's `max_depth(spec)`), the search is every state reachable in at
     most D operations: each gets every check and every transition (each transition is applied and
@@ -244,79 +377,76 @@ def check_config(spec: Any, factory: Optional[Callable[..., Any]] = None,
     started = time.monotonic()
     max_depth = layout.max_depth(spec)
     result = ConfigResult(spec, max_depth=max_depth)
-    depth: dict[Any, int] = {}
-    root = layout.harness(spec, factory or layout.reference)
-    parents: dict[Any, tuple[Any, Optional[Op]]] = {}
+    depth: dict[bytes, int] = {}
+    parents: dict[bytes, tuple[Optional[bytes], Optional[Op]]] = {}
 
-    def path_to(key: Any) -> list[Op]:
-        ops: list[Op] = []
-        while True:
-            parent, op = parents[key]
-            if op is None:
-                return ops[::-1]
-            ops.append(op)
-            key = parent
-
-    def fail(key: Any, op: Op, problems: list[str]) -> ConfigResult:
-        result.counterexample = Counterexample(spec, path_to(key) + [op], problems,
+    def fail(key: bytes, op: Op, problems: list[str]) -> ConfigResult:
+        result.counterexample = Counterexample(spec, path_to(parents, key) + [op], problems,
                                                None if layout is SEQUENCE else layout)
         result.seconds = time.monotonic() - started
         return result
 
-    root_problems = list(root.setup_problems)
-    root.setup_problems = []
-    root_key = root.key()
+    root_key, root, root_problems = root_state(layout, spec, factory)
     parents[root_key] = (None, None)
     depth[root_key] = 0
     if root_problems:
         return fail(root_key, Observe(), root_problems)
-    queue: deque[tuple[Any, Lockstep]] = deque([(root_key, root)])
+    queue: deque[tuple[bytes, Any]] = deque([(root_key, root)])
     while queue:
         if deadline is not None and time.monotonic() > deadline:
             result.complete = False
             break
         key, lock = queue.popleft()
         result.states += 1
-        for op in layout.checks(lock):  # in place: each one verifies that it changed nothing
-            result.checks += 1
-            problems = lock.apply(op)
-            if problems:
-                return fail(key, op, problems)
-        layout.settle(lock)
-        if lock.key() != key:  # a check the model accepted: the harness's fault, never the target's
-            return fail(key, Observe(), ["HARNESS: a check changed the model's state (it must be a probe or a "
-                                         "call the spec rejects or refuses)"])
-        twin = lock.twins() if hasattr(lock, "twins") else lock.clone  # the target serialised once per state
-        for op in layout.transitions(lock):
-            result.transitions += 1
-            child = twin()
-            problems = child.apply(op)
-            if problems:
-                return fail(key, op, problems)
-            layout.settle(child)
-            child_key = child.key()
+        found = expand(layout, key, lock)
+        result.checks += found.checks
+        result.transitions += found.transitions
+        for child_key, op, child in found.children:
             if child_key not in parents:
+                problems = admit(child)
+                if problems:
+                    return fail(key, op, problems)
                 parents[child_key] = (key, op)
                 depth[child_key] = depth[key] + 1
                 if max_depth is not None and depth[child_key] > max_depth:
                     result.beyond += 1  # reached and its transition checked, not explored
                 else:
                     queue.append((child_key, child))
+        if found.violation is not None:
+            return fail(key, *found.violation)
+    if seen is not None:
+        seen.update(parents)
     result.seconds = time.monotonic() - started
     return result
 
 
+def path_to(parents: Any, key: bytes) -> list[Any]:
+    """The operations from the initial state to `key` (parents: key -> (parent key, operation))."""
+    ops: list[Any] = []
+    while True:
+        parent, op = parents[key]
+        if parent is None or op is None:
+            return ops[::-1]
+        ops.append(op)
+        key = parent
+
+
 def replay(spec: Any, ops: Sequence[Any], factory: Optional[Callable[..., Any]] = None,
            layout: Optional[Layout] = None) -> list[str]:
-    """Apply `ops` in order; the problems of the first operation that has any (empty: none)."""
+    """Apply `ops` in order; the problems of the first operation that has any (empty: none), the
+    target's invariants checked after each as the search checks them."""
     layout = layout or SEQUENCE
     lock = layout.harness(spec, factory or layout.reference)
     problems: list[str] = list(lock.setup_problems)
     lock.setup_problems = []
-    for op in ops:
+    problems += invariant_problems(lock.target)
+    for op in ops:  # as the search makes them: invariants suspended in the call, checked after it
         if problems:
             break
-        problems = lock.apply(op)
+        with invariants_suspended(lock.target):
+            problems = lock.apply(op)
+        if not problems:
+            problems = invariant_problems(lock.target)
     return problems
 
 
@@ -341,6 +471,22 @@ class CheckReport:
     @property
     def ok(self) -> bool:
         return self.complete and self.counterexample is None
+
+    def add(self, result: ConfigResult) -> bool:
+        """Count a configuration's result in; False when the search should stop (a counterexample, or
+        out of time). The report keeps the shortest counterexample."""
+        self.configs_checked += result.complete
+        self.states += result.states
+        self.beyond += result.beyond
+        self.transitions += result.transitions
+        self.checks += result.checks
+        self.complete &= result.complete
+        if self.largest is None or result.states > self.largest[1]:
+            self.largest = (result.config, result.states)
+        cx = result.counterexample
+        if cx and (self.counterexample is None or len(cx.ops) < len(self.counterexample.ops)):
+            self.counterexample = cx
+        return cx is None and result.complete
 
     @property
     def states_per_second(self) -> float:
@@ -412,10 +558,23 @@ class _Progress:
 
 def check_all(bounds: Any, factory: Optional[Callable[..., Any]] = None, time_budget: Optional[float] = None,
               *, jobs: int = 1, target: Optional[str] = None, progress: bool = False,
-              configs: Optional[Sequence[Any]] = None, layout: Optional[Layout] = None) -> CheckReport:
+              configs: Optional[Sequence[Any]] = None, layout: Optional[Layout] = None,
+              engine: str = "processes", ray_address: Optional[str] = None) -> CheckReport:
     """Check every configuration of `bounds` (or `configs`). With jobs > 1 the configurations are spread
     over worker processes; the factory travels by name (`target`, python:MODULE:FACTORY, derived from a
-    module-level factory; a local one is checked in this process). Stops at the first violation; the report's counterexample is the shortest found."""
+    module-level factory; a local one is checked in this process). Stops at the first violation; the report's counterexample is the shortest found.
+
+    `engine="ray"` searches each configuration over `jobs` Ray workers instead, partitioned by
+    fingerprint (`kvcache_proofs.ray_engine`; Ray at `ray_address`, else a local one): the same
+    verdict, states and shortest counterexample length."""
+    if engine == "ray":
+        from kvcache_proofs import ray_engine
+
+        distributed: CheckReport = ray_engine.check_all_ray(bounds, factory, time_budget, workers=jobs, target=target,
+                                                            address=ray_address, configs=configs, layout=layout)
+        return distributed
+    if engine != "processes":
+        raise ValueError(f"engine is processes or ray, not {engine!r}")
     layout = layout or SEQUENCE
     factory = factory or layout.reference
     specs = list(configs) if configs is not None else bounds.configs()
@@ -430,19 +589,9 @@ def check_all(bounds: Any, factory: Optional[Callable[..., Any]] = None, time_bu
     bar = _Progress(progress, len(specs))
 
     def absorb(result: ConfigResult) -> bool:
-        report.configs_checked += result.complete
-        report.states += result.states
-        report.beyond += result.beyond
-        report.transitions += result.transitions
-        report.checks += result.checks
-        report.complete &= result.complete
-        if report.largest is None or result.states > report.largest[1]:
-            report.largest = (result.config, result.states)
-        cx = result.counterexample
-        if cx and (report.counterexample is None or len(cx.ops) < len(report.counterexample.ops)):
-            report.counterexample = cx
+        go_on = report.add(result)
         bar.update(report.configs_checked, report.states)
-        return cx is None and result.complete
+        return go_on
 
     if jobs <= 1:
         for spec in specs:
@@ -476,6 +625,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--time-budget", type=float, default=None, help="seconds (default: per profile)")
     parser.add_argument("--progress", action="store_true", help="progress on stderr even when not a tty")
     parser.add_argument("--json", metavar="FILE", help="write the report as JSON")
+    parser.add_argument("--engine", choices=ENGINES, default="processes",
+                        help="processes on this machine (default), or ray: each configuration over --jobs Ray "
+                             "workers partitioned by fingerprint (pip install 'kvcache-spec[cluster]')")
+    parser.add_argument("--ray-address", default=None, help="a Ray cluster to join (default: a local Ray)")
+    parser.add_argument("--no-symmetry", action="store_true",
+                        help="--layout cell: the full search, no reduction over renamings of ids")
     try:
         args = parser.parse_args(argv)
     except SystemExit as exit_:
@@ -491,9 +646,14 @@ def main(argv: Optional[list[str]] = None) -> int:
         from kvcache_proofs import cell_model_checker  # imports this module: kept out of its import
 
         bounds, budget = cell_model_checker.PROFILES[args.profile], cell_model_checker.DEFAULT_BUDGET[args.profile]
-        layout = cell_model_checker.layout(bounds)
-    report = check_all(bounds, factory, args.time_budget or budget, jobs=args.jobs or os.cpu_count() or 1,
-                       target=args.target, progress=args.progress or sys.stderr.isatty(), layout=layout)
+        layout = cell_model_checker.layout(bounds, symmetry=not args.no_symmetry)
+    try:
+        report = check_all(bounds, factory, args.time_budget or budget, jobs=args.jobs or os.cpu_count() or 1,
+                           target=args.target, progress=args.progress or sys.stderr.isatty(), layout=layout,
+                           engine=args.engine, ray_address=args.ray_address)
+    except RuntimeError as error:  # the Ray engine without Ray
+        print(f"model checker: {error}", file=sys.stderr)
+        return 2
     print(report.summary())
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import json
 import os
 import signal
@@ -70,6 +71,8 @@ class Profile:
     crosshair_budget: float    # ... and the safety nets (wall seconds; running out is INCOMPLETE)
     mc_budget: float
     jobs: Optional[int]        # None: every core
+    engine: str = "processes"  # the model checkers' engine: processes here, or ray (kvcache_proofs.ray_engine)
+    ray_address: Optional[str] = None  # with ray: a cluster to join (None: a local Ray)
 
 
 PROFILES: dict[str, Profile] = {
@@ -230,9 +233,10 @@ def stage_model_checker(profile: Profile, factory: Callable[..., Any], target: O
 
     jobs = profile.jobs or os.cpu_count() or 1
     report = model_checker.check_all(model_checker.PROFILES[profile.mc_bounds], factory, profile.mc_budget,
-                                     jobs=jobs, target=target, progress=progress)
+                                     jobs=jobs, target=target, progress=progress, engine=profile.engine,
+                                     ray_address=profile.ray_address)
     numbers = {"states": report.states, "configs": f"{report.configs_checked}/{report.configs_total}",
-               "states/s": round(report.states_per_second), "jobs": report.jobs,
+               "states/s": round(report.states_per_second), "jobs": report.jobs, "engine": profile.engine,
                "counterexample": int(report.counterexample is not None),
                "unknown configs": report.configs_total - report.configs_checked if report.counterexample is None else 0}
     if report.counterexample:
@@ -258,7 +262,8 @@ class CellProfile:
 
 
 # Measured pre-merge on this quiet 2-core machine, beside the sequence stages: cell-stateful 8.3 s (100
-# examples), cell-checker 4.8 s on two jobs (2,580 states, 10 configurations), cell-z3 0.1 s.
+# examples), cell-z3 0.1 s; cell-checker (with capacity 5 and 2 ids exhaustive since) 12.5 s on two jobs
+# at load 3 (6,150 canonical states, 11 configurations, 13.9 s of CPU on one job).
 CELL_PROFILES: dict[str, CellProfile] = {
     "quick": CellProfile(stateful_examples=20, mc_bounds="quick", mc_budget=30.0),
     "pre-merge": CellProfile(stateful_examples=100, mc_bounds="pre-merge", mc_budget=120.0),
@@ -266,7 +271,8 @@ CELL_PROFILES: dict[str, CellProfile] = {
 }
 
 
-def stage_cell(name: str, profile_name: str, jobs: Optional[int], progress: bool = False) -> StageResult:
+def stage_cell(name: str, profile_name: str, jobs: Optional[int], progress: bool = False,
+               engine: str = "processes", ray_address: Optional[str] = None) -> StageResult:
     """The cell layout's stages, against the reference kvcache.CellCache."""
     cell = CELL_PROFILES[profile_name]
     started = time.monotonic()
@@ -282,9 +288,10 @@ def stage_cell(name: str, profile_name: str, jobs: Optional[int], progress: bool
         from kvcache_proofs import cell_model_checker
 
         report = cell_model_checker.check_cells(cell.mc_bounds, None, cell.mc_budget,
-                                                jobs=jobs or os.cpu_count() or 1, progress=progress)
+                                                jobs=jobs or os.cpu_count() or 1, progress=progress,
+                                                engine=engine, ray_address=ray_address)
         numbers = {"states": report.states, "configs": f"{report.configs_checked}/{report.configs_total}",
-                   "states/s": round(report.states_per_second), "jobs": report.jobs}
+                   "states/s": round(report.states_per_second), "jobs": report.jobs, "engine": engine}
         verdict = PASS if report.ok else FAIL if report.counterexample else INCOMPLETE
         return StageResult(name, verdict, report.seconds, numbers, "" if report.ok else report.summary())
     from hypothesis import settings
@@ -376,7 +383,8 @@ def run_stage(name: str, profile: Profile, profile_name: str, factory: Callable[
     started = time.monotonic()
     try:
         if name in CELL_STAGES:
-            return stage_cell(name, profile_name, profile.jobs, progress=progress)
+            return stage_cell(name, profile_name, profile.jobs, progress=progress, engine=profile.engine,
+                              ray_address=profile.ray_address)
         if name == "stateful":
             return stage_stateful(profile, factory)
         if name == "crosshair":
@@ -471,6 +479,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--jobs", type=_positive_int, default=None,
                         help="processes to use (default: the profile's, every core); 1 runs the stages one by one")
     parser.add_argument("--progress", action="store_true", help="model checker progress on stderr")
+    parser.add_argument("--engine", choices=("processes", "ray"), default="processes",
+                        help="the model checkers' engine: processes on this machine (default), or ray - each "
+                             "configuration over --jobs Ray workers, partitioned by fingerprint "
+                             "(pip install 'kvcache-spec[cluster]')")
+    parser.add_argument("--ray-address", default=None, help="with --engine ray: a cluster to join (default: a local Ray)")
     return parser
 
 
@@ -516,6 +529,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     profile = PROFILES[args.profile]
     if args.jobs is not None:
         profile = replace(profile, jobs=args.jobs)
+    if args.engine == "ray":
+        if importlib.util.find_spec("ray") is None:
+            print("kvcache verify: --engine ray needs Ray: pip install 'kvcache-spec[cluster]'", file=sys.stderr)
+            return 2
+        profile = replace(profile, engine="ray", ray_address=args.ray_address)
     progress = args.progress or sys.stderr.isatty()
 
     def run(name: str) -> StageResult:

@@ -30,9 +30,9 @@ def pytest_configure(config: pytest.Config) -> None:
     settings.load_profile(os.environ.get("KVCACHE_PROFILE") or ("ci" if os.environ.get("CI") else "dev"))
 
 
-#: Set by CI's upstream stage, which installed torch and executorch: there a skipped test or module is a
-#: failure (a skip for want of them would pass the stage while checking nothing).
-NO_SKIPS = "KVCACHE_REQUIRE_UPSTREAM"
+#: Set by CI's stages that installed an extra (torch and executorch; Ray): there a skipped test or module is
+#: a failure (a skip for want of the extra would pass the stage while checking nothing).
+NO_SKIPS = "KVCACHE_NO_SKIPS"
 _skipped: list[str] = []
 
 

@@ -19,7 +19,7 @@ def test_the_reference_holds_within_the_quick_bounds() -> None:
     report = cmc.check_cells("quick", time_budget=300, jobs=2)
     assert report.ok, report.summary()
     assert report.configs_checked == report.configs_total == len(cmc.PROFILES["quick"].configs())
-    assert report.states > 300 and report.checks > report.states * 15
+    assert report.states > 150 and report.checks > report.states * 15   # canonical states (one per class of renamings)
 
 
 @pytest.mark.parametrize("name, rule_id", [("fork_past_cut", "CELL-"), ("rm_off_by_one", "CELL-"),

@@ -1,0 +1,60 @@
+"""The model checkers' Ray engine (kvcache_proofs.ray_engine) gives the embedded engine's results: the
+same verdicts, states, transitions and checks, and the same shortest counterexample length. Runs only
+where Ray is installed (`pip install 'kvcache-spec[cluster]'`); CI has a stage that installs it."""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import pytest
+
+ray = pytest.importorskip("ray", reason="the Ray engine's tests need Ray: pip install 'kvcache-spec[cluster]'")
+
+from kvcache_proofs import _cell_broken, ray_engine  # noqa: E402 - after the skip
+from kvcache_proofs import cell_model_checker as cmc  # noqa: E402
+from kvcache_proofs.model_checker import check_all, check_config, replay  # noqa: E402
+from kvcache_spec.cell_stateful import CellConfigSpec  # noqa: E402
+
+#: Every broken variant is found within it (not a flat and a windowed layer at capacity 1: see
+#: tests/test_cell_symmetry.py's BROKEN_BOUNDS); the search that holds uses both layer kinds.
+BOUNDS = cmc.CellBounds(groups=((2, 2, (cmc.FLAT, cmc.BOTH)),), max_tokens=2, max_position=3)
+BROKEN_BOUNDS = cmc.CellBounds(groups=((2, 2, (cmc.FLAT,)),), max_tokens=2, max_position=3)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def local_ray() -> Iterator[None]:
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    yield
+    ray.shutdown()
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_search_that_holds_explores_the_same_states(workers: int) -> None:
+    spec = CellConfigSpec(2, (0, 2), 2)
+    embedded = check_config(spec, layout=cmc.layout(BOUNDS))
+    layout = cmc.layout(BOUNDS)
+    distributed = ray_engine.check_config_ray(spec, ray_engine.start(workers, layout, cmc.cell_reference_factory),
+                                              layout)
+    assert embedded.counterexample is None and distributed.counterexample is None and distributed.complete
+    assert ((distributed.states, distributed.transitions, distributed.checks, distributed.beyond)
+            == (embedded.states, embedded.transitions, embedded.checks, embedded.beyond))
+
+
+@pytest.mark.parametrize("name", sorted(_cell_broken.BROKEN))
+def test_a_broken_variant_gets_the_same_shortest_counterexample_length(name: str) -> None:
+    factory: Any = _cell_broken.BROKEN[name]
+    embedded = check_all(BROKEN_BOUNDS, factory, jobs=1, layout=cmc.layout(BROKEN_BOUNDS))
+    distributed = check_all(BROKEN_BOUNDS, factory, jobs=2, engine="ray", layout=cmc.layout(BROKEN_BOUNDS))
+    assert embedded.counterexample is not None and distributed.counterexample is not None, name
+    assert embedded.counterexample.config == distributed.counterexample.config
+    assert len(embedded.counterexample.ops) == len(distributed.counterexample.ops)
+    cx = distributed.counterexample
+    assert replay(cx.config, cx.ops, factory, cmc.layout(BROKEN_BOUNDS))   # the path replays to a failure
+
+
+def test_the_command_runs_on_ray() -> None:
+    """`python -m kvcache_proofs.model_checker --layout cell --engine ray`: the quick profile holds."""
+    from kvcache_proofs import model_checker
+
+    assert model_checker.main(["--layout", "cell", "--profile", "quick", "--jobs", "2", "--engine", "ray",
+                              "--time-budget", "600"]) == 0
