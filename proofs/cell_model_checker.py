@@ -283,6 +283,20 @@ def _renamed_target(target: Any, beta: list[int]) -> tuple[Any, ...]:
 
 def canonical(lock: CellLockstep) -> tuple[tuple[Any, ...], list[int]]:
     """(the state's canonical key, its live ids in canonical order: the first is renamed 0)."""
+    key, orders = _canonical_orders(lock)
+    return key, orders[0]
+
+
+def automorphisms(lock: CellLockstep) -> list[dict[int, int]]:
+    """The renamings that map the state onto itself (its key is the same under each), as maps of the
+    live ids; the identity first. A transition and its image under one of them lead to related states
+    and are checked alike (SPEC.md 7.6), so `transitions` makes one of each such set."""
+    _, orders = _canonical_orders(lock)
+    return [dict(zip(orders[0], order)) for order in orders]
+
+
+def _canonical_orders(lock: CellLockstep) -> tuple[tuple[Any, ...], list[list[int]]]:
+    """(the canonical key, every order of the live ids that gives it: the first is `canonical`'s)."""
     state = lock.state
     where = {held[1]: cell for cell, held in enumerate(state.written) if held is not None}
     forward = state.forward
@@ -291,7 +305,7 @@ def canonical(lock: CellLockstep) -> tuple[tuple[Any, ...], list[int]]:
                  for s, past in state.histories}
     target = lock.target
     if not _renameable(lock):
-        return ("as-is", lock.key()), sorted(signature)
+        return ("as-is", lock.key()), [sorted(signature)]
     live = sorted(signature, key=signature.__getitem__)
     dead = [s for s in range(lock.spec.max_seqs) if s not in signature]
     live_contents = {content for _, past in state.histories for _, content in past}
@@ -300,7 +314,8 @@ def canonical(lock: CellLockstep) -> tuple[tuple[Any, ...], list[int]]:
         return (held[0], where[held[1]]) if held is not None and held[1] in live_contents else None
 
     pools = tuple(tuple(canon(held) for held in pool) for pool in lock.pools)
-    best: Optional[tuple[tuple[Any, ...], list[int]]] = None
+    best: Optional[tuple[Any, ...]] = None
+    orders: list[list[int]] = []
     groups = [list(group) for _, group in itertools.groupby(live, key=signature.__getitem__)]
     for choice in itertools.product(*(itertools.permutations(group) for group in groups)):
         order = [s for group in choice for s in group]
@@ -310,16 +325,18 @@ def canonical(lock: CellLockstep) -> tuple[tuple[Any, ...], list[int]]:
         try:
             renamed = _renamed_target(target, beta)
         except (IndexError, KeyError, TypeError):  # not the reference's tables after all: no renaming
-            return ("as-is", lock.key()), sorted(signature)
-        if best is None or renamed < best[0]:
-            best = (renamed, order)
+            return ("as-is", lock.key()), [sorted(signature)]
+        if best is None or renamed < best:
+            best, orders = renamed, [order]
+        elif renamed == best:   # a tie: the renaming from orders[0] to this order is an automorphism
+            orders.append(order)
     assert best is not None
-    renamed, order = best
+    order = orders[0]
     beta_forward = {old: new for new, old in enumerate(order)}
     return (("renamed", tuple(signature[s][0] for s in order),
              None if forward is None else (tuple(beta_forward[s] for s in forward.seq_ids), forward.positions,
                                            forward.cells, forward.served),
-             pools, renamed), order)
+             pools, best), orders)
 
 
 def canonical_key(lock: CellLockstep) -> tuple[Any, ...]:
@@ -333,7 +350,7 @@ def _plain_key(lock: CellLockstep) -> tuple[Any, ...]:
 def layout(bounds: CellBounds, symmetry: bool = True) -> Layout:
     """The cell layout's search; `symmetry` (the default) explores one state per class of id renamings."""
     return Layout("cell", "kvcache_spec.cell_stateful", _cell_harness, "CellLockstep", cell_reference_factory,
-                  _Transitions(bounds), checks, max_depth=bounds.max_depth,
+                  _Transitions(bounds, symmetry), checks, max_depth=bounds.max_depth,
                   key=canonical_key if symmetry else _plain_key)
 
 
@@ -342,16 +359,40 @@ class _Transitions:
     """The transitions within `bounds`, as a picklable callable (the layout travels to worker processes)."""
 
     bounds: CellBounds
+    symmetry: bool = True
 
     def __call__(self, lock: CellLockstep) -> Iterator[Call]:
-        return transitions(lock, self.bounds.max_tokens, self.bounds.governing(lock.spec)[1])
+        calls = transitions(lock, self.bounds.max_tokens, self.bounds.governing(lock.spec)[1])
+        return one_per_orbit(calls, automorphisms(lock)) if self.symmetry else calls
+
+
+def _renamed_call(call: Call, pi: dict[int, int]) -> Call:
+    """`call` with its sequence ids renamed by pi (the verbs that take ids; the others are unchanged)."""
+    if call.verb in ("seq_clone", "seq_rm"):
+        return Call(call.verb, (pi[call.args[0]], *call.args[1:]))
+    if call.verb == "declare_step":
+        return Call(call.verb, ([pi[s] for s in call.args[0]],))
+    return call
+
+
+def one_per_orbit(calls: Iterator[Call], symmetries: list[dict[int, int]]) -> Iterator[Call]:
+    """The calls, but of those that the state's automorphisms map onto each other only the first made
+    (transitions are made in a fixed order, so the choice is the same in every related state)."""
+    if len(symmetries) == 1:   # the identity alone: the common case
+        yield from calls
+        return
+    made: set[str] = set()
+    for call in calls:
+        if not any(repr(_renamed_call(call, pi)) in made for pi in symmetries[1:]):
+            yield call
+        made.add(repr(call))
 
 
 def check_cells(profile: str = "pre-merge", factory: Optional[CellFactory] = None,
                 time_budget: Optional[float] = None, *, jobs: int = 1, target: Optional[str] = None,
                 progress: bool = False, symmetry: bool = True, engine: str = "processes",
-                ray_address: Optional[str] = None) -> Any:
+                ray_address: Optional[str] = None, ray_partition_from: Optional[int] = None) -> Any:
     bounds = PROFILES[profile]
     return check_all(bounds, factory, DEFAULT_BUDGET[profile] if time_budget is None else time_budget,
                      jobs=jobs, target=target, progress=progress, layout=layout(bounds, symmetry),
-                     engine=engine, ray_address=ray_address)
+                     engine=engine, ray_address=ray_address, ray_partition_from=ray_partition_from)

@@ -814,7 +814,8 @@ def run_gate(budget_seconds: float = DEFAULT_BUDGET_SECONDS, *, package: str = D
              per_condition_timeout: Optional[float] = None, select: Optional[str] = None,
              sequence_cache: str = DEFAULT_SEQUENCE_CACHE, cell_cache: Optional[str] = None,
              cache_condition_timeout: float = CACHE_CONDITION_TIMEOUT,
-             max_iterations: int = DEFAULT_MAX_ITERATIONS) -> GateResult:
+             max_iterations: int = DEFAULT_MAX_ITERATIONS, engine: str = "processes",
+             ray_address: Optional[str] = None) -> GateResult:
     """Inventory `package`'s contracts, analyse the in-scope ones with CrossHair, judge them all.
 
     `budget_seconds` is wall clock for the whole gate: targets still running when it is spent are
@@ -824,7 +825,9 @@ def run_gate(budget_seconds: float = DEFAULT_BUDGET_SECONDS, *, package: str = D
     selective gate never passes. `scope` defaults to `scope_for(sequence_cache, package)`; SequenceCache's
     conditions get `cache_condition_timeout` CPU seconds each (per path too), per layer shape for the
     SPLIT_CACHE_TARGETS. `max_iterations` bounds the paths per condition (and per shape): the work
-    bound that decides; the time limits are safety nets whose expiry ends a row unknown.
+    bound that decides; the time limits are safety nets whose expiry ends a row unknown. `engine="ray"`
+    fans the analyses out over Ray (at `ray_address`, else a local one) instead of `workers` processes
+    here: the same jobs, each in a worker process of its own.
     """
     started = time.perf_counter()
     if importlib.util.find_spec("crosshair") is None:  # not imported here: see _warm_up
@@ -867,7 +870,7 @@ def run_gate(budget_seconds: float = DEFAULT_BUDGET_SECONDS, *, package: str = D
     results, run_problems = _run_tasks(tasks, condition_timeout, path_timeout, workers,
                                        deadline=started + budget_seconds, package=package,
                                        cache_timeout=cache_condition_timeout, inventoried=inventoried,
-                                       max_iterations=max_iterations)
+                                       max_iterations=max_iterations, engine=engine, ray_address=ray_address)
     problems += run_problems
     by_key = {(r.target, r.line): r for r in results}
     rows: list[Row] = []
@@ -909,7 +912,8 @@ def _why_not_run(obligation: Obligation, results: Sequence[ConditionResult], run
 def _run_tasks(tasks: Sequence[tuple[str, int]], condition_timeout: float, path_timeout: float, workers: int,
                deadline: float, package: str = DEFAULT_PACKAGE, cache_timeout: float = CACHE_CONDITION_TIMEOUT,
                inventoried: Optional[dict[str, set[int]]] = None,
-               max_iterations: int = 0) -> tuple[list[ConditionResult], list[str]]:
+               max_iterations: int = 0, engine: str = "processes",
+               ray_address: Optional[str] = None) -> tuple[list[ConditionResult], list[str]]:
     """Analyse each (target, condition line) in its own process, `workers` at a time, until `deadline`;
     plus, per target, one task for the conditions CrossHair adds beyond the inventory (`inventoried`:
     every inventoried line per target, in scope or not). SequenceCache targets are analysed from the
@@ -949,6 +953,11 @@ def _run_tasks(tasks: Sequence[tuple[str, int]], condition_timeout: float, path_
         jobs.append((f"{target} (other conditions)",
                      (target, *timeouts(target), None, frozenset(known[target]), None, max_iterations)))
     needs_plugin = any(_is_cache_target(target, package) or _is_cell_target(target, package) for target in known)
+    if engine == "ray":
+        results, problems = _run_on_ray(jobs, deadline, package if needs_plugin else None, ray_address)
+        return _merge_shapes(results), problems
+    if engine != "processes":
+        raise ValueError(f"engine is processes or ray, not {engine!r}")
     context = multiprocessing.get_context("fork")
     receiver, sender = context.Pipe(duplex=False)
     with default_sigterm():
@@ -987,6 +996,49 @@ def _merge_shapes(results: list[ConditionResult]) -> list[ConditionResult]:
                                                                previous.seconds + result.seconds, detail,
                                                                previous.condition, previous.paths + result.paths)
     return list(merged.values())
+
+
+def _analyse_in_a_ray_worker(plugin_package: Optional[str], args: tuple[Any, ...]) -> list[ConditionResult]:
+    """One job in a Ray worker process that runs nothing else (max_calls=1: CrossHair alters icontract
+    in the process that imports it, as in the zygote's workers)."""
+    import crosshair.core_and_libs  # noqa: F401
+
+    if plugin_package is not None:
+        from kvcache_proofs import _crosshair_plugin
+
+        _crosshair_plugin.register(plugin_package)
+    return analyse_target(*args)
+
+
+def _run_on_ray(jobs: Sequence[tuple[str, tuple[Any, ...]]], deadline: float, plugin_package: Optional[str],
+                address: Optional[str]) -> tuple[list[ConditionResult], list[str]]:
+    """`_zygote`'s work on Ray: every job a task in a fresh worker process (with PYTHONHASHSEED=0, as
+    verify runs the gate), as many at once as the cluster has CPUs; a job still running at `deadline`
+    is cancelled and reported as the zygote reports it."""
+    try:
+        import ray
+    except ImportError as error:
+        raise RuntimeError("the Ray engine needs Ray: pip install 'kvcache-spec[cluster]'") from error
+    if not ray.is_initialized():
+        ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    analyse = ray.remote(num_cpus=1, max_calls=1)(_analyse_in_a_ray_worker).options(
+        runtime_env={"env_vars": {"PYTHONHASHSEED": "0"}})
+    pending = [(name, analyse.remote(plugin_package, args)) for name, args in jobs]
+    results: list[ConditionResult] = []
+    problems: list[str] = []
+    try:
+        for name, handle in pending:
+            try:
+                found: list[ConditionResult] = ray.get(handle, timeout=max(0.0, deadline - time.perf_counter()))
+                results.extend(found)
+            except ray.exceptions.GetTimeoutError:
+                problems.append(f"{BUDGET_PROBLEM} before {name} finished")
+            except Exception as error:  # noqa: BLE001 - a worker that died
+                problems.append(f"worker for {name} failed: {type(error).__name__}: {error}")
+    finally:
+        for _, handle in pending:
+            ray.cancel(handle, force=True)
+    return results, problems
 
 
 def _zygote(jobs: Sequence[tuple[str, tuple[Any, ...]]], workers: int, deadline: float, sender: Any,
@@ -1049,6 +1101,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--analyse-cell", action="append", default=[], metavar="METHOD",
                         help="analyse this CellCache method of CELL_OUT_OF_FULL anyway (with --cell-cache full; "
                              "repeatable): to measure it")
+    parser.add_argument("--engine", choices=("processes", "ray"), default="processes",
+                        help="where the analyses run: --workers processes here (default), or Ray tasks "
+                             "(pip install 'kvcache-spec[cluster]')")
+    parser.add_argument("--ray-address", default=None, help="with --engine ray: a cluster to join (default: a local Ray)")
     parser.add_argument("-v", "--verbose", action="store_true", help="list every out-of-scope obligation")
     args = parser.parse_args(list(argv) if argv is not None else None)
     needs = missing_line("verify", "python -m kvcache_proofs.crosshair_gate")
@@ -1065,9 +1121,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                           per_condition_timeout=args.per_condition_timeout, select=args.select,
                           sequence_cache=args.sequence_cache, cell_cache=args.cell_cache,
                           cache_condition_timeout=args.cache_condition_timeout,
-                          max_iterations=args.max_iterations)
+                          max_iterations=args.max_iterations, engine=args.engine, ray_address=args.ray_address)
     except ImportError as error:
         print(f"crosshair gate: cannot import {error}", file=sys.stderr)
+        return 2
+    except RuntimeError as error:  # the Ray engine without Ray
+        print(f"crosshair gate: {error}", file=sys.stderr)
         return 2
     print(result.table(verbose=args.verbose))
     return EXIT_CODES[result.verdict]

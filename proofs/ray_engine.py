@@ -11,8 +11,12 @@ holds explores exactly the same states, transitions and checks. A counterexample
 asking each state's owner for its parent.
 
 `ray.init()` starts a local Ray, or joins a cluster with an address (`--ray-address`, or the
-RAY_ADDRESS environment variable). The configurations are searched one after another, smallest first,
-each over every worker.
+RAY_ADDRESS environment variable). Configurations fan out: each is one Ray task running the embedded
+search (`model_checker.check_config`), as many at once as the cluster has CPUs, smallest first - the
+many small and middle configurations of a profile need no partitioning, and a task per configuration
+has no per-level synchronisation. Configurations of at least `partition_from` cells (`--ray-partition-from`)
+are searched after them, one at a time, each partitioned over `workers` actors as above: the reach for
+one configuration larger than a machine. Either way the results are the embedded engine's.
 """
 
 from __future__ import annotations
@@ -20,7 +24,8 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Optional, Sequence
 
-from .model_checker import CheckReport, ConfigResult, Counterexample, Layout, SEQUENCE, admit, expand, root_state
+from .model_checker import (CheckReport, ConfigResult, Counterexample, Layout, SEQUENCE, admit, check_config, expand,
+                            root_state)
 
 
 def _owner(key: bytes, workers: int) -> int:
@@ -166,10 +171,37 @@ def check_config_ray(spec: Any, partitions: list[Any], layout: Layout,
         result.seconds = time.monotonic() - started
 
 
+def _search_whole(spec: Any, factory: Callable[..., Any], wall_deadline: Optional[float], layout: Layout) -> ConfigResult:
+    """One configuration's embedded search, in a Ray task (the deadline travels as wall-clock time)."""
+    deadline = None if wall_deadline is None else time.monotonic() + (wall_deadline - time.time())
+    return check_config(spec, factory, deadline, layout)
+
+
+def _fan_out(specs: Sequence[Any], factory: Callable[..., Any], deadline: Optional[float], layout: Layout,
+             report: CheckReport) -> bool:
+    """Every configuration of `specs` as its own Ray task; False once one has a counterexample (the
+    others are cancelled). Results are added smallest configuration first, as the embedded engine adds
+    them, so the report's first counterexample is the same one."""
+    ray = _import_ray()
+    search = ray.remote(num_cpus=1)(_search_whole)
+    wall_deadline = None if deadline is None else time.time() + (deadline - time.monotonic())
+    pending = [search.remote(spec, factory, wall_deadline, layout) for spec in specs]
+    try:
+        for handle in pending:
+            if not report.add(ray.get(handle)):
+                return False
+        return True
+    finally:
+        for handle in pending:
+            ray.cancel(handle, force=True)
+
+
 def check_all_ray(bounds: Any, factory: Optional[Callable[..., Any]] = None, time_budget: Optional[float] = None,
                   *, workers: int = 2, target: Optional[str] = None, address: Optional[str] = None,
-                  configs: Optional[Sequence[Any]] = None, layout: Optional[Layout] = None) -> CheckReport:
-    """`model_checker.check_all` on Ray: each configuration, smallest first, over `workers` actors."""
+                  configs: Optional[Sequence[Any]] = None, layout: Optional[Layout] = None,
+                  partition_from: Optional[int] = None) -> CheckReport:
+    """`model_checker.check_all` on Ray: the configurations of fewer than `partition_from` cells (all,
+    when None) fanned out as one task each; then each larger one, smallest first, over `workers` actors."""
     ray = _import_ray()
     layout = layout or SEQUENCE
     factory = factory or layout.reference
@@ -183,15 +215,18 @@ def check_all_ray(bounds: Any, factory: Optional[Callable[..., Any]] = None, tim
     report = CheckReport(bounds, name, len(specs), jobs=workers)
     started = time.monotonic()
     deadline = None if time_budget is None else started + time_budget
-    partitions = start(workers, layout, factory)
-    try:
-        for spec in specs:
-            result = check_config_ray(spec, partitions, layout, deadline)
-            if not report.add(result):
-                break
-    finally:
-        for partition in partitions:
-            ray.kill(partition)
+    whole = [spec for spec in specs if partition_from is None or spec.capacity < partition_from]
+    partitioned = [spec for spec in specs if spec not in whole]
+    if _fan_out(whole, factory, deadline, layout, report) and partitioned:
+        partitions = start(workers, layout, factory)
+        try:
+            for spec in partitioned:
+                result = check_config_ray(spec, partitions, layout, deadline)
+                if not report.add(result):
+                    break
+        finally:
+            for partition in partitions:
+                ray.kill(partition)
     report.complete &= report.configs_checked == len(specs) or report.counterexample is not None
     report.seconds = time.monotonic() - started
     return report

@@ -165,7 +165,8 @@ try:
     from kvcache_proofs import crosshair_gate
     result = crosshair_gate.run_gate(budget_seconds=float(sys.argv[1]), sequence_cache=sys.argv[2],
                                      max_iterations=int(sys.argv[3]), workers=int(sys.argv[4]),
-                                     cell_cache=sys.argv[5])
+                                     cell_cache=sys.argv[5], engine=sys.argv[6],
+                                     ray_address=sys.argv[7] or None)
 except ImportError as error:
     print(json.dumps({"import_error": str(error)}))
     sys.exit(0)
@@ -181,7 +182,8 @@ def stage_crosshair(profile: Profile, factory: Callable[..., Any]) -> StageResul
     # Its own process group (the gate forks a pool of workers), killed whole if verify stops early.
     with subprocess.Popen([sys.executable, "-c", _CROSSHAIR_CHILD, str(profile.crosshair_budget),
                            profile.crosshair_cache_scope, str(profile.crosshair_max_iterations),
-                           str(profile.jobs or os.cpu_count() or 1), profile.crosshair_cell_scope],
+                           str(profile.jobs or os.cpu_count() or 1), profile.crosshair_cell_scope, profile.engine,
+                           profile.ray_address or ""],
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
                           preexec_fn=die_with_parent, env={**os.environ, "PYTHONHASHSEED": "0"}) as process:
         try:
@@ -480,8 +482,8 @@ def _parser() -> argparse.ArgumentParser:
                         help="processes to use (default: the profile's, every core); 1 runs the stages one by one")
     parser.add_argument("--progress", action="store_true", help="model checker progress on stderr")
     parser.add_argument("--engine", choices=("processes", "ray"), default="processes",
-                        help="the model checkers' engine: processes on this machine (default), or ray - each "
-                             "configuration over --jobs Ray workers, partitioned by fingerprint "
+                        help="where the model checkers and the CrossHair gate run: processes on this machine "
+                             "(default), or ray - each configuration and each CrossHair analysis a Ray task "
                              "(pip install 'kvcache-spec[cluster]')")
     parser.add_argument("--ray-address", default=None, help="with --engine ray: a cluster to join (default: a local Ray)")
     return parser

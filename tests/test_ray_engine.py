@@ -1,5 +1,6 @@
 """The model checkers' Ray engine (kvcache_proofs.ray_engine) gives the embedded engine's results: the
-same verdicts, states, transitions and checks, and the same shortest counterexample length. Runs only
+same verdicts, states, transitions and checks, and the same shortest counterexample length, whether a
+configuration is one Ray task or partitioned over the workers by fingerprint. Runs only
 where Ray is installed (`pip install 'kvcache-spec[cluster]'`); CI has a stage that installs it."""
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ def test_a_search_that_holds_explores_the_same_states(workers: int) -> None:
 def test_a_broken_variant_gets_the_same_shortest_counterexample_length(name: str) -> None:
     factory: Any = _cell_broken.BROKEN[name]
     embedded = check_all(BROKEN_BOUNDS, factory, jobs=1, layout=cmc.layout(BROKEN_BOUNDS))
-    distributed = check_all(BROKEN_BOUNDS, factory, jobs=2, engine="ray", layout=cmc.layout(BROKEN_BOUNDS))
+    distributed = check_all(BROKEN_BOUNDS, factory, jobs=2, engine="ray", layout=cmc.layout(BROKEN_BOUNDS),
+                            ray_partition_from=1)   # every configuration partitioned over the 2 workers
     assert embedded.counterexample is not None and distributed.counterexample is not None, name
     assert embedded.counterexample.config == distributed.counterexample.config
     assert len(embedded.counterexample.ops) == len(distributed.counterexample.ops)
@@ -58,3 +60,42 @@ def test_the_command_runs_on_ray() -> None:
 
     assert model_checker.main(["--layout", "cell", "--profile", "quick", "--jobs", "2", "--engine", "ray",
                               "--time-budget", "600"]) == 0
+
+
+@pytest.mark.parametrize("partition_from", [None, 2])
+def test_configurations_fan_out_with_the_embedded_results(partition_from: Any) -> None:
+    """Every configuration one Ray task (None), or those of 2 cells and more partitioned over the workers
+    after the others (2): the embedded engine's configurations, states, transitions, checks and depth
+    overruns, configuration by configuration."""
+    layout = cmc.layout(BOUNDS)
+    embedded = check_all(BOUNDS, jobs=1, layout=layout)
+    distributed = check_all(BOUNDS, jobs=2, engine="ray", layout=layout, ray_partition_from=partition_from)
+    assert embedded.ok and distributed.ok and distributed.configs_checked == embedded.configs_checked == len(BOUNDS.configs())
+    assert ((distributed.states, distributed.transitions, distributed.checks, distributed.beyond)
+            == (embedded.states, embedded.transitions, embedded.checks, embedded.beyond))
+
+
+def test_a_fanned_out_search_stops_at_the_first_counterexample_with_the_embedded_length() -> None:
+    factory: Any = _cell_broken.BROKEN[sorted(_cell_broken.BROKEN)[0]]
+    embedded = check_all(BROKEN_BOUNDS, factory, jobs=1, layout=cmc.layout(BROKEN_BOUNDS))
+    distributed = check_all(BROKEN_BOUNDS, factory, jobs=2, engine="ray", layout=cmc.layout(BROKEN_BOUNDS))
+    assert embedded.counterexample is not None and distributed.counterexample is not None
+    assert distributed.counterexample.config == embedded.counterexample.config
+    assert len(distributed.counterexample.ops) == len(embedded.counterexample.ops)
+
+
+def test_the_crosshair_gate_fans_out_on_ray_with_the_same_rows() -> None:
+    """The gate's analyses as Ray tasks (CrossHair in worker processes of their own, the cell plugin
+    registered there): every row's status and path count as with the gate's own processes (the cell
+    scope `fast`: free_cells' postcondition, from the plugin's symbolic cell state)."""
+    from kvcache_proofs import crosshair_gate as gate
+
+    def rows(engine: str) -> dict[tuple[str, int], tuple[str, int]]:
+        result = gate.run_gate(300.0, sequence_cache="none", cell_cache="fast", engine=engine,
+                               select="kvcache._cells.CellCache.free_cells")
+        assert not result.problems, result.problems
+        return {row.obligation.key: (row.status, row.paths) for row in result.rows if row.status != gate.NOT_RUN}
+
+    here, on_ray = rows("processes"), rows("ray")
+    assert here and on_ray == here
+    assert all(status == gate.CONFIRMED and paths > 0 for status, paths in on_ray.values()), on_ray
