@@ -111,6 +111,25 @@ def test_renaming_ids_keeps_the_free_ids_in_order() -> None:
     assert cmc.canonical_key(alone) == cmc.canonical_key(hole)
 
 
+def test_a_transition_is_made_once_per_orbit_of_the_states_automorphisms() -> None:
+    """Two empty sequences are alike: swapping them maps the state onto itself, so of each pair of
+    transitions that the swap exchanges (seq_rm of 0 or of 1, declare_step([0]) or ([1]), [0, 1] or
+    [1, 0]) one is made; a state whose ids differ has the identity alone and keeps every transition."""
+    spec = CellConfigSpec(2, (0,), 3)
+    lock = cmc._cell_harness(spec, cmc.cell_reference_factory)
+    for op in (Call("seq_new"), Call("seq_new")):
+        assert lock.apply(op) == []
+    assert cmc.automorphisms(lock) == [{0: 0, 1: 1}, {0: 1, 1: 0}]
+    every = list(cmc.transitions(lock, 2, 3))
+    made = list(cmc.layout(BOUNDS).transitions(lock))
+    assert [call for call in every if call not in made] == [
+        Call("seq_clone", (1, None)), Call("seq_rm", (1, 0, None)), Call("declare_step", ([1],)),
+        Call("declare_step", ([1, 0],)), Call("declare_step", ([1, 1],))]
+    assert lock.apply(Call("declare_step", ([0],))) == [] and lock.apply(Call("place_step", (0, [0]))) == []
+    assert cmc.automorphisms(lock) == [{0: 0, 1: 1}]
+    assert list(cmc.layout(BOUNDS).transitions(lock)) == list(cmc.transitions(lock, 2, 3))
+
+
 def test_a_target_that_is_not_the_reference_is_never_renamed() -> None:
     """A model-based target (its own tables) keeps its own fingerprint: the canonical form is its key."""
     lock = CellLockstep(CellConfigSpec(2, (0,), 2), cell_model_target.fork_past_cut)
