@@ -1026,18 +1026,21 @@ def _run_on_ray(jobs: Sequence[tuple[str, tuple[Any, ...]]], deadline: float, pl
     pending = [(name, analyse.remote(plugin_package, args)) for name, args in jobs]
     results: list[ConditionResult] = []
     problems: list[str] = []
+    answered: set[int] = set()
     try:
-        for name, handle in pending:
+        for index, (name, handle) in enumerate(pending):
             try:
                 found: list[ConditionResult] = ray.get(handle, timeout=max(0.0, deadline - time.perf_counter()))
+                answered.add(index)
                 results.extend(found)
             except ray.exceptions.GetTimeoutError:
                 problems.append(f"{BUDGET_PROBLEM} before {name} finished")
             except Exception as error:  # noqa: BLE001 - a worker that died
                 problems.append(f"worker for {name} failed: {type(error).__name__}: {error}")
     finally:
-        for _, handle in pending:
-            ray.cancel(handle, force=True)
+        from kvcache_proofs.ray_engine import cancel_unfinished
+
+        cancel_unfinished([handle for index, (_, handle) in enumerate(pending) if index not in answered])
     return results, problems
 
 

@@ -186,14 +186,27 @@ def _fan_out(specs: Sequence[Any], factory: Callable[..., Any], deadline: Option
     search = ray.remote(num_cpus=1)(_search_whole)
     wall_deadline = None if deadline is None else time.time() + (deadline - time.monotonic())
     pending = [search.remote(spec, factory, wall_deadline, layout) for spec in specs]
+    answered = 0
     try:
         for handle in pending:
-            if not report.add(ray.get(handle)):
+            result = ray.get(handle)
+            answered += 1
+            if not report.add(result):
                 return False
         return True
     finally:
-        for handle in pending:
-            ray.cancel(handle, force=True)
+        cancel_unfinished(pending[answered:])
+
+
+def cancel_unfinished(handles: Sequence[Any]) -> None:
+    """Cancel the tasks of `handles` that have not finished (cancelling a finished task trips an
+    internal check of Ray 2.60, which aborts the driver at exit)."""
+    if not handles:
+        return
+    ray = _import_ray()
+    _, unfinished = ray.wait(list(handles), num_returns=len(handles), timeout=0)
+    for handle in unfinished:
+        ray.cancel(handle, force=True)
 
 
 def check_all_ray(bounds: Any, factory: Optional[Callable[..., Any]] = None, time_budget: Optional[float] = None,
