@@ -19,9 +19,10 @@ every verb: dead and out-of-range ids, bools, negatives, p1 < p0, INT_MAX + 1, a
 declaration (a refusal), place_step with nothing declared, mid-forward verbs (CELL-FORWARD), a layer
 served twice, other positions, a wrong count, a position not above the sequence's newest.
 
-Bounds (`CellBounds`, `PROFILES`): small configurations exhaustively; larger ones (capacity 6 with 3
-ids) to a stated depth of calls, every state within it with every check and transition, the states
-past it counted in the report.
+Bounds (`CellBounds`, `PROFILES`): configurations exhaustively (deep: up to capacity 6 with 3 ids, at
+positions below 3); where a group says so, to a stated depth of calls, every state within it with
+every check and transition, the states past it counted in the report (pre-merge's capacity 6 with 3
+ids at positions below 6).
 
 States are explored once per class of id renamings (`canonical`, SPEC.md 7.6): a renaming that maps
 live ids to live ids with the same histories and keeps the free ids in increasing order (what the
@@ -103,16 +104,19 @@ FLAT, WINDOW, BOTH = (0,), (2,), (0, 2)
 #: reachable in at most D calls, with every check and every transition; the report counts the states
 #: past the bound. Reduction by the symmetry (full / reduced states): 1.9x with 2 ids, 2.1x for capacity
 #: 6 with 3 ids at depth 6.
-#: pre-merge: the face2b5 bounds (2,580 states then, 1,127 canonical now: 9.7 s of CPU then, 4.1 s now,
-#: side by side) plus capacity 5 with 2 ids and a window, exhaustive (5,023 states, 15.5 s of CPU): about
+#: pre-merge: the face2b5 bounds (2,580 states then, 1,127 canonical now; side by side, one job, load 2-3,
+#: `proofs/bench_cell_checker.py`: 7.2-8.8 s of CPU then, 2.2-2.8 s now, 2.8-3.6x) plus capacity 5 with 2 ids and a window, exhaustive (5,023 states, 15.5 s of CPU): about
 #: 20 s of CPU, spread over 2 jobs one configuration at a time.
-#: deep: exhaustive up to capacity 5 with 2 ids and capacity 3 with 3 ids, every layer kind, and
-#: capacities 4-6 with 3 ids to depth 8. Measured parts (canonical states, CPU s, load 3-8): capacity 3
-#: with 3 ids 4,730 flat (22 s), 4,730 windowed (23 s), 9,648 flat+windowed (32 s); capacity 5 with 2
-#: ids 39,528 flat (130 s), 39,528 windowed (137 s), 98,720 flat+windowed (244 s); capacity 6 with 3
-#: ids flat to depth 8: 31,599 within the bound, 110,689 past it (177 s); at depth 7 5,294 states (26 s;
-#: 14,033 states before the symmetry, 2.65x). About 2,000-2,700 s of one core in all (estimated from
-#: these parts, not run end to end; an hour is half the safety net).
+#: deep: exhaustive, every layer kind: capacity up to 5 with 2 ids and up to 3 with 3 ids at positions
+#: below 4, and capacities 4-6 with 3 ids at positions below 3 (each sequence holds at most 3 cells, so
+#: filling 6 takes two or three sequences; one sequence filling the pool at positions below 6 is
+#: pre-merge's depth-4 group). Measured (canonical states): capacity 5 with 3 ids 80,847 flat, 80,847
+#: windowed, 214,793 flat+windowed; capacity 6 with 3 ids 382,836 flat and 382,836 windowed (the
+#: model's own state count, found by a model-only search, is the same number). The first 32
+#: configurations, 1,440,654 states, took 2,960 s wall on 2 jobs (load about 3); capacity 6
+#: flat+windowed, about 2.8x flat as at capacity 5 (~1.1 million states), takes about an hour of one
+#: core after them, inside the 4-hour safety net. Growth per added cell at positions below 3 (flat, 3
+#: ids, capacity 4 counted by the model-only search): 13,896 -> 80,847 -> 382,836 (x5.8, x4.7).
 PROFILES: dict[str, CellBounds] = {
     "quick": CellBounds(groups=((2, 2, (FLAT, WINDOW)), (3, 1, (FLAT,))), max_tokens=2, max_position=3),
     "pre-merge": CellBounds(groups=((2, 3, (WINDOW,)), (3, 2, (WINDOW,)), (2, 2, (BOTH,)), (2, (5, 5), (WINDOW,)),
@@ -120,7 +124,7 @@ PROFILES: dict[str, CellBounds] = {
     "deep": CellBounds(groups=((2, 5, (FLAT, WINDOW, BOTH)), (3, 3, (FLAT, WINDOW, BOTH)),
                                (3, (4, 6), (FLAT, WINDOW, BOTH), None, 3)), max_tokens=2, max_position=4),
 }
-DEFAULT_BUDGET = {"quick": 15.0, "pre-merge": 60.0, "deep": 7200.0}
+DEFAULT_BUDGET = {"quick": 15.0, "pre-merge": 60.0, "deep": 14400.0}
 
 
 def _live(lock: CellLockstep) -> list[int]:

@@ -269,7 +269,7 @@ class CellProfile:
 CELL_PROFILES: dict[str, CellProfile] = {
     "quick": CellProfile(stateful_examples=20, mc_bounds="quick", mc_budget=30.0),
     "pre-merge": CellProfile(stateful_examples=100, mc_bounds="pre-merge", mc_budget=120.0),
-    "deep": CellProfile(stateful_examples=1000, mc_bounds="deep", mc_budget=7200.0),
+    "deep": CellProfile(stateful_examples=1000, mc_bounds="deep", mc_budget=14400.0),
 }
 
 
