@@ -111,11 +111,11 @@ FLAT, WINDOW, BOTH = (0,), (2,), (0, 2)
 #: below 4, and capacities 4-6 with 3 ids at positions below 3 (each sequence holds at most 3 cells, so
 #: filling 6 takes two or three sequences; one sequence filling the pool at positions below 6 is
 #: pre-merge's depth-4 group). Measured (canonical states): capacity 5 with 3 ids 80,847 flat, 80,847
-#: windowed, 214,793 flat+windowed; capacity 6 with 3 ids 382,836 flat and 382,836 windowed (the
-#: model's own state count, found by a model-only search, is the same number). The first 32
-#: configurations, 1,440,654 states, took 2,960 s wall on 2 jobs (load about 3); capacity 6
-#: flat+windowed, about 2.8x flat as at capacity 5 (~1.1 million states), takes about an hour of one
-#: core after them, inside the 4-hour safety net. Growth per added cell at positions below 3 (flat, 3
+#: windowed, 214,793 flat+windowed; capacity 6 with 3 ids 382,836 flat, 382,836 windowed (the model's
+#: own state count, found by a model-only search, is the same number) and 1,014,856 flat+windowed. The
+#: whole profile, run end to end (`--profile deep --jobs 2`): holds, 33/33 configurations, 2,455,510
+#: states, 5,313 s wall on 2 jobs, 7,401 s of CPU, 1.1 GB at most (load about 3); the mixed capacity-6
+#: configuration alone about 2,900 s, the last on one job. Growth per added cell at positions below 3 (flat, 3
 #: ids, capacity 4 counted by the model-only search): 13,896 -> 80,847 -> 382,836 (x5.8, x4.7).
 PROFILES: dict[str, CellBounds] = {
     "quick": CellBounds(groups=((2, 2, (FLAT, WINDOW)), (3, 1, (FLAT,))), max_tokens=2, max_position=3),
