@@ -311,10 +311,15 @@ def _renamed_zero(lock: CellLockstep) -> int:
     return canonical(lock)[1][0]
 
 
-def _signatures(state: cm.CellState) -> dict[int, tuple[Any, ...]]:
+def _where(state: cm.CellState) -> dict[int, int]:
+    """content -> the model cell holding it (a content is written once, never moved)."""
+    return {held[1]: cell for cell, held in enumerate(state.written) if held is not None}
+
+
+def _signatures(state: cm.CellState, where: Optional[dict[int, int]] = None) -> dict[int, tuple[Any, ...]]:
     """Each live id's (history as (position, cell) pairs, its roles in the open forward): what a
     renaming must preserve."""
-    where = {held[1]: cell for cell, held in enumerate(state.written) if held is not None}
+    where = _where(state) if where is None else where
     declared = state.forward.seq_ids if state.forward is not None else ()
     return {s: (tuple((p, where[c]) for p, c in past), tuple(k for k, t in enumerate(declared) if t == s))
             for s, past in state.histories}
@@ -324,8 +329,8 @@ def _canonical_orders(lock: CellLockstep) -> tuple[tuple[Any, ...], list[list[in
     """(the canonical key, every order of the live ids that gives it: the first is `canonical`'s)."""
     state = lock.state
     forward = state.forward
-    signature = _signatures(state)
-    where = {held[1]: cell for cell, held in enumerate(state.written) if held is not None}
+    where = _where(state)
+    signature = _signatures(state, where)
     target = lock.target
     if not _renameable(lock):
         return ("as-is", lock.key()), [sorted(signature)]
@@ -399,8 +404,9 @@ def _renamed_call(call: Call, pi: dict[int, int]) -> Call:
 
 
 def one_per_orbit(calls: Iterator[Call], symmetries: list[dict[int, int]]) -> Iterator[Call]:
-    """The calls, but of those that the state's automorphisms map onto each other only the first made
-    (transitions are made in a fixed order, so the choice is the same in every related state)."""
+    """The calls, but of those that the state's automorphisms map onto each other only the first made.
+    Which one is kept does not matter: one state of each class is explored, and every call of an orbit
+    leads to related states (SPEC.md 7.6)."""
     if len(symmetries) == 1:   # the identity alone: the common case
         yield from calls
         return

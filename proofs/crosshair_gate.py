@@ -1015,12 +1015,9 @@ def _run_on_ray(jobs: Sequence[tuple[str, tuple[Any, ...]]], deadline: float, pl
     """`_zygote`'s work on Ray: every job a task in a fresh worker process (with PYTHONHASHSEED=0, as
     verify runs the gate), as many at once as the cluster has CPUs; a job still running at `deadline`
     is cancelled and reported as the zygote reports it."""
-    try:
-        import ray
-    except ImportError as error:
-        raise RuntimeError("the Ray engine needs Ray: pip install 'kvcache-spec[cluster]'") from error
-    if not ray.is_initialized():
-        ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    from kvcache_proofs.ray_engine import cancel_unfinished, connect
+
+    ray = connect(address)
     analyse = ray.remote(num_cpus=1, max_calls=1)(_analyse_in_a_ray_worker).options(
         runtime_env={"env_vars": {"PYTHONHASHSEED": "0"}})
     pending = [(name, analyse.remote(plugin_package, args)) for name, args in jobs]
@@ -1038,8 +1035,6 @@ def _run_on_ray(jobs: Sequence[tuple[str, tuple[Any, ...]]], deadline: float, pl
             except Exception as error:  # noqa: BLE001 - a worker that died
                 problems.append(f"worker for {name} failed: {type(error).__name__}: {error}")
     finally:
-        from kvcache_proofs.ray_engine import cancel_unfinished
-
         cancel_unfinished([handle for index, (_, handle) in enumerate(pending) if index not in answered])
     return results, problems
 

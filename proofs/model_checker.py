@@ -572,11 +572,21 @@ def resolve_target(reference: str) -> Factory:
     return factory
 
 
-def _worker(job: tuple[Any, str, float, Layout]) -> ConfigResult:
+def to_wall_clock(deadline: Optional[float]) -> Optional[float]:
+    """A deadline on this process's monotonic clock as wall-clock time: how it travels to another
+    process or machine (monotonic clocks are not shared), turned back there by `from_wall_clock`."""
+    return None if deadline is None else time.time() + (deadline - time.monotonic())
+
+
+def from_wall_clock(wall_deadline: Optional[float]) -> Optional[float]:
+    """`to_wall_clock`'s inverse, on the receiving process's monotonic clock."""
+    return None if wall_deadline is None else time.monotonic() + (wall_deadline - time.time())
+
+
+def _worker(job: tuple[Any, str, Optional[float], Layout]) -> ConfigResult:
     spec, target, wall_deadline, layout = job
     factory = layout.reference if target == "reference" else resolve_target(target)
-    # the deadline travels as wall-clock time (shared by the processes), checked on the monotonic clock
-    return check_config(spec, factory, time.monotonic() + (wall_deadline - time.time()), layout)
+    return check_config(spec, factory, from_wall_clock(wall_deadline), layout)
 
 
 class _Progress:
@@ -639,7 +649,7 @@ def check_all(bounds: Any, factory: Optional[Callable[..., Any]] = None, time_bu
             if not absorb(check_config(spec, factory, deadline, layout)):
                 break
     else:
-        wall_deadline = time.time() + (1e9 if time_budget is None else time_budget)
+        wall_deadline = to_wall_clock(deadline)
         ctx = multiprocessing.get_context("fork" if sys.platform != "win32" else "spawn")
         with default_sigterm(), ctx.Pool(jobs) as pool:
             # One configuration at a time, smallest first: the largest come last and would serialise on

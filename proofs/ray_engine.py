@@ -25,7 +25,7 @@ import time
 from typing import Any, Callable, Optional, Sequence
 
 from .model_checker import (CheckReport, ConfigResult, Counterexample, Layout, SEQUENCE, admit, check_config, expand,
-                            root_state)
+                            from_wall_clock, root_state, to_wall_clock)
 
 
 def _owner(key: bytes, workers: int) -> int:
@@ -106,6 +106,15 @@ def _import_ray() -> Any:
     return ray
 
 
+def connect(address: Optional[str] = None) -> Any:
+    """The `ray` module, initialised once: a local Ray when `address` is None, else the cluster at
+    `address` (an already initialised Ray is kept as it is)."""
+    ray = _import_ray()
+    if not ray.is_initialized():
+        ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    return ray
+
+
 def start(workers: int, layout: Layout, factory: Callable[..., Any]) -> list[Any]:
     """`workers` Ray actors for a search of `factory`'s targets (Ray must be initialised; the factory
     travels by value, as Ray pickles it)."""
@@ -173,8 +182,7 @@ def check_config_ray(spec: Any, partitions: list[Any], layout: Layout,
 
 def _search_whole(spec: Any, factory: Callable[..., Any], wall_deadline: Optional[float], layout: Layout) -> ConfigResult:
     """One configuration's embedded search, in a Ray task (the deadline travels as wall-clock time)."""
-    deadline = None if wall_deadline is None else time.monotonic() + (wall_deadline - time.time())
-    return check_config(spec, factory, deadline, layout)
+    return check_config(spec, factory, from_wall_clock(wall_deadline), layout)
 
 
 def _fan_out(specs: Sequence[Any], factory: Callable[..., Any], deadline: Optional[float], layout: Layout,
@@ -184,7 +192,7 @@ def _fan_out(specs: Sequence[Any], factory: Callable[..., Any], deadline: Option
     them, so the report's first counterexample is the same one."""
     ray = _import_ray()
     search = ray.remote(num_cpus=1)(_search_whole)
-    wall_deadline = None if deadline is None else time.time() + (deadline - time.monotonic())
+    wall_deadline = to_wall_clock(deadline)
     pending = [search.remote(spec, factory, wall_deadline, layout) for spec in specs]
     answered = 0
     try:
@@ -215,15 +223,12 @@ def check_all_ray(bounds: Any, factory: Optional[Callable[..., Any]] = None, tim
                   partition_from: Optional[int] = None) -> CheckReport:
     """`model_checker.check_all` on Ray: the configurations of fewer than `partition_from` cells (all,
     when None) fanned out as one task each; then each larger one, smallest first, over `workers` actors."""
-    ray = _import_ray()
+    ray = connect(address)
     layout = layout or SEQUENCE
     factory = factory or layout.reference
     if target is None and factory is not layout.reference:
         target = f"python:{getattr(factory, '__module__', '?')}:{getattr(factory, '__qualname__', '?')}"
     name = target or "reference"
-    if not ray.is_initialized():
-        ray.init(address=address, include_dashboard=False, log_to_driver=False,
-                 configure_logging=False)
     specs = list(configs) if configs is not None else bounds.configs()
     report = CheckReport(bounds, name, len(specs), jobs=workers)
     started = time.monotonic()
