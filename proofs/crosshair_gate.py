@@ -827,7 +827,7 @@ def run_gate(budget_seconds: float = DEFAULT_BUDGET_SECONDS, *, package: str = D
     SPLIT_CACHE_TARGETS. `max_iterations` bounds the paths per condition (and per shape): the work
     bound that decides; the time limits are safety nets whose expiry ends a row unknown. `engine="ray"`
     fans the analyses out over Ray (at `ray_address`, else a local one) instead of `workers` processes
-    here: the same jobs, each in a worker process of its own.
+    here: the same jobs, each in a worker process of its own, a batch per node (`_run_on_ray`).
     """
     started = time.perf_counter()
     if importlib.util.find_spec("crosshair") is None:  # not imported here: see _warm_up
@@ -953,21 +953,32 @@ def _run_tasks(tasks: Sequence[tuple[str, int]], condition_timeout: float, path_
         jobs.append((f"{target} (other conditions)",
                      (target, *timeouts(target), None, frozenset(known[target]), None, max_iterations)))
     needs_plugin = any(_is_cache_target(target, package) or _is_cell_target(target, package) for target in known)
+    plugin = package if needs_plugin else None
     if engine == "ray":
-        results, problems = _run_on_ray(jobs, deadline, package if needs_plugin else None, ray_address)
-        return _merge_shapes(results), problems
-    if engine != "processes":
+        results, problems = _run_on_ray(jobs, deadline, plugin, ray_address)
+    elif engine == "processes":
+        results, problems = _run_in_a_zygote(jobs, workers, deadline, plugin)
+    else:
         raise ValueError(f"engine is processes or ray, not {engine!r}")
+    return _merge_shapes(list(results)), list(problems)
+
+
+#: seconds past the deadline for a zygote to stop its workers and answer (it stops them at the deadline)
+ZYGOTE_GRACE = 10.0
+
+
+def _run_in_a_zygote(jobs: Sequence[tuple[str, tuple[Any, ...]]], workers: int, deadline: float,
+                     plugin_package: Optional[str]) -> tuple[list[ConditionResult], list[str]]:
+    """Every job in `_zygote`'s forked workers, `workers` at a time, until `deadline` (perf_counter)."""
     context = multiprocessing.get_context("fork")
     receiver, sender = context.Pipe(duplex=False)
     with default_sigterm():
-        zygote = context.Process(target=_zygote, args=(jobs, workers, deadline, sender,
-                                                       package if needs_plugin else None), name="crosshair-gate")
+        zygote = context.Process(target=_zygote, args=(jobs, workers, deadline, sender, plugin_package),
+                                 name="crosshair-gate")
         zygote.start()
         sender.close()
         try:
-            # The zygote stops its workers at the deadline; the grace covers its own start and reply.
-            if receiver.poll(max(0.0, deadline - time.perf_counter()) + 10.0):
+            if receiver.poll(max(0.0, deadline - time.perf_counter()) + ZYGOTE_GRACE):
                 results, problems = receiver.recv()
             else:
                 results, problems = [], [f"{BUDGET_PROBLEM}: the CrossHair workers did not answer"]
@@ -978,7 +989,7 @@ def _run_tasks(tasks: Sequence[tuple[str, int]], condition_timeout: float, path_
                 zygote.kill()
             zygote.join()
             receiver.close()
-    return _merge_shapes(list(results)), list(problems)
+    return list(results), list(problems)
 
 
 def _merge_shapes(results: list[ConditionResult]) -> list[ConditionResult]:
@@ -998,44 +1009,84 @@ def _merge_shapes(results: list[ConditionResult]) -> list[ConditionResult]:
     return list(merged.values())
 
 
-def _analyse_in_a_ray_worker(plugin_package: Optional[str], args: tuple[Any, ...]) -> list[ConditionResult]:
-    """One job in a Ray worker process that runs nothing else (max_calls=1: CrossHair alters icontract
-    in the process that imports it, as in the zygote's workers)."""
-    import crosshair.core_and_libs  # noqa: F401
+def _run_a_batch(batch: Sequence[tuple[str, tuple[Any, ...]]], workers: int, wall_deadline: float,
+                 plugin_package: Optional[str]) -> tuple[list[ConditionResult], list[str]]:
+    """A Ray task: `batch` on this node, by the gate's own processes engine in a fresh Python process
+    (a zygote imports CrossHair once and forks a worker per job; forking the Ray worker itself, which
+    runs Ray's threads, would not be safe). The deadline travels as wall-clock time."""
+    import os
+    import pickle
+    import subprocess
 
-    if plugin_package is not None:
-        from kvcache_proofs import _crosshair_plugin
+    order = pickle.dumps((list(batch), workers, wall_deadline, plugin_package))
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    wait = max(0.0, wall_deadline - time.time()) + 2 * ZYGOTE_GRACE
+    try:
+        done = subprocess.run([sys.executable, "-c", "import sys; from kvcache_proofs.crosshair_gate import "
+                               "_batch_main; sys.exit(_batch_main())"],
+                              input=order, capture_output=True, env=env, timeout=wait, check=False)
+    except subprocess.TimeoutExpired:
+        return [], [f"{BUDGET_PROBLEM}: the batch of {batch[0][0]} and {len(batch) - 1} more did not answer"]
+    if done.returncode != 0:
+        return [], [f"the batch of {batch[0][0]} and {len(batch) - 1} more failed (exit code {done.returncode}): "
+                    f"{done.stderr.decode(errors='replace').strip().splitlines()[-1:]}"]
+    answer: tuple[list[ConditionResult], list[str]] = pickle.loads(done.stdout)
+    return answer
 
-        _crosshair_plugin.register(plugin_package)
-    return analyse_target(*args)
+
+def _batch_main() -> int:
+    """The child of `_run_a_batch`: read a batch from stdin, run it, write the answer to stdout (as
+    `kvcache_proofs.crosshair_gate`, not `__main__`, so the answer unpickles in the task)."""
+    import pickle
+
+    jobs, workers, wall_deadline, plugin_package = pickle.loads(sys.stdin.buffer.read())
+    deadline = time.perf_counter() + (wall_deadline - time.time())
+    answer = _run_in_a_zygote(jobs, workers, deadline, plugin_package)
+    sys.stdout.buffer.write(pickle.dumps(answer))
+    return 0
+
+
+def _batches(jobs: Sequence[tuple[str, tuple[Any, ...]]], count: int) -> list[list[tuple[str, tuple[Any, ...]]]]:
+    """`jobs` dealt round-robin into at most `count` non-empty batches (neighbouring jobs are of one
+    target and alike in cost, so dealing spreads the cost evenly)."""
+    dealt: list[list[tuple[str, tuple[Any, ...]]]] = [[] for _ in range(max(1, min(count, len(jobs))))]
+    for index, job in enumerate(jobs):
+        dealt[index % len(dealt)].append(job)
+    return [batch for batch in dealt if batch]
 
 
 def _run_on_ray(jobs: Sequence[tuple[str, tuple[Any, ...]]], deadline: float, plugin_package: Optional[str],
-                address: Optional[str]) -> tuple[list[ConditionResult], list[str]]:
-    """`_zygote`'s work on Ray: every job a task in a fresh worker process (with PYTHONHASHSEED=0, as
-    verify runs the gate), as many at once as the cluster has CPUs; a job still running at `deadline`
-    is cancelled and reported as the zygote reports it."""
+                address: Optional[str], batches: Optional[int] = None) -> tuple[list[ConditionResult], list[str]]:
+    """`_run_in_a_zygote`'s work on Ray: one batch per node of the cluster, each a task holding as many
+    CPUs as the smallest node has and running that many CrossHair workers; so CrossHair is imported
+    once per node, not once per job (measured on this 2-core machine: with a task per job the quick
+    profile's gate ran out of its 60 s net, INCOMPLETE; batched it passes in 12 s). A batch still
+    running at `deadline` is reported as the zygote reports it. `batches` (default: one per node) is
+    for tests."""
     from kvcache_proofs.ray_engine import cancel_unfinished, connect
 
     ray = connect(address)
-    analyse = ray.remote(num_cpus=1, max_calls=1)(_analyse_in_a_ray_worker).options(
-        runtime_env={"env_vars": {"PYTHONHASHSEED": "0"}})
-    pending = [(name, analyse.remote(plugin_package, args)) for name, args in jobs]
+    nodes = [node for node in ray.nodes() if node.get("Alive")]
+    cpus = max(1, int(min((node.get("Resources", {}).get("CPU", 1) for node in nodes), default=1)))
+    run = ray.remote(_run_a_batch).options(num_cpus=cpus)
+    wall_deadline = time.time() + (deadline - time.perf_counter())
+    pending = [run.remote(batch, cpus, wall_deadline, plugin_package) for batch in _batches(jobs, batches or len(nodes))]
     results: list[ConditionResult] = []
     problems: list[str] = []
     answered: set[int] = set()
     try:
-        for index, (name, handle) in enumerate(pending):
+        for index, handle in enumerate(pending):
             try:
-                found: list[ConditionResult] = ray.get(handle, timeout=max(0.0, deadline - time.perf_counter()))
+                found, trouble = ray.get(handle, timeout=max(0.0, deadline - time.perf_counter()) + 3 * ZYGOTE_GRACE)
                 answered.add(index)
                 results.extend(found)
+                problems.extend(trouble)
             except ray.exceptions.GetTimeoutError:
-                problems.append(f"{BUDGET_PROBLEM} before {name} finished")
+                problems.append(f"{BUDGET_PROBLEM}: batch {index + 1} of {len(pending)} did not answer")
             except Exception as error:  # noqa: BLE001 - a worker that died
-                problems.append(f"worker for {name} failed: {type(error).__name__}: {error}")
+                problems.append(f"batch {index + 1} of {len(pending)} failed: {type(error).__name__}: {error}")
     finally:
-        cancel_unfinished([handle for index, (_, handle) in enumerate(pending) if index not in answered])
+        cancel_unfinished([handle for index, handle in enumerate(pending) if index not in answered])
     return results, problems
 
 
@@ -1100,7 +1151,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         help="analyse this CellCache method of CELL_OUT_OF_FULL anyway (with --cell-cache full; "
                              "repeatable): to measure it")
     parser.add_argument("--engine", choices=("processes", "ray"), default="processes",
-                        help="where the analyses run: --workers processes here (default), or Ray tasks "
+                        help="where the analyses run: --workers processes here (default), or on Ray, a batch per node "
                              "(pip install 'kvcache-spec[cluster]')")
     parser.add_argument("--ray-address", default=None, help="with --engine ray: a cluster to join (default: a local Ray)")
     parser.add_argument("-v", "--verbose", action="store_true", help="list every out-of-scope obligation")

@@ -483,7 +483,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--progress", action="store_true", help="model checker progress on stderr")
     parser.add_argument("--engine", choices=("processes", "ray"), default="processes",
                         help="where the model checkers and the CrossHair gate run: processes on this machine "
-                             "(default), or ray - each configuration and each CrossHair analysis a Ray task "
+                             "(default), or ray - each configuration a Ray task, the CrossHair analyses a batch per node "
                              "(pip install 'kvcache-spec[cluster]')")
     parser.add_argument("--ray-address", default=None, help="with --engine ray: a cluster to join (default: a local Ray)")
     return parser

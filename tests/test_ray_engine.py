@@ -84,18 +84,33 @@ def test_a_fanned_out_search_stops_at_the_first_counterexample_with_the_embedded
     assert len(distributed.counterexample.ops) == len(embedded.counterexample.ops)
 
 
-def test_the_crosshair_gate_fans_out_on_ray_with_the_same_rows() -> None:
-    """The gate's analyses as Ray tasks (CrossHair in worker processes of their own, the cell plugin
-    registered there): every row's status and path count as with the gate's own processes (the cell
-    scope `fast`: free_cells' postcondition, from the plugin's symbolic cell state)."""
+def test_the_crosshair_gate_fans_out_on_ray_with_the_same_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The gate's analyses in batches, a Ray task each (a zygote per batch: CrossHair imported once per
+    batch, the cell plugin registered there): every row's status and path count as with the gate's own
+    processes, in one batch (one per node) and dealt over two (free_cells' 11 obligations in the full
+    cell scope, from the plugin's symbolic cell state: its postcondition and the invariants)."""
     from kvcache_proofs import crosshair_gate as gate
 
     def rows(engine: str) -> dict[tuple[str, int], tuple[str, int]]:
-        result = gate.run_gate(300.0, sequence_cache="none", cell_cache="fast", engine=engine,
+        result = gate.run_gate(300.0, sequence_cache="none", cell_cache="full", engine=engine,
                                select="kvcache._cells.CellCache.free_cells")
         assert not result.problems, result.problems
         return {row.obligation.key: (row.status, row.paths) for row in result.rows if row.status != gate.NOT_RUN}
 
     here, on_ray = rows("processes"), rows("ray")
-    assert here and on_ray == here
+    assert len(here) >= 2 and on_ray == here
     assert all(status == gate.CONFIRMED and paths > 0 for status, paths in on_ray.values()), on_ray
+    one_batch = gate._run_on_ray
+    monkeypatch.setattr(gate, "_run_on_ray", lambda *args: one_batch(*args, batches=2))
+    assert rows("ray") == here
+
+
+def test_the_gate_deals_its_jobs_into_batches_each_once() -> None:
+    from kvcache_proofs.crosshair_gate import _batches
+
+    jobs = [(f"job {k}", (k,)) for k in range(7)]
+    for count in (1, 2, 3, 7, 9):
+        dealt = _batches(jobs, count)
+        assert len(dealt) == min(count, len(jobs)) and all(dealt)
+        assert sorted(job for batch in dealt for job in batch) == sorted(jobs)
+    assert _batches([], 2) == []
