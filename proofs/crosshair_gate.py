@@ -968,12 +968,14 @@ ZYGOTE_GRACE = 10.0
 
 
 def _run_in_a_zygote(jobs: Sequence[tuple[str, tuple[Any, ...]]], workers: int, deadline: float,
-                     plugin_package: Optional[str]) -> tuple[list[ConditionResult], list[str]]:
-    """Every job in `_zygote`'s forked workers, `workers` at a time, until `deadline` (perf_counter)."""
+                     plugin_package: Optional[str], own_group: bool = False) -> tuple[list[ConditionResult], list[str]]:
+    """Every job in `_zygote`'s forked workers, `workers` at a time, until `deadline` (perf_counter).
+    `own_group`: this process leads a process group of its own (a batch on Ray), which the zygote kills
+    if this process dies."""
     context = multiprocessing.get_context("fork")
     receiver, sender = context.Pipe(duplex=False)
     with default_sigterm():
-        zygote = context.Process(target=_zygote, args=(jobs, workers, deadline, sender, plugin_package),
+        zygote = context.Process(target=_zygote, args=(jobs, workers, deadline, sender, plugin_package, own_group),
                                  name="crosshair-gate")
         zygote.start()
         sender.close()
@@ -1024,7 +1026,8 @@ def _run_a_batch(batch: Sequence[tuple[str, tuple[Any, ...]]], workers: int, wal
     try:
         done = subprocess.run([sys.executable, "-c", "import sys; from kvcache_proofs.crosshair_gate import "
                                "_batch_main; sys.exit(_batch_main())"],
-                              input=order, capture_output=True, env=env, timeout=wait, check=False)
+                              input=order, capture_output=True, env=env, timeout=wait, check=False,
+                              start_new_session=True)
     except subprocess.TimeoutExpired:
         return [], [f"{BUDGET_PROBLEM}: the batch of {batch[0][0]} and {len(batch) - 1} more did not answer"]
     if done.returncode != 0:
@@ -1034,14 +1037,33 @@ def _run_a_batch(batch: Sequence[tuple[str, tuple[Any, ...]]], workers: int, wal
     return answer
 
 
+def _kill_the_group_when_orphaned() -> None:
+    """When this process's parent dies, SIGKILL its whole process group: a batch (`_run_a_batch` starts
+    it in a session of its own) with its zygote and the zygote's workers. So a cancelled Ray task (its
+    worker is killed: ray.cancel(force=True)) or a killed gate leaves no analysis running on to the
+    deadline; whichever of the batch and the zygote outlives its parent does it (Ray may kill a worker's
+    children, not their children)."""
+    import os
+    import signal
+    import threading
+
+    def watch(parent: int = os.getppid()) -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os.killpg(os.getpgrp(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="orphan-watch", daemon=True).start()
+
+
 def _batch_main() -> int:
     """The child of `_run_a_batch`: read a batch from stdin, run it, write the answer to stdout (as
     `kvcache_proofs.crosshair_gate`, not `__main__`, so the answer unpickles in the task)."""
     import pickle
 
+    _kill_the_group_when_orphaned()
     jobs, workers, wall_deadline, plugin_package = pickle.loads(sys.stdin.buffer.read())
     deadline = time.perf_counter() + (wall_deadline - time.time())
-    answer = _run_in_a_zygote(jobs, workers, deadline, plugin_package)
+    answer = _run_in_a_zygote(jobs, workers, deadline, plugin_package, own_group=True)
     sys.stdout.buffer.write(pickle.dumps(answer))
     return 0
 
@@ -1068,7 +1090,7 @@ def _run_on_ray(jobs: Sequence[tuple[str, tuple[Any, ...]]], deadline: float, pl
     ray = connect(address)
     nodes = [node for node in ray.nodes() if node.get("Alive")]
     cpus = max(1, int(min((node.get("Resources", {}).get("CPU", 1) for node in nodes), default=1)))
-    run = ray.remote(_run_a_batch).options(num_cpus=cpus)
+    run = ray.remote(_run_a_batch).options(num_cpus=cpus, max_retries=0)  # a batch that died is reported, not rerun
     wall_deadline = time.time() + (deadline - time.perf_counter())
     pending = [run.remote(batch, cpus, wall_deadline, plugin_package) for batch in _batches(jobs, batches or len(nodes))]
     results: list[ConditionResult] = []
@@ -1091,9 +1113,11 @@ def _run_on_ray(jobs: Sequence[tuple[str, tuple[Any, ...]]], deadline: float, pl
 
 
 def _zygote(jobs: Sequence[tuple[str, tuple[Any, ...]]], workers: int, deadline: float, sender: Any,
-            plugin_package: Optional[str] = None) -> None:
+            plugin_package: Optional[str] = None, own_group: bool = False) -> None:
     """Import CrossHair once (and register the SequenceCache creator of `plugin_package`), then fork one
-    worker per job (`workers` at a time) and report."""
+    worker per job (`workers` at a time) and report (`own_group`: see `_run_in_a_zygote`)."""
+    if own_group:
+        _kill_the_group_when_orphaned()
     import crosshair.core_and_libs  # noqa: F401  (the workers inherit it)
 
     if plugin_package is not None:

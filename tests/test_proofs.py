@@ -512,3 +512,54 @@ def test_module_docstrings_explain_how_to_run() -> None:
     for module in (gate, z3p):
         assert module.__doc__ and "python -m kvcache_proofs." in textwrap.dedent(module.__doc__)
 
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="process groups and reparenting as on Linux (CI's)")
+def test_a_batch_whose_parent_dies_takes_its_whole_process_group_with_it() -> None:
+    """On Ray a batch runs in a session of its own; when its parent (the task's worker) is killed, the
+    batch kills its group - the zygote and its workers - instead of analysing on to the deadline."""
+    import os
+    import time
+
+    batch = textwrap.dedent("""
+        import subprocess, sys, time
+        from kvcache_proofs.crosshair_gate import _kill_the_group_when_orphaned
+        _kill_the_group_when_orphaned()
+        worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+        print(worker.pid, flush=True)
+        time.sleep(120)
+    """)
+    parent = textwrap.dedent(f"""
+        import subprocess, sys, time
+        batch = subprocess.Popen([sys.executable, "-c", {batch!r}], stdout=sys.stdout, start_new_session=True)
+        print(batch.pid, flush=True)
+        time.sleep(120)
+    """)
+    task = subprocess.Popen([sys.executable, "-c", parent], stdout=subprocess.PIPE, text=True)
+    assert task.stdout is not None
+    try:
+        batch_pid, worker_pid = int(task.stdout.readline()), int(task.stdout.readline())
+
+        def alive(pid: int) -> bool:
+            try:
+                with open(f"/proc/{pid}/stat") as stat:
+                    return stat.read().split(") ")[1][0] != "Z"
+            except FileNotFoundError:
+                return False
+
+        assert alive(batch_pid) and alive(worker_pid)
+        task.kill()
+        task.wait()
+        for _ in range(100):
+            if not alive(batch_pid) and not alive(worker_pid):
+                break
+            time.sleep(0.1)
+        assert not alive(batch_pid) and not alive(worker_pid), "the orphaned batch or its worker still runs"
+    finally:
+        task.kill()
+        for pid in locals().get("batch_pid", None), locals().get("worker_pid", None):
+            if pid is not None:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
