@@ -255,64 +255,11 @@ def rejection_problems(what: str, rules: tuple[str, ...], argument: str, outcome
 
 
 def fingerprint_of(target: Any) -> Optional[str]:
-    """A target's whole attribute state, when it has one (a plain object's vars): exactly
-    `repr(vars(target))`, with the repr of a config (immutable) taken from `_config_text`."""
+    """A target's whole attribute state, when it has one (a plain object's vars)."""
     try:
-        attributes = vars(target)
+        return repr(vars(target))
     except TypeError:
         return None
-    configs = [name for name, value in attributes.items() if type(value) is kvcache.CacheConfig]
-    if not configs:
-        return repr(attributes)
-    shown = dict(attributes)
-    for name in configs:
-        shown[name] = _Verbatim(_config_text(shown[name]))
-    return repr(shown)
-
-
-class _Verbatim(str):
-    """A text that is its own repr (a config's, inside the fingerprint's dict)."""
-
-    def __repr__(self) -> str:
-        return str.__str__(self)
-
-
-#: A config's repr, by its leaves (`_config_leaves`). The model checker fingerprints one target some 25
-#: times per state (every check that must change nothing), and the config's repr was 60 % of each.
-_CONFIG_TEXTS: dict[tuple[Any, ...], str] = {}
-_LEAF_TYPES = (int, type(None), kvcache.Kind)
-
-
-def _config_leaves(config: kvcache.CacheConfig) -> Optional[tuple[Any, ...]]:
-    """Every value `repr(config)` shows, and its exact type (so True is not 1 here, nor Kind.FLAT 0): equal
-    leaves, equal reprs. None when a part is not of the exact type it was built with (a config tampered
-    with through `object.__setattr__`): its repr is then taken afresh."""
-    layers = config.layers
-    if type(layers) is not tuple:
-        return None
-    leaves: list[Any] = [config.capacity, config.n_layers, config.initial_capacity, config.max_write,
-                         config.kv_dtype, len(layers)]
-    for layer in layers:
-        policy = getattr(layer, "policy", None)
-        if type(layer) is not kvcache.LayerConfig or type(policy) is not kvcache.LayerPolicy:
-            return None
-        leaves += (policy.kind, policy.window, layer.n_kv_heads, layer.head_dim)
-    types = tuple(map(type, leaves))
-    if not all(kind in _LEAF_TYPES for kind in types):
-        return None
-    return (*leaves, *types)
-
-
-def _config_text(config: kvcache.CacheConfig) -> str:
-    leaves = _config_leaves(config)
-    if leaves is None:
-        return repr(config)
-    text = _CONFIG_TEXTS.get(leaves)
-    if text is None:
-        if len(_CONFIG_TEXTS) >= 256:
-            _CONFIG_TEXTS.clear()
-        text = _CONFIG_TEXTS[leaves] = repr(config)
-    return text
 
 
 _Harness = TypeVar("_Harness")
