@@ -83,11 +83,18 @@ class CellBounds:
 
     def governing(self, spec: CellConfigSpec) -> tuple[Optional[int], int]:
         """(max_depth, max_position) for `spec` (see the class docstring)."""
-        covering = [(group[3] if len(group) > 3 else None, group[4] if len(group) > 4 else self.max_position)
-                    for group in self.groups
+        return self._bound(self.groups[self.governing_group(spec)])
+
+    def governing_group(self, spec: CellConfigSpec) -> int:
+        """The index of the group that governs `spec`: the first exhaustive one covering it, else the
+        covering one with the deepest bound."""
+        covering = [index for index, group in enumerate(self.groups)
                     if spec.max_seqs == group[0] and spec.capacity in _capacities(group) and spec.windows in group[2]]
-        exhaustive = [bound for bound in covering if bound[0] is None]
-        return exhaustive[0] if exhaustive else max(covering, key=lambda bound: bound[0] or 0)
+        exhaustive = [index for index in covering if self._bound(self.groups[index])[0] is None]
+        return exhaustive[0] if exhaustive else max(covering, key=lambda index: self._bound(self.groups[index])[0] or 0)
+
+    def _bound(self, group: Group) -> tuple[Optional[int], int]:
+        return group[3] if len(group) > 3 else None, group[4] if len(group) > 4 else self.max_position
 
     def max_depth(self, spec: CellConfigSpec) -> Optional[int]:
         return self.governing(spec)[0]

@@ -1031,8 +1031,9 @@ def _run_a_batch(batch: Sequence[tuple[str, tuple[Any, ...]]], workers: int, wal
     except subprocess.TimeoutExpired:
         return [], [f"{BUDGET_PROBLEM}: the batch of {batch[0][0]} and {len(batch) - 1} more did not answer"]
     if done.returncode != 0:
+        said = done.stderr.decode(errors="replace").strip().splitlines() or ["(nothing on stderr)"]
         return [], [f"the batch of {batch[0][0]} and {len(batch) - 1} more failed (exit code {done.returncode}): "
-                    f"{done.stderr.decode(errors='replace').strip().splitlines()[-1:]}"]
+                    f"{said[-1]}"]
     answer: tuple[list[ConditionResult], list[str]] = pickle.loads(done.stdout)
     return answer
 

@@ -165,3 +165,35 @@ def test_invariants_are_suspended_in_calls_and_checked_once_per_state() -> None:
     assert cx is not None and len(cx.ops) == 2 and cx.ops[-1].verb == "seq_rm", cx
     assert cx.problems[0].startswith("CELL-USED-END")
     assert replay(spec, cx.ops, _occupied_drift, cmc.layout(BOUNDS)) == cx.problems
+
+
+def test_the_symmetry_report_sums_each_governed_configuration_into_its_group(capsys: pytest.CaptureFixture[str]) -> None:
+    """`python -m kvcache_proofs.symmetry_report`: every configuration counted once, in the group that
+    governs it, reduced and in full; the reduced search never has more states, and both hold."""
+    from kvcache_proofs import symmetry_report
+
+    bounds = cmc.PROFILES["quick"]
+    rows = symmetry_report.measure("quick")
+    assert [row.index for row in rows] == list(range(len(bounds.groups)))
+    assert sum(row.configs for row in rows) == len(bounds.configs())
+    for row in rows:
+        expected = [spec for spec in bounds.configs() if bounds.governing_group(spec) == row.index]
+        assert row.configs == len(expected) > 0
+        assert row.full.states == sum(check_config(spec, None, None, cmc.layout(bounds, symmetry=False)).states
+                                      for spec in expected)
+        assert 0 < row.reduced.states < row.full.states and row.reduction() > 1
+        assert row.reduced.holds and row.full.holds and row.reduced.complete and row.full.complete
+    assert symmetry_report.main(["--profile", "quick", "--groups", "1"]) == 0
+    assert re.search(r"^1 +1 +19 ", capsys.readouterr().out, re.M)
+    with pytest.raises(SystemExit) as usage:
+        symmetry_report.main(["--profile", "quick", "--groups", "7"])
+    assert usage.value.code == 2
+
+
+def test_a_configuration_in_several_groups_is_governed_by_the_first_exhaustive_one() -> None:
+    bounds = cmc.CellBounds(groups=((3, 6, ((0,),), 4, 6), (3, 4, ((0,),)), (3, 5, ((0,),), 2)), max_tokens=2,
+                            max_position=3)
+    governed = {spec.capacity: bounds.governing_group(spec) for spec in bounds.configs()}
+    assert governed == {1: 1, 2: 1, 3: 1, 4: 1, 5: 0, 6: 0}   # exhaustive first, else the deepest bound
+    assert bounds.governing(CellConfigSpec(5, (0,), 3)) == (4, 6)
+    assert bounds.governing(CellConfigSpec(2, (0,), 3)) == (None, 3)
