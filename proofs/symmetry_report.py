@@ -76,21 +76,25 @@ def measure(profile: str, groups: Optional[Sequence[int]] = None, time_budget: f
     return [rows[index] for index in chosen]
 
 
-def describe(group: tuple[Any, ...], max_position: int) -> str:
-    """A group in words: `3 ids, capacity 4-6, flat|window 2|flat+window 2, positions < 3[, depth 4]`."""
-    low, high = group[1] if isinstance(group[1], tuple) else (1, group[1])
+def describe(bounds: Any, index: int) -> str:
+    """Group `index` of `bounds` in words: `3 ids, capacity 4-6, flat|window 2|flat+window 2, positions < 3[, depth 4]`."""
+    from kvcache_proofs.cell_model_checker import _capacities
+
+    group = bounds.groups[index]
+    capacities = _capacities(group)
     kinds = "|".join("+".join("flat" if w == 0 else f"window {w}" for w in windows) for windows in group[2])
-    depth = f", depth {group[3]}" if len(group) > 3 and group[3] is not None else ""
-    position = group[4] if len(group) > 4 else max_position
-    return f"{group[0]} ids, capacity {low}-{high}, {kinds}, positions < {position}{depth}"
+    max_depth, max_position = bounds._bound(group)
+    depth = "" if max_depth is None else f", depth {max_depth}"
+    return (f"{group[0]} ids, capacity {capacities[0]}-{capacities[-1]}, {kinds}, positions < {max_position}"
+            f"{depth}")
 
 
 def table(profile: str, rows: Sequence[GroupRow]) -> str:
     from kvcache_proofs import cell_model_checker as cmc
 
-    max_position = cmc.PROFILES[profile].max_position
+    bounds = cmc.PROFILES[profile]
     lines = [f"symmetry over sequence ids, cell checker, profile {profile} (one job, CPU seconds)", ""]
-    lines += [f"group {row.index}: {describe(row.group, max_position)}" for row in rows]
+    lines += [f"group {row.index}: {describe(bounds, row.index)}" for row in rows]
     lines += ["", f"{'group':<5} {'configs':>7} {'canonical':>10} {'CPU s':>8} {'states/s':>9} "
                   f"{'full':>10} {'CPU s':>8} {'states/s':>9} {'reduction':>9} {'CPU saved':>9}"]
     for row in rows:
