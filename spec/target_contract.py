@@ -38,7 +38,8 @@ its own cache and validates the config (OP-CONFIG: raise to refuse). The object 
 `kvcache_tensors = "torch"`; `k_hist` / `v_hist` may be either (read with `numpy.asarray`, a tensor
 through `.detach().cpu().numpy()`), and `spec` is any object with `kind` (an enum member named, or a
 string equal to, NONE / CAUSAL / EXPLICIT) and, for EXPLICIT, `mask` (bool `[q_len, rows]`). A caller
-error is any exception; there is no subprocess form (the face passes tensors).
+error is any exception. Out of process (`--isolate`, or a `cmd:` target in any language) the same calls
+cross the protocol with tensors as JSON (spec/PROTOCOL.md, "Op-face targets").
 """
 
 from __future__ import annotations

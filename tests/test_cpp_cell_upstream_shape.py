@@ -314,7 +314,7 @@ def test_a_fixed_max_seqs_is_parsed_and_judged_exactly() -> None:
     assert fixed.covers({**CELL_CONFIGS[0], "max_seqs": 64}) and fixed.covers({"capacity": 1})   # absent: 64
     assert fixed.missing(CELL_CONFIGS[0]) == {"max_seqs"}
     assert not scope.parse(["all", "max_seqs=1"], "test").covers({**CELL_CONFIGS[0], "max_seqs": True})
-    assert scope.parse(["all"], "test").full and scope.parse(["all"], "test").covers(CELL_CONFIGS[0])
+    assert scope.parse(["all"], "test").full_for("cell") and scope.parse(["all"], "test").covers(CELL_CONFIGS[0])
     for bad in (["max_seqs=0"], ["max_seqs=65"], ["max_seqs=x"], ["max_seqs=-1"], ["max_seqs=3", "max_seqs=4"]):
         with pytest.raises(scope.ScopeError):
             scope.parse(bad, "test")

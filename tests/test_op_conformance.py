@@ -19,7 +19,7 @@ from kvcache_spec.conformance.cli import main as conformance_main
 from kvcache_spec.conformance.op_engine import Labels
 from kvcache_spec.conformance.op_programs import CELL_CONFIGS, CONTIGUOUS_CONFIGS, op_config
 from kvcache_spec.conformance.suite import CONFORMING, NOT_CONFORMING, replay, report_json, run_suite
-from kvcache_spec.conformance.targets import PythonTarget, TargetError, parse_target
+from kvcache_spec.conformance.targets import PythonTarget, SubprocessTarget, parse_target
 
 STANDIN = "python:tests.op_standin:{}"
 
@@ -233,8 +233,12 @@ def test_the_cli_judges_an_op_target_with_json_and_junit(tmp_path: Path) -> None
     report = json.loads(out.read_text())
     assert code == 1 and report["verdict"] == NOT_CONFORMING and "OP-POS" in junit.read_text()
     assert any("--save-findings" in note for note in report["skipped"])
-    with pytest.raises(TargetError):
-        parse_target(STANDIN.format("cell"), isolate=True)
+    isolated = parse_target(STANDIN.format("cell"), isolate=True)   # served over the protocol (test_op_wire.py)
+    try:
+        isolated.declared_scope()
+        assert isinstance(isolated, SubprocessTarget) and isolated.layout == "op-cell"
+    finally:
+        isolated.close()
 
 
 def test_the_op_configs_are_valid_and_their_layouts_registered() -> None:

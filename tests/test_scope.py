@@ -51,6 +51,16 @@ def test_a_full_scope_lists_nothing_unexercised() -> None:
     assert not any(note.startswith("scope:") for note in result.skipped)
 
 
+def test_what_a_partial_scope_leaves_out_is_read_from_its_own_layouts_vectors() -> None:
+    """A flat-only scope leaves out ring-only sequence bug classes; a cell target's flat vectors exercise
+    every cell rule; the op face has no vectors, so nothing is claimed (before, every layout was read
+    against the sequence vectors, so a cell or op report listed sequence bug classes as left out)."""
+    flat = scopes.parse(["flat"], "test")
+    assert "BUG-WINDOW-OFF-BY-ONE" in scopes.unexercised(flat, [], "sequence")["bug_classes"]
+    assert scopes.unexercised(flat, [], "cell") == {"families": {}, "rules": [], "bug_classes": []}
+    assert scopes.unexercised(flat, [], "op-cell") == {"families": {}, "rules": [], "bug_classes": []}
+
+
 def test_serving_ring_layers_as_flat_is_caught_at_the_border() -> None:
     result = run_suite(PythonTarget(ZOO.format("flat_everywhere")), "quick", seed=0)
     assert set(result.findings) == {(WRONG, "SCOPE-BORDER")}, sorted(result.findings)
@@ -101,7 +111,7 @@ def test_parsing_a_declared_scope(declared: Any, problem: Any) -> None:
             scopes.parse(declared, "test")
     parsed = scopes.parse(["flat", "diagonal"], "test")
     assert parsed.features == {"flat"} and parsed.ignored == ("diagonal",)
-    assert scopes.parse(["all"], "test").full and scopes.parse_text("flat, max_write", "--scope").names() == \
+    assert scopes.parse(["all"], "test").full_for("sequence") and scopes.parse_text("flat, max_write", "--scope").names() == \
         ["flat", "max_write"]
 
 

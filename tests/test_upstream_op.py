@@ -94,3 +94,25 @@ def test_the_released_contiguous_cache_is_judged_inside_its_documented_scope(
             ("lenient", "OP-CONFIG", "create")} <= found, sorted(found)
     assert any(kind == "wrong" and rule == "OP-ATOMIC" for kind, rule, _ in found), sorted(found)
     assert ("wrong", "OP-ATTEND") not in {(kind, rule) for kind, rule, _ in found}
+
+
+@pytest.mark.parametrize("name", ["contiguous", "cell"])
+def test_upstream_out_of_process_gets_the_findings_it_gets_in_process(
+        name: str, cell_report: dict[str, Any], contiguous_report: dict[str, Any]) -> None:
+    """The op face over the protocol (--isolate; spec/PROTOCOL.md, "Op-face targets"): torch tensors and
+    upstream's AttendSpec cross as JSON, and every finding - class, rule, message, steps - is the same."""
+    from kvcache_spec.conformance.targets import parse_target
+
+    target = parse_target(CELL if name == "cell" else CONTIGUOUS, isolate=True, timeout=30.0)
+    try:
+        isolated = report_json(run_suite(target, "quick"), True, False)
+    finally:
+        target.close()
+    inside = cell_report if name == "cell" else contiguous_report
+
+    def findings(report: dict[str, Any]) -> list[tuple[str, str, str, list[Any]]]:
+        return [(f["class"], f["rule"], f["message"], f["steps"]) for f in report["semantic"]["findings"]]
+
+    assert isolated["verdict"] == inside["verdict"] == NOT_CONFORMING
+    assert findings(isolated) == findings(inside)
+    assert isolated["scope"] == inside["scope"] and inside["scope"]["full"] is False   # it leaves out positions

@@ -26,7 +26,7 @@ call can observe them), the CFG-* validation rules for `python:` targets (they r
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 from ..rules import RULES
 from .configs import JsonConfig
@@ -46,6 +46,11 @@ OP_PREFIX = "OP-"
 # Checked only when the target validates configurations itself (cmd: targets get JSON configs).
 CONFIG_VALIDATION = ("CFG-TYPE", "CFG-CAPACITY", "CFG-LAYERS", "CFG-POLICY", "CFG-MAX-WRITE", "CFG-SHAPE",
                      "CFG-INITIAL-CAPACITY")
+# A scope feature (scope.py) -> the rules only it defines: a target whose scope leaves the feature out
+# is never judged on them (the op engine ends a program unjudged at such a refusal), so they cannot be
+# owed. Measured: the op stand-ins without `positions` exercise no OP-POS; without `steps` or
+# `declarations` every rule is still exercised.
+FEATURE_RULES: dict[str, tuple[str, ...]] = {"positions": ("OP-POS",)}
 # An optional method -> the rule only it can show.
 OPTIONAL_RULES = {"depth": "DEPTH", "retained_from": "RETAINED"}
 
@@ -78,14 +83,20 @@ def _layout_rule(rule_id: str, layout: str) -> str:
     return "a rule of the cell layout: this run drives a sequence cache" if rule_id.startswith(CELL_PREFIX) else ""
 
 
-def in_scope(config_validation: bool, optional: frozenset[str], layout: str = "sequence") -> dict[str, str]:
-    """The rules a run must exercise -> '' ; the rules outside its scope -> why."""
+def in_scope(config_validation: bool, optional: frozenset[str], layout: str = "sequence",
+             features: Optional[frozenset[str]] = None) -> dict[str, str]:
+    """The rules a run must exercise -> '' ; the rules outside its scope -> why. `features`: the
+    target's declared scope (scope.py; None: every feature)."""
     scope: dict[str, str] = {}
     for rule in RULES:
+        left_out = [name for name, rules in FEATURE_RULES.items()
+                    if rule.id in rules and features is not None and name not in features]
         if rule.id in OUT_OF_SCOPE:
             scope[rule.id] = OUT_OF_SCOPE[rule.id]
         elif _layout_rule(rule.id, layout):
             scope[rule.id] = _layout_rule(rule.id, layout)
+        elif left_out:
+            scope[rule.id] = f"the target's scope leaves out {left_out[0]!r}: the op engine does not judge it"
         elif rule.id in CONFIG_VALIDATION and not config_validation:
             scope[rule.id] = "config validation: a python: target gets a kvcache.CacheConfig, which validates itself"
         elif any(rule.id == shown and method not in optional for method, shown in OPTIONAL_RULES.items()):

@@ -28,6 +28,7 @@ from .. import op_model
 from . import scope as scopes
 from .configs import JsonConfig, describe
 from .engine import CRASH, LENIENT, OVER_STRICT, WRONG, Finding, RunResult, Step, Stop
+from .op_wire import Unreadable
 from .targets import Outcome, Target, TargetCrash
 
 LABEL_LIMIT = 1 << 24   # float32 holds every integer below it exactly
@@ -361,6 +362,8 @@ class OpEngine:
     def check_answer(self, value: Any, layer: int, attends: list[list[int]]) -> None:
         """OP-HIST, OP-MASK, OP-ATTEND on one update_and_fetch answer."""
         cfg = self.mcfg
+        if isinstance(value, Unreadable):   # a served Python target's answer that had no wire form
+            raise self._fail(WRONG, "OP-HIST", f"update_and_fetch answered what has no wire form: {value.why}")
         try:
             k_value, v_value, spec = value
         except (TypeError, ValueError):

@@ -54,6 +54,14 @@ OP_FEATURES: dict[str, str] = {
     "declarations": "a verb drops a begin_step declaration no layer has used yet (upstream's cell cache keeps it)",
 }
 EVERY_FEATURE: dict[str, str] = {**FEATURES, **OP_FEATURES}
+# The features that make up the whole of each layout's face: a scope holding them all is the whole spec
+# for that layout (an op target without `positions` is partial, a sequence target needs no `mla`).
+LAYOUT_FEATURES: dict[str, frozenset[str]] = {
+    "sequence": frozenset(FEATURES),
+    "cell": frozenset(FEATURES),
+    "op-contiguous": frozenset({"flat", "ring", "mla", "positions", "steps"}),
+    "op-cell": frozenset({"flat", "ring", "mla", "positions", "steps", "declarations"}),
+}
 
 
 def needs(cfg: JsonConfig) -> frozenset[str]:
@@ -84,9 +92,9 @@ class Scope:
     ignored: tuple[str, ...] = ()   # unknown names in the declaration
     max_seqs: Optional[int] = None   # the one max_seqs served ("max_seqs=64"); None: every max_seqs
 
-    @property
-    def full(self) -> bool:
-        return self.features >= frozenset(FEATURES) and self.max_seqs is None
+    def full_for(self, layout: str) -> bool:
+        """Whether the scope is the whole spec for `layout` (targets.LAYOUTS): every feature of its face."""
+        return self.features >= LAYOUT_FEATURES[layout] and self.max_seqs is None
 
     def missing(self, cfg: JsonConfig) -> frozenset[str]:
         """The features `cfg` needs that the scope leaves out (empty: the config is inside). A cell
@@ -227,6 +235,8 @@ def applies(flags: Iterable[str], scope: Scope, cfg: Optional[JsonConfig] = None
 # --- what a partial scope leaves unexercised ----------------------------------------------------------
 
 VECTORS_PATH = Path(__file__).resolve().parent.parent / "vectors" / "kvcache_vectors.json"
+# Each layout's golden vectors (vectors.py writes them), whose flags say what exercises what.
+LAYOUT_VECTORS = {"sequence": "kvcache_vectors.json", "cell": "cell_vectors.json"}
 
 
 def flags_by_need(document: Optional[dict[str, Any]] = None) -> list[tuple[frozenset[str], frozenset[str]]]:
@@ -246,17 +256,20 @@ def flags_by_need(document: Optional[dict[str, Any]] = None) -> list[tuple[froze
     return out
 
 
-def unexercised(scope: Scope, configs: Iterable[JsonConfig],
+def unexercised(scope: Scope, configs: Iterable[JsonConfig], layout: str = "sequence",
                 document: Optional[dict[str, Any]] = None) -> dict[str, Any]:
     """What a run inside `scope` leaves out: the configuration families (with the suite configs not
-    driven) and the rules and bug classes that only tests outside the scope exercise."""
+    driven) and the rules and bug classes that only `layout`'s golden vectors outside the scope exercise
+    (the op face has no golden vectors: nothing is claimed for it)."""
     families: dict[str, list[str]] = {}
     for cfg in configs:
         if not scope.covers(cfg):
             families.setdefault(scope.family(cfg), []).append(describe(cfg))
     inside: set[str] = set()
     everywhere: set[str] = set()
-    for wanted, flags in flags_by_need(document):
+    if document is None and layout in LAYOUT_VECTORS:
+        document = json.loads((VECTORS_PATH.parent / LAYOUT_VECTORS[layout]).read_text())
+    for wanted, flags in (flags_by_need(document) if document is not None else []):
         everywhere |= flags
         if wanted <= scope.features:
             inside |= flags
@@ -266,18 +279,20 @@ def unexercised(scope: Scope, configs: Iterable[JsonConfig],
             "bug_classes": sorted(flag for flag in left if flag.startswith(("BUG-", "UPSTREAM-")))}
 
 
-def summary(scope: Scope, configs: Iterable[JsonConfig]) -> dict[str, Any]:
-    """The report's scope section (also turned into skipped notes, so every report format shows it)."""
+def summary(scope: Scope, configs: Iterable[JsonConfig], layout: str) -> dict[str, Any]:
+    """The report's scope section for a target of `layout` (also turned into skipped notes, so every
+    report format shows it)."""
     configs = list(configs)
     inside, outside = split(configs, scope)
-    report: dict[str, Any] = {"features": scope.names(), "source": scope.source, "full": scope.full,
+    full = scope.full_for(layout)
+    report: dict[str, Any] = {"features": scope.names(), "source": scope.source, "full": full,
                               "configs_driven": len(inside), "configs_outside": len(outside)}
     if scope.max_seqs is not None:
         report["max_seqs"] = scope.max_seqs
     if scope.ignored:
         report["ignored_features"] = list(scope.ignored)
-    if not scope.full:
-        report["unexercised"] = unexercised(scope, configs)
+    if not full:
+        report["unexercised"] = unexercised(scope, configs, layout)
     return report
 
 

@@ -11,20 +11,30 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from typing import Any, Optional, TextIO
 
+from ..rules import BY_ID
+from . import op_wire
 from .configs import config, layer
-from .targets import (FACE_METHODS, OPTIONAL_METHODS, OPTIONAL_PARAMS, PROTOCOL_NAME, PROTOCOL_VERSION, PythonTarget,
-                      TargetCrash, TargetError)
+from .targets import (FACE_METHODS, OP_LAYOUTS, OPTIONAL_METHODS, OPTIONAL_PARAMS, PROTOCOL_NAME, PROTOCOL_VERSION,
+                      PythonTarget, TargetCrash, TargetError)
+
+
+BRACKETED = re.compile(r"\[([^\[\]]*)\]")
 
 
 class Server:
     def __init__(self, spec: str) -> None:
         self.target = PythonTarget(spec)
         self.created = False
-        inside = layer("flat") if "flat" in self.target.scope.features else layer("ring", 1)   # its own scope
+        self.op = self.target.layout in OP_LAYOUTS   # tensors cross as wire tensors (op_wire.py)
         self.face_methods = FACE_METHODS[self.target.layout]   # the factory's kvcache_layout
+        self.methods: list[str] = []
+        if self.op:   # the op face has no optional methods to probe for
+            return
+        inside = layer("flat") if "flat" in self.target.scope.features else layer("ring", 1)   # its own scope
         cell = {"max_seqs": self.target.scope.max_seqs or 1} if self.target.layout == "cell" else {}   # in scope
         probe = self.target.create({**config(1, [inside]), **cell})
         self.methods = sorted(self.target.optional) if probe.ok else []
@@ -47,7 +57,7 @@ class Server:
                      "implementation": self.target.name, "methods": self.methods}
             if self.target.layout != "sequence":   # said only when not the default: older harnesses read as before
                 hello["layout"] = self.target.layout
-            if not self.target.scope.full:   # the factory's kvcache_scope (scope.py)
+            if not self.target.scope.full_for(self.target.layout):   # the factory's kvcache_scope (scope.py)
                 hello["scope"] = self.target.scope.names()
             return {"id": rid, "result": hello}
         if method == "bye":
@@ -56,7 +66,7 @@ class Server:
             created = self.target.create(params.get("config") or {})
             self.created = created.ok
             return {"id": rid, "result": None} if created.ok else error("rejected", created.error, _rule(created.error))
-        if method == "reset":
+        if method == "reset" and not self.op:   # the op face's reset is a face method: it empties the cache
             self.target.cache, self.created = None, False
             return {"id": rid, "result": None}
         if method not in self.face_methods:
@@ -68,17 +78,29 @@ class Server:
         names = self.face_methods[method]
         if any(name not in params and name not in OPTIONAL_PARAMS for name in names):
             return error("protocol", f"{method} takes {names}")
-        outcome = self.target.call(method, {name: params.get(name) for name in names})
+        args = {name: params.get(name) for name in names}
+        if self.op:
+            try:
+                args = {name: op_wire.from_wire(value, name) if name in op_wire.TENSOR_PARAMS else value
+                        for name, value in args.items()}
+            except op_wire.WireError as wrong:
+                return error("protocol", str(wrong))
+        outcome = self.target.call(method, args)
         if not outcome.ok:
             return error("rejected", outcome.error, _rule(outcome.error))
+        if self.op and method == "update_and_fetch":
+            try:
+                return {"id": rid, "result": op_wire.answer_to_wire(outcome.value)}
+            except (op_wire.WireError, TypeError, ValueError) as unencodable:
+                why = f"{type(outcome.value).__name__}: {unencodable}"
+                return {"id": rid, "result": {"unreadable": why}}
         return {"id": rid, "result": outcome.value}
 
 
 def _rule(message: str) -> Optional[str]:
-    """The rule id in a kvcache error message ('... [RULE] ...'), when there is one."""
-    start = message.find("[")
-    end = message.find("]", start)
-    return message[start + 1:end] if 0 <= start < end else None
+    """The first rule id of the spec in brackets in an error message ('... [LAYER-RANGE] ...'), or None:
+    a bracketed shape ('[2, 3]') is no rule."""
+    return next((word for word in BRACKETED.findall(message) if word in BY_ID), None)
 
 
 def serve(spec: str, stdin: TextIO, stdout: TextIO) -> int:

@@ -498,7 +498,7 @@ class _SuiteRun:
         """The edge programs, the random programs, the border, the invalid configurations."""
         result, target, drive, plan = self.result, self.target, self.drive, self.plan
         requests_before = target.requests if isinstance(target, SubprocessTarget) else 0
-        result.declared = scopes.summary(self.scope, configs)
+        result.declared = scopes.summary(self.scope, configs, drive.name)
         result.skipped |= set(scopes.notes(result.declared))
         configs, outside = (tuple(part) for part in scopes.split(configs, self.scope))
         if not configs:   # a verdict on nothing would be vacuous
@@ -536,7 +536,7 @@ class _SuiteRun:
             target.kill()
         finally:
             result.seconds = time.monotonic() - self.started
-            result.scope = in_scope(target.validates_configs, target.optional, drive.name)
+            result.scope = in_scope(target.validates_configs, target.optional, drive.name, self.scope.features)
             _scope_coverage(result, outside)
             if isinstance(target, SubprocessTarget) and result.seconds > 0:
                 result.requests_per_second = (target.requests - requests_before) / result.seconds

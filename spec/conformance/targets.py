@@ -579,7 +579,8 @@ class SubprocessTarget(Target):
                 raise self._crash(f"protocol: error is not an object: {line[:200]!r}")
             if error.get("kind") == "protocol":
                 raise self._crash(f"protocol: the target does not understand {method}: {error.get('message')!r}")
-            return Outcome(False, error=f"[{error.get('rule') or error.get('kind')}] {error.get('message', '')}")
+            rule, message = error.get("rule"), error.get("message", "")
+            return Outcome(False, error=f"[{rule}] {message}" if rule else str(message))
         return Outcome(True, response["result"])
 
     def declared_scope(self) -> scopes.Scope:
@@ -593,7 +594,18 @@ class SubprocessTarget(Target):
         return self._request("create", {"config": cfg}, self.timeout)
 
     def call(self, method: str, args: dict[str, Any]) -> Outcome:
-        return self._request(method, args, self.timeout)
+        if self.layout not in OP_LAYOUTS:
+            return self._request(method, args, self.timeout)
+        # the op face: tensors cross as wire tensors (op_wire.py; PROTOCOL.md, "Op-face targets")
+        from . import op_wire
+
+        outcome = self._request(method, op_wire.args_to_wire(args), self.timeout)
+        if method != "update_and_fetch" or not outcome.ok:
+            return outcome
+        try:
+            return Outcome(True, op_wire.answer_from_wire(outcome.value))
+        except op_wire.WireError as error:
+            raise self._crash(f"protocol: {error}") from None
 
 
 def parse_target(spec: str, timeout: float = 5.0, isolate: bool = False) -> Target:
@@ -606,9 +618,6 @@ def parse_target(spec: str, timeout: float = 5.0, isolate: bool = False) -> Targ
         spec = "python:kvcache:SequenceCache"
     if spec.startswith("python:") and isolate:
         import sys
-        if PythonTarget(spec).layout in OP_LAYOUTS:   # the protocol speaks JSON; the op face passes tensors
-            raise TargetError(f"{spec}: --isolate does not serve an op-face target (its calls carry tensors, "
-                              "the protocol carries JSON): run it in process")
         return SubprocessTarget(f"cmd:{shlex.quote(sys.executable)} -m kvcache_spec.conformance.serve "
                                 f"{shlex.quote(spec)}", timeout=timeout)
     if spec.startswith("python:"):
