@@ -255,6 +255,41 @@ class CellWindowOffByOne(CellStandin):
             self.windows[layer] = saved
 
 
+class CellMinusOneIsFree(CellStandin):
+    """Accepts position -1 (OP-POS) and, like upstream, reads it as the free-cell marker: the next token
+    placed takes that token's place, whoever it belongs to. Its consequence: SAFE-OP-KEEP."""
+
+    def _check_arrays(self, layer_id: Any, k: Any, v: Any, position: Any) -> tuple[int, list[int]]:
+        flat = np.asarray(position).reshape(-1).tolist()
+        if -1 in flat:
+            fixed = np.asarray(position).copy()
+            fixed[fixed == -1] = 0
+            layer, positions = super()._check_arrays(layer_id, k, v, fixed)
+            return layer, [-1 if was == -1 else p for was, p in zip(flat, positions)]
+        return super()._check_arrays(layer_id, k, v, position)
+
+    def update_and_fetch(self, layer_id: Any, k: Any, v: Any, position: Any) -> Any:
+        if self.step is None:   # a new step's tokens take the cells of tokens at -1 first
+            taken = [t for t in self.tokens if t.pos == -1][:np.shape(position)[0]]
+            for token in taken:
+                self.tokens.remove(token)
+        return super().update_and_fetch(layer_id, k, v, position)
+
+    def free_cells(self) -> int:
+        return self.cfg["capacity"] - sum(1 for t in self.tokens if t.pos != -1)
+
+    def _newest(self, seq: int) -> int:
+        return max((t.pos for t in self.tokens if seq in t.owners), default=-2)
+
+
+class ContiguousBoolLayer(ContiguousStandin):
+    """Takes layer_id True for layer 1 (OP-ARGS: bool is not an int). Its consequence: a later query on
+    layer 1 attends a token written by a call that named no layer (SAFE-OP-ISOLATION)."""
+
+    def update_and_fetch(self, layer_id: Any, k: Any, v: Any, position: Any) -> Any:
+        return super().update_and_fetch(1 if layer_id is True else layer_id, k, v, position)
+
+
 def _factory(cls: type) -> Any:
     def make(cfg: dict[str, Any]) -> Any:
         return cls(cfg)
@@ -268,3 +303,5 @@ cell_replaces = _factory(CellReplaces)
 cell_keeps_stopped_step = _factory(CellKeepsStoppedStep)
 contiguous_causal_always = _factory(ContiguousCausalAlways)
 cell_window_off_by_one = _factory(CellWindowOffByOne)
+cell_minus_one_is_free = _factory(CellMinusOneIsFree)
+contiguous_bool_layer = _factory(ContiguousBoolLayer)

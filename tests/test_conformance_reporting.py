@@ -104,6 +104,22 @@ def test_same_cause_is_the_same_words_on_another_family() -> None:
     assert not Reported(finding, flat, steps).same_cause(Reported(other, ring, steps))
 
 
+def test_two_safety_properties_broken_after_the_same_kind_of_step_are_two_causes() -> None:
+    """Upstream's cell cache breaks SAFE-OP-KEEP after its lenient -1 position and SAFE-OP-ISOLATION after
+    its lenient re-placed one: both wrong OP-ATTEND, after a lenient OP-POS fetch, on flat layers. Folded
+    into one cause, the report showed the -1 program under the re-placed one's words (the shorter steps
+    replaced the longer ones, the message stayed)."""
+    config = {"capacity": 1, "n_layers": 1, "layers": [{"kind": "flat", "window": 0}]}
+    steps = [{"op": "begin", "seqs": [0]}, {"op": "fetch", "layer": 0, "positions": [-1]},
+             {"op": "begin", "seqs": [1]}, {"op": "fetch", "layer": 0, "positions": [0]}]
+    after = "lenient OP-POS in update_and_fetch"
+    keep = Finding(WRONG, "OP-ATTEND", "SAFE-OP-KEEP broken after ...", 3, after, 1, safety="SAFE-OP-KEEP")
+    isolation = Finding(WRONG, "OP-ATTEND", "SAFE-OP-ISOLATION broken after ...", 3, after, 1,
+                        safety="SAFE-OP-ISOLATION")
+    assert not Reported(keep, config, steps).same_cause(Reported(isolation, config, steps))
+    assert Reported(keep, config, steps).same_cause(Reported(keep, config, steps))
+
+
 def _summary(capsys: pytest.CaptureFixture[str], *args: str) -> str:
     assert cli.main(["--target", LEAK, *args]) == 1
     return capsys.readouterr().out

@@ -174,7 +174,12 @@ def test_the_standin_is_conforming_strict_with_full_coverage(name: str) -> None:
 
 
 BROKEN = {"cell_replaces": ("lenient", "OP-POS"), "cell_keeps_stopped_step": ("wrong", "OP-STEP"),
-          "contiguous_causal_always": ("wrong", "OP-MASK"), "cell_window_off_by_one": ("wrong", "OP-ATTEND")}
+          "contiguous_causal_always": ("wrong", "OP-MASK"), "cell_window_off_by_one": ("wrong", "OP-ATTEND"),
+          # consequences (consequences.py): the harm a lenient step does, past it
+          "cell_minus_one_is_free": ("wrong", "OP-ATTEND"), "contiguous_bool_layer": ("wrong", "OP-ATTEND")}
+# the safety property each consequence breaks, and the lenient step it follows
+CONSEQUENCES = {"cell_minus_one_is_free": ("SAFE-OP-KEEP", "lenient OP-POS in update_and_fetch"),
+                "contiguous_bool_layer": ("SAFE-OP-ISOLATION", "lenient OP-ARGS in update_and_fetch")}
 
 
 @pytest.mark.parametrize("name", sorted(BROKEN))
@@ -189,6 +194,12 @@ def test_each_broken_standin_is_caught_with_a_minimal_program_that_replays(name:
     json.dumps(first)   # the steps are JSON
     again = replay(spec, first["config"], first["steps"])
     assert again is not None and (again["class"], again["rule"]) == BROKEN[name]
+    assert again["message"] == first["message"]   # the words belong to the steps shown
+    if name in CONSEQUENCES:
+        assert (first.get("safety"), first["after"]) == CONSEQUENCES[name], first
+        assert first["message"].startswith(f"{CONSEQUENCES[name][0]} broken after the lenient")
+    else:
+        assert not first["after"]
     correct = STANDIN.format("cell" if name.startswith("cell") else "contiguous")
     assert replay(correct, first["config"], first["steps"]) is None
 

@@ -194,3 +194,17 @@ def test_an_op_scope_without_positions_is_partial_in_the_report_and_in_the_hello
     server = Server(spec)
     hello = server.handle({"id": 1, "method": "hello", "params": {"versions": [1]}})
     assert hello is not None and hello["result"]["scope"] == ["flat", "ring", "mla", "steps"]
+
+
+def test_the_exhaustive_op_checker_takes_a_cmd_target(capsys: pytest.CaptureFixture[str]) -> None:
+    """The checker drives a target over the protocol as it drives one in process: the same shortest program."""
+    from kvcache_spec.conformance import op_checker
+
+    served = f"cmd:{sys.executable} -m kvcache_spec.conformance.serve " + STANDIN.format("cell_window_off_by_one")
+    assert op_checker.main(["--target", served, "--depth", "3"]) == 1
+    over_the_wire = json.loads(capsys.readouterr().out)
+    in_process = op_checker.check(parse_target(STANDIN.format("cell_window_off_by_one")), 3).summary()
+    assert over_the_wire["findings"] == in_process["findings"] != []
+    assert (over_the_wire["states"], over_the_wire["programs"]) == (in_process["states"], in_process["programs"])
+    assert op_checker.main(["--target", "cmd:/nonexistent/op-server"]) == 2
+    assert "cannot start" in capsys.readouterr().err

@@ -66,6 +66,9 @@ class Finding:
     # the lockstep itself.
     after: str = ""
     after_index: int = -1
+    # and the safety property it broke (consequences.SAFETY): two properties broken under one rule
+    # after the same kind of step are two causes
+    safety: str = ""
 
     def key(self) -> tuple[str, str]:
         return (self.kind, self.rule)

@@ -10,6 +10,7 @@ state space is searched, not the program tree. A depth bound is stated, not hidd
 how many states and programs it checked, and how many states it left unexpanded at the bound.
 
     python -m kvcache_spec.conformance.op_checker --target python:kvcache_spec.conformance.op_targets:cell
+    python -m kvcache_spec.conformance.op_checker --target cmd:./my_op_server      (spec/PROTOCOL.md)
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from .. import op_model
 from .engine import Finding, Step
 from .op_engine import OpEngine
 from .op_programs import HUGE, RESET, at, begin, cp, fetch, op_config, rm
-from .targets import PythonTarget, Target
+from .targets import Target, TargetCrash, TargetError, parse_target
 
 # Small configurations: two layers (so a step can stop partway), a flat and a windowed layer.
 CHECK_CONFIGS = {
@@ -110,14 +111,24 @@ def check(target: Target, depth: int, cfg: Optional[dict[str, Any]] = None) -> C
 
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m kvcache_spec.conformance.op_checker", description=__doc__.split("\n")[0])
-    parser.add_argument("--target", required=True, help="python:MODULE:FACTORY of an op-face target")
+    parser.add_argument("--target", required=True,
+                        help="an op-face target: python:MODULE:FACTORY, or cmd:COMMAND (spec/PROTOCOL.md)")
     parser.add_argument("--depth", type=int, default=4)
+    parser.add_argument("--timeout", type=float, default=5.0, help="seconds per request of a cmd: target")
     args = parser.parse_args(argv)
-    target = PythonTarget(args.target)
-    if target.layout not in CHECK_CONFIGS:
-        print(f"{args.target}: layout {target.layout!r} is not an op-face layout", file=sys.stderr)
+    try:
+        target = parse_target(args.target, timeout=args.timeout)
+        target.declared_scope()   # a cmd: target's hello says its layout
+    except (TargetError, TargetCrash) as error:
+        print(f"{args.target}: {error}", file=sys.stderr)
         return 2
-    result = check(target, args.depth)
+    try:
+        if target.layout not in CHECK_CONFIGS:
+            print(f"{args.target}: layout {target.layout!r} is not an op-face layout", file=sys.stderr)
+            return 2
+        result = check(target, args.depth)
+    finally:
+        target.close()
     print(json.dumps(result.summary(), indent=1))
     return 0 if not result.findings else 1
 

@@ -31,6 +31,8 @@ from .engine import CRASH, LENIENT, OVER_STRICT, WRONG, Finding, RunResult, Step
 from .op_wire import Unreadable
 from .targets import Outcome, Target, TargetCrash
 
+# The calls the engine makes to observe, not to act: never the entry of a consequence.
+OBSERVATIONS = ("used", "seq_len", "free_cells")
 LABEL_LIMIT = 1 << 24   # float32 holds every integer below it exactly
 # What this process's op engines checked: queries (one per query token, batch row and head of an answer).
 # A measure for throughput (README, "Upstream findings"), read by whoever runs the suite.
@@ -80,6 +82,25 @@ def mask_kind(spec: Any) -> str:
     return str(name if isinstance(name, str) else kind).upper()
 
 
+def allowed_rows(spec: Any, q: int, rows: int) -> np.ndarray | str:
+    """OP-MASK: which of `rows` rows each of `q` queries attends under an AttendSpec ([q, rows] bool),
+    or why the spec cannot be read so."""
+    kind = mask_kind(spec)
+    if kind == "NONE":
+        return np.ones((q, rows), dtype=bool)
+    if kind == "CAUSAL":
+        if rows != q:
+            return f"CAUSAL over {q} queries and {rows} rows: torch's is_causal is upper-left aligned and would " \
+                   "hide the history"
+        return np.tril(np.ones((q, rows), dtype=bool))
+    if kind == "EXPLICIT":
+        mask = as_array(getattr(spec, "mask", None))
+        if mask.dtype != np.bool_ or mask.shape != (q, rows):
+            return f"EXPLICIT mask {list(mask.shape)} {mask.dtype}, not bool [{q}, {rows}]"
+        return mask
+    return f"AttendSpec kind {kind!r} is not NONE, CAUSAL or EXPLICIT"
+
+
 class OpEngine:
     """One program on one op-face target; a fresh cache per program."""
 
@@ -101,12 +122,16 @@ class OpEngine:
         self.refused_at: Optional[int] = None   # the step of the last refused call
         self.current: Optional[Step] = None     # the step running, with its concrete arguments
         self.declared: tuple[int, ...] = ()     # the owners of the last accepted begin_step
+        # the last call and its answer, and the last update_and_fetch's positions and token uids: past a
+        # lenient or over-strict step, the entry of its consequences (consequences.py)
+        self.judged: Optional[tuple[str, dict[str, Any], Outcome]] = None
+        self.fetched: Optional[tuple[list[Any], list[int]]] = None
 
     # --- helpers -----------------------------------------------------------------------------------
     def _fail(self, kind: str, rule: str, message: str) -> Stop:
         return Stop(Finding(kind, rule, message, self.index))
 
-    def _features(self) -> frozenset[str]:
+    def scope_features(self) -> frozenset[str]:
         return (self.scope or self.target.scope).features
 
     def _call(self, method: str, args: dict[str, Any], rule: str) -> Outcome:
@@ -116,6 +141,8 @@ class OpEngine:
         except TargetCrash as crash:
             raise self._fail(CRASH, rule, f"{method}({_show(args)}): {crash}") from None
         self.result.exercised.add(rule)
+        if method not in OBSERVATIONS:
+            self.judged = (method, args, outcome)
         return outcome
 
     # --- creation ----------------------------------------------------------------------------------
@@ -180,12 +207,24 @@ class OpEngine:
         except _Unjudged:
             pass
         except Stop as stop:
-            self.result.finding = self._after_refusal(stop.finding)
-            if self.current is not None and stop.finding.step_index == len(self.result.steps):
+            entry = stop.finding
+            if self.current is not None and entry.step_index == len(self.result.steps):
                 self.result.steps.append(self.current)   # the failing step, concrete
+            # the drive first: _after_refusal's second run creates the target's cache afresh
+            if entry.kind in (LENIENT, OVER_STRICT) and entry.step_index >= 0 and not self.nested \
+                    and not self.outside and entry.step_index == len(self.result.steps) - 1:
+                self.drive_on(program, entry)
+            self.result.finding = self._after_refusal(entry)
         if self.outside:
             self.result.finding = self.border_finding(self.result.finding, len(program))
         return self.result
+
+    def drive_on(self, program: list[Step], entry: Finding) -> None:
+        """Past a lenient or over-strict step, drive the rest of the program with that step applied and
+        judge only the safety properties (consequences.py); a broken one is `result.consequence`."""
+        from .consequences import OpConsequences   # here: consequences.py builds on this module
+        rest = list(enumerate(program))[entry.step_index + 1:]
+        OpConsequences(self, entry).drive(rest)
 
     def _after_refusal(self, finding: Finding) -> Finding:
         """OP-ATOMIC: a finding on a call served after a refused one is the refusal's doing when the same
@@ -214,7 +253,7 @@ class OpEngine:
                                                   f"{finding.rule}: {finding.message}", finding.step_index)
 
     def _excused(self, feature: str, what: str) -> bool:
-        if feature and feature not in self._features():
+        if feature and feature not in self.scope_features():
             self.result.skipped.add(f"scope: programs past {what} not judged: the target's scope leaves out "
                                     f"{feature!r} ({scopes.OP_FEATURES[feature]})")
             return True
@@ -308,7 +347,37 @@ class OpEngine:
         if step.get("bad"):
             concrete["bad"] = step["bad"]
         self.current = concrete
-        cfg, bad = self.mcfg, step.get("bad")
+        pending = self.model.step
+        q, bad = len(positions), step.get("bad")
+        continuing = pending is not None and pending.positions is not None and layer not in pending.served and \
+            (self.kind == op_model.CELL or len(pending.uids) == q)
+        width = q + 1 if bad == "v_len" else q
+        uids = list(pending.uids) if continuing and pending is not None else \
+            list(range(self.next_uid, self.next_uid + width))
+        if not continuing:
+            self.next_uid += width
+        args, shapes = self.arguments(layer, positions, uids, bad)
+        self.fetched = (list(positions), uids[:q])
+        before = self.model.abandoned
+        verdict = self.model.fetch(layer, shapes, positions, uids[:q])
+        if isinstance(verdict, op_model.Rejected):
+            self._refused("update_and_fetch", args, verdict, concrete)
+            return concrete
+        if self.model.abandoned != before and self._excused("steps", "a step abandoned partway"):
+            return None
+        got = self._call("update_and_fetch", args, "OP-ATTEND")
+        if not got.ok:
+            self._over_strict("update_and_fetch", args, "OP-ATTEND", got)
+        assert type(layer) is int   # the model served it (OP-ARGS)
+        self.check_answer(got.value, layer, verdict)
+        self.observe(f"after update_and_fetch(layer {layer}, positions {positions})", "OP-STEP")
+        return concrete
+
+    def arguments(self, layer: Any, positions: list[Any], uids: list[int],
+                  bad: Optional[str]) -> tuple[dict[str, Any], op_model.Shapes]:
+        """update_and_fetch's arguments for the step's tokens `uids` at `positions`: K and V labelled
+        (uid -1 pads a row past them), malformed as `bad` says; and their shapes, for the model."""
+        cfg = self.mcfg
         q = len(positions)
         k_shape = [cfg.batch_size, cfg.n_kv_heads, q, cfg.head_dim]
         v_shape = [cfg.batch_size, cfg.n_kv_heads, q, cfg.v_head_dim]
@@ -327,13 +396,6 @@ class OpEngine:
             pos_shape[1] = 2
         elif bad == "pos_len":
             pos_shape[0] += 1
-        pending = self.model.step
-        continuing = pending is not None and pending.positions is not None and layer not in pending.served and \
-            (self.kind == op_model.CELL or len(pending.uids) == q)
-        uids = list(pending.uids) if continuing and pending is not None else \
-            list(range(self.next_uid, self.next_uid + max(q, v_shape[2])))
-        if not continuing:
-            self.next_uid += max(q, v_shape[2])
         layer_label = layer if type(layer) is int and 0 <= layer < cfg.n_layers else cfg.n_layers
         k = self.labels.array(uids, layer_label, tuple(k_shape), 0)
         v = self.labels.array(uids, layer_label, tuple(v_shape), 1)
@@ -343,21 +405,7 @@ class OpEngine:
         if pos_shape[0] > q:
             position[q:, 0] = (max(pos_values, default=-1) + 1)
         shapes = op_model.Shapes(tuple(k_shape), tuple(v_shape), tuple(pos_shape))
-        before = self.model.abandoned
-        verdict = self.model.fetch(layer, shapes, positions, uids[:q])
-        args = {"layer_id": layer, "k": k, "v": v, "position": position}
-        if isinstance(verdict, op_model.Rejected):
-            self._refused("update_and_fetch", args, verdict, concrete)
-            return concrete
-        if self.model.abandoned != before and self._excused("steps", "a step abandoned partway"):
-            return None
-        got = self._call("update_and_fetch", args, "OP-ATTEND")
-        if not got.ok:
-            self._over_strict("update_and_fetch", args, "OP-ATTEND", got)
-        assert type(layer) is int   # the model served it (OP-ARGS)
-        self.check_answer(got.value, layer, verdict)
-        self.observe(f"after update_and_fetch(layer {layer}, positions {positions})", "OP-STEP")
-        return concrete
+        return {"layer_id": layer, "k": k, "v": v, "position": position}, shapes
 
     def check_answer(self, value: Any, layer: int, attends: list[list[int]]) -> None:
         """OP-HIST, OP-MASK, OP-ATTEND on one update_and_fetch answer."""
@@ -380,22 +428,9 @@ class OpEngine:
                                                f"{list(v_hist.shape)} {v_hist.dtype}: not [B, Hkv, rows, D] / "
                                                f"[B, Hkv, rows, Dv] float32 = {list(want_k)} / {list(want_v)}")
         self.result.exercised.add("OP-HIST")
-        kind = mask_kind(spec)
-        if kind == "NONE":
-            allowed = np.ones((q, rows), dtype=bool)
-        elif kind == "CAUSAL":
-            if rows != q:
-                raise self._fail(WRONG, "OP-MASK", f"CAUSAL over {q} queries and {rows} rows: torch's is_causal is "
-                                                   "upper-left aligned and would hide the history")
-            allowed = np.tril(np.ones((q, rows), dtype=bool))
-        elif kind == "EXPLICIT":
-            mask = as_array(getattr(spec, "mask", None))
-            if mask.dtype != np.bool_ or mask.shape != (q, rows):
-                raise self._fail(WRONG, "OP-MASK", f"EXPLICIT mask {list(mask.shape)} {mask.dtype}, not bool "
-                                                   f"[{q}, {rows}]")
-            allowed = mask
-        else:
-            raise self._fail(WRONG, "OP-MASK", f"AttendSpec kind {kind!r} is not NONE, CAUSAL or EXPLICIT")
+        allowed = allowed_rows(spec, q, rows)
+        if isinstance(allowed, str):
+            raise self._fail(WRONG, "OP-MASK", allowed)
         self.result.exercised.add("OP-MASK")
         for b in range(cfg.batch_size):
             for h in range(cfg.n_kv_heads):

@@ -155,7 +155,9 @@ def edge_cell_programs(cfg: JsonConfig) -> list[tuple[str, list[Step]]]:
          + [at(l, [1]) for l in range(layers)] + cforward(cfg, 0)),
         ("positions out of order", [begin(0, 0)] + [at(l, [1, 0]) for l in range(layers)]
          + cforward(cfg, 0)),
-        ("negative position", [begin(0)] + [at(l, [-1]) for l in range(layers)] + cforward(cfg, 0)),
+        # then another sequence's forward: -1 is upstream's free-cell marker (its consequence: SAFE-OP-KEEP)
+        ("negative position", [begin(0)] + [at(l, [-1]) for l in range(layers)] + cforward(cfg, 1)
+         + cforward(cfg, 0)),
         ("position past the largest", [begin(0)] + [at(l, [HUGE]) for l in range(layers)]
          + cforward(cfg, 0)),
         ("fork onto a live sequence", cforward(cfg, 0) + cforward(cfg, 1) + [cp(0, 1)] + cforward(cfg, 1)),

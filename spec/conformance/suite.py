@@ -117,13 +117,13 @@ def cause(finding: Finding, cfg: JsonConfig, steps: list[Step]) -> tuple[Any, ..
     for a crash, how it crashed - its signal, a hang, a protocol break - and the method it crashed in),
     the layer kinds of the configuration (the shrinker first tries every layer flat, so a defect that
     shows there is not a ring defect), the failing operation (a decode step, T = 1, is not a
-    multi-token step; a plan is not a can_extend), and a single rewind versus a chain of rewinds.
-    Everything else (values, lengths, max_write, the steps that lead there) is the same cause seen
+    multi-token step; a plan is not a can_extend), a single rewind versus a chain of rewinds, and for a
+    consequence the kind of step that led there and the safety property broken. Everything else (values, lengths, max_write, the steps that lead there) is the same cause seen
     through another program."""
     kinds = [_op_kind(step) for step in steps]
     how = how_it_crashed(finding) if finding.kind == CRASH else (finding.rule,)
     return (_group(finding), how, family(cfg).split(",")[0], kinds[-1] if kinds else "create",
-            _rewind_kind(steps), finding.after)
+            _rewind_kind(steps), finding.after, finding.safety)
 
 
 def _rewind_kind(steps: list[Step]) -> str:
@@ -365,8 +365,8 @@ class _SuiteRun:
         same = next((r for r in self.kept_like(finding) if r.same_cause(reported)), None)
         if same is not None:
             same.hits += 1
-            if len(reported.steps) < len(same.steps):   # the shorter program shows it best
-                same.config, same.steps, same.note = cfg, steps, note
+            if len(reported.steps) < len(same.steps):   # the shorter program shows it best, with its own words
+                same.finding, same.config, same.steps, same.note = finding, cfg, steps, note
             return
         reported.found_after = {"seconds": round(time.monotonic() - self.started, 4),
                                 "cpu_seconds": round(time.process_time() - self.cpu_started, 4),
@@ -471,7 +471,7 @@ class _SuiteRun:
             tried = self.run_checked(c, p, fresh=crash, consequence=consequence)
             got = tried.finding
             if (got is None or not tried.steps or _op_kind(tried.steps[-1]) != failing_op
-                    or _rewind_kind(tried.steps) != rewinds):
+                    or _rewind_kind(tried.steps) != rewinds or got.safety != finding.safety):
                 return None
             if crash and got.kind == CRASH and _crash_kind(got.message) == _crash_kind(finding.message):
                 return replace(got, rule=finding.rule)
@@ -635,6 +635,7 @@ def report_json(result: SuiteResult, strict: bool, exact_layout: bool) -> dict[s
                              "statement": BY_ID[r.finding.rule].statement if r.finding.rule in BY_ID else "",
                              "message": r.finding.message, "config": r.config, "config_name": describe(r.config),
                              "steps": r.steps, "programs_hit": r.hits, "note": r.note, "after": r.finding.after,
+                             **({"safety": r.finding.safety} if r.finding.safety else {}),
                              "found_after": r.found_after,
                              "pytest": pytest_text(result.target, r, number)})
     order = {WRONG: 0, CRASH: 1, LENIENT: 2, OVER_STRICT: 3}
