@@ -1,11 +1,24 @@
-"""Forking worker processes safely from a host that may have its own SIGTERM handler."""
+"""Worker processes: forking them safely from a host that may have its own SIGTERM handler, and carrying
+a deadline to them."""
 
 from __future__ import annotations
 
 import contextlib
 import signal
 import threading
-from typing import Iterator
+import time
+from typing import Callable, Iterator, Optional
+
+
+def to_wall_clock(deadline: Optional[float], clock: Callable[[], float] = time.monotonic) -> Optional[float]:
+    """A deadline on this process's `clock` (monotonic, or perf_counter) as wall-clock time: how it travels
+    to another process or machine (those clocks are not shared), turned back there by `from_wall_clock`."""
+    return None if deadline is None else time.time() + (deadline - clock())
+
+
+def from_wall_clock(wall_deadline: Optional[float], clock: Callable[[], float] = time.monotonic) -> Optional[float]:
+    """`to_wall_clock`'s inverse, on the receiving process's `clock`."""
+    return None if wall_deadline is None else clock() + (wall_deadline - time.time())
 
 
 @contextlib.contextmanager

@@ -170,7 +170,7 @@ import types
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional, Sequence
 
-from kvcache_proofs._processes import default_sigterm
+from kvcache_proofs._processes import default_sigterm, from_wall_clock, to_wall_clock
 from kvcache_spec._extras import missing_line
 
 from kvcache_spec.rules import RULES as _RULES
@@ -1063,7 +1063,8 @@ def _batch_main() -> int:
 
     _kill_the_group_when_orphaned()
     jobs, workers, wall_deadline, plugin_package = pickle.loads(sys.stdin.buffer.read())
-    deadline = time.perf_counter() + (wall_deadline - time.time())
+    deadline = from_wall_clock(wall_deadline, time.perf_counter)
+    assert deadline is not None
     answer = _run_in_a_zygote(jobs, workers, deadline, plugin_package, own_group=True)
     sys.stdout.buffer.write(pickle.dumps(answer))
     return 0
@@ -1092,7 +1093,7 @@ def _run_on_ray(jobs: Sequence[tuple[str, tuple[Any, ...]]], deadline: float, pl
     nodes = [node for node in ray.nodes() if node.get("Alive")]
     cpus = max(1, int(min((node.get("Resources", {}).get("CPU", 1) for node in nodes), default=1)))
     run = ray.remote(_run_a_batch).options(num_cpus=cpus, max_retries=0)  # a batch that died is reported, not rerun
-    wall_deadline = time.time() + (deadline - time.perf_counter())
+    wall_deadline = to_wall_clock(deadline, time.perf_counter)
     pending = [run.remote(batch, cpus, wall_deadline, plugin_package) for batch in _batches(jobs, batches or len(nodes))]
     results: list[ConditionResult] = []
     problems: list[str] = []

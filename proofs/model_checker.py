@@ -50,7 +50,7 @@ if __name__ == "__main__":   # before the imports that need the extra: one line 
     from kvcache_spec._extras import exit_unless_installed
     exit_unless_installed("verify", "python -m kvcache_proofs.model_checker")
 
-from kvcache_proofs._processes import default_sigterm
+from kvcache_proofs._processes import default_sigterm, from_wall_clock, to_wall_clock
 from kvcache_spec import model
 from kvcache_spec.conformance.targets import import_target_module
 from kvcache_spec.stateful import (COMMIT_WITH, FORGED_KINDS, AbortedStep, CanExtend, Clear, CommitForged,
@@ -570,17 +570,6 @@ def resolve_target(reference: str) -> Factory:
     if not callable(factory):
         raise ValueError(f"{reference} is not callable")
     return factory
-
-
-def to_wall_clock(deadline: Optional[float]) -> Optional[float]:
-    """A deadline on this process's monotonic clock as wall-clock time: how it travels to another
-    process or machine (monotonic clocks are not shared), turned back there by `from_wall_clock`."""
-    return None if deadline is None else time.time() + (deadline - time.monotonic())
-
-
-def from_wall_clock(wall_deadline: Optional[float]) -> Optional[float]:
-    """`to_wall_clock`'s inverse, on the receiving process's monotonic clock."""
-    return None if wall_deadline is None else time.monotonic() + (wall_deadline - time.time())
 
 
 def _worker(job: tuple[Any, str, Optional[float], Layout]) -> ConfigResult:
