@@ -310,7 +310,7 @@ def test_a_python_cell_cache_declares_the_same_scope(name: str, conforming: bool
 
 def test_a_fixed_max_seqs_is_parsed_and_judged_exactly() -> None:
     fixed = scope.parse(["all", "max_seqs=64"], "test")
-    assert fixed.max_seqs == 64 and not fixed.full and fixed.names()[-1] == "max_seqs=64"
+    assert fixed.max_seqs == 64 and not fixed.full_for("cell") and fixed.names()[-1] == "max_seqs=64"
     assert fixed.covers({**CELL_CONFIGS[0], "max_seqs": 64}) and fixed.covers({"capacity": 1})   # absent: 64
     assert fixed.missing(CELL_CONFIGS[0]) == {"max_seqs"}
     assert not scope.parse(["all", "max_seqs=1"], "test").covers({**CELL_CONFIGS[0], "max_seqs": True})
