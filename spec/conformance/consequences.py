@@ -662,12 +662,10 @@ class OpConsequences(Consequences):
         positions = list(step["positions"]) if "positions" in step else self.next_positions(layer, q)
         continuing = self.step_positions is not None and layer not in self.served and positions == self.step_positions
         bad = step.get("bad")
-        width = q + 1 if bad == "v_len" else q
         if continuing:
             uids = list(self.step_uids)
         else:
-            uids = list(range(engine.next_uid, engine.next_uid + width))
-            engine.next_uid += width
+            uids = engine.fresh_uids(q, bad)
             self.step_positions, self.step_uids, self.served = positions, uids, set()
         args, _ = engine.arguments(layer, positions, uids, bad)
         concrete: Step = {"op": "fetch", "layer": layer, "positions": positions, **({"bad": bad} if bad else {})}

@@ -351,11 +351,7 @@ class OpEngine:
         q, bad = len(positions), step.get("bad")
         continuing = pending is not None and pending.positions is not None and layer not in pending.served and \
             (self.kind == op_model.CELL or len(pending.uids) == q)
-        width = q + 1 if bad == "v_len" else q
-        uids = list(pending.uids) if continuing and pending is not None else \
-            list(range(self.next_uid, self.next_uid + width))
-        if not continuing:
-            self.next_uid += width
+        uids = list(pending.uids) if continuing and pending is not None else self.fresh_uids(q, bad)
         args, shapes = self.arguments(layer, positions, uids, bad)
         self.fetched = (list(positions), uids[:q])
         before = self.model.abandoned
@@ -372,6 +368,12 @@ class OpEngine:
         self.check_answer(got.value, layer, verdict)
         self.observe(f"after update_and_fetch(layer {layer}, positions {positions})", "OP-STEP")
         return concrete
+
+    def fresh_uids(self, q: int, bad: Optional[str]) -> list[int]:
+        """Token numbers for a step of `q` tokens that begins here (one more for a V one row too long)."""
+        width = q + 1 if bad == "v_len" else q
+        self.next_uid += width
+        return list(range(self.next_uid - width, self.next_uid))
 
     def arguments(self, layer: Any, positions: list[Any], uids: list[int],
                   bad: Optional[str]) -> tuple[dict[str, Any], op_model.Shapes]:
