@@ -656,9 +656,8 @@ class OpConsequences(Consequences):
 
     def fetch(self, step: Step) -> None:
         engine, layer = self.engine, step.get("layer")
-        q = len(step["positions"]) if "positions" in step else int(step.get("n", len(self.declared) or 1))
-        if self.cell:
-            q = len(self.declared) if "positions" not in step else q
+        # the step's own positions; else a cell step has a token per declared owner, a contiguous one n
+        q = len(step["positions"]) if "positions" in step else len(self.declared) if self.cell else int(step.get("n", 1))
         positions = list(step["positions"]) if "positions" in step else self.next_positions(layer, q)
         continuing = self.step_positions is not None and layer not in self.served and positions == self.step_positions
         bad = step.get("bad")
