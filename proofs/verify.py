@@ -29,8 +29,9 @@ deep (every core, the model checker's full bounds, the full CrossHair scope, an 
 `--target python:MODULE:FACTORY` runs the state machine and the model checker against another
 sequence-cache implementation (a callable taking a kvcache.CacheConfig; MODULE is found from the current
 directory too, as `kvcache conformance` finds it), judged by the Python target contract
-(`kvcache_spec.target_contract`, the one `kvcache conformance --target` uses); CrossHair and Z3 are
-about the reference's own code and still run on it, the cell stages on the reference CellCache. A
+(`kvcache_spec.target_contract`, the one `kvcache conformance --target` uses); only those two stages
+run: CrossHair and Z3 are about the reference's own code and the cell stages check the reference
+CellCache, so they say nothing about the target - they are skipped and named as skipped. A
 cell-layout target (`kvcache_layout = "cell"`) is refused, exit 2: the cell lockstep holds a target to the
 reference's typed errors, not to that contract, and `kvcache conformance --target` judges it.
 """
@@ -49,7 +50,7 @@ import time
 import traceback
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 from kvcache_spec._extras import missing_line
 from kvcache_spec.cli import open_report, report_path_problem
@@ -315,10 +316,11 @@ def stage_cell(name: str, profile_name: str, jobs: Optional[int], progress: bool
 
 # --- reports ------------------------------------------------------------------------------------
 
-def table(results: list[StageResult], profile: str, seconds: float) -> str:
+def table(results: list[StageResult], profile: str, seconds: float, skipped: Sequence[str] = ()) -> str:
     lines = [f"kvcache verify --profile {profile}", "",
              f"{'stage':<15} {'verdict':<10} {'seconds':>8}  numbers"]
     lines += [f"{r.name:<15} {r.verdict:<10} {r.seconds:8.1f}  {r.numbers_text()}" for r in results]
+    lines += [f"{name:<15} {'skipped':<10} {'':>8}  checks the reference, not the --target" for name in skipped]
     lines.append(f"{'total':<15} {overall(results):<10} {seconds:8.1f}")
     for r in results:
         if r.detail and r.verdict != PASS:
@@ -335,8 +337,9 @@ def overall(results: list[StageResult]) -> str:
     return PASS
 
 
-def write_json(path: str, results: list[StageResult], profile: str, seconds: float) -> None:
-    data = {"profile": profile, "verdict": overall(results), "seconds": round(seconds, 3),
+def write_json(path: str, results: list[StageResult], profile: str, seconds: float,
+               skipped: Sequence[str] = ()) -> None:
+    data = {"profile": profile, "verdict": overall(results), "seconds": round(seconds, 3), "skipped": list(skipped),
             "stages": [{"name": r.name, "verdict": r.verdict, "seconds": round(r.seconds, 3),
                         "numbers": r.numbers, "detail": r.detail} for r in results]}
     with open_report(path) as handle:
@@ -377,6 +380,9 @@ def write_junit(path: str, results: list[StageResult], profile: str, seconds: fl
 #: the cores are kept busy - on this quiet 2-core machine pre-merge takes 25 s of wall time for 49 s of
 #: CPU, against 58 s with --jobs 1 (proofs/MEASUREMENTS.md, "kvcache verify --profile pre-merge").
 SERIAL_STAGES = ("stateful", "z3", "cell-stateful", "cell-z3")
+#: The stages that judge a --target (they drive its factory); the others check the project's own
+#: reference and proofs, which say nothing about a target, so `--target` skips them and says so.
+TARGET_STAGES = ("stateful", "model-checker")
 
 
 def run_stage(name: str, profile: Profile, profile_name: str, factory: Callable[..., Any], target: Optional[str],
@@ -475,7 +481,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--junit", metavar="FILE", help="write the results as JUnit XML")
     parser.add_argument("--target", metavar="python:MODULE:FACTORY",
                         help="the sequence cache under check (default: the reference, kvcache.SequenceCache); "
-                             "a cell-layout target is refused: kvcache conformance judges it")
+                             "only the stages that judge it run (stateful, model-checker), the others are "
+                             "named as skipped; a cell-layout target is refused: kvcache conformance judges it")
     parser.add_argument("--stages", default=",".join(STAGES),
                         help=f"comma-separated subset of {','.join(STAGES)} (default: all)")
     parser.add_argument("--jobs", type=_positive_int, default=None,
@@ -548,6 +555,15 @@ def main(argv: Optional[list[str]] = None) -> int:
 
     started = time.monotonic()
     chosen = [name for name in STAGES if name in stages]
+    skipped = [name for name in chosen if args.target is not None and name not in TARGET_STAGES]
+    chosen = [name for name in chosen if name not in skipped]
+    if not chosen:
+        print(f"kvcache verify: none of the stages {', '.join(skipped)} judges a --target (those that do: "
+              f"{', '.join(TARGET_STAGES)})", file=sys.stderr)
+        return 2
+    if skipped:
+        print(f"kvcache verify: skipped {', '.join(skipped)}: they check the reference and the proofs, not "
+              f"{args.target}", file=sys.stderr, flush=True)
     side = [name for name in chosen if name in SERIAL_STAGES] if (profile.jobs or os.cpu_count() or 1) > 1 else []
     if len(side) == len(chosen):
         side = []   # nothing to overlap them with
@@ -575,9 +591,9 @@ def main(argv: Optional[list[str]] = None) -> int:
                 lane.stop()
     results = [by_name[name] for name in chosen]
     seconds = time.monotonic() - started
-    print(table(results, args.profile, seconds))
+    print(table(results, args.profile, seconds, skipped))
     if args.json:
-        write_json(args.json, results, args.profile, seconds)
+        write_json(args.json, results, args.profile, seconds, skipped)
     if args.junit:
         write_junit(args.junit, results, args.profile, seconds)
     return EXIT_CODES[overall(results)]

@@ -1,11 +1,12 @@
 """pytest plugin (entry point `kvcache`): run the conformance suite inside another project's tests.
 
-    pytest --kvcache-target=python:mypkg.cache:make_cache [--kvcache-profile quick] [--kvcache-strict]
+    pytest --kvcache-target=python:mypkg.cache:make_cache --kvcache-strict [--kvcache-profile quick]
 
 Without --kvcache-target the plugin does nothing (it only declares its options). With it, the
 session gets one test per finding class - wrong, crash, lenient, over-strict - plus the exact
-layout and the coverage; the suite runs once, on the first of them. wrong and crash fail; lenient
-and over-strict fail under --kvcache-strict (otherwise they pass with a warning); layout fails under
+layout and the coverage; the suite runs once, on the first of them. wrong, crash and over-strict (a
+valid call refused: a runner would crash on it) fail; lenient fails under --kvcache-strict (otherwise
+it passes with a warning); layout fails under
 --kvcache-exact-layout; coverage fails when the run is INCOMPLETE (it exercised less than its
 profile promises), so the plugin gives the verdicts of `kvcache conformance`. A failure prints each
 finding's rule, minimal steps and a pytest test.
@@ -29,7 +30,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="run the kvcache conformance suite against T (python:MODULE:FACTORY or cmd:COMMAND)")
     group.addoption("--kvcache-profile", default="quick", choices=("quick", "pre-merge", "deep"))
     group.addoption("--kvcache-seed", default=0, type=int)
-    group.addoption("--kvcache-strict", action="store_true", help="lenient and over-strict findings fail")
+    group.addoption("--kvcache-strict", action="store_true",
+                    help="lenient findings fail too (wrong, crash and over-strict always fail)")
     group.addoption("--kvcache-exact-layout", action="store_true", help="a non-canonical layout fails")
     group.addoption("--kvcache-timeout", default=5.0, type=float, help="seconds per request (cmd: targets)")
     group.addoption("--kvcache-isolate", action="store_true", help="run a python: target in a subprocess")
@@ -89,7 +91,8 @@ class KvcacheItem(pytest.Item):
             return
         text = "\n\n".join(f"[{f['rule']}] {f['message']}\nconfig: {f['config_name']}\n"
                            f"steps: {json.dumps(f['steps'])}\n--- paste as a test:\n{f['pytest']}" for f in found)
-        if self.kind in ("wrong", "crash") or report["strict"]:
+        from .conformance.engine import failing_classes
+        if self.kind in failing_classes(report["strict"]):
             raise KvcacheFinding(text)
         warnings.warn(f"kvcache conformance: {len(found)} {self.kind} finding(s):\n{text}", stacklevel=1)
 

@@ -290,6 +290,40 @@ class ContiguousBoolLayer(ContiguousStandin):
         return super().update_and_fetch(1 if layer_id is True else layer_id, k, v, position)
 
 
+class ContiguousResetKeepsLength(ContiguousStandin):
+    """reset() empties the rows but not the length the positions continue from (issue 26's first mutant):
+    after a reset a step at position 0 is refused (over-strict), one at the old length served (a gap:
+    lenient OP-POS), and its rows restart at 0 while a ring layer's mask compares them with the caller's
+    positions, so a query of a long enough history attends nothing, not even its own token."""
+
+    def __init__(self, cfg: dict[str, Any]) -> None:
+        super().__init__(cfg)
+        self.before_reset = 0   # the tokens held before the last reset, still counted in every position
+
+    def reset(self) -> None:
+        held = sum(1 for t in self.tokens if not self.step or t not in self.step["tokens"])
+        super().reset()
+        self.before_reset += held   # the bug: the length should go back to 0
+
+    def update_and_fetch(self, layer_id: Any, k: Any, v: Any, position: Any) -> Any:
+        rows = np.asarray(position) - self.before_reset   # row = position, counted from the old length
+        _, answered = self._check_arrays(layer_id, k, v, position)
+        k_hist, v_hist, _ = super().update_and_fetch(layer_id, k, v, rows)
+        seqs = [0] * len(answered)
+        return k_hist, v_hist, Spec("EXPLICIT", self._visible(int(layer_id), seqs, answered))
+
+
+class ContiguousRefusesExactFit(ContiguousStandin):
+    """A capacity check off by one (issue 26's second mutant): a step that exactly fills the capacity is
+    refused. The refusal is classed by the bound it sits on: over-strict OP-CAP."""
+
+    def update_and_fetch(self, layer_id: Any, k: Any, v: Any, position: Any) -> Any:
+        committed = [t for t in self.tokens if not self.step or t not in self.step["tokens"]]
+        if len(committed) + np.shape(position)[0] >= self.cfg["capacity"]:
+            raise StandinError("no room for the step")
+        return super().update_and_fetch(layer_id, k, v, position)
+
+
 def _factory(cls: type) -> Any:
     def make(cfg: dict[str, Any]) -> Any:
         return cls(cfg)
@@ -305,3 +339,5 @@ contiguous_causal_always = _factory(ContiguousCausalAlways)
 cell_window_off_by_one = _factory(CellWindowOffByOne)
 cell_minus_one_is_free = _factory(CellMinusOneIsFree)
 contiguous_bool_layer = _factory(ContiguousBoolLayer)
+contiguous_reset_keeps_length = _factory(ContiguousResetKeepsLength)
+contiguous_refuses_exact_fit = _factory(ContiguousRefusesExactFit)

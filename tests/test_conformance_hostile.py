@@ -46,30 +46,33 @@ def test_a_target_that_never_creates_is_incomplete_and_over_strict(spec: str) ->
     result = run_suite(PythonTarget(spec), "quick", seed=0)
     assert result.created == set() and result.exercised <= {"CFG-TYPE"}
     assert (OVER_STRICT, "CFG-TYPE") in result.findings           # refusing a valid config is a finding
-    assert result.verdict() == INCOMPLETE and result.verdict(strict=True) == NOT_CONFORMING
+    # over-strict fails a run with or without --strict (issue 26: a runner would crash on the refusal);
+    # the run also says it exercised nothing
+    assert result.verdict() == NOT_CONFORMING and result.verdict(strict=True) == NOT_CONFORMING
     assert any("never created" in reason for reason in result.incomplete())
 
 
 def test_never_creates_exit_codes_agree_in_process_isolated_and_in_pytest(tmp_path: Path) -> None:
     target = ["--target", ZOO.format("never_creates")]
-    assert cli.main(target) == 3
+    assert cli.main(target) == 1   # over-strict CFG-TYPE fails without --strict (was 3, INCOMPLETE)
     assert cli.main(target + ["--strict"]) == 1
-    assert cli.main(target + ["--isolate"]) == 3
+    assert cli.main(target + ["--isolate"]) == 1
     done = subprocess.run([PYTHON, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                            "--kvcache-target=" + ZOO.format("never_creates")],
                           cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert done.returncode == 1 and "kvcache_conformance[coverage]" in done.stdout and "INCOMPLETE" in done.stdout
+    assert "kvcache_conformance[over-strict]" in done.stdout   # fails too, without --kvcache-strict
 
 
 def test_a_cmd_target_that_rejects_every_create_is_incomplete() -> None:
     result, _ = cmd_suite(zoo_cmd("refuse-create"))
     assert result.created == set() and (OVER_STRICT, "CFG-TYPE") in result.findings
-    assert result.verdict() == INCOMPLETE
+    assert result.verdict() == NOT_CONFORMING and result.incomplete()   # over-strict fails without --strict
 
 
 def test_a_target_that_creates_nothing_valid_is_not_conforming() -> None:
     result = run_suite(PythonTarget(ZOO.format("creates_nothing_valid")), "quick", seed=0)
-    assert result.verdict() == INCOMPLETE and result.verdict(strict=True) == NOT_CONFORMING
+    assert result.verdict() == NOT_CONFORMING == result.verdict(strict=True)   # its refusals are over-strict
     assert result.findings and result.incomplete()
 
 

@@ -279,3 +279,50 @@ def test_the_exhaustive_checker_passes_the_standin_and_finds_each_broken_one_sho
         found = check(PythonTarget(STANDIN.format(name)), 5).findings
         assert key in found and len(found[key][1]) == length, (name, found)
     assert not check(PythonTarget(STANDIN.format("contiguous")), 5).findings
+
+
+# --- issue 26: a newcomer's two mutants fail without --strict, each with the rule that names it ---------
+
+def test_a_reset_that_forgets_the_length_fails_without_strict() -> None:
+    """reset() that keeps the old length: position 0 after it refused (over-strict), the old length served
+    (lenient OP-POS), and past that step a ring query attends nothing, not even its own token: wrong
+    OP-ATTEND by SAFE-OP-SELF, whatever came before. Over-strict and wrong both fail a run without --strict."""
+    spec = STANDIN.format("contiguous_reset_keeps_length")
+    result = run_suite(PythonTarget(spec), "quick", seed=0)
+    assert ("over-strict", "OP-ATTEND") in result.findings and ("lenient", "OP-POS") in result.findings
+    assert ("wrong", "OP-ATTEND") in result.findings
+    assert result.verdict() == NOT_CONFORMING
+    ring = op_config(1, (1,))
+    steps = [{"op": "fetch", "layer": 0, "positions": [0]}, {"op": "reset"},
+             {"op": "fetch", "layer": 0, "positions": [1], "case": "OP-POS continue"}]
+    again = replay(spec, ring, steps)
+    assert again is not None and (again["class"], again["rule"], again["after"]) == (
+        "wrong", "OP-ATTEND", "lenient OP-POS in update_and_fetch"), again
+    assert again["message"].startswith("SAFE-OP-SELF broken") and "does not attend its own token" in again["message"]
+    assert replay(STANDIN.format("contiguous"), ring, steps[:2] + [{"op": "fetch", "layer": 0}]) is None
+
+
+def test_a_refused_exact_fit_is_over_strict_OP_CAP_and_fails_without_strict(capsys: pytest.CaptureFixture[str]) -> None:
+    """A capacity check off by one refuses a step that exactly fills the capacity: the refusal is classed
+    by the bound it sits on (OP-CAP, not the call's own OP-ATTEND), and fails the run without --strict."""
+    spec = STANDIN.format("contiguous_refuses_exact_fit")
+    assert conformance_main(["--target", spec]) == 1
+    out = capsys.readouterr().out
+    assert "over-strict OP-CAP" in out and out.rstrip().endswith("NOT CONFORMING")
+    result = run_suite(PythonTarget(spec), "quick", seed=0)
+    assert set(result.findings) == {("over-strict", "OP-CAP")}
+    kept = result.findings[("over-strict", "OP-CAP")]
+    assert replay(spec, kept.config, kept.steps) is not None
+    assert replay(STANDIN.format("contiguous"), kept.config, kept.steps) is None
+
+
+def test_a_refusal_naming_an_op_rule_is_classed_by_it() -> None:
+    """The rule a target's refusal names is the rule it is classed by (the reference's errors name theirs)."""
+    from kvcache_spec.conformance.op_engine import OpEngine
+    from kvcache_spec.conformance.targets import Outcome
+
+    engine = OpEngine(PythonTarget(STANDIN.format("contiguous")), op_config(8, (0,)), op_model.CONTIGUOUS)
+    assert engine.refused_by("update_and_fetch", {"layer_id": 0}, "OP-ATTEND",
+                             Outcome(False, None, "ValueError: OP-POS: a gap at 3")) == "OP-POS"
+    assert engine.refused_by("update_and_fetch", {"layer_id": 0}, "OP-ATTEND",
+                             Outcome(False, None, "ValueError: CELL-POS is not an op rule")) == "OP-ATTEND"

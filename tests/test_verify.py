@@ -91,6 +91,7 @@ def test_a_model_checker_out_of_time_is_incomplete_not_a_violation(
 
 def test_a_counterexample_outranks_an_incomplete_stage(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(verify, "_CROSSHAIR_CHILD", _gate_child("INCOMPLETE", 3, 0, 1))
+    monkeypatch.setattr(verify, "TARGET_STAGES", ("crosshair", "model-checker"))   # both run with --target
     assert verify.main(["--profile", "quick", "--stages", "crosshair,model-checker",
                         "--target", BROKEN + "lenient_step"]) == 1
 
@@ -152,6 +153,7 @@ def test_missing_z3_module_is_an_environment_error(monkeypatch: pytest.MonkeyPat
 
 def test_a_failure_outranks_an_environment_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(verify, "_CROSSHAIR_CHILD", 'import json; print(json.dumps({"import_error": "gone"}))')
+    monkeypatch.setattr(verify, "TARGET_STAGES", ("crosshair", "model-checker"))   # both run with --target
     assert verify.main(["--profile", "quick", "--stages", "crosshair,model-checker",
                         "--target", BROKEN + "lenient_step"]) == 1
 
@@ -260,3 +262,28 @@ def test_a_cell_target_is_refused_in_one_line(capsys: pytest.CaptureFixture[str]
     assert captured.out == ""
     lines = captured.err.strip().splitlines()
     assert len(lines) == 1 and "cell" in lines[0] and "kvcache conformance --target python:kvcache:CellCache" in lines[0]
+
+
+def test_a_target_runs_only_the_stages_that_judge_it(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """--target: the stages over the reference and the proofs (CrossHair, Z3, the cell stages) say nothing
+    about the target; they do not run, and the table, the JSON and stderr name them as skipped."""
+    ran: list[str] = []
+    real = verify.run_stage
+
+    def recording(name: str, *args: Any, **kwargs: Any) -> Any:
+        ran.append(name)
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(verify, "run_stage", recording)
+    json_file, _, report_args = _reports(tmp_path)
+    assert verify.main(["--profile", "quick", "--jobs", "1", "--target", "python:kvcache:SequenceCache",
+                        *report_args]) == 0
+    assert ran == list(verify.TARGET_STAGES)
+    skipped = ["crosshair", "z3", *verify.CELL_STAGES]
+    assert json.loads(json_file.read_text())["skipped"] == skipped
+    captured = capsys.readouterr()
+    assert all(f"{name:<15} skipped" in captured.out for name in skipped)
+    assert "skipped crosshair, z3, cell-stateful" in captured.err
+    # asked for stages none of which judges a target: a usage error, not an empty pass
+    assert verify.main(["--profile", "quick", "--stages", "z3,cell-z3", "--target", "python:kvcache:SequenceCache"]) == 2

@@ -18,7 +18,7 @@ from typing import Any, Iterator, Optional, TextIO
 
 from ..cli import open_report, report_path_problem
 from . import scope as scopes
-from .engine import CLASSES
+from .engine import CLASSES, failing_classes
 from .suite import CONFORMING, INCOMPLETE, PROFILES, SuiteResult, report_json, report_junit, run_suite, wrap
 from .targets import OP_LAYOUTS, HarnessInterrupted, Target, TargetError, parse_target, stop_on_signals
 from .vectors import save_findings
@@ -26,7 +26,8 @@ from .vectors import save_findings
 EXIT_CODES = {CONFORMING: 0, "NOT CONFORMING": 1, INCOMPLETE: 3}
 WIDTH = 110            # a finding's lines in the summary: longer text wraps (a word too long keeps its line)
 INDENT = " " * 14
-EPILOG = ("exit codes: 0 CONFORMING (full coverage), 1 NOT CONFORMING (findings), 2 usage or harness error, "
+EPILOG = ("exit codes: 0 CONFORMING (full coverage), 1 NOT CONFORMING (a wrong, crash or over-strict finding; "
+          "a lenient one too under --strict), 2 usage or harness error, "
           "3 INCOMPLETE (less exercised than the profile promises: interrupted, the wall-clock safety net, "
           "the restart cap, a configuration never created or a rule in scope never exercised). "
           "Report folders are created when missing; reports are written atomically.")
@@ -41,7 +42,10 @@ def _parser() -> argparse.ArgumentParser:
                         help="the layout the target implements (default: what it declares - a python: "
                              "factory's kvcache_layout, a cmd: target's hello - else sequence)")
     parser.add_argument("--profile", choices=sorted(PROFILES), default="quick")
-    parser.add_argument("--strict", action="store_true", help="lenient and over-strict findings fail the run")
+    parser.add_argument("--strict", action="store_true",
+                        help="lenient findings (a caller error the target served) fail the run too; without it "
+                             "they are warnings. Wrong, crash and over-strict findings (a valid call refused: a "
+                             "runner would crash on it) always fail")
     parser.add_argument("--exact-layout", action="store_true",
                         help="a non-canonical layout (LAYOUT-CANON, DEPTH) fails the run")
     parser.add_argument("--isolate", action="store_true",
@@ -232,7 +236,7 @@ def summary(report: dict[str, Any], target: str, args: argparse.Namespace, out: 
             out.write("".join(INDENT + test_line + "\n" for test_line in finding["pytest"].splitlines()))
     if findings and not args.pytest:
         line(f"{INDENT}(each finding's pytest test to paste: --pytest, or 'pytest' in the --json report)")
-    broken = any(f["class"] in ("wrong", "crash") for f in report["semantic"]["findings"])
+    broken = any(f["class"] in failing_classes(False) for f in report["semantic"]["findings"])
     semantic = "NO" if broken else "yes" if report["semantic"]["conforming"] else "not established (INCOMPLETE)"
     line(f"  semantic conformance: {semantic}; "
          f"exact layout: {'canonical' if report['layout']['canonical'] else 'NOT canonical'}")

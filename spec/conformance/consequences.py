@@ -52,6 +52,10 @@ SAFETY: tuple[Safety, ...] = (
            "incarnation "
            "of its id) or a sequence it was forked from, at positions not after its own.",
            "Attending another sequence's cell is the leak every other CELL- rule exists to prevent."),
+    Safety("SAFE-SELF", "CELL-MASK",
+           "(Cell layout) Each query token attends its own cell, the one its CellStep places it in.",
+           "A token's own key is always inside its window and its sequence; attention without it is wrong "
+           "whatever came before (the stale mask of a forward a verb interrupted)."),
     Safety("SAFE-NEW-EMPTY", "CELL-ID-REUSE",
            "(Cell layout) A sequence id just handed out by seq_new() owns no cell: seq_len 0, next_pos 0.",
            "An id handed out again with a cell of its previous holder gives that holder's keys to a stranger."),
@@ -80,6 +84,11 @@ SAFETY: tuple[Safety, ...] = (
            "(seq_cp), at a position not after the query's.",
            "Attention over another sequence's keys, another layer's or a later position's is a leak or garbage, "
            "whatever the caller did."),
+    Safety("SAFE-OP-SELF", "OP-ATTEND",
+           "(Op face) Each query attends its own token: the row holding the K and V this very update_and_fetch "
+           "wrote for it on this layer, batch row and head.",
+           "A query's own token is always inside its window and its sequence; attention without it is wrong "
+           "whatever came before (a reset that kept a stale length left a ring query attending nothing)."),
     Safety("SAFE-OP-KEEP", "OP-ATTEND",
            "(Op face, cell cache) A forward never lowers the seq_len of a sequence with no token in it.",
            "A sequence's tokens are its own: a write of other sequences that takes one of its cells makes its "
@@ -371,6 +380,8 @@ class CellConsequences(Consequences):
         """SAFE-ISOLATION on every mask bit of the step."""
         engine = self.engine
         for i in range(step.length):
+            if not step.attends(i, step.cells[i]):
+                raise self._broken("SAFE-SELF", f"{shown}: token {i} does not attend its own cell {step.cells[i]}")
             incarnation = engine.incarnation.get(seq_ids[i], -1) if i < len(seq_ids) else -1
             lineage = engine.lineage.get(incarnation, frozenset())
             q = positions[i] if i < len(positions) else None
@@ -695,7 +706,7 @@ class OpConsequences(Consequences):
         self.wrote(seqs, positions, uids)
         if type(layer) is int and 0 <= layer < self.engine.mcfg.n_layers:
             self.served.add(layer)
-            self.isolation(layer, seqs, positions, answer.value)
+            self.isolation(layer, seqs, positions, uids, answer.value)
         before, self.lens = self.lens, self.seq_lens()
         for seq, was in before.items():
             now = self.lens.get(seq)
@@ -710,7 +721,7 @@ class OpConsequences(Consequences):
         lens = {seq: self._int("seq_len", {"seq": seq}) for seq in seqs}
         return {seq: n for seq, n in lens.items() if n is not None}
 
-    def isolation(self, layer: int, seqs: list[Any], positions: list[Any], value: Any) -> None:
+    def isolation(self, layer: int, seqs: list[Any], positions: list[Any], uids: list[int], value: Any) -> None:
         engine = self.engine
         k_value, v_value, spec = value   # a shape the driver cannot follow ends the drive, said in the report
         k_hist, v_hist = as_array(k_value), as_array(v_value)
@@ -723,6 +734,10 @@ class OpConsequences(Consequences):
                 k_uids = engine.labels.uid_of(k_hist[b, h], layer, b, h, 0)
                 v_uids = engine.labels.uid_of(v_hist[b, h], layer, b, h, 1)
                 for i in range(q):
+                    if i < len(uids) and uids[i] not in {int(u) for u in k_uids[allowed[i]]}:
+                        raise self._broken("SAFE-OP-SELF", f"query {i} (sequence {seqs[i]}, position {positions[i]}, "
+                                                           f"batch {b}, head {h}) on layer {layer} does not attend "
+                                                           f"its own token {uids[i]}, written by this very call")
                     for row in np.flatnonzero(allowed[i]):
                         uid = int(k_uids[row])
                         where = f"query {i} (sequence {seqs[i]}, position {positions[i]}, batch {b}, head {h}) " \

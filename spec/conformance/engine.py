@@ -38,6 +38,14 @@ from .targets import Outcome, Target, TargetCrash
 
 WRONG, CRASH, LENIENT, OVER_STRICT = "wrong", "crash", "lenient", "over-strict"
 CLASSES = (WRONG, CRASH, LENIENT, OVER_STRICT)
+
+
+def failing_classes(strict: bool) -> frozenset[str]:
+    """The finding classes that fail a run (SPEC section 4). A wrong answer, a crash and a valid call
+    refused (over-strict: a runner making that call crashes on the refusal) always; a caller error served
+    (lenient: many implementations are lenient on purpose) only under --strict."""
+    return frozenset({WRONG, CRASH, OVER_STRICT} | ({LENIENT} if strict else set()))
+
 Step = dict[str, Any]
 
 # What the model says a call does: rejected (a caller error), refused (None / False), or a value.

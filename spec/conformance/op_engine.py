@@ -20,17 +20,21 @@ and the run says so in its skipped notes.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Optional
 
 import numpy as np
 
 from .. import op_model
+from ..rules import RULES
 from . import scope as scopes
 from .configs import JsonConfig, describe
 from .engine import CRASH, LENIENT, OVER_STRICT, WRONG, Finding, RunResult, Step, Stop
 from .op_wire import Unreadable
 from .targets import Outcome, Target, TargetCrash
 
+RULE_WORD = re.compile(r"(?<![A-Z0-9-])[A-Z][A-Z0-9]*(?:-[A-Z0-9]+)+(?![A-Z0-9-])")   # a rule id in a text
+OP_RULES = frozenset(rule.id for rule in RULES if rule.id.startswith("OP-"))
 # The calls the engine makes to observe, not to act: never the entry of a consequence.
 OBSERVATIONS = ("used", "seq_len", "free_cells")
 LABEL_LIMIT = 1 << 24   # float32 holds every integer below it exactly
@@ -296,7 +300,25 @@ class OpEngine:
         self.observe(f"after {method}({_show(args)})", rule)
 
     def _over_strict(self, method: str, args: dict[str, Any], rule: str, got: Outcome) -> None:
-        raise self._fail(OVER_STRICT, rule, f"{method}({_show(args)}) refused a call the spec serves: {got.error}")
+        raise self._fail(OVER_STRICT, self.refused_by(method, args, rule, got),
+                         f"{method}({_show(args)}) refused a call the spec serves: {got.error}")
+
+    def refused_by(self, method: str, args: dict[str, Any], rule: str, got: Outcome) -> str:
+        """The rule a refusal of a valid call is classed by (SPEC 8.4): the OP- rule its error names; else
+        OP-CAP when the call exactly fills the capacity (the model has applied it); else the call's own."""
+        named: Optional[str] = next((str(word) for word in RULE_WORD.findall(str(got.error or ""))
+                                     if word in OP_RULES), None)
+        if named is not None:
+            return named
+        model = self.model
+        if method == "begin_step" and isinstance(args["seq_ids"], list):
+            exact = len(args["seq_ids"]) == model.free_cells()
+        elif method == "update_and_fetch" and type(args["layer_id"]) is int:
+            exact = model.used(args["layer_id"]) == self.mcfg.capacity if self.kind == op_model.CONTIGUOUS \
+                else model.free_cells() == 0
+        else:
+            exact = False
+        return "OP-CAP" if exact else rule
 
     def _refused(self, method: str, args: dict[str, Any], rejected: op_model.Rejected, concrete: Step) -> None:
         """A call the spec refuses: the target must refuse it and change nothing."""

@@ -16,7 +16,7 @@ from . import scope as scopes
 from .configs import JsonConfig, describe
 from .coverage import family, in_scope, shortfall
 from .coverage import summary as rules_summary
-from .engine import CRASH, LENIENT, OVER_STRICT, WRONG, Finding, RunResult, Step
+from .engine import CRASH, LENIENT, OVER_STRICT, WRONG, Finding, RunResult, Step, failing_classes
 from .programs import shrink
 from .targets import HarnessInterrupted, SubprocessTarget, Target, TargetCrash, parse_target, safety_alarm
 
@@ -177,8 +177,7 @@ class SuiteResult:
                                    self.exercised)
 
     def verdict(self, strict: bool = False, exact_layout: bool = False) -> str:
-        failing = {WRONG, CRASH} | ({LENIENT, OVER_STRICT} if strict else set())
-        if self.classes() & failing or (exact_layout and self.layout):
+        if self.classes() & failing_classes(strict) or (exact_layout and self.layout):
             return NOT_CONFORMING
         return INCOMPLETE if self.incomplete() else CONFORMING
 
@@ -645,7 +644,7 @@ def report_json(result: SuiteResult, strict: bool, exact_layout: bool) -> dict[s
         "format": REPORT_FORMAT, "target": result.target, "profile": result.profile, "seed": result.seed,
         "strict": strict, "exact_layout": exact_layout,
         "verdict": verdict, "conforming": verdict == CONFORMING,
-        "semantic": {"conforming": not (result.classes() & {WRONG, CRASH}) and not result.incomplete(),
+        "semantic": {"conforming": not (result.classes() & failing_classes(False)) and not result.incomplete(),
                      "findings": findings},
         "layout": {"canonical": not result.layout, "divergences": result.layout},
         "coverage": coverage_json(result),
@@ -667,7 +666,7 @@ def report_junit(report: dict[str, Any]) -> str:
     by_class: dict[str, list[dict[str, Any]]] = {kind: [] for kind in (WRONG, CRASH, LENIENT, OVER_STRICT)}
     for finding in report["semantic"]["findings"]:
         by_class[finding["class"]].append(finding)
-    fails_run = {WRONG, CRASH} | ({LENIENT, OVER_STRICT} if report["strict"] else set())
+    fails_run = failing_classes(report["strict"])
     for kind, found in by_class.items():
         tests += 1
         case = ET.SubElement(suite, "testcase", classname="kvcache.conformance.semantic", name=kind)
