@@ -49,6 +49,25 @@ def test_CELL_ID_REUSE_the_leak_behind_a_mid_forward_seq_rm_is_wrong() -> None:
     assert not hidden.classes() & {WRONG}, sorted(hidden.findings)
 
 
+def test_CELL_ID_REUSE_a_cache_without_live_is_graded_past_the_end_of_its_forward() -> None:
+    """Issue 26: the same leak, served as upstream's C++ cache is (no live(), 64 fixed ids). The program
+    that ends right after the mid-forward seq_rm is driven on to the forward's end - its placement for the
+    removed id - and then to new ids: wrong CELL-ID-REUSE (SAFE-NO-STRAY), on a minimal program. Without
+    live() the harness knows the live ids from seq_new, seq_len and seq_rm: nothing else is blamed on it."""
+    target = LEAK + "_private_live"
+    result = suite(target)
+    leak = result.findings[(WRONG, "CELL-ID-REUSE")]
+    assert leak.finding.after == "lenient CELL-FORWARD in seq_rm" and leak.finding.safety == "SAFE-NO-STRAY"
+    assert len(leak.steps) <= 4 and leak.config["max_seqs"] == 64, leak.steps
+    assert all(r.finding.after == "lenient CELL-FORWARD in seq_rm" for r in result.causes[(WRONG, "CELL-ID-REUSE")])
+    stops_at_the_verb = [{"op": "seq_new"}, {"op": "declare", "seqs": [0]}, {"op": "seq_rm", "seq_id": 0, "p0": 0}]
+    again = replay(target, leak.config, stops_at_the_verb)
+    assert again is not None and (again["class"], again["rule"], again["after"]) == (
+        WRONG, "CELL-ID-REUSE", "lenient CELL-FORWARD in seq_rm"), again
+    assert "after place_step(0, [0])" in again["message"]   # the forward's own placement, past the program
+    assert replay(CELL_REFERENCE, leak.config, stops_at_the_verb) is None
+
+
 def test_CELL_OWNERS_next_pos_overflow_after_a_position_INT_MAX_is_wrong() -> None:
     """CELL-OWNERS, CELL-POS: a position INT_MAX accepted (lenient ARG-RANGE) makes next_pos wrap; the wrapped
     next_pos is the wrong consequence."""
@@ -167,3 +186,32 @@ def test_a_defect_of_its_own_is_not_a_consequence() -> None:
     result = suite(FLOOR)
     assert (WRONG, "REWIND-SOUND") in result.findings
     assert not [r for rs in result.causes.values() for r in rs if r.finding.after], sorted(result.findings)
+
+
+def test_a_cause_whose_program_one_step_shorter_is_a_kept_cause_is_folded_into_it() -> None:
+    """Issue 26: a cause came with a padded program (an irrelevant refused step first); without that step it
+    replays as a cause already kept. The run folds it there (its hits added) instead of reporting it - and
+    never into another class: a wrong cause does not vanish behind a lenient one."""
+    import time
+
+    from kvcache_spec.conformance import layouts, scope as scopes
+    from kvcache_spec.conformance.suite import PROFILES, _Options, _SuiteRun
+
+    spec = "python:tests.op_standin:cell_window_off_by_one"
+    target = PythonTarget(spec)
+    shown = run_suite(target, "quick", seed=0)
+    kept = shown.causes[(WRONG, "OP-ATTEND")][0]
+    padded_steps = [{"op": "rm", "seq": 70, "p0": 0}] + kept.steps   # refused: 70 is no seq id
+    padded = Reported(Finding(WRONG, "OP-HIST", "padded", len(padded_steps) - 1), kept.config, padded_steps)
+    lenient = Reported(Finding(LENIENT, "OP-POS", "padded too", len(padded_steps) - 1), kept.config, padded_steps)
+    run = _SuiteRun(target, PROFILES["quick"], shown, scopes.FULL, layouts.of(target), _Options(False, 0, True, 0),
+                    time.monotonic(), 60.0)
+    shown.causes[(WRONG, "OP-HIST")] = [padded]
+    shown.findings[(WRONG, "OP-HIST")] = padded
+    shown.causes[(LENIENT, "OP-POS")] = [lenient]
+    shown.findings[(LENIENT, "OP-POS")] = lenient
+    hits = kept.hits
+    run.fold_padded_causes()
+    assert (WRONG, "OP-HIST") not in shown.causes and (WRONG, "OP-HIST") not in shown.findings
+    assert kept.hits == hits + 1 and shown.causes[(WRONG, "OP-ATTEND")][0] is kept
+    assert shown.causes[(LENIENT, "OP-POS")] == [lenient]   # a wrong cause is no lenient one's padding

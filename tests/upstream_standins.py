@@ -9,6 +9,8 @@ when the forward is placed. Two factories spoil it one way each:
 
 - `leaks_reused_id`: `seq_rm` of a declared id mid-forward, then `place_step` gives the removed id a
   cell; `seq_new()` hands the id out again, owning a cell it never wrote.
+- `leaks_reused_id_private_live`: the same, served as upstream's C++ cache is through the driver - no
+  `live()` (upstream's live set is private) and 64 fixed ids.
 - `next_pos_overflows`: a position INT_MAX is accepted (the spec stops at INT_MAX - 1), and
   `next_pos`, a 32-bit int as upstream's, wraps to INT_MIN; verbs mid-forward are refused here.
 
@@ -193,6 +195,22 @@ class _NextPosOverflows(LaxCellCache):
 
 leaks_reused_id = _LeaksReusedId
 next_pos_overflows = _NextPosOverflows
+
+
+class _LeaksReusedIdPrivateLive(_LeaksReusedId):
+    live = None   # upstream's live set is private: no live() (the C++ driver announces none)
+
+
+def leaks_reused_id_private_live(config: kvcache.CacheConfig, max_seqs: int = 64) -> _LeaksReusedIdPrivateLive:
+    """`leaks_reused_id` as the C++ driver serves upstream's cell cache in its fixed-max_seqs form: no
+    live(), 64 ids and no other (issue 26: only its lenient CELL-FORWARD was reported)."""
+    if type(max_seqs) is not int or max_seqs != 64:
+        raise ValueError(f"SCOPE-BORDER: this cache has 64 ids, not {max_seqs!r}")
+    return _LeaksReusedIdPrivateLive(config, 64)
+
+
+setattr(leaks_reused_id_private_live, "kvcache_layout", "cell")
+setattr(leaks_reused_id_private_live, "kvcache_scope", ("all", "max_seqs=64"))
 
 
 class FloorFromLength(Faithful):

@@ -155,6 +155,7 @@ class Consequences:
             for engine.index, step in rest:
                 self.run_step(step)
             engine.index = rest[-1][0] if rest else engine.index
+            self.finish()
             self.check_table("at the end of the program")
         except Stop as stop:
             engine.result.consequence = stop.finding
@@ -167,6 +168,9 @@ class Consequences:
 
     def after_entry(self) -> None:
         raise NotImplementedError
+
+    def finish(self) -> None:
+        """Past the program's last step: what a runner would do next, when the program stops short of it."""
 
     def run_step(self, step: Step) -> None:
         raise NotImplementedError
@@ -193,6 +197,14 @@ class CellConsequences(Consequences):
             if forward is not None and forward.positions is not None and forward.cells is not None
             and forward.contents is not None else None)
         self.served: set[int] = set(forward.served) if forward is not None else set()
+        # the entry was inside a forward (open in the model, or the entry declares or places): the drive
+        # goes on to the forward's end and then hands out new ids (finish)
+        self.in_forward = forward is not None or (self.call is not None and self.call[0] in ("declare_step",
+                                                                                           "place_step"))
+        # the live ids as far as the harness knows them, for a target without live() (upstream's live set
+        # is private): the model's at the entry, every id handed out since, less one a removal emptied
+        self.known_live: set[int] = set(cm.live(engine.cs))
+        self.named = self.known_live | {s for s in self.declared or [] if type(s) is int}   # every id the drive met
         # the harness's pools: what it wrote in each cell of each layer, with the writer's incarnation
         self.pools: list[list[Optional[Written]]] = [
             [None if held is None else (held[0], held[1], engine.writer.get(held[1], -1)) for held in pool]
@@ -200,8 +212,37 @@ class CellConsequences(Consequences):
         self.next_content = max(engine.writer, default=-1) + 1
 
     def live(self) -> list[int]:
+        if "live" not in self.engine.target.optional:
+            return sorted(self.known_live)
         got = self._ask("live", {})
         return [v for v in got.value if type(v) is int] if got.ok and isinstance(got.value, list) else []
+
+    def removed(self, args: dict[str, Any], answer: Outcome) -> None:
+        """A removal served: an id left owning nothing is no longer live (CELL-RM), as far as the harness knows."""
+        seq_id = args["seq_id"]
+        if answer.ok and type(seq_id) is int and self._int("seq_len", {"seq_id": seq_id}) == 0:
+            self.known_live.discard(seq_id)
+
+    def finish(self) -> None:
+        """Past a step served inside a forward, the program goes on as a runner would: the forward's layers
+        not yet served are placed (for the ids it declared, a removed one too), then new ids are handed out,
+        one per id the program named and one more - each judged by SAFETY (a removed id handed out again
+        owning the cell its forward placed: SAFE-NEW-EMPTY, SAFE-NO-STRAY)."""
+        if not self.in_forward:
+            return
+        if self.declared is not None:
+            positions = self.placed[0] if self.placed is not None else self.positions(self.declared, None)
+            for layer in range(self.n_layers):
+                if layer not in self.served and self.declared is not None:
+                    self.steps.append({"op": "place", "layer": layer, "positions": positions})
+                    self.place(layer, positions)
+        for _ in range(len(self.named) + 1):
+            self.steps.append({"op": "seq_new"})
+            got = self._ask("seq_new", {})
+            if not got.ok or type(got.value) is not int:
+                break
+            self.handed_out("seq_new", got.value, {})
+            self.check_table("after seq_new()")
 
     def after_entry(self) -> None:
         """What the entry call itself did, as far as its answer tells: an id handed out starts an
@@ -213,10 +254,13 @@ class CellConsequences(Consequences):
             self.handed_out(method, answer.value, args)
         elif answer.ok and method == "declare_step" and answer.value is True and isinstance(args["seq_ids"], list):
             self.declared, self.placed, self.served = list(args["seq_ids"]), None, set()
+            self.named |= {s for s in args["seq_ids"] if type(s) is int}
         elif method == "place_step":
             self.placed_step(args["layer"], args["positions"], answer)
         elif answer.ok and method == "clear":
-            self.declared, self.placed, self.served = None, None, set()
+            self.declared, self.placed, self.served, self.known_live = None, None, set(), set()
+        elif method == "seq_rm":
+            self.removed(args, answer)
         if method in ("seq_new", "seq_clone", "declare_step", "seq_rm", "clear"):
             self.check_table(f"after {method}({_show(args)})")
 
@@ -231,7 +275,9 @@ class CellConsequences(Consequences):
         if op in ("seq_new", "seq_clone") and got.ok and type(got.value) is int:
             self.handed_out(op, got.value, args)
         if op == "clear" and got.ok:
-            self.declared, self.placed, self.served = None, None, set()
+            self.declared, self.placed, self.served, self.known_live = None, None, set(), set()
+        if op == "seq_rm":
+            self.removed(args, got)
         if op in ("seq_new", "seq_clone", "seq_rm", "clear"):
             self.check_table(f"after {op}({_show(args)})")
 
@@ -254,6 +300,8 @@ class CellConsequences(Consequences):
         """A new incarnation for the id; SAFE-NEW-EMPTY for seq_new."""
         engine = self.engine
         engine.new_incarnation(seq_id, args.get("src") if op == "seq_clone" else None)
+        self.known_live.add(seq_id)
+        self.named.add(seq_id)
         if op == "seq_new":
             for query in ("seq_len", "next_pos"):
                 held = self._int(query, {"seq_id": seq_id})
@@ -326,6 +374,7 @@ class CellConsequences(Consequences):
         got = self._ask("declare_step", {"seq_ids": seq_ids})
         if got.ok and got.value is True:
             self.declared, self.placed, self.served = list(seq_ids), None, set()
+            self.named |= {s for s in seq_ids if type(s) is int}
             return True
         return False
 
@@ -432,9 +481,11 @@ class CellConsequences(Consequences):
             owned += length or 0
         free = counts["free_cells"]
         if free is not None and self.capacity - free > owned:
+            known = "" if "live" in self.engine.target.optional else \
+                " (live as the harness saw ids handed out and emptied: the target has no live())"
             raise self._broken("SAFE-NO-STRAY", f"{context}: {self.capacity - free} cell(s) occupied "
                                                 f"(free_cells() {free} of {self.capacity}) but the live sequences "
-                                                f"{live} own {owned}: a cell held by an id that is not live")
+                                                f"{live}{known} own {owned}: a cell held by an id that is not live")
 
 
 GAP = -2   # the content of a position no step wrote: no row ever holds it, so a read of it is never sound
@@ -681,6 +732,15 @@ class OpConsequences(Consequences):
         concrete: Step = {"op": "fetch", "layer": layer, "positions": positions, **({"bad": bad} if bad else {})}
         self.steps.append(concrete)
         self.served_fetch(layer, positions, uids[:q], self._ask("update_and_fetch", args))
+
+    def finish(self) -> None:
+        """Past a step served on some layers only: its other layers are served, as the runner's forward
+        would, each answer judged by SAFETY."""
+        if self.step_positions is None or not self.served:
+            return
+        for layer in range(self.engine.mcfg.n_layers):
+            if layer not in self.served:
+                self.fetch({"op": "fetch", "layer": layer, "positions": list(self.step_positions)})
 
     def next_positions(self, layer: Any, q: int) -> list[int]:
         """Positions for a step that names none: the cell cache's next of each declared sequence (by the

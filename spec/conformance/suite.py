@@ -8,7 +8,7 @@ import textwrap
 import time
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Iterator, Optional, Union
 
 from ..rules import BY_ID
 from . import layouts
@@ -124,6 +124,12 @@ def cause(finding: Finding, cfg: JsonConfig, steps: list[Step]) -> tuple[Any, ..
     how = how_it_crashed(finding) if finding.kind == CRASH else (finding.rule,)
     return (_group(finding), how, family(cfg).split(",")[0], kinds[-1] if kinds else "create",
             _rewind_kind(steps), finding.after, finding.safety)
+
+
+def _one_step_shorter(steps: list[Step]) -> Iterator[list[Step]]:
+    """The program without one of its steps before the last (the failing one), each in turn."""
+    for i in range(len(steps) - 1):
+        yield steps[:i] + steps[i + 1:]
 
 
 def _rewind_kind(steps: list[Step]) -> str:
@@ -417,6 +423,38 @@ class _SuiteRun:
             self.causes_seen.add(quick_cause)
         self.keep(reported, small_cfg, final.steps, note)
 
+    def fold_padded_causes(self) -> None:
+        """No cause is reported whose program, one step shorter, shows another cause kept of its class (any
+        rule): it is that cause through a padded program, and is folded into it (its hits added). Never
+        into another class: a wrong finding must not vanish behind a lenient one a shorter program shows.
+        The shrinker cannot see this (it keeps the class and rule it shrinks), and a cause found before
+        the one it folds into could not be folded when it was kept: so once, at the end of the run, for
+        every kept cause but crashes (a crash replays only in a fresh process)."""
+        causes = self.result.causes
+        for reported in [r for kept in causes.values() for r in kept if r.finding.kind != CRASH]:
+            others = [r for kept in causes.values() for r in kept
+                      if r is not reported and r.finding.kind == reported.finding.kind]
+            into = next((other for shorter in _one_step_shorter(reported.steps)
+                         for seen in self.findings_of(reported.config, shorter)
+                         for other in others if other.same_cause(seen)), None)
+            if into is None:
+                continue
+            into.hits += reported.hits
+            key = reported.finding.key()
+            causes[key].remove(reported)
+            if causes[key]:
+                self.result.findings[key] = causes[key][0]
+            else:
+                del causes[key], self.result.findings[key]
+
+    def findings_of(self, cfg: JsonConfig, steps: list[Step]) -> Iterator[Reported]:
+        """What a program shows: its lockstep finding, then the consequence of its lenient step."""
+        run = self.run_checked(cfg, steps, fresh=False)
+        if run.finding is not None:
+            yield Reported(run.finding, cfg, run.steps)
+        if run.consequence is not None:
+            yield Reported(run.consequence, cfg, run.consequence_steps)
+
     def caused_by_its_entry(self, consequence: Finding, cfg: JsonConfig, steps: list[Step]) -> bool:
         """A consequence is the entry step's when the program without that step shows no wrong answer
         or crash: otherwise it is a defect of its own, which that program's lockstep reports (an
@@ -525,6 +563,8 @@ class _SuiteRun:
                     if self.stopped():
                         break
                     self.one(bad_cfg, [])
+                if not self.stopped():
+                    self.fold_padded_causes()
         except HarnessInterrupted as stop:
             if stop.signal_name == "SIGALRM":
                 result.aborted = (f"the wall-clock safety net ({self.safety - self.started:.0f} s) stopped the run "
