@@ -85,8 +85,8 @@ SAFETY: tuple[Safety, ...] = (
            "Attention over another sequence's keys, another layer's or a later position's is a leak or garbage, "
            "whatever the caller did."),
     Safety("SAFE-OP-SELF", "OP-ATTEND",
-           "(Op face) Each query attends its own token: the row holding the K and V this very update_and_fetch "
-           "wrote for it on this layer, batch row and head.",
+           "(Op face) Each query at a position in [0, 2**31 - 2] attends its own token: the row holding the K and "
+           "V this very update_and_fetch wrote for it on this layer, batch row and head.",
            "A query's own token is always inside its window and its sequence; attention without it is wrong "
            "whatever came before (a reset that kept a stale length left a ring query attending nothing)."),
     Safety("SAFE-OP-KEEP", "OP-ATTEND",
@@ -794,7 +794,9 @@ class OpConsequences(Consequences):
                 k_uids = engine.labels.uid_of(k_hist[b, h], layer, b, h, 0)
                 v_uids = engine.labels.uid_of(v_hist[b, h], layer, b, h, 1)
                 for i in range(q):
-                    if i < len(uids) and uids[i] not in {int(u) for u in k_uids[allowed[i]]}:
+                    # a query at a position OP-POS allows (not -1, a free-cell marker upstream) sees itself
+                    placed = type(positions[i]) is int and 0 <= positions[i] <= op_model.MAX_POSITION
+                    if placed and i < len(uids) and uids[i] not in {int(u) for u in k_uids[allowed[i]]}:
                         raise self._broken("SAFE-OP-SELF", f"query {i} (sequence {seqs[i]}, position {positions[i]}, "
                                                            f"batch {b}, head {h}) on layer {layer} does not attend "
                                                            f"its own token {uids[i]}, written by this very call")
@@ -802,9 +804,10 @@ class OpConsequences(Consequences):
                         uid = int(k_uids[row])
                         where = f"query {i} (sequence {seqs[i]}, position {positions[i]}, batch {b}, head {h}) " \
                                 f"on layer {layer} attends row {row}"
-                        if uid < 0 or v_uids[row] != uid:
+                        if uid < 0 or row >= len(v_uids) or v_uids[row] != uid:   # V may have fewer rows than K
+                            v_row = _row(v_hist[b, h, row]) if row < len(v_uids) else "(no row)"
                             raise self._broken("SAFE-OP-ISOLATION", f"{where}, whose K {_row(k_hist[b, h, row])} / "
-                                                                    f"V {_row(v_hist[b, h, row])} are not one token's "
+                                                                    f"V {v_row} are not one token's "
                                                                     "written for this layer, batch row and head")
                         if uid not in self.readable.get(seqs[i], set()):
                             whose = f"of sequence {self.writer[uid]}" if uid in self.writer else \

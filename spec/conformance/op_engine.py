@@ -21,6 +21,7 @@ and the run says so in its skipped notes.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Any, Optional
 
 import numpy as np
@@ -130,6 +131,7 @@ class OpEngine:
         # lenient or over-strict step, the entry of its consequences (consequences.py)
         self.judged: Optional[tuple[str, dict[str, Any], Outcome]] = None
         self.fetched: Optional[tuple[list[Any], list[int]]] = None
+        self.exact_fit_refused = False   # the last valid call refused exactly filled the capacity
 
     # --- helpers -----------------------------------------------------------------------------------
     def _fail(self, kind: str, rule: str, message: str) -> Stop:
@@ -218,7 +220,7 @@ class OpEngine:
             if entry.kind in (LENIENT, OVER_STRICT) and entry.step_index >= 0 and not self.nested \
                     and not self.outside and entry.step_index == len(self.result.steps) - 1:
                 self.drive_on(program, entry)
-            self.result.finding = self._after_refusal(entry)
+            self.result.finding = self._after_refusal(self.capacity_refusal(entry))
         if self.outside:
             self.result.finding = self.border_finding(self.result.finding, len(program))
         return self.result
@@ -304,12 +306,11 @@ class OpEngine:
                          f"{method}({_show(args)}) refused a call the spec serves: {got.error}")
 
     def refused_by(self, method: str, args: dict[str, Any], rule: str, got: Outcome) -> str:
-        """The rule a refusal of a valid call is classed by (SPEC 8.4): the OP- rule its error names; else
-        OP-CAP when the call exactly fills the capacity (the model has applied it); else the call's own."""
+        """The rule a refusal of a valid call is classed by (SPEC 8.4): the OP- rule its error names, else
+        the call's own. A call that exactly fills the capacity (the model has applied it) may be OP-CAP's
+        refusal: `capacity_refusal` decides, once the drive past it is done."""
         named: Optional[str] = next((str(word) for word in RULE_WORD.findall(str(got.error or ""))
                                      if word in OP_RULES), None)
-        if named is not None:
-            return named
         model = self.model
         if method == "begin_step" and isinstance(args["seq_ids"], list):
             exact = len(args["seq_ids"]) == model.free_cells()
@@ -318,7 +319,26 @@ class OpEngine:
                 else model.free_cells() == 0
         else:
             exact = False
-        return "OP-CAP" if exact else rule
+        self.exact_fit_refused = named is None and exact
+        return named or rule
+
+    def capacity_refusal(self, entry: Finding) -> Finding:
+        """An exact fit refused is OP-CAP's refusal when the same steps, on the same config with one cell more,
+        are served as the spec says (a second run, on a fresh cache: after the drive, which needs this one)."""
+        if not self.exact_fit_refused or self.nested or entry.kind != OVER_STRICT:
+            return entry
+        roomier = {**self.cfg, "capacity": self.mcfg.capacity + 1}
+        again = OpEngine(self.target, roomier, self.kind, self.scope, nested=True).run(list(self.result.steps))
+        self.result.calls += again.calls
+        if again.finding is not None:
+            return entry
+        consequence = self.result.consequence
+        if consequence is not None:   # its words name the entry: the entry's class and rule
+            old, new = f"{entry.kind} {entry.rule}", f"{entry.kind} OP-CAP"
+            self.result.consequence = replace(consequence, after=consequence.after.replace(old, new, 1),
+                                              message=consequence.message.replace(old, new, 1))
+        return replace(entry, rule="OP-CAP", message=entry.message + " - served with one cell more: the "
+                                                                     "refusal is the capacity's")
 
     def _refused(self, method: str, args: dict[str, Any], rejected: op_model.Rejected, concrete: Step) -> None:
         """A call the spec refuses: the target must refuse it and change nothing."""

@@ -425,7 +425,8 @@ class _SuiteRun:
 
     def fold_padded_causes(self) -> None:
         """No cause is reported whose program, one step shorter, shows another cause kept of its class (any
-        rule): it is that cause through a padded program, and is folded into it (its hits added). Never
+        rule) at the same failing call: it is that cause through a padded program (a step irrelevant to the
+        defect, which only renamed it), and is folded into it (its hits added). Never
         into another class: a wrong finding must not vanish behind a lenient one a shorter program shows.
         The shrinker cannot see this (it keeps the class and rule it shrinks), and a cause found before
         the one it folds into could not be folded when it was kept: so once, at the end of the run, for
@@ -434,8 +435,10 @@ class _SuiteRun:
         for reported in [r for kept in causes.values() for r in kept if r.finding.kind != CRASH]:
             others = [r for kept in causes.values() for r in kept
                       if r is not reported and r.finding.kind == reported.finding.kind]
+            last = _op_kind(reported.steps[-1]) if reported.steps else "create"
             into = next((other for shorter in _one_step_shorter(reported.steps)
                          for seen in self.findings_of(reported.config, shorter)
+                         if seen.steps and _op_kind(seen.steps[-1]) == last   # the same failing call
                          for other in others if other.same_cause(seen)), None)
             if into is None:
                 continue
