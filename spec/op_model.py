@@ -20,7 +20,7 @@ This module does not import `kvcache`: the model and the reference are independe
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Optional, Sequence, Union
 
 MAX_POSITION = 2**31 - 2          # OP-POS: no position is a -1 marker, a next position fits a C++ int
@@ -117,6 +117,14 @@ class OpModel:
         self.step: Optional[Step] = None
         self.dropped_declaration = False   # the last verb dropped a declaration no layer had used
         self.abandoned = 0   # steps abandoned partway (a target without the `steps` feature is not judged past one)
+
+    def snapshot(self) -> "OpModel":
+        """A copy of the state (a call refused that the model served is followed from the state before it)."""
+        copy = OpModel(self.cfg)
+        copy.held = {seq: dict(tokens) for seq, tokens in self.held.items()}
+        copy.step = None if self.step is None else replace(self.step, served=set(self.step.served))
+        copy.dropped_declaration, copy.abandoned = self.dropped_declaration, self.abandoned
+        return copy
 
     # --- observations ------------------------------------------------------------------------------
     def seq_len(self, seq: int) -> int:

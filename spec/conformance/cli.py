@@ -1,7 +1,7 @@
 """`kvcache conformance`: run the suite against a target.
 
-Exit codes: 0 CONFORMING (with its coverage printed), 1 NOT CONFORMING (findings), 2 usage or harness
-error, 3 INCOMPLETE (the run exercised less than its profile promises: stopped by a signal, the
+Exit codes: 0 CONFORMING (with its coverage printed), 1 NOT CONFORMING (a wrong, crash or over-strict
+finding; a lenient one only under --strict), 2 usage or harness error, 3 INCOMPLETE (the run exercised less than its profile promises: stopped by a signal, the
 safety net, the restart cap, or a configuration or rule in scope never exercised).
 """
 

@@ -32,7 +32,7 @@ import numpy as np
 from .. import cell_model as cm
 from .. import model, op_model
 from .cell_engine import CellEngine, resolve_positions, step_from_json
-from .engine import CRASH, WRONG, Engine, Finding, Step, Stop, _show, _well_formed, json_plan
+from .engine import CRASH, OVER_STRICT, WRONG, Engine, Finding, Step, Stop, _show, _well_formed, json_plan
 from .op_engine import OpEngine, _row, allowed_rows, as_array
 from .op_engine import _show as _show_op
 from .targets import Outcome, TargetCrash
@@ -647,7 +647,8 @@ class OpConsequences(Consequences):
         super().__init__(engine, entry)
         self.engine: OpEngine = engine
         self.cell = engine.kind == op_model.CELL
-        m = engine.model
+        # past a refusal of a call the model served, the target is where the model was before that call
+        m = engine.before_call if entry.kind == OVER_STRICT and engine.before_call is not None else engine.model
         self.writer: dict[int, int] = {}          # uid -> the sequence that wrote it
         self.position: dict[int, Any] = {}        # uid -> its position, as written
         self.readable: dict[int, set[int]] = {}   # sequence -> the uids it may attend

@@ -132,6 +132,7 @@ class OpEngine:
         self.judged: Optional[tuple[str, dict[str, Any], Outcome]] = None
         self.fetched: Optional[tuple[list[Any], list[int]]] = None
         self.exact_fit_refused = False   # the last valid call refused exactly filled the capacity
+        self.before_call: Optional[op_model.OpModel] = None   # the model before the last call it served
 
     # --- helpers -----------------------------------------------------------------------------------
     def _fail(self, kind: str, rule: str, message: str) -> Stop:
@@ -280,6 +281,7 @@ class OpEngine:
                     "rm": ("seq_rm", {"seq": step.get("seq"), "p0": step.get("p0"), "p1": step.get("p1")}, "OP-RM")}
         method, args, rule = verdicts[op]
         before = self.model.abandoned
+        self.before_call = self.model.snapshot()
         if op == "begin":
             rejected = self.model.begin_step(args["seq_ids"])
             if rejected is None:
@@ -397,6 +399,7 @@ class OpEngine:
         args, shapes = self.arguments(layer, positions, uids, bad)
         self.fetched = (list(positions), uids[:q])
         before = self.model.abandoned
+        self.before_call = self.model.snapshot()
         verdict = self.model.fetch(layer, shapes, positions, uids[:q])
         if isinstance(verdict, op_model.Rejected):
             self._refused("update_and_fetch", args, verdict, concrete)
