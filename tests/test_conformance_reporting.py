@@ -195,7 +195,9 @@ def test_a_cause_whose_program_one_step_shorter_is_a_kept_cause_is_folded_into_i
     import time
 
     from kvcache_spec.conformance import layouts, scope as scopes
-    from kvcache_spec.conformance.suite import PROFILES, _Options, _SuiteRun
+    from kvcache_spec.conformance.suite import PROFILES
+    from kvcache_spec.conformance.suite.drive import SuiteRun
+    from kvcache_spec.conformance.suite.plan import Options
 
     spec = "python:tests.op_standin:cell_window_off_by_one"
     target = PythonTarget(spec)
@@ -204,7 +206,7 @@ def test_a_cause_whose_program_one_step_shorter_is_a_kept_cause_is_folded_into_i
     padded_steps = [{"op": "rm", "seq": 70, "p0": 0}] + kept.steps   # refused: 70 is no seq id
     padded = Reported(Finding(WRONG, "OP-HIST", "padded", len(padded_steps) - 1), kept.config, padded_steps)
     lenient = Reported(Finding(LENIENT, "OP-POS", "padded too", len(padded_steps) - 1), kept.config, padded_steps)
-    run = _SuiteRun(target, PROFILES["quick"], shown, scopes.FULL, layouts.of(target), _Options(False, 0, True, 0),
+    run = SuiteRun(target, PROFILES["quick"], shown, scopes.FULL, layouts.of(target), Options(False, 0, True, 0),
                     time.monotonic(), 60.0)
     shown.causes[(WRONG, "OP-HIST")] = [padded]
     shown.findings[(WRONG, "OP-HIST")] = padded
