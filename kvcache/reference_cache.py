@@ -38,7 +38,7 @@ import numpy as np
 from . import op
 from ._errors import ArgumentTypeError, ArgumentValueError, KVCacheError
 from ._op_arrays import MAX_POSITION, array_kind, found, to_kind, to_numpy
-from ._op_cells import MAX_SEQS
+from ._op_cells import MAX_SEQS, _id_error, _int_error
 from ._op_types import CacheConfig, CacheSizing, LayerKind, LayerPolicy
 
 #: Upstream's module, whose `AttendSpec` and `MaskKind` the op's `attend` recognises.
@@ -68,11 +68,13 @@ def _as_ours(spec: op.AttendSpec) -> Any:
 
 
 def _as_project(spec: Any) -> Any:
-    """OP-MASK: a spec of either class as the project's (validated there); anything else is passed on unchanged,
+    """OP-MASK: a spec of either class as the project's (validated there: upstream's dataclass checks nothing,
+    so a bad kind or mask is refused with the project's typed error); anything else is passed on unchanged,
     for `kvcache.op.attend` to refuse with its typed error."""
     if isinstance(spec, op.AttendSpec) or not USING_UPSTREAM_TYPES or not isinstance(spec, AttendSpec):
         return spec
-    return op.AttendSpec(op.MaskKind[spec.kind.name], spec.mask)
+    kind = op.MaskKind[spec.kind.name] if isinstance(spec.kind, MaskKind) else spec.kind
+    return op.AttendSpec(kind, spec.mask)
 
 
 def attend(q: Any, k: Any, v: Any, spec: Any, scale: Optional[float] = None, out_dtype: Any = None) -> Any:
@@ -130,9 +132,9 @@ def _flatten_error(sequences: Any) -> Optional[KVCacheError]:
         return ArgumentValueError("OP-STEP", "sequences", "must not be empty (a step has at least one token)")
     first: Optional[tuple[Optional[str], Any, tuple[int, ...]]] = None
     for seq_id, entry in sequences.items():
-        if type(seq_id) is not int or not 0 <= seq_id < MAX_SEQS:
-            return ArgumentValueError("OP-STEP", "sequences", f"a seq_id must be an int in [0, {MAX_SEQS})",
-                                      seq_id=seq_id)
+        error = _id_error("OP-STEP", "sequences (a seq_id)", seq_id)
+        if error is not None:
+            return error
         if type(entry) is not tuple or len(entry) != 2:
             return ArgumentTypeError("OP-ARGS", f"sequences[{seq_id}]", "must be a pair (tokens, start_pos)",
                                      type=type(entry).__name__)
@@ -151,9 +153,12 @@ def _flatten_error(sequences: Any) -> Optional[KVCacheError]:
                                                                              "kind, dtype and trailing shape",
                                       shape=shape, dtype=str(tokens.dtype))
         first = here
-        if type(start) is not int or not 0 <= start <= MAX_POSITION - shape[1] + 1:
-            return ArgumentValueError("OP-POS", f"sequences[{seq_id}][1]", "must be an int >= 0 whose tokens' "
-                                                                            "positions fit OP-POS", value=start)
+        error = _int_error("OP-POS", f"sequences[{seq_id}][1]", start, 0)
+        if error is None and start + shape[1] - 1 > MAX_POSITION:
+            error = ArgumentValueError("OP-POS", f"sequences[{seq_id}][1]", f"its tokens' positions must lie in "
+                                                                             f"[0, {MAX_POSITION}]", value=start)
+        if error is not None:
+            return error
     return None
 
 
