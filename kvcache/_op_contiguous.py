@@ -21,7 +21,7 @@ import icontract
 import numpy as np
 
 from ._cache import SequenceCache
-from ._errors import ArgumentValueError, KVCacheError, StepError
+from ._errors import ArgumentValueError, CapacityError, KVCacheError, StepError
 from ._op_arrays import found, layer_error, to_kind, to_numpy
 from ._op_pools import KVPools, checked_step, fetch_contracts, step_positions_or_error
 from ._op_types import AttendSpec, CacheConfig, CacheSizing, attended_by_formula, layout_config, mask_of, \
@@ -121,8 +121,8 @@ class ContiguousReferenceCache:
             return StepError("OP-POS", "position", "must be consecutive: a contiguous row index is its position",
                              positions=positions)
         if held + q_len > self.config.capacity:
-            return ArgumentValueError("OP-CAP", "k", "the step does not fit: tokens held + q_len > capacity",
-                                      held=held, q_len=q_len, capacity=self.config.capacity)
+            return CapacityError("OP-CAP", "k", "the step does not fit: tokens held + q_len > capacity",
+                                 held=held, q_len=q_len, capacity=self.config.capacity)
         max_write = self.config.max_write
         if self._ring_rows and max_write is not None and q_len > max_write:
             return ArgumentValueError("STEP-T-MAX", "k", "a step writes at most max_write tokens when ring "

@@ -310,7 +310,9 @@ OP_RULES: tuple[Rule, ...] = (
          "Every sequence of a cell cache shares one token axis, so a second batch row has no meaning there.",
          "Batch rows of a cell cache silently mixed into one history."),
     Rule("OP-ATOMIC",
-         "A refused call (a typed error, a ValueError or TypeError subclass) changes nothing a later call can observe.",
+         "A refused call changes nothing a later call can observe. Refusals are typed errors with the rule id: a "
+         "malformed argument or config a ValueError or TypeError, a refusal decided by the cache's state (capacity, "
+         "admission, the forward protocol) also a RuntimeError, as upstream raises.",
          "A half-applied call leaves history rows the caller does not know about.",
          "K grown by a step whose V was refused; cells claimed by a step that then failed."),
     Rule("OP-CONFIG",
