@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import kvcache.reference_cache as dropin
-from kvcache_spec.conformance.op_targets import config_for
+from kvcache_spec.conformance.op.targets import config_for
 
 
 def _config(cfg: Any) -> Any:
