@@ -36,8 +36,9 @@ MLX_BUGS = {
     "MLXS_BUG_POSITIONS_IGNORED": ("OP-ATTEND", "OP-POS"),
     "MLXS_BUG_GROWTH_DROPS_ROWS": ("OP-ATTEND", None),
 }
+CRASHES = "MLXS_BUG_ABORTS_PAST_CAPACITY"   # an assert where a refusal belongs: the process dies
 BUILDS = {"contiguous": (CONTIGUOUS, ()), "contiguous_window": (CONTIGUOUS, ("KVCACHE_EXAMPLE_WINDOW_OFF_BY_ONE",)),
-          "mlx": (MLX, ()), **{bug: (MLX, (bug,)) for bug in MLX_BUGS}}
+          "mlx": (MLX, ()), **{bug: (MLX, (bug,)) for bug in (*MLX_BUGS, CRASHES)}}
 
 
 @pytest.fixture(scope="module")
@@ -120,6 +121,16 @@ def test_each_broken_mlx_variant_is_found(binaries: dict[str, Path], tmp_path: P
         assert any((f["class"], f["rule"]) == ("lenient", lenient_rule) for f in findings), findings
         assert any(lenient_rule in f["after"] for f in findings if f["class"] == "wrong")
     assert all(f["class"] != "over-strict" for f in findings)
+
+
+def test_a_cache_that_aborts_is_a_crash_finding_and_the_run_goes_on(binaries: dict[str, Path], tmp_path: Path) -> None:
+    """Crash recovery is the harness's: the driven process dies (SIGABRT), the finding names the signal and
+    the step, the target is restarted and the run goes on (until the profile's restart cap)."""
+    code, judged = _judge(binaries[CRASHES], tmp_path)
+    crashes = [f for f in judged["semantic"]["findings"] if f["class"] == "crash"]
+    assert code == 1 and judged["verdict"] == NOT_CONFORMING
+    assert crashes and "SIGABRT" in crashes[0]["message"] and len(crashes[0]["steps"]) == 1
+    assert judged["coverage"]["programs"]["run"] > judged["stats"]["first_counterexample_programs"] + 24
 
 
 def test_the_op_driver_refuses_what_a_cpp_signature_cannot_receive_and_the_border(binaries: dict[str, Path]) -> None:

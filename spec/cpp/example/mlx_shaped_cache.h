@@ -14,10 +14,12 @@
 //   MLXS_BUG_MAX_WRITE_UNCHECKED  a step longer than max_write is served into a ring that cannot hold it
 //   MLXS_BUG_POSITIONS_IGNORED    the step is placed at the tokens held, whatever positions it names
 //   MLXS_BUG_GROWTH_DROPS_ROWS    a growing pool forgets the rows it held
+//   MLXS_BUG_ABORTS_PAST_CAPACITY a step past capacity aborts the process (an assert, not a refusal)
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -153,6 +155,9 @@ class SequenceCache {
       start = length_;
 #endif
       if (start != length_) throw std::invalid_argument("OP-POS: a step starts at the tokens held");
+#ifdef MLXS_BUG_ABORTS_PAST_CAPACITY
+      if (start + T > cfg_.capacity) std::abort();
+#endif
       if (start + T > cfg_.capacity) throw std::runtime_error("OP-CAP: the step exceeds capacity");
 #ifndef MLXS_BUG_MAX_WRITE_UNCHECKED
       if (max_write_ && T > max_write_) throw std::runtime_error("OP-MAX-WRITE: the step exceeds max_write");
