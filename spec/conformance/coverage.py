@@ -76,8 +76,9 @@ def _layout_rule(rule_id: str, layout: str) -> str:
         binds = layout.startswith("op-") == rule_id.startswith(OP_PREFIX) or rule_id == "SCOPE-BORDER"
         other_kind = layout == "op-contiguous" and rule_id in ("OP-FORK", "OP-RM") or \
             layout == "op-cell" and rule_id == "OP-MAX-WRITE"   # cells have no rings to bound
-        return "" if binds and not other_kind else \
-            f"a rule of another face: this run drives the {layout} layout"
+        if binds and other_kind:
+            return f"a rule of the other op cache: this run drives the {layout} layout"
+        return "" if binds else f"a rule of another face: this run drives the {layout} layout"
     if layout == "cell":
         return "" if rule_id.startswith(CELL_PREFIX) or rule_id in SHARED_RULES else \
             "a rule of the sequence layout: this run drives a cell cache"

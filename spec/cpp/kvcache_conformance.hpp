@@ -62,6 +62,13 @@
 //         kvcache_conformance::Scope::full().fixed_max_seqs(64),
 //         [](const CacheConfig& c, int /*max_seqs*/) { return std::make_unique<CellCache>(c); });
 //
+// A cache built from the config alone whose class has a public `static constexpr int kMaxSeqs` needs
+// neither: with no factory and no max_seqs in the scope, the driver takes kMaxSeqs as the fixed one,
+//     return kvcache_conformance::run_main<CellCache, CacheConfig>(argc, argv, "my cell cache");
+//
+// An op-face cache (`update_and_fetch`, one sequence) has its own driver, op::run_main (at the end of
+// this file; spec/PROTOCOL.md, "The C++ op driver").
+//
 // `--vectors` runs each test in a child process (POSIX): a test that crashes or hangs is that test's
 // failure ("crashed: killed by SIGSEGV"), and the replay still ends with its summary.
 //
