@@ -320,6 +320,12 @@ OP_RULES: tuple[Rule, ...] = (
          ">= 1, batch_size >= 1, every size an int (not bool).",
          "A cache built from a nonsensical config fails later, far from the cause.",
          "A zero-layer or zero-head cache that accepts steps it cannot serve."),
+    Rule("OP-MAX-WRITE",
+         "Contiguous: with max_write set (an int >= 1; null = no bound) and a ring layer in the config, a step of more "
+         "than max_write tokens is refused on every layer, before anything changes.",
+         "A runtime cache keeps a ring of window + max_write - 1 rows per ring layer (upstream's MLX runtime), so a "
+         "longer step would overwrite rows its own queries read; the runner chunks prefill to fit.",
+         "A step longer than max_write served into a ring that cannot hold it; an exact fit refused."),
 )
 RULES = RULES + OP_RULES
 
