@@ -290,8 +290,7 @@ def test_a_reset_that_forgets_the_length_fails_without_strict() -> None:
     spec = STANDIN.format("contiguous_reset_keeps_length")
     result = run_suite(PythonTarget(spec), "quick", seed=0)
     assert ("over-strict", "OP-ATTEND") in result.findings and ("lenient", "OP-POS") in result.findings
-    assert ("wrong", "OP-ATTEND") in result.findings
-    assert result.verdict() == NOT_CONFORMING
+    assert result.verdict() == NOT_CONFORMING   # the over-strict refusal alone fails it
     ring = op_config(1, (1,))
     steps = [{"op": "fetch", "layer": 0, "positions": [0]}, {"op": "reset"},
              {"op": "fetch", "layer": 0, "positions": [1], "case": "OP-POS continue"}]
