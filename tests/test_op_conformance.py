@@ -278,6 +278,7 @@ def test_the_op_target_contract_names_every_config_key_the_suite_sends() -> None
         assert any(name in protocol for name in named), f"PROTOCOL.md does not name the op config's {key!r}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["cell", "contiguous"])
 def test_the_project_op_reference_is_conforming_strict(name: str) -> None:
     """kvcache.op (the project's reference of the op face) passes the whole op-face suite, strict."""
