@@ -18,8 +18,8 @@ from __future__ import annotations
 import random
 from typing import Any, Optional
 
-from .configs import JsonConfig, config, layer
-from .engine import Step
+from ..configs import JsonConfig, config, layer
+from ..engine import Step
 
 HUGE = 2**31 - 1   # one past the largest position (OP-POS)
 BAD_SHAPES = ("v_width", "v_len", "k_heads", "batch", "pos_cols", "pos_len")
