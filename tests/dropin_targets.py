@@ -19,7 +19,7 @@ def _config(cfg: Any) -> Any:
     else:
         import numpy as np
         dtype = np.float32
-    return config_for(dropin, cfg, dtype, v_head_dim=cfg.get("v_head_dim", cfg["head_dim"]))
+    return config_for(dropin, cfg, dtype, v_head_dim=cfg.get("v_head_dim", cfg["head_dim"]), max_write=cfg.get("max_write"))
 
 
 def contiguous(cfg: Any) -> Any:
