@@ -158,11 +158,13 @@ def test_an_op_cache_judged_as_another_layout_gets_a_one_line_hint(tmp_path: Pat
     A conforming run, or a sequence factory that refuses everything, has no hint."""
     name = _module(tmp_path, monkeypatch, "undeclared_op", UNDECLARED_OP)
     report = tmp_path / "report.json"
-    assert cli.main(["--target", f"python:{name}:make_op", "--json", str(report)]) == 3   # INCOMPLETE
+    # NOT CONFORMING: its refusals of every sequence config are over-strict CFG-TYPE, which fail a run
+    # without --strict (issue 26); the run is also INCOMPLETE (nothing created)
+    assert cli.main(["--target", f"python:{name}:make_op", "--json", str(report)]) == 1
     assert f"  hint: {HINT}\n" in capsys.readouterr().out and json.loads(report.read_text())["hint"] == HINT
     assert cli.main(["--target", f"python:{name}:make_op", "--layout", "op-contiguous", "--json", str(report)]) == 0
     assert "hint" not in json.loads(report.read_text())
-    assert cli.main(["--target", "python:kvcache_spec.conformance.zoo:never_creates", "--json", str(report)]) == 3
+    assert cli.main(["--target", "python:kvcache_spec.conformance.zoo:never_creates", "--json", str(report)]) == 1
     assert "hint" not in json.loads(report.read_text())
 
 
