@@ -103,6 +103,7 @@ class Shapes:
     k: tuple[int, ...]
     v: tuple[int, ...]
     position: tuple[int, ...]
+    kinds: tuple[str, str, str] = ("f", "f", "i")   # k, v, position: floating, floating, integer (numpy's kind)
 
 
 Attends = list[list[int]]   # per query of the step: the sorted uids it must attend
@@ -222,8 +223,15 @@ class OpModel:
         cfg = self.cfg
         if not _is_int(layer) or not 0 <= layer < cfg.n_layers:
             return Rejected("OP-ARGS", f"layer_id {layer!r} is not an int in [0, {cfg.n_layers})")
-        q = shapes.position[0] if shapes.position else 0
-        q = shapes.k[2] if len(shapes.k) == 4 else q
+        for name, kind, want, rank, shape in (("k", shapes.kinds[0], "f", 4, shapes.k),
+                                              ("v", shapes.kinds[1], "f", 4, shapes.v),
+                                              ("position", shapes.kinds[2], "i", 2, shapes.position)):
+            if kind != want or len(shape) != rank:
+                what = "floating-point" if want == "f" else "integer"
+                return Rejected("OP-ARGS", f"{name} must be a {what} tensor of {rank} dimensions, got kind {kind!r} "
+                                           f"shape {list(shape)}", "positions" if name == "position" and
+                                cfg.kind == CONTIGUOUS else "", case=f"{name} {'dtype' if kind != want else 'rank'}")
+        q = shapes.k[2]
         want_k = (cfg.batch_size, cfg.n_kv_heads, q, cfg.head_dim)
         want_v = (cfg.batch_size, cfg.n_kv_heads, q, cfg.v_head_dim)
         if shapes.k != want_k or shapes.v != want_v:
