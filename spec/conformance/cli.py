@@ -205,7 +205,7 @@ def summary(report: dict[str, Any], target: str, args: argparse.Namespace, out: 
         out.write(text + "\n")
 
     stats, coverage = report["stats"], report["coverage"]
-    rules = coverage["rules"]
+    rules, clauses = coverage["rules"], coverage["clauses"]
     line(f"kvcache conformance: target {target}, profile {report['profile']}, seed {report['seed']}: "
          f"{stats['programs']} programs, {stats['calls']} calls in {stats['seconds']} s"
          + (f", {stats['requests_per_second']} requests/s" if stats["requests_per_second"] else ""))
@@ -215,7 +215,9 @@ def summary(report: dict[str, Any], target: str, args: argparse.Namespace, out: 
          + (f" (+{programs['continued']} rerun past a lenient or over-strict step)" if programs.get("continued") else "")
          + f", {configs['created']}/{configs['planned']} "
          f"configurations, {len(families['exercised'])}/{len(families['planned'])} families, "
-         f"{len(rules['exercised'])}/{in_scope} rules in scope exercised"
+         f"{len(rules['exercised'])}/{in_scope} rules in scope exercised, "
+         f"{len(clauses['exercised'])}/{len(clauses['exercised']) + len(clauses['not_exercised'])} argument "
+         f"clauses broken"
          + (f", {coverage['restarts']} target restarts" if coverage["restarts"] else ""))
     for reason in coverage["incomplete"]:
         line(f"  INCOMPLETE: {reason}")

@@ -34,6 +34,7 @@ from .. import model
 from . import scope as scopes
 from .configs import JsonConfig, describe, to_model
 from .coverage import EVENTS
+from .malform import CLAUSE_PREFIX, Case, case_of
 from .targets import Outcome, Target, TargetCrash
 
 WRONG, CRASH, LENIENT, OVER_STRICT = "wrong", "crash", "lenient", "over-strict"
@@ -182,6 +183,7 @@ class Engine:
         self.scope = scope
         self.outside: frozenset[str] = frozenset()
         self.row_budget = row_budget
+        self.malformed: Optional[Case] = None   # the argument clause the step running breaks (malform.py)
         # CFG-DEDUP is exercised by plans on a layer whose policy another layer shares
         self.shared = [mcfg.layers.count(one) > 1 for one in mcfg.layers]
 
@@ -197,6 +199,8 @@ class Engine:
             raise self._fail(CRASH, rule, f"{method}({_show(args)}): {crash}") from None
         self._check_type(method, args, outcome, rule)
         self.result.exercised.add(rule)
+        if self.malformed is not None and method == self.malformed.clause.call:   # the target answered it
+            self.result.exercised.add(CLAUSE_PREFIX + self.malformed.clause.id)
         return outcome
 
     def _check_type(self, method: str, args: dict[str, Any], outcome: Outcome, rule: str) -> None:
@@ -515,6 +519,7 @@ class Engine:
             self.index = -1   # a finding while creating the cache has no step
             self.start()
             for self.index, step in enumerate(program):
+                self.malformed = case_of(step)
                 concrete = self.run_step(step)
                 if concrete is not None:
                     self.result.steps.append(concrete)

@@ -14,7 +14,7 @@ from ..rules import BY_ID
 from . import layouts
 from . import scope as scopes
 from .configs import JsonConfig, describe
-from .coverage import family, in_scope, shortfall
+from .coverage import clause_scope, clauses_summary, family, in_scope, shortfall
 from .coverage import summary as rules_summary
 from .engine import CRASH, LENIENT, OVER_STRICT, WRONG, Finding, RunResult, Step
 from .programs import shrink
@@ -164,6 +164,7 @@ class SuiteResult:
     families: set[str] = field(default_factory=set)
     exercised: set[str] = field(default_factory=set)
     scope: dict[str, str] = field(default_factory=dict)   # rule -> '' in scope, or why it is not
+    clauses: dict[str, str] = field(default_factory=dict)   # argument clause -> '' in scope, or why it is not
     declared: dict[str, Any] = field(default_factory=dict)   # scope.summary: the declared features, what was left out
     shrinks: dict[tuple[str, ...], int] = field(default_factory=dict)
 
@@ -174,7 +175,7 @@ class SuiteResult:
         """Why the run exercised less than its profile promised (empty: full coverage)."""
         reasons = [self.aborted] if self.aborted else []
         return reasons + shortfall(self.planned, self.programs, set(self.configs), self.created, self.scope,
-                                   self.exercised)
+                                   self.exercised, self.clauses)
 
     def verdict(self, strict: bool = False, exact_layout: bool = False) -> str:
         failing = {WRONG, CRASH} | ({LENIENT, OVER_STRICT} if strict else set())
@@ -538,6 +539,9 @@ class _SuiteRun:
             result.seconds = time.monotonic() - self.started
             result.scope = in_scope(target.validates_configs, target.optional, drive.name, self.scope.features)
             _scope_coverage(result, outside)
+            # the edge programs break every clause; a run without them is judged on its rules only
+            result.clauses = clause_scope(drive.name, result.scope, target.optional, self.scope.features) if edges \
+                else {}
             if isinstance(target, SubprocessTarget) and result.seconds > 0:
                 result.requests_per_second = (target.requests - requests_before) / result.seconds
         return result
@@ -623,6 +627,7 @@ def coverage_json(result: SuiteResult) -> dict[str, Any]:
             "families": {"planned": sorted({family(cfg) for cfg in result.configs.values()}),
                          "exercised": sorted(result.families)},
             "rules": rules_summary(result.scope, result.exercised),
+            "clauses": clauses_summary(result.clauses, result.exercised),
             "restarts": result.restarts, "interrupted": result.interrupted or None}
 
 

@@ -22,6 +22,7 @@ from . import scope as scopes
 from .configs import BAD_CONFIGS, SUITE_CONFIGS, JsonConfig, config, describe, layer, to_model
 from .cell_engine import CellEngine, to_cell_model
 from .cell_programs import CELL_CONFIGS, bad_cell_configs, edge_cell_programs
+from .malform import CLAUSE_PREFIX
 from .engine import ROW_FORGERIES, Engine, Step
 from .modeltarget import CellModelTarget, ModelTarget
 from .programs import BAD_CALLS, edge_programs, plan, step
@@ -367,7 +368,8 @@ CELL_VECTOR_CONFIGS = CELL_CONFIGS
 def _cell_flags(calls: list[dict[str, Any]], exercised: set[str], cfg: JsonConfig, extra: list[str]) -> list[str]:
     """A cell test's flags: the rules its run exercised, those its rejections name, the scope's needs."""
     rejected = {call["expect"]["rejected"] for call in calls if "rejected" in call["expect"]}
-    return sorted(exercised | rejected | set(extra) | set(scopes.needs_flags(cfg)))
+    rules = {rule for rule in exercised if not rule.startswith(CLAUSE_PREFIX)}   # flags name rules, not clauses
+    return sorted(rules | rejected | set(extra) | set(scopes.needs_flags(cfg)))
 
 
 def build_cells() -> dict[str, Any]:
