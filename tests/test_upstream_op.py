@@ -57,7 +57,7 @@ CELL_DEFECTS = {
     ("wrong", "OP-STEP", "begin"),                           # ... or by a new declaration
     ("wrong", "OP-STEP", "rm"),                              # ... or by a removal
     ("lenient", "OP-POS", "OP-POS re-placed"),               # a re-placed position gets a second cell
-    ("lenient", "OP-POS", "OP-POS not an int in"),           # -1, the free marker, accepted as a position
+    ("lenient", "OP-POS", "OP-POS position range"),         # -1, the free marker, accepted as a position
     ("lenient", "OP-FORK", "OP-FORK holds"),                 # a fork onto a live destination merges histories
     ("lenient", "OP-STEP", "OP-STEP differ"),                # a later layer's positions are ignored
     ("over-strict", "OP-ATOMIC", "fetch"),                   # a refused forward consumed the declaration

@@ -82,8 +82,9 @@ def _malformed(case: Case) -> Step:
         return {"op": "declare", "seqs": value if clause.kind == LIST else [value], **tag}
     if call == "place_step":
         return {"op": "place", argument: value, **tag}
-    extra = {"seq_rm": {"seq_id": LIVE0, "p0": 2 if argument == "p1" else 0},
-             "seq_clone": {"src": LIVE0}}.get(call, {})
+    extras: dict[str, dict[str, Any]] = {"seq_rm": {"seq_id": LIVE0, "p0": 2 if argument == "p1" else 0},
+                                         "seq_clone": {"src": LIVE0}}
+    extra = extras.get(call, {})
     return {"op": call, **extra, argument: value, **tag}
 
 

@@ -522,7 +522,7 @@ class Engine:
                 self.malformed = case_of(step)
                 concrete = self.run_step(step)
                 if concrete is not None:
-                    self.result.steps.append(concrete)
+                    self.result.steps.append({**concrete, **(self.malformed.tag() if self.malformed else {})})
             if self.light:
                 self.index = len(program)
                 self.observe("at the end", "LEN-BOUNDS")
@@ -534,6 +534,9 @@ class Engine:
             self.result.finding = stop.finding
             if 0 <= stop.finding.step_index == len(self.result.steps) and stop.finding.step_index < len(program):
                 self.result.steps.append(self._concrete_guess(program[stop.finding.step_index]))
+            if self.malformed is not None and 0 <= stop.finding.step_index == len(self.result.steps) - 1:
+                # the failing step names the clause it breaks, as the steps before it do
+                self.result.steps[-1] = {**self.result.steps[-1], **self.malformed.tag()}
             if stop.finding.kind in (LENIENT, OVER_STRICT) and stop.finding.step_index >= 0 and not self.light \
                     and not self.outside:
                 self.drive_on(program, stop.finding)

@@ -317,8 +317,12 @@ class OpEngine:
             raise self._fail(LENIENT, rejected.rule, f"{method}({_show(args)}) accepted a call the spec refuses "
                                                      f"({rejected.rule}: {rejected.why})")
         self.refused_at = self.index
+        # what the target found wrong, in its words: an OP-ATOMIC finding's cause is the target's reason
+        # to refuse (the V width it could not take), which need not be the spec's (a re-placed position)
+        concrete["refused_with"] = _reason(got.error)
         self.result.exercised.add("OP-ATOMIC")
-        self.observe(f"after the refused {method}({_show(args)})", "OP-ATOMIC")
+        self.observe(f"after the refused {method}({_show(args)}) (the target: {concrete['refused_with']})",
+                     "OP-ATOMIC")
 
     # --- update_and_fetch --------------------------------------------------------------------------
     def _positions(self, step: Step) -> list[Any]:
@@ -410,8 +414,10 @@ class OpEngine:
             if clause.kind == DIM:
                 value = dim_value(clause, case.variant, sizes)
                 if value is not None:
-                    for name in ("k", "v", "position") if clause.argument == "k, v, position" else (clause.argument,):
-                        dims[name][clause.axis if name != "position" else 0] = value
+                    if clause.argument == "k, v, position":   # q_len on every argument's token axis
+                        dims["k"][2] = dims["v"][2] = dims["position"][0] = value
+                    else:
+                        dims[clause.argument][clause.axis] = value
                     broken = True
             elif case.variant == "dtype":
                 kinds[clause.argument] = "f" if clause.argument == "position" else "i"
@@ -516,6 +522,12 @@ def _case(rejected: op_model.Rejected) -> str:
     return rejected.rule
 
 
+def _reason(error: Any) -> str:
+    """A refusal's error, short: its type and first words (a refusal answered False has no error)."""
+    text = " ".join(str(error).split()) if error else "answered False"
+    return text if len(text) <= 90 else text[:87] + "..."
+
+
 def _is_count(value: Any) -> bool:
     return type(value) is int and value >= 0
 
@@ -529,7 +541,7 @@ def _show(args: dict[str, Any]) -> str:
     for name, value in args.items():
         if isinstance(value, np.ndarray):
             parts.append(f"{name}={list(value.shape)}" if name != "position" else
-                         f"position={value[:, 0].tolist() if value.ndim == 2 else value.tolist()}")
+                         f"position={value[:, 0].tolist() if value.ndim == 2 and value.shape[1] == 1 else value.tolist()}")
         else:
             parts.append(f"{name}={value!r}")
     return ", ".join(parts)

@@ -227,9 +227,9 @@ def malformed_call(cfg: JsonConfig, case: Case, cell: bool = False, seq: int = 0
     if clause.call == "seq_cp":
         if clause.kind == INT:
             return [{**cp(seq, seq + 1, int_value(clause, variant)), **tag}]
-        return [{**(cp(value, seq + 1) if clause.argument == "src" else cp(seq, value)), **tag}]
+        return [{**(cp(value, seq + 1) if clause.argument == "src_id" else cp(seq, value)), **tag}]
     assert clause.call == "seq_rm"
-    if clause.argument == "seq":
+    if clause.argument == "seq_id":
         return [{**rm(value), **tag}]
     if clause.argument == "p0":
         return [{**rm(seq, int_value(clause, variant)), **tag}]

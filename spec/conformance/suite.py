@@ -45,9 +45,12 @@ PROFILES: dict[str, Profile] = {
     "pre-merge": Profile(1500, 40, 600, 3600.0, 64, 1 << 26),
     "deep": Profile(15000, 60, 2000, 6 * 3600.0, 256, 1 << 29),
 }
-MAX_CAUSES = 3          # counterexamples kept per (class, rule) when their causes differ
-MAX_CRASHES = 5         # distinct crashes kept
-MAX_SHRINKS = 6         # findings shrunk per (class, rule), or of all crashes, looking for a different cause
+# No cap hides a cause: every distinct cause is kept (the JSON report lists all). The caps bound work only:
+MAX_SHRINKS = 16        # findings shrunk per (class, rule), or of all crashes; past it a new cause is kept unshrunk
+MAX_CRASHES = 5         # distinct crashes shrunk (each costs fresh processes); past it one is kept unshrunk
+MAX_CAUSES = 3          # causes printed in full per (class, rule) in the summary; --all-causes prints every one
+UNSHRUNK = ("not shrunk: the shrink cap of its class and rule (MAX_SHRINKS, MAX_CRASHES in suite.py) was reached; "
+            "the steps are the whole program up to the finding")
 CRASH_SHRINK_BUDGET = 12
 # Programs in a row that crash the same way (how, and in which method) before the run stops. The
 # programs interleave configurations and kinds of steps, so a streak this long means the target crashes
@@ -67,6 +70,7 @@ class Reported:
     steps: list[Step]
     hits: int = 1
     note: str = ""      # e.g. the crash did not reproduce alone in a fresh process
+    shrunk: bool = True  # False: kept past the shrink cap, as found (UNSHRUNK)
     found_after: dict[str, float] = field(default_factory=dict)   # seconds, cpu_seconds, programs: when kept
 
     def cause(self) -> tuple[Any, ...]:
@@ -270,7 +274,7 @@ class _SuiteRun:
         self.cpu_started = time.process_time()   # this process's CPU only (not a cmd: target's)
         self.safety = self.started + safety_seconds
         self.rows_used = 0
-        self.causes_seen: set[tuple[Any, ...]] = set()
+        self.causes_seen: dict[tuple[Any, ...], Reported] = {}   # a cause before shrinking -> the cause kept for it
         self.last_crash: Optional[tuple[str, str]] = None   # how the last program crashed (None: it did not)
         self.same_crash_in_a_row = 0
 
@@ -361,19 +365,24 @@ class _SuiteRun:
         """The counterexamples kept in this finding's group: its (class, rule), or every crash."""
         return [r for rs in self.result.causes.values() for r in rs if _group(r.finding) == _group(finding)]
 
-    def keep(self, finding: Finding, cfg: JsonConfig, steps: list[Step], note: str = "") -> None:
-        reported = Reported(finding, cfg, steps, note=note)
+    def keep(self, finding: Finding, cfg: JsonConfig, steps: list[Step], note: str = "",
+             shrunk: bool = True) -> Reported:
+        """The finding kept as a cause of its own, or counted under the same cause kept before (which
+        then shows the shorter program, with its own words and label); the cause it is kept as."""
+        reported = Reported(finding, cfg, steps, note=note, shrunk=shrunk)
         same = next((r for r in self.kept_like(finding) if r.same_cause(reported)), None)
         if same is not None:
             same.hits += 1
             if len(reported.steps) < len(same.steps):   # the shorter program shows it best, with its own words
                 same.finding, same.config, same.steps, same.note = finding, cfg, steps, note
-            return
+                same.shrunk = shrunk
+            return same
         reported.found_after = {"seconds": round(time.monotonic() - self.started, 4),
                                 "cpu_seconds": round(time.process_time() - self.cpu_started, 4),
                                 "programs": self.result.programs}
         self.result.causes.setdefault(finding.key(), []).append(reported)
         self.result.findings.setdefault(finding.key(), reported)
+        return reported
 
     def found(self, finding: Finding, cfg: JsonConfig, program: list[Step], run: RunResult,
               consequence: bool = False) -> None:
@@ -400,9 +409,12 @@ class _SuiteRun:
         # rewind was folded into the chain finding that way).
         quick_cause = cause(finding, cfg, run.steps)
         group = _group(finding)
-        if kept and (len(kept) >= (MAX_CRASHES if crash else MAX_CAUSES) or quick_cause in self.causes_seen
-                     or result.shrinks.get(group, 0) >= MAX_SHRINKS):
-            kept[0].hits += 1   # most likely a cause already kept: not worth another shrink
+        if kept and quick_cause in self.causes_seen:
+            self.causes_seen[quick_cause].hits += 1   # most likely a cause already kept: not worth another shrink
+            return
+        if kept and (crash and len(kept) >= MAX_CRASHES or result.shrinks.get(group, 0) >= MAX_SHRINKS):
+            # past the shrink cap a new cause is still kept, as found and marked: no cap hides a cause
+            self.causes_seen[quick_cause] = self.keep(finding, cfg, run.steps, UNSHRUNK, shrunk=False)
             return
         result.shrinks[group] = result.shrinks.get(group, 0) + 1
         small_cfg, final, note = self.shrunk(finding, cfg, program, run, consequence)
@@ -415,9 +427,9 @@ class _SuiteRun:
             return
         # The quick cause is skipped from now on - unless it was a chain that shrank to a single
         # rewind: that says nothing yet about the chains.
+        kept_as = self.keep(reported, small_cfg, final.steps, note)
         if _rewind_kind(final.steps) == _rewind_kind(run.steps):
-            self.causes_seen.add(quick_cause)
-        self.keep(reported, small_cfg, final.steps, note)
+            self.causes_seen[quick_cause] = kept_as
 
     def caused_by_its_entry(self, consequence: Finding, cfg: JsonConfig, steps: list[Step]) -> bool:
         """A consequence is the entry step's when the program without that step shows no wrong answer
@@ -618,6 +630,20 @@ def pytest_text(target: str, reported: Reported, number: int = 1) -> str:
             f'    assert finding is None, finding\n')
 
 
+def label(reported: Reported) -> str:
+    """A cause's name, from the program that shows it (after shrinking, when it was shrunk): its class and
+    rule, the call it fails at (with what the spec finds wrong in it) and the configuration's family."""
+    f, steps = reported.finding, reported.steps
+    at = _op_kind(steps[-1]) if steps else "create"
+    refused = next((step["refused_with"] for step in reversed(steps) if "refused_with" in step), None)
+    if f.rule == "OP-ATOMIC" and refused:   # the cause is what the target refused the call for
+        at += f", which the target refused with {refused!r}"
+    mla = " (v_head_dim != head_dim)" if reported.config.get("v_head_dim", reported.config.get("head_dim")) != \
+        reported.config.get("head_dim") else ""
+    after = f", after {f.after}" if f.after else ""
+    return f"{f.kind} {f.rule}{after}: at {at}; {family(reported.config)}{mla}"
+
+
 def coverage_json(result: SuiteResult) -> dict[str, Any]:
     """What the run exercised: the evidence behind its verdict."""
     return {"complete": not result.incomplete(), "incomplete": result.incomplete(),
@@ -636,7 +662,7 @@ def report_json(result: SuiteResult, strict: bool, exact_layout: bool) -> dict[s
     for kept in result.causes.values():
         for number, r in enumerate(kept, 1):
             findings.append({"class": r.finding.kind, "rule": r.finding.rule, "cause": number,
-                             "causes_of_rule": len(kept),
+                             "causes_of_rule": len(kept), "label": label(r), "shrunk": r.shrunk,
                              "statement": BY_ID[r.finding.rule].statement if r.finding.rule in BY_ID else "",
                              "message": r.finding.message, "config": r.config, "config_name": describe(r.config),
                              "steps": r.steps, "programs_hit": r.hits, "note": r.note, "after": r.finding.after,
