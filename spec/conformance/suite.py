@@ -46,7 +46,7 @@ PROFILES: dict[str, Profile] = {
     "deep": Profile(15000, 60, 2000, 6 * 3600.0, 256, 1 << 29),
 }
 # No cap hides a cause: every distinct cause is kept (the JSON report lists all). The caps bound work only:
-MAX_SHRINKS = 16        # findings shrunk per (class, rule), or of all crashes; past it a new cause is kept unshrunk
+MAX_SHRINKS = 64        # findings shrunk per (class, rule), or of all crashes; past it a new cause is kept unshrunk
 MAX_CRASHES = 5         # distinct crashes shrunk (each costs fresh processes); past it one is kept unshrunk
 MAX_CAUSES = 3          # causes printed in full per (class, rule) in the summary; --all-causes prints every one
 UNSHRUNK = ("not shrunk: the shrink cap of its class and rule (MAX_SHRINKS, MAX_CRASHES in suite.py) was reached; "
