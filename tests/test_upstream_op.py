@@ -86,7 +86,12 @@ def test_the_released_cell_cache_is_not_conforming_with_each_defect_class(cell_r
 def test_each_cell_finding_replays_alone(cell_report: dict[str, Any]) -> None:
     for finding in cell_report["semantic"]["findings"]:
         again = replay(CELL, finding["config"], finding["steps"])
-        assert again is not None and (again["class"], again["rule"]) == (finding["class"], finding["rule"]), finding
+        assert again is not None, finding
+        if again.get("after") and not finding["after"]:
+            # a lenient call whose own answer already breaks a safety property: replay reports what it led to
+            assert again["after"].startswith(f"{finding['class']} {finding['rule']} "), (again, finding)
+            continue
+        assert (again["class"], again["rule"]) == (finding["class"], finding["rule"]), finding
         assert again["message"] == finding["message"]   # the words belong to the steps shown
 
 
