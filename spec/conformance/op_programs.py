@@ -211,12 +211,14 @@ def random_cell_program(cfg: JsonConfig, rng: random.Random, size: int) -> list[
 
 
 def malformed_call(cfg: JsonConfig, case: Case, cell: bool = False, seq: int = 0) -> list[Step]:
-    """The calls that break a case's clause, tagged with the case: a forward's on every layer (after its
-    declaration on a cell cache: a target that accepts it then holds a whole step of it), a malformed
-    layer id's once, a verb's once. Sequence `seq` owns the tokens; a fork copies it to seq + 1."""
+    """The calls that break a case's clause, tagged with the case: a cell forward's on every layer after
+    its declaration (a target that accepts it then holds a whole step of it), a contiguous one's on layer 0
+    (the one refused call a later answer can be traced to: OP-ATOMIC), a malformed layer id's once, a
+    verb's once. Sequence `seq` owns the tokens; a fork copies it to seq + 1."""
     clause, variant, tag = case.clause, case.variant, case.tag()
-    if clause.call == "update_and_fetch":   # a malformed layer id once; any other malformation on every layer
-        layer_ids = [id_value(variant, cfg["n_layers"])] if clause.kind == ID else list(range(cfg["n_layers"]))
+    if clause.call == "update_and_fetch":   # a malformed layer id once; on a cell cache any other on every layer
+        layer_ids = [id_value(variant, cfg["n_layers"])] if clause.kind == ID else \
+            list(range(cfg["n_layers"])) if cell else [0]
         n = tokens_of(variant) if clause.kind == POSITIONS else 1
         return ([begin(*[seq] * n)] if cell else []) + [fetch(layer_id, n, **tag) for layer_id in layer_ids]
     if clause.kind == LIST:
