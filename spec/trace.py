@@ -54,10 +54,10 @@ EXEMPTIONS: dict[tuple[str, str], str] = {
     ("OP-MASK", "model"):
         "How an answer encodes what each query attends (the AttendSpec's kinds and mask shape): the op model "
         "says which tokens each query attends (OP-ATTEND), and the engine reads the answer's mask by this rule "
-        "(spec/conformance/op_engine.py, check_answer).",
+        "(spec/conformance/op/engine.py, check_answer).",
     ("OP-HIST", "model"):
         "The shape and dtype of the returned history, not what it holds: the model has no rows, only tokens; "
-        "the engine checks the shapes (spec/conformance/op_engine.py, check_answer).",
+        "the engine checks the shapes (spec/conformance/op/engine.py, check_answer).",
     ("PROTO-COMMIT", "model"):
         "A consumer obligation. The model decides rewinds by simulating the next step on its pools "
         "(next_step_sound), which include rows an uncommitted step wrote, so the model is sound without "

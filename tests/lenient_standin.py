@@ -19,7 +19,7 @@ import kvcache
 from kvcache import op
 from kvcache._errors import KVCacheError
 from kvcache_spec.arguments import BY_ID, Clause
-from kvcache_spec.conformance import op_targets
+from kvcache_spec.conformance.op import targets as op_targets
 
 # An answer of the right type that is no refusal, per method (the wrapped cache is `inner`).
 _ACCEPTED: dict[str, Callable[[Any], Any]] = {

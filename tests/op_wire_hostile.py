@@ -5,7 +5,7 @@
 (and, as a python: target, the correct contiguous stand-in declaring a partial scope).
 
 It serves tests/op_standin.py's correct contiguous cache through the project's Python server, then
-rewrites each update_and_fetch result as DEFECT says, so the harness's decoder (op_wire.py) meets
+rewrites each update_and_fetch result as DEFECT says, so the harness's decoder (spec/conformance/wire.py) meets
 what a careless C++ or Rust encoder would send. Used by tests/test_op_wire.py.
 """
 

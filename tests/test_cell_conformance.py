@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from kvcache_spec.conformance import vectors, zoo
+from kvcache_spec.conformance.cell import vectors as cell_vectors
 from kvcache_spec.conformance.cli import main as conformance_main
 from kvcache_spec.conformance.suite import CONFORMING, NOT_CONFORMING, report_json, replay, run_suite
 from kvcache_spec.conformance.targets import PythonTarget, SubprocessTarget, TargetCrash, parse_target
@@ -182,7 +183,7 @@ def test_the_lax_cpp_cell_port_is_lenient_and_its_mid_forward_seq_rm_leaks(cell_
 
 def test_the_reference_replays_every_cell_vector_and_the_lax_cache_does_not() -> None:
     passed, failures, skipped = vectors.replay_vectors(PythonTarget(REFERENCE))
-    assert failures == [] and skipped == 0 and passed == vectors.build_cells()["numberOfTests"]
+    assert failures == [] and skipped == 0 and passed == cell_vectors.build_cells()["numberOfTests"]
     _, lax_failures, _ = vectors.replay_vectors(PythonTarget("python:kvcache_spec.conformance.zoo:upstream_lax_cells"))
     assert any("CELL-SEQ-LIVE" in failure for failure in lax_failures)
 

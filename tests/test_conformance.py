@@ -17,7 +17,7 @@ import pytest
 from kvcache_spec.conformance import cli, replay, run_program, run_suite
 from kvcache_spec.conformance.configs import SUITE_CONFIGS, config, layer
 from kvcache_spec.conformance.engine import LENIENT, WRONG
-from kvcache_spec.conformance.modeltarget import ModelTarget
+from kvcache_spec.conformance.sequence.modeltarget import ModelTarget
 from kvcache_spec.conformance.suite import INCOMPLETE, pytest_text, report_json, report_junit
 from kvcache_spec.conformance.targets import Outcome, PythonTarget, Target
 from kvcache_spec.conformance.zoo import ZOO

@@ -1,4 +1,4 @@
-"""The harness under attack: hostile targets (spec/conformance/zoo.py HOSTILE, zoo_cmd.py) each get the
+"""The harness under attack: hostile targets (spec/conformance/zoo/__init__.py HOSTILE, zoo/cmd.py) each get the
 verdict they deserve - INCOMPLETE or findings, never a vacuous CONFORMING - and every way of stopping
 the harness leaves no process behind.
 
@@ -32,7 +32,7 @@ ZOO = "python:kvcache_spec.conformance.zoo:{}"
 
 
 def zoo_cmd(*args: str) -> str:
-    return module_cmd("kvcache_spec.conformance.zoo_cmd", *args)
+    return module_cmd("kvcache_spec.conformance.zoo.cmd", *args)
 
 
 def crash_messages(result: Any) -> list[str]:

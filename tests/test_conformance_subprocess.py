@@ -10,7 +10,7 @@ import pytest
 from kvcache_spec.conformance import run_program
 from kvcache_spec.conformance.configs import SUITE_CONFIGS
 from kvcache_spec.conformance.engine import CRASH
-from kvcache_spec.conformance.programs import edge_programs
+from kvcache_spec.conformance.sequence.programs import edge_programs
 from kvcache_spec.conformance.suite import SAME_CRASH_IN_A_ROW
 from kvcache_spec.conformance.targets import SubprocessTarget, TargetError
 
@@ -36,7 +36,7 @@ def test_the_protocol_server_serves_a_zoo_mutant_out_of_process() -> None:
                                   "wrong-version", "wrong-id", "exit-early", "deaf", "huge-line"])
 def test_a_misbehaving_target_is_a_crash_finding(mode: str) -> None:
     started = time.monotonic()
-    result, target = cmd_suite(module_cmd("kvcache_spec.conformance.zoo_cmd", mode), timeout=0.3, start_timeout=1.5,
+    result, target = cmd_suite(module_cmd("kvcache_spec.conformance.zoo.cmd", mode), timeout=0.3, start_timeout=1.5,
                                crash_shrink_budget=2, restart_cap=3)
     elapsed = time.monotonic() - started
     assert result.classes() == {CRASH}, sorted(result.findings)
@@ -53,7 +53,7 @@ def test_a_target_that_hangs_whatever_it_is_given_gets_its_verdict_after_a_strea
     """Before the streak, a target hanging on every plan ran to the restart cap (65 timeouts, 532 s in
     pre-merge); now the run stops after SAME_CRASH_IN_A_ROW programs that hang alike, NOT CONFORMING
     with the minimal program, and says why it stopped (the test above keeps the cap at 3, below it)."""
-    hangs = (module_cmd("kvcache_spec.conformance.zoo_cmd", "hang") if layout == "sequence"   # in every plan
+    hangs = (module_cmd("kvcache_spec.conformance.zoo.cmd", "hang") if layout == "sequence"   # in every plan
              else module_cmd("kvcache_spec.conformance.serve", "python:tests.cell_hostile_targets:HangsInSeqNew"))
     result, _ = cmd_suite(hangs, timeout=0.5, start_timeout=10.0, crash_shrink_budget=2, restart_cap=64)
     assert result.verdict() == "NOT CONFORMING" and result.classes() == {CRASH}
@@ -63,7 +63,7 @@ def test_a_target_that_hangs_whatever_it_is_given_gets_its_verdict_after_a_strea
 
 def test_a_chatty_target_does_not_block_on_its_log() -> None:
     """flood-stderr writes ~60 KB of log per request and otherwise conforms."""
-    target = SubprocessTarget(module_cmd("kvcache_spec.conformance.zoo_cmd", "flood-stderr"), timeout=5.0)
+    target = SubprocessTarget(module_cmd("kvcache_spec.conformance.zoo.cmd", "flood-stderr"), timeout=5.0)
     cfg = SUITE_CONFIGS[2]
     try:
         for _, program in edge_programs(cfg)[:4]:

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from kvcache_spec.conformance import cli, scope, vectors, zoo
-from kvcache_spec.conformance.cell_programs import CELL_CONFIGS
+from kvcache_spec.conformance.cell.programs import CELL_CONFIGS
 from kvcache_spec.conformance.configs import describe
 from kvcache_spec.conformance.coverage import family
 from kvcache_spec.conformance.suite import CONFORMING, report_json, run_suite

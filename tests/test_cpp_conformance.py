@@ -17,6 +17,7 @@ from typing import Optional
 import pytest
 
 from kvcache_spec.conformance import SuiteResult, cli, run_suite, vectors
+from kvcache_spec.conformance.sequence import vectors as sequence_vectors
 from kvcache_spec.conformance.engine import CRASH, LENIENT, OVER_STRICT, WRONG
 from kvcache_spec.conformance.targets import SubprocessTarget
 
@@ -112,7 +113,7 @@ def test_full_scope_caches_replay_every_vector_but_the_border_ones(binaries: dic
     done = subprocess.run([binaries[name], "--vectors", str(vectors.VECTORS_DIR / vectors.VECTORS_FILE)],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr[-2000:]
-    total, border = vectors.build()["numberOfTests"], _tests("WITHOUT-")
+    total, border = sequence_vectors.build()["numberOfTests"], _tests("WITHOUT-")
     assert f"{total - border} passed, 0 failed, {border} tests outside the scope skipped" in done.stdout
 
 
@@ -213,7 +214,7 @@ def test_the_seed_shaped_cache_replays_its_part_of_the_vectors_and_the_border(bi
     assert done.returncode == 0, done.stderr[-2000:]
     skipped = _tests("NEEDS-RING") + _tests("NEEDS-MAX-WRITE") - _both("NEEDS-RING", "NEEDS-MAX-WRITE") \
         + _tests("WITHOUT-FLAT")
-    assert f"{vectors.build()['numberOfTests'] - skipped} passed, 0 failed, {skipped} tests outside" in done.stdout
+    assert f"{sequence_vectors.build()['numberOfTests'] - skipped} passed, 0 failed, {skipped} tests outside" in done.stdout
 
 
 def _both(a: str, b: str) -> int:

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from kvcache_spec.conformance import cli, op_checker
+from kvcache_spec.conformance import cli
+from kvcache_spec.conformance.op import checker as op_checker
 from kvcache_spec.conformance.suite import CONFORMING, NOT_CONFORMING
 
 SOURCE = Path(__file__).resolve().parent.parent / "spec" / "cpp" / "example" / "serve_op_contiguous.cpp"

@@ -16,8 +16,8 @@ import pytest
 from kvcache_spec import op_model
 from kvcache_spec.conformance import layouts, scope as scopes
 from kvcache_spec.conformance.cli import main as conformance_main
-from kvcache_spec.conformance.op_engine import Labels
-from kvcache_spec.conformance.op_programs import CELL_CONFIGS, CONTIGUOUS_CONFIGS, op_config
+from kvcache_spec.conformance.op.engine import Labels
+from kvcache_spec.conformance.op.programs import CELL_CONFIGS, CONTIGUOUS_CONFIGS, op_config
 from kvcache_spec.conformance.suite import CONFORMING, NOT_CONFORMING, replay, report_json, run_suite
 from kvcache_spec.conformance.targets import PythonTarget, SubprocessTarget, parse_target
 
@@ -255,13 +255,13 @@ def test_the_cli_judges_an_op_target_with_json_and_junit(tmp_path: Path) -> None
 def test_the_op_configs_are_valid_and_their_layouts_registered() -> None:
     for kind, configs in ((op_model.CONTIGUOUS, CONTIGUOUS_CONFIGS), (op_model.CELL, CELL_CONFIGS)):
         assert all(isinstance(op_model.make_config(cfg, kind), op_model.OpConfig) for cfg in configs)
-    assert {"op-contiguous", "op-cell"} <= set(layouts.LAYOUTS)
+    assert {"op-contiguous", "op-cell"} <= set(layouts.registry())
 
 
 @pytest.mark.parametrize("name", ["cell", "contiguous"])
 def test_the_project_op_reference_is_conforming_strict(name: str) -> None:
     """kvcache.op (the project's reference of the op face) passes the whole op-face suite, strict."""
-    report = _report(f"python:kvcache_spec.conformance.op_targets:{name}")
+    report = _report(f"python:kvcache_spec.conformance.op.targets:{name}")
     assert report["verdict"] == CONFORMING, report["semantic"]["findings"][:1]
     assert not report["coverage"]["incomplete"]
 
@@ -270,7 +270,7 @@ def test_the_project_op_reference_is_conforming_strict(name: str) -> None:
 
 def test_the_exhaustive_checker_passes_the_standin_and_finds_each_broken_one_shortest() -> None:
     """OP-ATTEND, OP-STEP, OP-POS over every program of the alphabet up to depth 5 (states deduplicated)."""
-    from kvcache_spec.conformance.op_checker import check
+    from kvcache_spec.conformance.op.checker import check
     clean = check(PythonTarget(STANDIN.format("cell")), 5)
     assert not clean.findings and clean.states > 40 and clean.programs > clean.states
     expected = {"cell_keeps_stopped_step": (("wrong", "OP-STEP"), 3), "cell_window_off_by_one": (("wrong", "OP-ATTEND"), 2),

@@ -1,4 +1,4 @@
-"""The op face on the protocol (spec/PROTOCOL.md, "Op-face targets"; op_wire.py): tensors cross exactly,
+"""The op face on the protocol (spec/PROTOCOL.md, "Op-face targets"; wire.py): tensors cross exactly,
 a malformed answer is a crash that says what is wrong, and an op target judged out of process gets the
 verdict and the findings it gets in process."""
 
@@ -12,10 +12,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from kvcache_spec.conformance import cli, layouts, op_wire
+from kvcache_spec.conformance import cli, layouts
+from kvcache_spec.conformance import wire as op_wire
 from kvcache_spec.conformance import scope as scopes
 from kvcache_spec.conformance.engine import CRASH
-from kvcache_spec.conformance.op_programs import op_config
+from kvcache_spec.conformance.op.programs import op_config
 from kvcache_spec.conformance.serve import Server
 from kvcache_spec.conformance.suite import CONFORMING, NOT_CONFORMING, report_json, run_suite
 from kvcache_spec.conformance.targets import SubprocessTarget, parse_target
@@ -198,7 +199,7 @@ def test_an_op_scope_without_positions_is_partial_in_the_report_and_in_the_hello
 
 def test_the_exhaustive_op_checker_takes_a_cmd_target(capsys: pytest.CaptureFixture[str]) -> None:
     """The checker drives a target over the protocol as it drives one in process: the same shortest program."""
-    from kvcache_spec.conformance import op_checker
+    from kvcache_spec.conformance.op import checker as op_checker
 
     served = f"cmd:{sys.executable} -m kvcache_spec.conformance.serve " + STANDIN.format("cell_window_off_by_one")
     assert op_checker.main(["--target", served, "--depth", "3"]) == 1

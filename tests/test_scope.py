@@ -15,8 +15,9 @@ import pytest
 from kvcache_spec.conformance import cli, run_program, run_suite, vectors
 from kvcache_spec.conformance import scope as scopes
 from kvcache_spec.conformance.configs import SUITE_CONFIGS, config, layer
-from kvcache_spec.conformance.engine import CRASH, LENIENT, ROW_FORGERIES, WRONG
-from kvcache_spec.conformance.programs import BAD_CALLS, step
+from kvcache_spec.conformance.engine import CRASH, LENIENT, WRONG
+from kvcache_spec.conformance.sequence.engine import ROW_FORGERIES
+from kvcache_spec.conformance.sequence.programs import BAD_CALLS, step
 from kvcache_spec.conformance.targets import PythonTarget, SubprocessTarget, TargetCrash
 
 ZOO = "python:kvcache_spec.conformance.zoo:{}"

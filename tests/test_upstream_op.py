@@ -16,7 +16,7 @@ import pytest
 
 from kvcache_spec.conformance.suite import NOT_CONFORMING, replay, report_json, run_suite
 from kvcache_spec.conformance.targets import PythonTarget
-from kvcache_spec.conformance.upstream_op import MODULE
+from kvcache_spec.conformance.op.upstream import MODULE
 
 try:
     importlib.import_module("torch")
@@ -28,8 +28,8 @@ except ImportError as missing:
                 "flatbuffers tabulate && pip install --no-deps executorch==1.5.1", allow_module_level=True)
 
 pytestmark = pytest.mark.filterwarnings("ignore::Warning")   # upstream's ExperimentalWarning on every config
-CELL = "python:kvcache_spec.conformance.upstream_op:cell"
-CONTIGUOUS = "python:kvcache_spec.conformance.upstream_op:contiguous"
+CELL = "python:kvcache_spec.conformance.op.upstream:cell"
+CONTIGUOUS = "python:kvcache_spec.conformance.op.upstream:contiguous"
 
 
 @pytest.fixture(scope="module")

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from kvcache_spec.conformance import vectors
+from kvcache_spec.conformance.sequence import vectors as sequence_vectors
 from kvcache_spec.conformance.targets import PythonTarget
 from kvcache_spec.rules import RULES
 
@@ -22,7 +23,7 @@ def test_committed_vectors_match_the_model() -> None:
 
 
 def test_check_detects_drift(tmp_path: Path) -> None:
-    for name in (*vectors.VECTOR_FILES, vectors.SCHEMA_FILE):
+    for name in (*vectors.vector_files(), vectors.SCHEMA_FILE):
         shutil.copy(vectors.VECTORS_DIR / name, tmp_path / name)
     assert vectors.main(["--check", "--out", str(tmp_path)]) == 0
     original = (tmp_path / vectors.VECTORS_FILE).read_text()
@@ -32,7 +33,7 @@ def test_check_detects_drift(tmp_path: Path) -> None:
     assert vectors.main(["--check", "--out", str(tmp_path)]) == 1
 
 
-DOCUMENTS = {name: json.loads((vectors.VECTORS_DIR / name).read_text()) for name in vectors.VECTOR_FILES}
+DOCUMENTS = {name: json.loads((vectors.VECTORS_DIR / name).read_text()) for name in vectors.vector_files()}
 
 
 @pytest.mark.parametrize("name", sorted(DOCUMENTS))
@@ -78,7 +79,7 @@ def test_every_rule_is_covered_or_explained(name: str) -> None:
 
 def test_every_bug_class_has_a_vector() -> None:
     flags = {flag for g in DOCUMENT["testGroups"] for t in g["tests"] for flag in t["flags"]}
-    assert set(vectors.BUG_CLASSES) <= flags, set(vectors.BUG_CLASSES) - flags
+    assert set(sequence_vectors.BUG_CLASSES) <= flags, set(sequence_vectors.BUG_CLASSES) - flags
 
 
 @pytest.mark.parametrize("target", ["python:kvcache:SequenceCache", "python:kvcache_spec.conformance.zoo:faithful"])

@@ -58,7 +58,7 @@ def describe(cfg: JsonConfig) -> str:
         text += f", max_write {cfg['max_write']}"
     if "max_seqs" in cfg:
         text += f", max_seqs {cfg['max_seqs']!r}"
-    # an op-face config's own fields, where they differ from the defaults (op_programs.op_config)
+    # an op-face config's own fields, where they differ from the defaults (op/programs.py, op_config)
     if "v_head_dim" in cfg and cfg["v_head_dim"] != cfg.get("head_dim"):
         text += f", v_head_dim {cfg['v_head_dim']!r}"
     if cfg.get("batch_size", 1) != 1:

@@ -1,25 +1,46 @@
-"""The layouts the suite drives: what differs between a sequence cache and a cell cache, as data.
+"""The layout registry: what differs between a sequence cache, a cell cache and the op face, as data.
 
-The suite, the reports, coverage, shrinking, the CLI and the protocol are shared; a `Layout` names
-the few parts that are layout specific: the configurations, the invalid configurations a target must
-refuse, the edge and random programs, and the engine that runs one program (the cell engine inherits
-the sequence engine's grading). A target says which layout it implements: a python: factory's
-`kvcache_layout` attribute, a cmd: target's hello (spec/PROTOCOL.md); `--layout` overrides both.
+The suite, the reports, coverage, shrinking, the CLI, the vectors and the protocol are shared; a
+`Layout` names the few parts that are layout specific: the configurations, the invalid configurations
+a target must refuse, the edge and random programs, the engine that runs one program (with its
+consequences), and the golden vectors, if the layout has them. Each layout lives in its own subpackage
+(`PACKAGES`), whose `LAYOUTS` describes it; this registry is the one door through which the shared
+machinery reaches a layout: it imports the subpackages by name, on first use, so no shared module
+imports a layout and no layout imports another (pyproject.toml's import-linter contracts).
+
+A target says which layout it implements: a python: factory's `kvcache_layout` attribute, a cmd:
+target's hello (spec/PROTOCOL.md); `--layout` overrides both.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib
 import random
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from . import cell_programs, op_programs, programs
-from .cell_engine import run_cell_program
-from .configs import BAD_CONFIGS, SUITE_CONFIGS, JsonConfig
-from .engine import RunResult, Step, run_program
-from .targets import Target, TargetCrash, TargetError
+from .configs import JsonConfig
+from .engine import RunResult, Step
+from .targets import Target, TargetCrash
 
 RunProgram = Callable[..., RunResult]
+
+# The subpackage of each layout (two op layouts share the op face's package), in report order.
+PACKAGES = {"sequence": "sequence", "cell": "cell", "op-contiguous": "op", "op-cell": "op"}
+
+
+@dataclass(frozen=True)
+class Golden:
+    """A layout's golden vectors (vectors.py): the file, its builder, and how a finding is recorded as a
+    vector - the model as a recording target, the run that sends a program's calls, the model's reading
+    of a config, and a test's flags."""
+    file: str
+    build: Callable[[], dict[str, Any]]
+    recorder: Callable[[], Any]                                     # a vectors.Recorder of this layout's model
+    record: Callable[[Target, JsonConfig, list[Step]], RunResult]   # the engine's run (exact, with the answers)
+    configured: Callable[[JsonConfig], Any]                         # the model's config, or its Rejected
+    flags: Callable[[list[dict[str, Any]], set[str], JsonConfig, list[str]], list[str]]
 
 
 @dataclass(frozen=True)
@@ -30,40 +51,31 @@ class Layout:
     edge_programs: Callable[[JsonConfig], list[tuple[str, list[Step]]]]
     random_program: Callable[[JsonConfig, random.Random, int], list[Step]]
     run_program: RunProgram
+    golden: Optional[Callable[[], Golden]] = None                  # imported on first use
 
 
-def _bad_sequence_configs(validates_configs: bool) -> list[JsonConfig]:
-    return [bad for _, bad, _ in BAD_CONFIGS] if validates_configs else []
+@functools.cache
+def registry() -> dict[str, Layout]:
+    """Every layout, by name, in report order."""
+    found: dict[str, Layout] = {}
+    for package in dict.fromkeys(PACKAGES.values()):
+        for layout in importlib.import_module(f"{__package__}.{package}").LAYOUTS:
+            found[layout.name] = layout
+    return {name: found[name] for name in PACKAGES}
 
 
-SEQUENCE = Layout("sequence", SUITE_CONFIGS, _bad_sequence_configs, programs.edge_programs,
-                  programs.random_program, run_program)
-CELL = Layout("cell", cell_programs.CELL_CONFIGS, cell_programs.bad_cell_configs,
-              cell_programs.edge_cell_programs, cell_programs.random_cell_program, run_cell_program)
-
-def _op_runner(kind: str) -> RunProgram:
-    """The op engine reads tensors with numpy, which the base install does not need: imported on first use."""
-    def run(target: Target, cfg: JsonConfig, steps: list[Step], exact: bool = False, **extra: Any) -> RunResult:
-        try:
-            from . import op_engine
-        except ImportError as error:
-            raise TargetError(f"the op face's engine needs numpy (pip install 'kvcache-spec[numpy]'): {error}") from None
-        return op_engine.run_op_program(target, cfg, steps, exact, extra.get("scope"), extra.get("row_budget"), kind)
-    return run
-
-
-# The op face (`update_and_fetch`, spec/op_model.py): one layout per cache kind of upstream's reference.
-OP_CONTIGUOUS = Layout("op-contiguous", op_programs.CONTIGUOUS_CONFIGS, op_programs.bad_contiguous_configs,
-                       op_programs.edge_contiguous_programs, op_programs.random_contiguous_program,
-                       _op_runner("contiguous"))
-OP_CELL = Layout("op-cell", op_programs.CELL_CONFIGS, op_programs.bad_cell_configs, op_programs.edge_cell_programs,
-                 op_programs.random_cell_program, _op_runner("cell"))
-LAYOUTS: dict[str, Layout] = {layout.name: layout for layout in (SEQUENCE, CELL, OP_CONTIGUOUS, OP_CELL)}
+def get(name: str) -> Layout:
+    return registry()[name]
 
 
 def of(target: Target, override: Optional[str] = None) -> Layout:
     """The layout a run drives: the override (--layout), else the target's declared one."""
-    return LAYOUTS[override or target.layout]
+    return get(override or target.layout)
+
+
+def goldens() -> list[Golden]:
+    """The golden vectors of every layout that has them, in report order."""
+    return [layout.golden() for layout in registry().values() if layout.golden is not None]
 
 
 def run_any(target: Target, cfg: JsonConfig, steps: list[Step], exact: bool = False, **extra: Any) -> RunResult:

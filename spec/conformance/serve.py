@@ -16,7 +16,7 @@ import sys
 from typing import Any, Optional, TextIO
 
 from ..rules import BY_ID
-from . import op_wire
+from . import wire
 from .configs import config, layer
 from .targets import (FACE_METHODS, OP_LAYOUTS, OPTIONAL_METHODS, OPTIONAL_PARAMS, PROTOCOL_NAME, PROTOCOL_VERSION,
                       PythonTarget, TargetCrash, TargetError)
@@ -29,7 +29,7 @@ class Server:
     def __init__(self, spec: str) -> None:
         self.target = PythonTarget(spec)
         self.created = False
-        self.op = self.target.layout in OP_LAYOUTS   # tensors cross as wire tensors (op_wire.py)
+        self.op = self.target.layout in OP_LAYOUTS   # tensors cross as wire tensors (wire.py)
         self.face_methods = FACE_METHODS[self.target.layout]   # the factory's kvcache_layout
         self.methods: list[str] = []
         if self.op:   # the op face has no optional methods to probe for
@@ -81,17 +81,17 @@ class Server:
         args = {name: params.get(name) for name in names}
         if self.op:
             try:
-                args = {name: op_wire.from_wire(value, name) if name in op_wire.TENSOR_PARAMS else value
+                args = {name: wire.from_wire(value, name) if name in wire.TENSOR_PARAMS else value
                         for name, value in args.items()}
-            except op_wire.WireError as wrong:
+            except wire.WireError as wrong:
                 return error("protocol", str(wrong))
         outcome = self.target.call(method, args)
         if not outcome.ok:
             return error("rejected", outcome.error, _rule(outcome.error))
         if self.op and method == "update_and_fetch":
             try:
-                return {"id": rid, "result": op_wire.answer_to_wire(outcome.value)}
-            except (op_wire.WireError, TypeError, ValueError) as unencodable:
+                return {"id": rid, "result": wire.answer_to_wire(outcome.value)}
+            except (wire.WireError, TypeError, ValueError) as unencodable:
                 why = f"{type(outcome.value).__name__}: {unencodable}"
                 return {"id": rid, "result": {"unreadable": why}}
         return {"id": rid, "result": outcome.value}

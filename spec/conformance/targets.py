@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any, Callable, Iterator, Optional
 
+from .. import model
 from ..target_contract import foreign_plan, read_plan
 from . import scope as scopes
 from .configs import JsonConfig, to_kvcache
@@ -217,6 +218,30 @@ class Target(abc.ABC):
 
     def log_tail(self) -> str:
         return ""
+
+
+class ModelAsTarget(Target):
+    """A layout's model as a target (its modeltarget.py): the golden vectors' answers, and a sanity
+    target for the engine. The layout gives the model's reading of a config, its initial state and
+    the answer of each call."""
+
+    def __init__(self) -> None:
+        self.cfg: Any = None
+        self.state: Any = None
+
+    def configured(self, cfg: JsonConfig) -> Any:
+        """The model's configuration, or its Rejected (with `rule` and `argument`)."""
+        raise NotImplementedError
+
+    def initial(self, made: Any) -> Any:
+        raise NotImplementedError
+
+    def create(self, cfg: JsonConfig) -> Outcome:
+        made = self.configured(cfg)
+        if isinstance(made, model.Rejected):
+            return Outcome(False, error=f"[{made.rule}] {made.argument}")
+        self.cfg, self.state = made, self.initial(made)
+        return Outcome(True)
 
 
 # --- plans as JSON --------------------------------------------------------------------------------
@@ -596,15 +621,15 @@ class SubprocessTarget(Target):
     def call(self, method: str, args: dict[str, Any]) -> Outcome:
         if self.layout not in OP_LAYOUTS:
             return self._request(method, args, self.timeout)
-        # the op face: tensors cross as wire tensors (op_wire.py; PROTOCOL.md, "Op-face targets")
-        from . import op_wire
+        # the op face: tensors cross as wire tensors (wire.py; PROTOCOL.md, "Op-face targets")
+        from . import wire
 
-        outcome = self._request(method, op_wire.args_to_wire(args), self.timeout)
+        outcome = self._request(method, wire.args_to_wire(args), self.timeout)
         if method != "update_and_fetch" or not outcome.ok:
             return outcome
         try:
-            return Outcome(True, op_wire.answer_from_wire(outcome.value))
-        except op_wire.WireError as error:
+            return Outcome(True, wire.answer_from_wire(outcome.value))
+        except wire.WireError as error:
             raise self._crash(f"protocol: {error}") from None
 
 

@@ -1,7 +1,7 @@
 """Numbers for the suite itself: kill rate over the zoo, time to the first counterexample,
 counterexample lengths, and subprocess throughput next to a bare pipe round trip.
 
-    python -m kvcache_spec.conformance.measure [--seeds N] [--cmd CMD ...]
+    python -m kvcache_spec.conformance.zoo.measure [--seeds N] [--cmd CMD ...]
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import sys
 import time
 from typing import Any, Optional
 
-from .suite import run_suite
-from .targets import PythonTarget, SubprocessTarget
-from .zoo import ZOO
+from ..suite import run_suite
+from ..targets import PythonTarget, SubprocessTarget
+from . import ZOO
 
 
 def zoo_numbers(seeds: int, edges: bool) -> dict[str, Any]:
@@ -66,7 +66,7 @@ def protocol_throughput(command: str, n: int = 20000) -> float:
     """Requests per second of one simple call (capacity) against a cmd: target."""
     target = SubprocessTarget(f"cmd:{command}")
     try:
-        from .configs import SUITE_CONFIGS
+        from ..configs import SUITE_CONFIGS
         target.create(SUITE_CONFIGS[0])
         started = time.monotonic()
         for _ in range(n):
@@ -85,7 +85,7 @@ def suite_throughput(command: str) -> Optional[float]:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m kvcache_spec.conformance.measure")
+    parser = argparse.ArgumentParser(prog="python -m kvcache_spec.conformance.zoo.measure")
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--cmd", action="append", default=[], help="cmd: targets to time (the command only)")
     args = parser.parse_args(argv)

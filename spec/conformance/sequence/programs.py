@@ -1,21 +1,19 @@
-"""Test programs: systematic edge programs per config, random programs from a seed, and a shrinker.
+"""The sequence layout's programs: systematic edge programs per config, random programs from a seed.
 
 Programs are JSON step lists with relative arguments (see engine.py), so removing a step keeps the
-others meaningful. Shrinking is our own delta debugging rather than Hypothesis: the same shrinker
-works for in-process and subprocess targets (no Hypothesis database, no in-process assumption), is
-deterministic for a seed, and its output is a plain JSON step list anyone can replay.
+others meaningful (the suite's shrinker, ../suite/shrink.py, relies on it).
 """
 
 from __future__ import annotations
 
 import random
-from typing import Any, Callable, Optional
+from typing import Any
 
-from .. import model
-from ..arguments import ID, POSITIONS
-from .configs import JsonConfig, to_model
-from .engine import Finding, Step
-from .malform import Case, cases, id_value, int_value
+from ... import model
+from ...arguments import ID, POSITIONS
+from ..configs import JsonConfig, to_model
+from ..engine import Step
+from ..malform import Case, cases, id_value, int_value
 
 INT_MAX = model.INT_MAX
 
@@ -144,104 +142,3 @@ def random_program(cfg_json: JsonConfig, rng: random.Random, size: int) -> list[
         else:
             program.append(rng.choice(BAD_CALLS)[1])
     return program
-
-
-# --- shrinking -------------------------------------------------------------------------------------
-
-Check = Callable[[JsonConfig, list[Step]], Optional[Finding]]
-
-
-def _smaller_values(value: Any) -> list[Any]:
-    """Simpler variants of one argument, simplest first."""
-    if isinstance(value, bool) or not isinstance(value, (int, dict)):
-        return []
-    if isinstance(value, int):
-        return [v for v in dict.fromkeys([0, 1, value // 2, value - 1]) if abs(v) < abs(value)]
-    out: list[Any] = []
-    for key, inner in value.items():
-        if key in ("rel", "back", "room", "open", "limit", "n") and isinstance(inner, int):
-            out += [{key: v} for v in _smaller_values(inner)]
-    return out
-
-
-def shrink(cfg: JsonConfig, program: list[Step], finding: Finding, check: Check,
-           budget: int = 400) -> tuple[JsonConfig, list[Step]]:
-    """Greedy delta debugging: drop chunks, then single steps, then simplify values and the config.
-
-    A candidate is kept when it reproduces a finding of the same class and rule.
-    """
-    want = finding.key()
-    runs = 0
-
-    def same(c: JsonConfig, p: list[Step]) -> bool:
-        nonlocal runs
-        runs += 1
-        got = check(c, p)
-        return got is not None and got.key() == want
-
-    program = program[:finding.step_index + 1]
-    chunk = max(1, len(program) // 2)
-    while chunk >= 1 and runs < budget:
-        start, removed = 0, False
-        while start < len(program) and runs < budget:
-            candidate = program[:start] + program[start + chunk:]
-            if candidate and same(cfg, candidate):
-                program, removed = candidate, True
-            else:
-                start += chunk
-        if not removed:
-            chunk //= 2
-    for index in range(len(program)):
-        for key in list(program[index]):
-            for simpler in _smaller_values(program[index][key]):
-                if runs >= budget:
-                    break
-                candidate = [dict(s) for s in program]
-                candidate[index][key] = simpler
-                if same(cfg, candidate):
-                    program = candidate
-                    break
-    improved = True
-    while improved and runs < budget:
-        improved = False
-        for simpler_cfg in _simpler_configs(cfg):
-            if runs < budget and same(simpler_cfg, program):
-                cfg, improved = simpler_cfg, True
-                break
-    # a simpler config can make steps superfluous (a step on a layer it no longer has): drop them again
-    index = 0
-    while index < len(program) and runs < budget:
-        candidate = program[:index] + program[index + 1:]
-        if candidate and same(cfg, candidate):
-            program = candidate
-        else:
-            index += 1
-    return cfg, program
-
-
-def _simpler_configs(cfg: JsonConfig) -> list[JsonConfig]:
-    out: list[JsonConfig] = []
-    layers = cfg["layers"]
-    for drop in range(len(layers)) if len(layers) > 1 else []:
-        kept = layers[:drop] + layers[drop + 1:]
-        out.append({**cfg, "layers": kept, "n_layers": len(kept)})
-    if len(layers) == 1 and cfg["n_layers"] > 1:
-        out.append({**cfg, "n_layers": 1})
-    # the simplest family that still fails: a defect that shows on flat layers is not a ring defect
-    if any(entry.get("kind") == "ring" for entry in layers):
-        flat = [{**entry, "kind": "flat", "window": 0} for entry in layers]
-        out.append({**cfg, "layers": flat, "max_write": None})
-    if cfg.get("max_write") is not None:
-        out.append({**cfg, "max_write": None})
-    # an op-face config's own fields (op_programs.op_config): the plainest values first
-    if "v_head_dim" in cfg and cfg["v_head_dim"] != cfg.get("head_dim"):
-        out.append({**cfg, "v_head_dim": cfg.get("head_dim")})
-    for name, plain in (("batch_size", 1), ("n_kv_heads", 1), ("sizing", "dynamic")):
-        if name in cfg and cfg[name] != plain:
-            out.append({**cfg, name: plain, **({"layers": [{**entry, "n_kv_heads": 1} for entry in layers]}
-                                                 if name == "n_kv_heads" else {})})
-    for capacity in (cfg["capacity"] // 2, cfg["capacity"] - 1):
-        if capacity >= 1:
-            out.append({**cfg, "capacity": capacity})
-    valid = [c for c in out if isinstance(to_model(c), model.Config)]
-    return valid

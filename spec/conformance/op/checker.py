@@ -9,8 +9,8 @@ step in progress - have the same future on a conforming target, so only the firs
 state space is searched, not the program tree. A depth bound is stated, not hidden: the result says
 how many states and programs it checked, and how many states it left unexpanded at the bound.
 
-    python -m kvcache_spec.conformance.op_checker --target python:kvcache_spec.conformance.op_targets:cell
-    python -m kvcache_spec.conformance.op_checker --target cmd:./my_op_server      (spec/PROTOCOL.md)
+    python -m kvcache_spec.conformance.op.checker --target python:kvcache_spec.conformance.op.targets:cell
+    python -m kvcache_spec.conformance.op.checker --target cmd:./my_op_server      (spec/PROTOCOL.md)
 """
 
 from __future__ import annotations
@@ -22,12 +22,13 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Hashable, Optional
 
-from .. import op_model
-from .engine import Finding, Step
-from .op_engine import OpEngine
-from .malform import INT32_LIMIT
-from .op_programs import RESET, at, begin, cp, fetch, op_config, rm
-from .targets import Target, TargetCrash, TargetError, parse_target
+from ... import op_model
+from ..engine import Finding, Step
+from ..malform import INT32_LIMIT
+from .consequences import drive_on
+from .engine import OpEngine
+from .programs import RESET, at, begin, cp, fetch, op_config, rm
+from ..targets import Target, TargetCrash, TargetError, parse_target
 
 # Small configurations: two layers (so a step can stop partway), a flat and a windowed layer.
 CHECK_CONFIGS = {
@@ -92,7 +93,7 @@ def check(target: Target, depth: int, cfg: Optional[dict[str, Any]] = None) -> C
         prefix = frontier.popleft()
         for letter in letters:
             program = prefix + [letter]
-            engine = OpEngine(target, cfg, kind)
+            engine = OpEngine(target, cfg, kind, drive=drive_on)
             run = engine.run(program)
             result.programs += 1
             if run.finding is not None:
@@ -111,7 +112,7 @@ def check(target: Target, depth: int, cfg: Optional[dict[str, Any]] = None) -> C
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m kvcache_spec.conformance.op_checker", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m kvcache_spec.conformance.op.checker", description=__doc__.split("\n")[0])
     parser.add_argument("--target", required=True,
                         help="an op-face target: python:MODULE:FACTORY, or cmd:COMMAND (spec/PROTOCOL.md)")
     parser.add_argument("--depth", type=int, default=4)

@@ -7,9 +7,9 @@ each batch row and head, the rows its AttendSpec lets it attend (OP-MASK), then 
 k_hist and v_hist there. That multiset of tokens must be the model's (OP-ATTEND), each row's K and V
 must be one token's, written on this layer, for this batch row and head.
 
-Grading is the sequence engine's (engine.py): a refused call the spec serves is over-strict, an
-accepted call the spec refuses is lenient, a wrong answer or an observation that disagrees is wrong,
-a target that dies is a crash. After every call the engine observes what the face lets a caller see
+Grading is the sequence engine's, on the engine core's call and failure path (../engine.py): a refused
+call the spec serves is over-strict, an accepted call the spec refuses is lenient, a wrong answer or an
+observation that disagrees is wrong, a target that dies is a crash. After every call the engine observes what the face lets a caller see
 (contiguous: used(layer) of every layer; cell: seq_len of every sequence in play and free_cells), so
 a refusal that changed state is caught where it happens (OP-ATOMIC), not steps later.
 
@@ -24,13 +24,13 @@ from typing import Any, Optional
 
 import numpy as np
 
-from .. import op_model
-from . import scope as scopes
-from .configs import JsonConfig, describe
-from .engine import CRASH, LENIENT, OVER_STRICT, WRONG, Finding, RunResult, Step, Stop
-from .malform import CLAUSE_PREFIX, DIM, POSITIONS, TENSOR, Case, case_of, dim_value, malformed_positions, sizes_of
-from .op_wire import Unreadable
-from .targets import Outcome, Target, TargetCrash
+from ... import op_model
+from .. import scope as scopes
+from ..configs import JsonConfig, describe
+from ..engine import CRASH, LENIENT, OVER_STRICT, WRONG, Caller, Drive, Finding, RunResult, Step, Stop
+from ..malform import DIM, POSITIONS, TENSOR, Case, case_of, dim_value, malformed_positions, sizes_of
+from ..targets import Outcome, Target
+from ..wire import Unreadable
 
 # The calls the engine makes to observe, not to act: never the entry of a consequence.
 OBSERVATIONS = ("used", "seq_len", "free_cells")
@@ -102,12 +102,13 @@ def allowed_rows(spec: Any, q: int, rows: int) -> np.ndarray | str:
     return f"AttendSpec kind {kind!r} is not NONE, CAUSAL or EXPLICIT"
 
 
-class OpEngine:
+class OpEngine(Caller):
     """One program on one op-face target; a fresh cache per program."""
 
     def __init__(self, target: Target, cfg: JsonConfig, kind: str, scope: Optional[scopes.Scope] = None,
-                 nested: bool = False) -> None:
-        self.target, self.cfg, self.kind, self.nested = target, cfg, kind, nested
+                 nested: bool = False, drive: Optional[Drive] = None) -> None:
+        super().__init__(target, cfg, scope, drive)
+        self.kind, self.nested = kind, nested
         self.program: list[Step] = []
         made = op_model.make_config(cfg, kind)
         self.rejected_config = made if isinstance(made, op_model.Rejected) else None
@@ -115,48 +116,32 @@ class OpEngine:
             op_model.OpConfig(kind, 1, (0,), 1, 1, 1, 1, 1)
         self.model = op_model.OpModel(self.mcfg)
         self.labels = Labels(self.mcfg)
-        self.scope = scope
-        self.outside: frozenset[str] = frozenset()
-        self.result = RunResult(None, [])
         self.index = -1
         self.next_uid = 0
         self.refused_at: Optional[int] = None   # the step of the last refused call
         self.current: Optional[Step] = None     # the step running, with its concrete arguments
         self.declared: tuple[int, ...] = ()     # the owners of the last accepted begin_step
-        # the last call and its answer, and the last update_and_fetch's positions and token uids: past a
-        # lenient or over-strict step, the entry of its consequences (consequences.py)
-        self.judged: Optional[tuple[str, dict[str, Any], Outcome]] = None
+        # `judged` is the last call that is not an observation; with the last update_and_fetch's positions
+        # and token uids: past a lenient or over-strict step, the entry of its consequences (consequences.py)
         self.fetched: Optional[tuple[list[Any], list[int]]] = None
-        self.malformed: Optional[Case] = None   # the case the step running breaks its clause by
 
     # --- helpers -----------------------------------------------------------------------------------
-    def _fail(self, kind: str, rule: str, message: str) -> Stop:
-        return Stop(Finding(kind, rule, message, self.index))
+    def show(self, args: dict[str, Any]) -> str:
+        return _show(args)
 
     def scope_features(self) -> frozenset[str]:
         return (self.scope or self.target.scope).features
 
     def _call(self, method: str, args: dict[str, Any], rule: str) -> Outcome:
-        self.result.calls += 1
-        try:
-            outcome = self.target.call(method, args)
-        except TargetCrash as crash:
-            raise self._fail(CRASH, rule, f"{method}({_show(args)}): {crash}") from None
-        self.result.exercised.add(rule)
+        outcome = super()._call(method, args, rule)
         if method not in OBSERVATIONS:
             self.judged = (method, args, outcome)
-            if self.malformed is not None:   # the target answered a malformed call: its clause is exercised
-                self.result.exercised.add(CLAUSE_PREFIX + self.malformed.clause.id)
         return outcome
 
     # --- creation ----------------------------------------------------------------------------------
     def start(self) -> bool:
         """Create the cache; False when the program has nothing more to run (a config refused as it must be)."""
-        self.result.calls += 1
-        try:
-            created = self.target.create(self.cfg)
-        except TargetCrash as crash:
-            raise self._fail(CRASH, "OP-CONFIG", f"create({describe(self.cfg)}): {crash}") from None
+        created = self._create("OP-CONFIG")
         if self.rejected_config is not None:
             rule = self.rejected_config.rule
             self.result.exercised.add(rule)
@@ -222,13 +207,6 @@ class OpEngine:
         if self.outside:
             self.result.finding = self.border_finding(self.result.finding, len(program))
         return self.result
-
-    def drive_on(self, program: list[Step], entry: Finding) -> None:
-        """Past a lenient or over-strict step, drive the rest of the program with that step applied and
-        judge only the safety properties (consequences.py); a broken one is `result.consequence`."""
-        from .consequences import OpConsequences   # here: consequences.py builds on this module
-        rest = list(enumerate(program))[entry.step_index + 1:]
-        OpConsequences(self, entry).drive(rest)
 
     def _after_refusal(self, finding: Finding) -> Finding:
         """OP-ATOMIC: a finding on a call served after a refused one is the refusal's doing when the same
@@ -545,10 +523,4 @@ def _show(args: dict[str, Any]) -> str:
         else:
             parts.append(f"{name}={value!r}")
     return ", ".join(parts)
-
-
-def run_op_program(target: Target, cfg: JsonConfig, program: list[Step], exact: bool = False,
-                   scope: Any = None, row_budget: Optional[int] = None, kind: str = op_model.CONTIGUOUS) -> RunResult:
-    return OpEngine(target, cfg, kind, scope).run(program)
-
 

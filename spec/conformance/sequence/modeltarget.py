@@ -7,32 +7,22 @@ executed on every layer, so the model's pools are written when the step is commi
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
-from .. import cell_model, model
-from .configs import JsonConfig, to_model
-from .cell_engine import model_answer, to_cell_model
+from ... import model
+from ..configs import JsonConfig, to_model
+from ..targets import ModelAsTarget, Outcome
 from .engine import json_plan, plan_json
-from .targets import Outcome, Target, cell_step_to_json
 
 
-class ModelTarget(Target):
+class ModelTarget(ModelAsTarget):
     name = "model"
 
-    def __init__(self) -> None:
-        self.cfg: Any = None
-        self.state: Any = None
+    def configured(self, cfg: JsonConfig) -> Any:
+        return to_model(cfg)
 
-    def create(self, cfg: JsonConfig) -> Outcome:
-        made = self.configured(cfg)
-        if isinstance(made, model.Rejected):
-            return Outcome(False, error=f"[{made.rule}] {made.argument}")
-        self.cfg, self.state = made, self.initial(made)
-        return Outcome(True)
-
-    # the model's configuration and initial state (the cell model target replaces both)
-    configured: Callable[[JsonConfig], Any] = staticmethod(to_model)
-    initial: Callable[[Any], Any] = staticmethod(model.initial)
+    def initial(self, made: Any) -> Any:
+        return model.initial(made)
 
     def call(self, method: str, args: dict[str, Any]) -> Outcome:
         cfg, state = self.cfg, self.state
@@ -72,21 +62,3 @@ class ModelTarget(Target):
         if isinstance(got, model.Rejected):
             return Outcome(False, error=f"[{got.rule}] {got.argument}")
         return Outcome(True, got)
-
-
-class CellModelTarget(ModelTarget):
-    """The cell model as a target (spec/cell_model.py, canonical placement): the cell vectors' answers."""
-
-    name = "cell model"
-    layout = "cell"
-    optional: frozenset[str] = frozenset()
-
-    configured = staticmethod(to_cell_model)
-    initial = staticmethod(cell_model.initial)
-
-    def call(self, method: str, args: dict[str, Any]) -> Outcome:
-        got = model_answer(self.cfg, self.state, method, args)
-        if isinstance(got, model.Rejected):
-            return Outcome(False, error=f"[{got.rule}] {got.argument}")
-        answer, self.state = got
-        return Outcome(True, cell_step_to_json(answer) if method == "place_step" else answer)

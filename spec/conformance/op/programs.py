@@ -18,10 +18,10 @@ from __future__ import annotations
 import random
 from typing import Any, Optional
 
-from ..arguments import DIM, ID, INT, LIST, POSITIONS
-from .configs import JsonConfig, config, layer
-from .engine import Step
-from .malform import Case, cases, id_value, int_value, tokens_of
+from ...arguments import DIM, ID, INT, LIST, POSITIONS
+from ..configs import JsonConfig, config, layer
+from ..engine import Step
+from ..malform import Case, cases, id_value, int_value, tokens_of
 
 
 def op_config(capacity: int, windows: tuple[int, ...] = (0,), n_layers: Optional[int] = None, heads: int = 1,

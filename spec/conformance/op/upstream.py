@@ -1,7 +1,7 @@
 """The released upstream caches as op-face targets, unchanged: ExecuTorch 1.5.1's reference caches.
 
-    kvcache conformance --target python:kvcache_spec.conformance.upstream_op:contiguous
-    kvcache conformance --target python:kvcache_spec.conformance.upstream_op:cell
+    kvcache conformance --target python:kvcache_spec.conformance.op.upstream:contiguous
+    kvcache conformance --target python:kvcache_spec.conformance.op.upstream:cell
 
 Each factory builds upstream's own `CacheConfig` from the suite's JSON config, field by field, and
 returns upstream's cache object as it is: no method is wrapped, no argument or answer is changed (the
@@ -27,8 +27,8 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from .configs import JsonConfig
-from .op_targets import config_for
+from ..configs import JsonConfig
+from .targets import config_for
 
 MODULE = "executorch.extension.llm.cache.reference_cache"
 

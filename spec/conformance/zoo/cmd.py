@@ -1,6 +1,6 @@
 """Misbehaving subprocess targets: the harness must turn each into a clear crash finding, fast.
 
-    python -m kvcache_spec.conformance.zoo_cmd MODE
+    python -m kvcache_spec.conformance.zoo.cmd MODE
 
 MODE: crash-on-create, crash-mid-run, hang, half-line, garbage, wrong-version, wrong-id, exit-early,
 deaf (never reads its input), flood-stderr (logs megabytes but otherwise conforms), huge-line,
@@ -18,7 +18,7 @@ import sys
 import time
 from typing import Any, Optional
 
-from .serve import Server
+from ..serve import Server
 
 MODES = ("crash-on-create", "crash-mid-run", "hang", "half-line", "garbage", "wrong-version", "wrong-id",
          "exit-early", "deaf", "flood-stderr", "huge-line", "hang-ignoring-sigterm", "version-true", "refuse-create",

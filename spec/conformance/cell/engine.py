@@ -1,6 +1,6 @@
-"""The harness for the cell layout: `Engine` with the cell model's verbs and checks.
+"""The cell layout's engine: the engine core (../engine.py) with the cell model's verbs and checks.
 
-One engine, two layouts: `CellEngine` inherits the sequence engine's whole grading machinery - the
+`CellEngine` inherits the core's whole grading machinery - the
 finding classes (`Engine.checked`: wrong, crash, lenient, over-strict), the answer-type check, the
 coverage events, creation and SCOPE-BORDER, the program loop - and replaces only what is layout
 specific: the model's verdict of a call (`spec/cell_model.py`), what is observed after a call (the
@@ -19,11 +19,11 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional, Union
 
-from .. import cell_model as cm
-from .. import model
-from .configs import JsonConfig, to_model
-from .engine import LENIENT, WRONG, Accepted, Engine, Finding, Refused, Step, Verdict, _same, _show
-from .targets import Outcome
+from ... import cell_model as cm
+from ... import model
+from ..configs import JsonConfig, to_model
+from ..engine import LENIENT, WRONG, Accepted, Drive, Engine, Refused, Step, Verdict, _same, _show
+from ..targets import Outcome
 
 # The rule a wrong answer (or a refusal) of each method breaks, and the answer's JSON type.
 CELL_RULES: dict[str, str] = {
@@ -112,12 +112,14 @@ class CellEngine(Engine):
     answer_types = CELL_ANSWER_TYPES
 
     def __init__(self, target: Any, cfg: JsonConfig, exact: bool = False, light: bool = False,
-                 scope: Any = None, row_budget: Optional[int] = None) -> None:
-        super().__init__(target, cfg, exact, light, scope, row_budget)
-        ccfg = to_cell_model(cfg)
+                 scope: Any = None, row_budget: Optional[int] = None, drive: Optional[Drive] = None) -> None:
+        super().__init__(target, cfg, exact, light, scope, row_budget, drive)
+        ccfg = to_cell_model(cfg)   # the sequence fields' rejection first, then max_seqs'
         if isinstance(ccfg, model.Rejected):
-            self.rejected_config = self.rejected_config or ccfg
-            ccfg = cm.CellConfig(self.mcfg, 1)
+            self.rejected_config = ccfg
+            base = to_model(cfg)
+            ccfg = cm.CellConfig(base if isinstance(base, model.Config) else
+                                 model.Config(1, (model.Layer(model.FLAT, 0, None),)), 1)
         self.ccfg = ccfg
         self.cs = cm.initial(ccfg)
         self.next_state = self.cs             # the model's state after the call `verdict` judged
@@ -136,11 +138,6 @@ class CellEngine(Engine):
         source = self.lineage.get(self.incarnation.get(src, -1), frozenset()) if src is not None else frozenset()
         self.incarnation[seq_id], self.holder[number] = number, seq_id
         self.lineage[number] = source | {number}
-
-    def drive_on(self, program: list[Step], entry: Finding) -> None:
-        from .consequences import CellConsequences   # here: consequences.py builds on this module
-        rest = list(enumerate(program))[entry.step_index + 1:]
-        CellConsequences(self, entry).drive(rest)
 
     def _check_type(self, method: str, args: dict[str, Any], outcome: Outcome, rule: str) -> None:
         """A mistyped answer breaks the rule of the method that gave it (seq_len answering "0" is
@@ -349,12 +346,3 @@ class CellEngine(Engine):
         self.result.steps.append(concrete)
         self.place(layer, positions)
         return self.result.steps.pop()
-
-    def _concrete_guess(self, step: Step) -> Step:
-        return dict(step)
-
-
-def run_cell_program(target: Any, cfg: JsonConfig, program: list[Step], exact: bool = False,
-                     scope: Any = None, row_budget: Optional[int] = None) -> Any:
-    return CellEngine(target, cfg, exact, scope=scope, row_budget=row_budget).run(program)
-

@@ -1,10 +1,10 @@
 """The project's op-face reference (`kvcache.op`) as conformance targets, built from the suite's JSON configs.
 
-    kvcache conformance --target python:kvcache_spec.conformance.op_targets:contiguous --strict
-    kvcache conformance --target python:kvcache_spec.conformance.op_targets:cell --strict
+    kvcache conformance --target python:kvcache_spec.conformance.op.targets:contiguous --strict
+    kvcache conformance --target python:kvcache_spec.conformance.op.targets:cell --strict
 
 `kvcache.op` mirrors upstream's names, so one builder (`config_for`) serves it and upstream's module
-(upstream_op.py): it maps the JSON config field by field onto the module's own CacheConfig, and the
+(upstream.py): it maps the JSON config field by field onto the module's own CacheConfig, and the
 module's constructors validate it (OP-CONFIG). The reference declares the whole op face (no scope).
 """
 
@@ -13,11 +13,11 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from .configs import JsonConfig
+from ..configs import JsonConfig
 
 
 def config_for(module: Any, cfg: JsonConfig, dtype: Any, **extra: Any) -> Any:
-    """`module.CacheConfig` for a JSON op config (op_programs.op_config), nothing checked here."""
+    """`module.CacheConfig` for a JSON op config (programs.op_config), nothing checked here."""
     layers = tuple(module.LayerPolicy(kind=module.LayerKind(entry["kind"]), window=entry["window"])
                    for entry in cfg["layers"])
     return module.CacheConfig(n_layers=cfg["n_layers"], n_kv_heads=cfg["n_kv_heads"], head_dim=cfg["head_dim"],

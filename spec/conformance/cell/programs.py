@@ -1,6 +1,6 @@
 """Cell programs: the suite's configurations for the cell layout, edge programs, random programs.
 
-Programs are JSON step lists with relative arguments (cell_engine.py), so the shared shrinker
+Programs are JSON step lists with relative arguments (engine.py), so the shared shrinker
 (programs.shrink) keeps them meaningful while it drops steps. The ops (spec/PROTOCOL.md, "Cell
 programs"): forward (declare_step then place_step on the layers), declare, place, seq_new,
 seq_clone, seq_rm, seq_len, next_pos, can_extend, free_cells, used_end, live, capacity, faces, clear.
@@ -11,11 +11,11 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from .. import model
-from ..arguments import ID, INT, LIST, POSITIONS
-from .configs import BAD_CONFIGS, JsonConfig, config, layer
-from .engine import Step
-from .malform import INT32_LIMIT, Case, cases, id_value, int_value, tokens_of
+from ... import model
+from ...arguments import ID, INT, LIST, POSITIONS
+from ..configs import BAD_CONFIGS, JsonConfig, config, layer
+from ..engine import Step
+from ..malform import INT32_LIMIT, Case, cases, id_value, int_value, tokens_of
 
 INT_MAX = model.INT_MAX
 LIVE0, LIVE1, DEAD = {"live": 0}, {"live": 1}, {"dead": 0}

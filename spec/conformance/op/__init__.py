@@ -1,0 +1,32 @@
+"""The op face (`update_and_fetch` -> K/V + AttendSpec, spec/op_model.py): one layout per cache kind of
+upstream's reference (op-contiguous, op-cell). Its engine, programs and consequences; the reference and
+upstream's release as targets (targets.py, upstream.py); the exhaustive checker (checker.py).
+Registered in ../layouts.py by `LAYOUTS`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..configs import JsonConfig
+from ..engine import RunResult, Step
+from ..layouts import Layout, RunProgram
+from ..targets import Target, TargetError
+from . import programs
+
+
+def _runner(kind: str) -> RunProgram:
+    """The op engine reads tensors with numpy, which the base install does not need: imported on first use."""
+    def run(target: Target, cfg: JsonConfig, steps: list[Step], exact: bool = False, **extra: Any) -> RunResult:
+        try:
+            from .consequences import drive_on
+            from .engine import OpEngine
+        except ImportError as error:
+            raise TargetError(f"the op face's engine needs numpy (pip install 'kvcache-spec[numpy]'): {error}") from None
+        return OpEngine(target, cfg, kind, extra.get("scope"), drive=drive_on).run(steps)
+    return run
+
+
+LAYOUTS = (Layout("op-contiguous", programs.CONTIGUOUS_CONFIGS, programs.bad_contiguous_configs,
+                  programs.edge_contiguous_programs, programs.random_contiguous_program, _runner("contiguous")),
+           Layout("op-cell", programs.CELL_CONFIGS, programs.bad_cell_configs, programs.edge_cell_programs,
+                  programs.random_cell_program, _runner("cell")))

@@ -1,0 +1,200 @@
+"""The op face's consequences: past a lenient or over-strict step, the program goes on with that step
+applied and only the safety properties (../consequences.py, SAFETY) are judged, on the labels of every
+answer's rows (engine.Labels)."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import numpy as np
+
+from ... import op_model
+from ..consequences import Consequences
+from ..engine import Finding, Step
+from ..malform import POSITIONS, case_of, malformed_positions
+from ..targets import Outcome
+from .engine import OpEngine, _row, allowed_rows, as_array
+from .engine import _show as _show_op
+
+
+class OpConsequences(Consequences):
+    """The op face's driver. The harness's own record, read off what the target accepted: each token
+    (uid) with the sequence that wrote it and its position, and the tokens each sequence may attend (its
+    own, and its fork sources' at the fork). Every answer's rows are read from their labels
+    (engine.Labels), so a row names its token, layer, batch row and head exactly."""
+
+    atomic_rule = "OP-ATOMIC"
+
+    def __init__(self, engine: OpEngine, entry: Finding) -> None:
+        super().__init__(engine, entry)
+        self.engine: OpEngine = engine
+        self.cell = engine.kind == op_model.CELL
+        m = engine.model
+        self.writer: dict[int, int] = {}          # uid -> the sequence that wrote it
+        self.position: dict[int, Any] = {}        # uid -> its position, as written
+        self.readable: dict[int, set[int]] = {}   # sequence -> the uids it may attend
+        for seq, tokens in m.held.items():
+            self.readable.setdefault(seq, set()).update(tokens)
+            for uid, pos in tokens.items():
+                self.writer.setdefault(uid, seq)
+                self.position[uid] = pos
+        step = m.step
+        self.declared: list[Any] = list(step.seqs) if step is not None else list(engine.declared)
+        self.step_positions: Optional[list[Any]] = None   # the step in progress: its positions, uids, layers
+        self.step_uids: list[int] = []
+        self.served: set[int] = set()
+        if step is not None and step.positions is not None:
+            self.step_positions, self.step_uids, self.served = list(step.positions), list(step.uids), set(step.served)
+            if step.served:
+                self.wrote(list(step.seqs), list(step.positions), list(step.uids))
+        self.lens: dict[int, int] = {seq: m.seq_len(seq) for seq in m.seqs_in_play()} if self.cell else {}
+        # a target whose scope leaves out `positions` does not read them: no position of its is judged
+        self.judge_positions = "positions" in engine.scope_features()
+
+    def _entry_call(self) -> str:
+        return f"{self.call[0]}({_show_op(self.call[1])})" if self.call is not None else "create"
+
+    # --- the record ----------------------------------------------------------------------------------
+    def wrote(self, seqs: list[Any], positions: list[Any], uids: list[int]) -> None:
+        for seq, pos, uid in zip(seqs, positions, uids):
+            self.writer[uid], self.position[uid] = seq, pos
+            self.readable.setdefault(seq, set()).add(uid)
+
+    def seqs_of(self, q: int) -> list[Any]:
+        return list(self.declared) if self.cell else [0] * q
+
+    # --- the entry and the rest ----------------------------------------------------------------------
+    def after_entry(self) -> None:
+        """What the entry did: a forward wrote its tokens (its answer judged too, when it named a layer),
+        a declaration opened a step, a fork shared its source's tokens."""
+        if self.call is None:
+            return
+        method, args, answer = self.call
+        if method == "update_and_fetch" and self.engine.fetched is not None:
+            positions, uids = self.engine.fetched
+            self.served_fetch(args["layer_id"], positions, uids, answer)
+        else:
+            self.verb(method, args, answer)
+
+    def run_step(self, step: Step) -> None:
+        op = step["op"]
+        if op == "fetch":
+            self.fetch(step)
+            return
+        method, args = {"begin": ("begin_step", {"seq_ids": step.get("seqs")}),
+                        "cp": ("seq_cp", {"src": step.get("src"), "dst": step.get("dst"), "upto": step.get("upto")}),
+                        "rm": ("seq_rm", {"seq": step.get("seq"), "p0": step.get("p0"), "p1": step.get("p1")}),
+                        "reset": ("reset", {})}[op]
+        self.steps.append(dict(step))
+        self.verb(method, args, self._ask(method, args))
+
+    def verb(self, method: str, args: dict[str, Any], answer: Outcome) -> None:
+        if answer.ok and answer.value is not False:
+            if method == "begin_step" and isinstance(args["seq_ids"], list):
+                self.declared, self.step_positions, self.served = list(args["seq_ids"]), None, set()
+            elif method == "seq_cp":
+                self.readable.setdefault(args["dst"], set()).update(self.readable.get(args["src"], set()))
+            elif method == "reset":
+                self.readable, self.declared, self.step_positions, self.served = {}, [], None, set()
+        self.lens = self.seq_lens()
+
+    def fetch(self, step: Step) -> None:
+        engine, layer = self.engine, step.get("layer")
+        # the step's own positions; else a cell step has a token per declared owner, a contiguous one n
+        q = len(step["positions"]) if "positions" in step else len(self.declared) if self.cell else int(step.get("n", 1))
+        positions = list(step["positions"]) if "positions" in step else self.next_positions(layer, q)
+        case = case_of(step)
+        if case is not None and case.clause.kind == POSITIONS and positions and "positions" not in step:
+            newest = positions[0] - 1 if not self.cell else -1   # as the lockstep breaks them
+            positions = malformed_positions(case.variant, positions + [positions[-1] + 1], newest) or positions
+            q = len(positions)
+        continuing = self.step_positions is not None and layer not in self.served and positions == self.step_positions
+        if continuing:
+            uids = list(self.step_uids)
+        else:
+            shapes = engine.shapes(q, case)
+            uids = engine.fresh_uids(max([q] + [s[-2] for s in (shapes.k, shapes.v) if len(s) >= 2]))
+            self.step_positions, self.step_uids, self.served = positions, uids, set()
+        args, _ = engine.arguments(layer, positions, uids, case)
+        concrete: Step = {"op": "fetch", "layer": layer, "positions": positions, **(case.tag() if case else {})}
+        self.steps.append(concrete)
+        self.served_fetch(layer, positions, uids[:q], self._ask("update_and_fetch", args))
+
+    def next_positions(self, layer: Any, q: int) -> list[int]:
+        """Positions for a step that names none: the cell cache's next of each declared sequence (by the
+        record), the contiguous cache's used length (its own answer)."""
+        if not self.cell:
+            start = self._int("used", {"layer_id": layer})
+            return list(range(start or 0, (start or 0) + q))
+        newest = {seq: max((p for u in self.readable.get(seq, set()) if type(p := self.position.get(u)) is int),
+                           default=-1) for seq in set(self.declared)}
+        out = []
+        for seq in self.declared:
+            newest[seq] += 1
+            out.append(newest[seq])
+        return out
+
+    def served_fetch(self, layer: Any, positions: list[Any], uids: list[int], answer: Outcome) -> None:
+        """An update_and_fetch answered: its tokens are written; SAFE-OP-ISOLATION on its rows (when it
+        named a layer), SAFE-OP-KEEP on the sequences it has no token of."""
+        if not answer.ok:
+            self.lens = self.seq_lens()
+            return
+        seqs = self.seqs_of(len(uids))
+        self.wrote(seqs, positions, uids)
+        if type(layer) is int and 0 <= layer < self.engine.mcfg.n_layers:
+            self.served.add(layer)
+            self.isolation(layer, seqs, positions, answer.value)
+        before, self.lens = self.lens, self.seq_lens()
+        for seq, was in before.items():
+            now = self.lens.get(seq)
+            if seq not in seqs and now is not None and now < was:
+                raise self._broken("SAFE-OP-KEEP", f"the forward of sequences {seqs} at positions {positions} on "
+                                                   f"layer {layer} lowered seq_len({seq}) from {was} to {now}")
+
+    def seq_lens(self) -> dict[int, int]:
+        if not self.cell:
+            return {}
+        seqs = sorted({s for s in self.readable if type(s) is int} | {s for s in self.declared if type(s) is int})
+        lens = {seq: self._int("seq_len", {"seq": seq}) for seq in seqs}
+        return {seq: n for seq, n in lens.items() if n is not None}
+
+    def isolation(self, layer: int, seqs: list[Any], positions: list[Any], value: Any) -> None:
+        engine = self.engine
+        k_value, v_value, spec = value   # a shape the driver cannot follow ends the drive, said in the report
+        k_hist, v_hist = as_array(k_value), as_array(v_value)
+        q = len(positions)
+        allowed = allowed_rows(spec, q, k_hist.shape[2])
+        if isinstance(allowed, str):
+            raise ValueError(allowed)
+        for b in range(k_hist.shape[0]):
+            for h in range(k_hist.shape[1]):
+                k_uids = engine.labels.uid_of(k_hist[b, h], layer, b, h, 0)
+                v_uids = engine.labels.uid_of(v_hist[b, h], layer, b, h, 1)
+                for i in range(q):
+                    for row in np.flatnonzero(allowed[i]):
+                        uid = int(k_uids[row])
+                        where = f"query {i} (sequence {seqs[i]}, position {positions[i]}, batch {b}, head {h}) " \
+                                f"on layer {layer} attends row {row}"
+                        if uid < 0 or v_uids[row] != uid:
+                            raise self._broken("SAFE-OP-ISOLATION", f"{where}, whose K {_row(k_hist[b, h, row])} / "
+                                                                    f"V {_row(v_hist[b, h, row])} are not one token's "
+                                                                    "written for this layer, batch row and head")
+                        if uid not in self.readable.get(seqs[i], set()):
+                            whose = f"of sequence {self.writer[uid]}" if uid in self.writer else \
+                                "which no call the target accepted wrote"
+                            raise self._broken("SAFE-OP-ISOLATION", f"{where}: token {uid}, {whose}; sequence "
+                                                                    f"{seqs[i]} neither wrote it nor was forked from "
+                                                                    "its writer")
+                        pos, own = self.position.get(uid), positions[i]
+                        if self.judge_positions and type(pos) is int and type(own) is int and pos > own:
+                            raise self._broken("SAFE-OP-ISOLATION", f"{where}: token {uid} at position {pos}, "
+                                                                    "after the query's")
+
+    def check_table(self, context: str) -> None:
+        """Nothing more at the end: every answer was judged as it came."""
+
+
+def drive_on(engine: Any, program: list[Step], entry: Finding) -> None:
+    """The engine's drive past a lenient or over-strict entry (engine.Drive)."""
+    OpConsequences(engine, entry).drive(Consequences.rest(program, entry))

@@ -1,0 +1,148 @@
+"""The reports: the JSON report (REPORT_FORMAT), JUnit XML, and a pytest test per counterexample."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+import xml.etree.ElementTree as ET
+from typing import Any
+
+from ...rules import BY_ID
+from ..configs import describe
+from ..coverage import clauses_summary, family
+from ..coverage import summary as rules_summary
+from ..engine import CRASH, LENIENT, OVER_STRICT, WRONG
+from .account import Reported, SuiteResult, _op_kind
+from .plan import CONFORMING, REPORT_FORMAT
+
+def wrap(text: str, width: int, first: str = "", indent: str = "") -> list[str]:
+    """Lines of at most `width` characters (the first after `first`, the others after `indent`) where
+    the text has spaces: never cut inside a word (a longer word gets a line of its own)."""
+    return textwrap.wrap(text, width, initial_indent=first, subsequent_indent=indent, break_long_words=False,
+                         break_on_hyphens=False) or [first]
+
+
+def pytest_text(target: str, reported: Reported, number: int = 1) -> str:
+    """A test to paste into the target's repository: replays the minimal step list."""
+    f = reported.finding
+    name = f"{f.kind}_{f.rule}".lower().replace("-", "_") + (f"_{number}" if number > 1 else "")
+    statement = BY_ID[f.rule].statement if f.rule in BY_ID else ""
+    message = "".join(line + "\n" for line in wrap(f.message.replace("\n", " "), 100, "    # ", "    # "))
+    return (f'def test_kvcache_conformance_{name}() -> None:\n'
+            f'    """{f.kind} {f.rule}: {statement}"""\n'
+            f'{message}'
+            f'    # config {describe(reported.config)}\n'
+            f'    from kvcache_spec.conformance import replay\n'
+            f'    config = {reported.config!r}\n'
+            f'    steps = {reported.steps!r}\n'
+            f'    finding = replay({target!r}, config, steps)\n'
+            f'    assert finding is None, finding\n')
+
+
+def label(reported: Reported) -> str:
+    """A cause's name, from the program that shows it (after shrinking, when it was shrunk): its class and
+    rule, the call it fails at (with what the spec finds wrong in it) and the configuration's family."""
+    f, steps = reported.finding, reported.steps
+    at = _op_kind(steps[-1]) if steps else "create"
+    refused = next((step["refused_with"] for step in reversed(steps) if "refused_with" in step), None)
+    if f.rule == "OP-ATOMIC" and refused:   # the cause is what the target refused the call for
+        at += f", which the target refused with {refused!r}"
+    mla = " (v_head_dim != head_dim)" if reported.config.get("v_head_dim", reported.config.get("head_dim")) != \
+        reported.config.get("head_dim") else ""
+    after = f", after {f.after}" if f.after else ""
+    return f"{f.kind} {f.rule}{after}: at {at}; {family(reported.config)}{mla}"
+
+
+def coverage_json(result: SuiteResult) -> dict[str, Any]:
+    """What the run exercised: the evidence behind its verdict."""
+    return {"complete": not result.incomplete(), "incomplete": result.incomplete(),
+            "programs": {"planned": result.planned, "run": result.programs, "continued": result.continued},
+            "configurations": {"planned": len(result.configs), "created": len(result.created),
+                               "never_created": sorted(set(result.configs) - result.created)},
+            "families": {"planned": sorted({family(cfg) for cfg in result.configs.values()}),
+                         "exercised": sorted(result.families)},
+            "rules": rules_summary(result.scope, result.exercised),
+            "clauses": clauses_summary(result.clauses, result.exercised),
+            "restarts": result.restarts, "interrupted": result.interrupted or None}
+
+
+def report_json(result: SuiteResult, strict: bool, exact_layout: bool) -> dict[str, Any]:
+    findings: list[dict[str, Any]] = []
+    for kept in result.causes.values():
+        for number, r in enumerate(kept, 1):
+            findings.append({"class": r.finding.kind, "rule": r.finding.rule, "cause": number,
+                             "causes_of_rule": len(kept), "label": label(r), "shrunk": r.shrunk,
+                             "statement": BY_ID[r.finding.rule].statement if r.finding.rule in BY_ID else "",
+                             "message": r.finding.message, "config": r.config, "config_name": describe(r.config),
+                             "steps": r.steps, "programs_hit": r.hits, "note": r.note, "after": r.finding.after,
+                             **({"safety": r.finding.safety} if r.finding.safety else {}),
+                             "found_after": r.found_after,
+                             "pytest": pytest_text(result.target, r, number)})
+    order = {WRONG: 0, CRASH: 1, LENIENT: 2, OVER_STRICT: 3}
+    findings.sort(key=lambda f: (order[f["class"]], f["rule"], f["cause"]))
+    verdict = result.verdict(strict, exact_layout)
+    return {
+        "format": REPORT_FORMAT, "target": result.target, "profile": result.profile, "seed": result.seed,
+        "strict": strict, "exact_layout": exact_layout,
+        "verdict": verdict, "conforming": verdict == CONFORMING,
+        "semantic": {"conforming": not (result.classes() & {WRONG, CRASH}) and not result.incomplete(),
+                     "findings": findings},
+        "layout": {"canonical": not result.layout, "divergences": result.layout},
+        "coverage": coverage_json(result),
+        "aborted": result.aborted,
+        "scope": result.declared,
+        "skipped": sorted(result.skipped),
+        "stats": {"programs": result.programs, "calls": result.calls, "seconds": round(result.seconds, 3),
+                  "first_counterexample_seconds": None if result.first_counterexample is None
+                  else round(result.first_counterexample, 4),
+                  "first_counterexample_programs": result.first_counterexample_programs,
+                  "requests_per_second": None if result.requests_per_second is None
+                  else round(result.requests_per_second)},
+    }
+
+
+def report_junit(report: dict[str, Any]) -> str:
+    suite = ET.Element("testsuite", name="kvcache-conformance", tests="0", failures="0", skipped="0")
+    tests = failures = skipped = 0
+    by_class: dict[str, list[dict[str, Any]]] = {kind: [] for kind in (WRONG, CRASH, LENIENT, OVER_STRICT)}
+    for finding in report["semantic"]["findings"]:
+        by_class[finding["class"]].append(finding)
+    fails_run = {WRONG, CRASH} | ({LENIENT, OVER_STRICT} if report["strict"] else set())
+    for kind, found in by_class.items():
+        tests += 1
+        case = ET.SubElement(suite, "testcase", classname="kvcache.conformance.semantic", name=kind)
+        if found and kind in fails_run:
+            failures += 1
+            failure = ET.SubElement(case, "failure", message=f"{len(found)} {kind} finding(s)")
+            failure.text = "\n\n".join(f"[{f['rule']}] {f['message']}\nsteps: {json.dumps(f['steps'])}"
+                                       for f in found)
+        elif found:
+            out = ET.SubElement(case, "system-out")
+            out.text = "\n".join(f"[{f['rule']}] {f['message']}" for f in found)
+    tests += 1
+    case = ET.SubElement(suite, "testcase", classname="kvcache.conformance.layout", name="canonical")
+    if report["layout"]["divergences"]:
+        if report["exact_layout"]:
+            failures += 1
+            ET.SubElement(case, "failure", message="layout is not canonical").text = \
+                json.dumps(report["layout"]["divergences"], indent=1)
+        else:
+            ET.SubElement(case, "system-out").text = json.dumps(report["layout"]["divergences"])
+    coverage = report["coverage"]
+    tests += 1
+    case = ET.SubElement(suite, "testcase", classname="kvcache.conformance.coverage", name="complete")
+    ET.SubElement(case, "system-out").text = json.dumps(
+        {k: coverage[k] for k in ("programs", "configurations", "families", "rules", "restarts")})
+    if coverage["incomplete"]:
+        failures += 1
+        ET.SubElement(case, "failure", message="INCOMPLETE: " + "; ".join(coverage["incomplete"])[:500]).text = \
+            "\n".join(coverage["incomplete"])
+    for note in report["skipped"]:
+        tests += 1
+        skipped += 1
+        ET.SubElement(ET.SubElement(suite, "testcase", classname="kvcache.conformance.skipped", name=note),
+                      "skipped", message=note)
+    suite.set("tests", str(tests))
+    suite.set("failures", str(failures))
+    suite.set("skipped", str(skipped))
+    return ET.tostring(suite, encoding="unicode")

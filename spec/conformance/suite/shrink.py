@@ -1,0 +1,254 @@
+"""Shrinking: a finding's minimal program (greedy delta debugging over any layout's steps and config),
+and what the suite does with a finding - counted, shrunk unless its cause is most likely kept, kept
+per cause.
+
+Shrinking is our own delta debugging rather than Hypothesis: the same shrinker works for in-process
+and subprocess targets (no Hypothesis database, no in-process assumption), is deterministic for a seed,
+and its output is a plain JSON step list anyone can replay.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from typing import Any, Callable, Optional
+
+from ... import model
+from ..configs import JsonConfig, to_model
+from ..engine import CRASH, WRONG, Finding, RunResult, Step
+from .account import (_ALONE, Accounting, _crash_kind, _group, _op_kind, _rewind_kind, cause)
+from .plan import MAX_CRASHES, MAX_SHRINKS, UNSHRUNK
+
+Check = Callable[[JsonConfig, list[Step]], Optional[Finding]]
+
+
+def _smaller_values(value: Any) -> list[Any]:
+    """Simpler variants of one argument, simplest first."""
+    if isinstance(value, bool) or not isinstance(value, (int, dict)):
+        return []
+    if isinstance(value, int):
+        return [v for v in dict.fromkeys([0, 1, value // 2, value - 1]) if abs(v) < abs(value)]
+    out: list[Any] = []
+    for key, inner in value.items():
+        if key in ("rel", "back", "room", "open", "limit", "n") and isinstance(inner, int):
+            out += [{key: v} for v in _smaller_values(inner)]
+    return out
+
+
+def shrink(cfg: JsonConfig, program: list[Step], finding: Finding, check: Check,
+           budget: int = 400) -> tuple[JsonConfig, list[Step]]:
+    """Greedy delta debugging: drop chunks, then single steps, then simplify values and the config.
+
+    A candidate is kept when it reproduces a finding of the same class and rule.
+    """
+    want = finding.key()
+    runs = 0
+
+    def same(c: JsonConfig, p: list[Step]) -> bool:
+        nonlocal runs
+        runs += 1
+        got = check(c, p)
+        return got is not None and got.key() == want
+
+    program = program[:finding.step_index + 1]
+    chunk = max(1, len(program) // 2)
+    while chunk >= 1 and runs < budget:
+        start, removed = 0, False
+        while start < len(program) and runs < budget:
+            candidate = program[:start] + program[start + chunk:]
+            if candidate and same(cfg, candidate):
+                program, removed = candidate, True
+            else:
+                start += chunk
+        if not removed:
+            chunk //= 2
+    for index in range(len(program)):
+        for key in list(program[index]):
+            for simpler in _smaller_values(program[index][key]):
+                if runs >= budget:
+                    break
+                candidate = [dict(s) for s in program]
+                candidate[index][key] = simpler
+                if same(cfg, candidate):
+                    program = candidate
+                    break
+    improved = True
+    while improved and runs < budget:
+        improved = False
+        for simpler_cfg in _simpler_configs(cfg):
+            if runs < budget and same(simpler_cfg, program):
+                cfg, improved = simpler_cfg, True
+                break
+    # a simpler config can make steps superfluous (a step on a layer it no longer has): drop them again
+    index = 0
+    while index < len(program) and runs < budget:
+        candidate = program[:index] + program[index + 1:]
+        if candidate and same(cfg, candidate):
+            program = candidate
+        else:
+            index += 1
+    return cfg, program
+
+
+def _simpler_configs(cfg: JsonConfig) -> list[JsonConfig]:
+    out: list[JsonConfig] = []
+    layers = cfg["layers"]
+    for drop in range(len(layers)) if len(layers) > 1 else []:
+        kept = layers[:drop] + layers[drop + 1:]
+        out.append({**cfg, "layers": kept, "n_layers": len(kept)})
+    if len(layers) == 1 and cfg["n_layers"] > 1:
+        out.append({**cfg, "n_layers": 1})
+    # the simplest family that still fails: a defect that shows on flat layers is not a ring defect
+    if any(entry.get("kind") == "ring" for entry in layers):
+        flat = [{**entry, "kind": "flat", "window": 0} for entry in layers]
+        out.append({**cfg, "layers": flat, "max_write": None})
+    if cfg.get("max_write") is not None:
+        out.append({**cfg, "max_write": None})
+    # an op-face config's own fields (op/programs.py, op_config): the plainest values first
+    if "v_head_dim" in cfg and cfg["v_head_dim"] != cfg.get("head_dim"):
+        out.append({**cfg, "v_head_dim": cfg.get("head_dim")})
+    for name, plain in (("batch_size", 1), ("n_kv_heads", 1), ("sizing", "dynamic")):
+        if name in cfg and cfg[name] != plain:
+            out.append({**cfg, name: plain, **({"layers": [{**entry, "n_kv_heads": 1} for entry in layers]}
+                                                 if name == "n_kv_heads" else {})})
+    for capacity in (cfg["capacity"] // 2, cfg["capacity"] - 1):
+        if capacity >= 1:
+            out.append({**cfg, "capacity": capacity})
+    valid = [c for c in out if isinstance(to_model(c), model.Config)]
+    return valid
+
+
+def _last_rewind_only(program: list[Step]) -> Optional[list[Step]]:
+    """The program without its rewinds but the last one; None when it has no chain to drop."""
+    rewinds = [index for index, step in enumerate(program) if step.get("op") == "rewind"]
+    if len(rewinds) < 2:
+        return None
+    return [step for index, step in enumerate(program) if index not in rewinds[:-1]]
+
+
+
+class Shrinking(Accounting):
+    """A program's finding (or the consequence of its lenient step): counted, then kept - shrunk
+    first, unless its cause is most likely kept."""
+
+    def found(self, finding: Finding, cfg: JsonConfig, program: list[Step], run: RunResult,
+              consequence: bool = False) -> None:
+        """A program's finding (or the consequence of its lenient step): counted, then kept - shrunk
+        first, unless its cause is most likely kept."""
+        result = self.result
+        if result.first_counterexample is None:
+            result.first_counterexample = time.monotonic() - self.started
+            result.first_counterexample_programs = result.programs
+        crash = finding.kind == CRASH
+        if crash:
+            result.restarts += 1
+            if result.restarts > self.options.restart_cap:
+                result.aborted = (f"the restart cap ({self.options.restart_cap}) was hit: the target crashed "
+                                  f"or hung {result.restarts} times")
+        if not program or finding.step_index < 0:   # an invalid config, or a crash while creating: no steps
+            self.keep_without_steps(finding, cfg)
+            return
+        kept = self.kept_like(finding)
+        if not crash:
+            program, run = self.single_if_alone(finding, cfg, program, run, consequence)
+        # The cause as far as it is known before shrinking, from the whole run: its last operation,
+        # and a single rewind or a chain (the last step alone cannot tell them apart: a single unsound
+        # rewind was folded into the chain finding that way).
+        quick_cause = cause(finding, cfg, run.steps)
+        group = _group(finding)
+        if kept and quick_cause in self.causes_seen:
+            self.causes_seen[quick_cause].hits += 1   # most likely a cause already kept: not worth another shrink
+            return
+        if kept and (crash and len(kept) >= MAX_CRASHES or result.shrinks.get(group, 0) >= MAX_SHRINKS):
+            # past the shrink cap a new cause is still kept, as found and marked: no cap hides a cause
+            self.causes_seen[quick_cause] = self.keep(finding, cfg, run.steps, UNSHRUNK, shrunk=False)
+            return
+        result.shrinks[group] = result.shrinks.get(group, 0) + 1
+        small_cfg, final, note = self.shrunk(finding, cfg, program, run, consequence)
+        if not crash and final.finding is not None:   # a chain the shrink kept: is its last rewind enough?
+            alone, tried = self.single_if_alone(final.finding, small_cfg, final.steps, final, consequence)
+            if tried is not final:
+                small_cfg, final, note = self.shrunk(final.finding, small_cfg, alone, tried, consequence)
+        reported = final.finding or finding
+        if consequence and not self.caused_by_its_entry(reported, small_cfg, final.steps):
+            return
+        # The quick cause is skipped from now on - unless it was a chain that shrank to a single
+        # rewind: that says nothing yet about the chains.
+        kept_as = self.keep(reported, small_cfg, final.steps, note)
+        if _rewind_kind(final.steps) == _rewind_kind(run.steps):
+            self.causes_seen[quick_cause] = kept_as
+
+    def caused_by_its_entry(self, consequence: Finding, cfg: JsonConfig, steps: list[Step]) -> bool:
+        """A consequence is the entry step's when the program without that step shows no wrong answer
+        or crash: otherwise it is a defect of its own, which that program's lockstep reports (an
+        unsound rewind after an over-strict one is the rewind's finding, not the refusal's)."""
+        if not 0 <= consequence.after_index < len(steps):
+            return True
+        without = steps[:consequence.after_index] + steps[consequence.after_index + 1:]
+        again = self.run_checked(cfg, without, fresh=consequence.kind == CRASH)
+        return again.finding is None or again.finding.kind not in (WRONG, CRASH)
+
+    def single_if_alone(self, finding: Finding, cfg: JsonConfig, program: list[Step], run: RunResult,
+                        consequence: bool = False) -> tuple[list[Step], RunResult]:
+        """A program with a chain of rewinds whose finding its last rewind alone reproduces (the same
+        class, rule and failing operation) is a single-rewind program: that one is shrunk instead."""
+        alone = _last_rewind_only(program[:finding.step_index + 1])
+        if alone is None:
+            return program, run
+        tried = self.run_checked(cfg, alone, fresh=False, consequence=consequence)
+        if (tried.finding is None or tried.finding.key() != finding.key() or not tried.steps
+                or _op_kind(tried.steps[-1]) != _op_kind(run.steps[-1])):
+            return program, run
+        return alone, tried
+
+    def keep_without_steps(self, finding: Finding, cfg: JsonConfig) -> None:
+        """A finding at creation; a new crash there is tried again alone, in a fresh process."""
+        note = ""
+        if finding.kind == CRASH and not any(r.cause() == cause(finding, cfg, []) for r in self.kept_like(finding)):
+            again = self.check(cfg, [], fresh=True)
+            if again is None or again.kind != CRASH:
+                note = _ALONE
+            else:
+                finding = again
+        self.keep(finding, cfg, [], note)
+
+    def shrunk(self, finding: Finding, cfg: JsonConfig, program: list[Step], run: RunResult,
+               consequence: bool = False) -> tuple[JsonConfig, RunResult, str]:
+        """The finding's minimal program: its config, its final run, and a note on how it reproduces.
+
+        A crash is shrunk on a small budget (each hang costs a timeout), every candidate in a fresh
+        process: a crash that needs earlier programs in the same process is no minimal reproduction.
+        Any crash of the same kind counts while shrinking; the reported rule is the final run's.
+        A candidate must fail at the same kind of operation (`_op_kind`: a decode step is not a
+        multi-token step): otherwise the shrinker slips from this cause to another defect the program
+        also reaches, that cause is reported twice, and this one never (measured: with the edge
+        programs in another order, one of many_defects' two PLAN-READ causes was lost that way)."""
+        crash = finding.kind == CRASH
+        failing_op = _op_kind(run.steps[-1]) if run.steps else "create"
+        rewinds = _rewind_kind(run.steps)   # likewise kept: a chain must not slip to a single rewind
+
+        def candidate(c: JsonConfig, p: list[Step]) -> Optional[Finding]:
+            tried = self.run_checked(c, p, fresh=crash, consequence=consequence)
+            got = tried.finding
+            if (got is None or not tried.steps or _op_kind(tried.steps[-1]) != failing_op
+                    or _rewind_kind(tried.steps) != rewinds or got.safety != finding.safety):
+                return None
+            if crash and got.kind == CRASH and _crash_kind(got.message) == _crash_kind(finding.message):
+                return replace(got, rule=finding.rule)
+            return got
+
+        budget = min(self.plan.shrink_budget, self.options.crash_shrink_budget) if crash else self.plan.shrink_budget
+        small_cfg, small = shrink(cfg, program, finding, candidate, budget=budget)
+        if not crash:
+            final = self.run_checked(small_cfg, small, fresh=False, consequence=consequence)
+            if final.finding is None or final.finding.key() != finding.key():   # flaky: keep the original
+                return cfg, run, ""
+            return small_cfg, final, ""
+        # the shrunk crash, alone in a fresh process
+        final = self.run_checked(small_cfg, small, fresh=True, consequence=consequence)
+        if final.finding is not None and final.finding.kind == CRASH:
+            return small_cfg, final, ""
+        final = self.run_checked(cfg, program, fresh=True, consequence=consequence)
+        if final.finding is not None and final.finding.kind == CRASH:
+            return cfg, final, "the shrunk steps do not crash alone; the whole program does, in a fresh process"
+        return cfg, run, _ALONE
