@@ -29,7 +29,8 @@ so it needs them). The cache need not import kvcache's types:
 
 An **op-face** target (SPEC.md section 8; `conformance` only) is a factory with `kvcache_layout =
 "op-contiguous"` or `"op-cell"`. It receives the JSON config itself (a dict: `n_layers`, `layers`
-[{kind, window, ...}], `n_kv_heads`, `head_dim`, `v_head_dim`, `batch_size`, `capacity`, `sizing`), builds
+[{kind, window, ...}], `n_kv_heads`, `head_dim`, `v_head_dim`, `batch_size`, `capacity`, `sizing`,
+`max_write`: null, or the most tokens a step may write when a ring layer is present, OP-MAX-WRITE), builds
 its own cache and validates the config (OP-CONFIG: raise to refuse). The object has
 `update_and_fetch(layer_id, k, v, position) -> (k_hist, v_hist, spec)` and `reset()`; a contiguous cache
 `used(layer_id)`, a cell cache `begin_step(seq_ids)`, `seq_cp(src, dst, upto)`, `seq_rm(seq, p0, p1)`,

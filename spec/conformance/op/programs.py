@@ -26,10 +26,10 @@ from ..malform import Case, cases, id_value, int_value, tokens_of
 
 def op_config(capacity: int, windows: tuple[int, ...] = (0,), n_layers: Optional[int] = None, heads: int = 1,
               head_dim: int = 2, v_head_dim: Optional[int] = None, batch: int = 1,
-              sizing: str = "dynamic") -> JsonConfig:
+              sizing: str = "dynamic", max_write: Optional[int] = None) -> JsonConfig:
     """A JSON op config; the layer entries repeat the shape so the shared shrinker can read them."""
     layers = [layer("ring" if w else "flat", w, heads, head_dim) for w in windows]
-    return {**config(capacity, layers, n_layers), "n_kv_heads": heads, "head_dim": head_dim,
+    return {**config(capacity, layers, n_layers, max_write=max_write), "n_kv_heads": heads, "head_dim": head_dim,
             "v_head_dim": head_dim if v_head_dim is None else v_head_dim, "batch_size": batch, "sizing": sizing}
 
 
@@ -40,6 +40,10 @@ CONTIGUOUS_CONFIGS: tuple[JsonConfig, ...] = (
     op_config(8, (0,), n_layers=2, heads=2, batch=2),        # batch rows and heads
     op_config(6, (1,), sizing="static"),                     # window 1
     op_config(8, (0,), n_layers=2, v_head_dim=3),            # MLA: a value width of its own
+    # OP-MAX-WRITE, the MLX runtime's rings: max_write = the window (its default), below it, above it
+    op_config(10, (3, 0), max_write=3),
+    op_config(9, (4,), max_write=2, sizing="static"),
+    op_config(8, (2, 0), max_write=3),
 )
 CELL_CONFIGS: tuple[JsonConfig, ...] = (
     op_config(8, (0,), n_layers=2),
@@ -121,6 +125,11 @@ def edge_contiguous_programs(cfg: JsonConfig) -> list[tuple[str, list[Step]]]:
         ("reset", forward(cfg, 2) + [RESET] + forward(cfg, 1)),
         ("layers in reverse", [fetch(layer_id, 2) for layer_id in reversed(range(layers))] + forward(cfg, 1)),
     ]
+    max_write = cfg.get("max_write")
+    if max_write is not None:   # OP-MAX-WRITE: an exact fit is served, one token more is refused on every layer
+        out += [("a step of exactly max_write", forward(cfg, 1) + forward(cfg, max_write) + forward(cfg, 1)),
+                ("a step one longer than max_write", forward(cfg, 1) + forward(cfg, max_write + 1)
+                 + [fetch(layers - 1, max_write + 1)] + forward(cfg, 1))]
     for case in cases("op-contiguous", cfg):   # one program per malformation (malform.py)
         out.append((f"malformed {case.name}", forward(cfg, 1) + malformed_call(cfg, case) + forward(cfg, 1) * 2))
     if layers > 1:
