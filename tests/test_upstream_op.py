@@ -3,7 +3,7 @@
 Needs the `upstream` extra (torch, and executorch installed with --no-deps; README, "Upstream
 findings"). Without it the module is skipped with the reason - except where KVCACHE_REQUIRE_UPSTREAM=1
 (CI's upstream stage, which installs them): there a missing install fails, so the check cannot be
-skipped silently. Every expectation below is a row of the README's findings table.
+skipped silently. Every expectation below is a row of docs/upstream-findings.md's table of causes.
 """
 
 from __future__ import annotations

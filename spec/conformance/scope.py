@@ -65,6 +65,13 @@ LAYOUT_FEATURES: dict[str, frozenset[str]] = {
 }
 
 
+
+def features_per_layout() -> str:
+    """Each layout's features, as `--scope` accepts them: 'sequence: flat, ring, max_write; cell: ...'."""
+    return "; ".join(f"{layout}: " + ", ".join([name for name in EVERY_FEATURE if name in features]
+                                               + ([f"{MAX_SEQS}=N"] if layout == "cell" else []))
+                     for layout, features in LAYOUT_FEATURES.items())
+
 def needs(cfg: JsonConfig) -> frozenset[str]:
     """The features a (valid) configuration needs: its layer kinds, and max_write when it is set."""
     kinds = {entry.get("kind") for entry in cfg.get("layers", []) if isinstance(entry, dict)}

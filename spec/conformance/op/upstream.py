@@ -6,7 +6,7 @@
 Each factory builds upstream's own `CacheConfig` from the suite's JSON config, field by field, and
 returns upstream's cache object as it is: no method is wrapped, no argument or answer is changed (the
 suite hands it torch tensors, `kvcache_tensors = "torch"`). Needs torch and executorch (the `upstream`
-extra; README, "Upstream findings"): `pip install torch==2.13.0 ruamel.yaml flatbuffers tabulate` and
+extra; the README, "Upstream findings"): `pip install torch==2.13.0 ruamel.yaml flatbuffers tabulate` and
 `pip install --no-deps executorch==1.5.1`.
 
 The declared scopes follow what upstream documents (scope.py, OP_FEATURES):
