@@ -108,6 +108,7 @@ class Shapes:
     k: tuple[int, ...]
     v: tuple[int, ...]
     position: tuple[int, ...]
+    kinds: tuple[str, str, str] = ("f", "f", "i")   # k, v, position: floating, floating, integer (numpy's kind)
 
 
 Attends = list[list[int]]   # per query of the step: the sorted uids it must attend
@@ -234,26 +235,38 @@ class OpModel:
         `uids` name the step's tokens when this call begins the step (the caller labels K/V with them)."""
         cfg = self.cfg
         if not _is_int(layer) or not 0 <= layer < cfg.n_layers:
-            return Rejected("OP-ARGS", f"layer_id {layer!r} is not an int in [0, {cfg.n_layers})")
-        q = shapes.position[0] if shapes.position else 0
-        q = shapes.k[2] if len(shapes.k) == 4 else q
+            return Rejected("OP-ARGS", f"layer_id {layer!r} is not an int in [0, {cfg.n_layers})", case="layer_id")
+        for name, kind, wanted, rank, shape in (("k", shapes.kinds[0], "f", 4, shapes.k),
+                                                ("v", shapes.kinds[1], "f", 4, shapes.v),
+                                                ("position", shapes.kinds[2], "i", 2, shapes.position)):
+            if kind != wanted or len(shape) != rank:
+                what = "floating-point" if wanted == "f" else "integer"
+                return Rejected("OP-ARGS", f"{name} must be a {what} tensor of {rank} dimensions, got kind {kind!r} "
+                                           f"shape {list(shape)}", "positions" if name == "position" and
+                                cfg.kind == CONTIGUOUS else "", case=f"{name} {'dtype' if kind != wanted else 'rank'}")
+        # the step's q_len: the token count two of k, v and position agree on (else k's), so the case names
+        # the argument that disagrees (k's q_len one too many is not v's)
+        counts = [shapes.k[2], shapes.v[2], shapes.position[0]]
+        q = next((count for count in counts if counts.count(count) >= 2), shapes.k[2])
         want_k = (cfg.batch_size, cfg.n_kv_heads, q, cfg.head_dim)
         want_v = (cfg.batch_size, cfg.n_kv_heads, q, cfg.v_head_dim)
-        if shapes.k != want_k or shapes.v != want_v:
-            names = ("batch", "heads", "q_len", "width")
-            wrong = next(name for name, k, v, want, want_v_dim in zip(names, shapes.k, shapes.v, want_k, want_v)
-                         if k != want or v != want_v_dim)
-            return Rejected("OP-ARGS", f"k {list(shapes.k)} / v {list(shapes.v)} are not {list(want_k)} / "
-                                       f"{list(want_v)}", case=f"k/v {wrong}")
-        if len(shapes.position) != 2 or shapes.position != (q, 1):
+        for name, shape, want in (("k", shapes.k, want_k), ("v", shapes.v, want_v)):
+            if shape != want:
+                wrong = next(dim for dim, got, size in zip(("batch", "heads", "q_len", "width"), shape, want)
+                             if got != size)
+                return Rejected("OP-ARGS", f"k {list(shapes.k)} / v {list(shapes.v)} are not {list(want_k)} / "
+                                           f"{list(want_v)}", case=f"{name} {wrong}")
+        if shapes.position != (q, 1):
             # a contiguous cache may leave `position` unread (the `positions` feature)
             return Rejected("OP-ARGS", f"position has shape {list(shapes.position)}, not [q_len, 1] = [{q}, 1]",
-                            "positions" if cfg.kind == CONTIGUOUS else "", case="position shape")
+                            "positions" if cfg.kind == CONTIGUOUS else "",
+                            case="position q_len" if shapes.position[0] != q else "position cols")
         if q < 1:
             return Rejected("OP-ARGS", "q_len must be >= 1", case="q_len 0")
         for pos in positions:
             if not _is_int(pos) or not 0 <= pos <= MAX_POSITION:
-                return Rejected("OP-POS", f"position {pos!r} is not an int in [0, {MAX_POSITION}]", "positions")
+                return Rejected("OP-POS", f"position {pos!r} is not an int in [0, {MAX_POSITION}]", "positions",
+                                case="position range")
         if cfg.kind == CELL:
             return self._fetch_cell(layer, tuple(positions), tuple(uids))
         return self._fetch_contiguous(layer, tuple(positions), tuple(uids))

@@ -271,7 +271,8 @@ OP_RULES: tuple[Rule, ...] = (
          "attend indexes K and V by the same row and the mask by that row count.",
          "V rows shifted against K rows; an MLA value width lost."),
     Rule("OP-ARGS",
-         "k is [B, Hkv, q_len, D], v [B, Hkv, q_len, Dv], position [q_len, 1] integers; B == batch_size, Hkv == "
+         "k is [B, Hkv, q_len, D], v [B, Hkv, q_len, Dv], both floating-point, position [q_len, 1] integers; B == "
+         "batch_size, Hkv == "
          "n_kv_heads, D == head_dim, Dv == v_head_dim; q_len >= 1 and equal across k, v and position; layer_id is an "
          "int (not bool) in [0, n_layers).",
          "A shape the cache does not check is silently broadcast or truncated into the history.",

@@ -67,6 +67,8 @@ class _Base:
         if position.ndim != 2 or position.shape[1] != 1 or position.dtype.kind not in "iu":
             raise StandinError("position shape")
         q = position.shape[0]
+        if np.asarray(k).dtype.kind != "f" or np.asarray(v).dtype.kind != "f":
+            raise StandinError("k/v dtype")
         if q < 1 or np.shape(k) != (c["batch_size"], c["n_kv_heads"], q, c["head_dim"]) or \
                 np.shape(v) != (c["batch_size"], c["n_kv_heads"], q, c["v_head_dim"]):
             raise StandinError("k/v shape")

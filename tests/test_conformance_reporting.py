@@ -9,13 +9,14 @@ from __future__ import annotations
 import functools
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from kvcache_spec.conformance import cli, replay, run_suite
 from kvcache_spec.conformance.consequences import SAFETY
 from kvcache_spec.conformance.engine import CLASSES, LENIENT, WRONG, Finding
-from kvcache_spec.conformance.suite import Reported, SuiteResult, report_json
+from kvcache_spec.conformance.suite import MAX_CAUSES, Reported, SuiteResult, report_json
 from kvcache_spec.conformance.targets import PythonTarget
 from kvcache_spec.rules import BY_ID
 
@@ -146,7 +147,7 @@ def _summary(capsys: pytest.CaptureFixture[str], *args: str) -> str:
 
 def test_the_summary_wraps_and_never_cuts_a_message(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     report = tmp_path / "r.json"
-    out = _summary(capsys, "--json", str(report))
+    out = _summary(capsys, "--json", str(report), "--all-causes")
     flat = " ".join(out.split())
     findings = json.loads(report.read_text())["semantic"]["findings"]
     assert any(len(f["message"]) > cli.WIDTH for f in findings)   # the case that used to be cut
@@ -162,7 +163,7 @@ def test_the_summary_wraps_and_never_cuts_a_message(capsys: pytest.CaptureFixtur
 
 def test_the_pytest_flag_prints_each_findings_test(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     report = tmp_path / "r.json"
-    out = _summary(capsys, "--pytest", "--json", str(report))
+    out = _summary(capsys, "--pytest", "--json", str(report), "--all-causes")
     findings = json.loads(report.read_text())["semantic"]["findings"]
     assert out.count("def test_kvcache_conformance_") == len(findings) > 0
     for finding in findings:
@@ -229,3 +230,25 @@ def test_a_cause_whose_program_one_step_shorter_is_a_kept_cause_is_folded_into_i
     assert (WRONG, "OP-HIST") not in shown.causes and (WRONG, "OP-HIST") not in shown.findings
     assert kept.hits == hits + 1 and shown.causes[(WRONG, "OP-ATTEND")][0] is kept
     assert shown.causes[(LENIENT, "OP-POS")] == [lenient]   # a wrong cause is no lenient one's padding
+
+
+def test_every_cause_is_named_and_the_ones_not_printed_say_where_they_are(capsys: pytest.CaptureFixture[str],
+                                                                          tmp_path: Path) -> None:
+    """The summary prints the first MAX_CAUSES causes of each class and rule, then how many more there are
+    and where (the JSON report has every one; --all-causes prints them); its count line names them all."""
+    report = tmp_path / "r.json"
+    out = _summary(capsys, "--json", str(report))
+    flat = " ".join(out.split())
+    findings = json.loads(report.read_text())["semantic"]["findings"]
+    assert f"{len(findings)} distinct causes:" in flat
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for finding in findings:
+        groups.setdefault((finding["class"], finding["rule"]), []).append(finding)
+    assert any(len(group) > MAX_CAUSES for group in groups.values())   # the case a cap used to hide
+    for (kind, rule), group in groups.items():
+        for finding in group:
+            shown = " ".join(finding["message"].split()) in flat
+            assert shown == (finding["cause"] <= MAX_CAUSES), finding["message"]
+            assert finding["label"].startswith(f"{kind} {rule}")
+        if len(group) > MAX_CAUSES:
+            assert f"and {len(group) - MAX_CAUSES} more causes of {kind} {rule}" in flat

@@ -79,7 +79,7 @@ def test_OP_ARGS_shapes_layer_ids_and_empty_steps_are_refused() -> None:
     for layer in (2, -1, True):
         assert isinstance(m.fetch(layer, _shapes(cfg, 1), [0], [0]), op_model.Rejected)
     assert m.fetch(0, _shapes(cfg, 1, dv=2), [0], [0]) == op_model.Rejected(
-        "OP-ARGS", "k [1, 1, 1, 2] / v [1, 1, 1, 2] are not [1, 1, 1, 2] / [1, 1, 1, 3]", case="k/v width")
+        "OP-ARGS", "k [1, 1, 1, 2] / v [1, 1, 1, 2] are not [1, 1, 1, 2] / [1, 1, 1, 3]", case="v width")
     assert isinstance(m.fetch(0, _shapes(cfg, 0), [], []), op_model.Rejected)
     assert m.fetch(0, _shapes(cfg, 1), [0], [0]) == [[0]]   # MLA: a value width of its own is served
 

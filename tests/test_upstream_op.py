@@ -50,7 +50,7 @@ CELL_DEFECTS = {
     ("wrong", "OP-STEP", "begin"),                           # ... or by a new declaration
     ("wrong", "OP-STEP", "rm"),                              # ... or by a removal
     ("lenient", "OP-POS", "OP-POS re-placed"),               # a re-placed position gets a second cell
-    ("lenient", "OP-POS", "OP-POS not an int in"),           # -1, the free marker, accepted as a position
+    ("lenient", "OP-POS", "OP-POS position range"),         # -1, the free marker, accepted as a position
     ("lenient", "OP-FORK", "OP-FORK holds"),                 # a fork onto a live destination merges histories
     ("lenient", "OP-STEP", "OP-STEP differ"),                # a later layer's positions are ignored
     ("over-strict", "OP-ATOMIC", "fetch"),                   # a refused forward consumed the declaration
@@ -79,7 +79,12 @@ def test_the_released_cell_cache_is_not_conforming_with_each_defect_class(cell_r
 def test_each_cell_finding_replays_alone(cell_report: dict[str, Any]) -> None:
     for finding in cell_report["semantic"]["findings"]:
         again = replay(CELL, finding["config"], finding["steps"])
-        assert again is not None and (again["class"], again["rule"]) == (finding["class"], finding["rule"]), finding
+        assert again is not None, finding
+        if again.get("after") and not finding["after"]:
+            # a lenient call whose own answer already breaks a safety property: replay reports what it led to
+            assert again["after"].startswith(f"{finding['class']} {finding['rule']} "), (again, finding)
+            continue
+        assert (again["class"], again["rule"]) == (finding["class"], finding["rule"]), finding
         assert again["message"] == finding["message"]   # the words belong to the steps shown
 
 

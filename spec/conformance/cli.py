@@ -21,7 +21,8 @@ from ..cli import open_report, report_path_problem
 from . import scope as scopes
 from .engine import CLASSES, failing_classes
 from .layouts import add_layout_hint
-from .suite import CONFORMING, INCOMPLETE, PROFILES, SuiteResult, report_json, report_junit, run_suite, wrap
+from .suite import (CONFORMING, INCOMPLETE, MAX_CAUSES, PROFILES, SuiteResult, report_json, report_junit, run_suite,
+                    wrap)
 from .targets import OP_LAYOUTS, HarnessInterrupted, Target, TargetError, parse_target, stop_on_signals
 from .vectors import save_findings
 
@@ -60,6 +61,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--save-findings", metavar="DIR",
                         help="write each finding as a golden-vector file in DIR, replayable without Python "
                              "(./my_target --vectors DIR/01-....json)")
+    parser.add_argument("--all-causes", action="store_true",
+                        help=f"print every distinct cause in full (default: the first {MAX_CAUSES} of each class "
+                             "and rule, then how many more there are; the JSON report always has them all)")
     parser.add_argument("--pytest", action="store_true",
                         help="print each finding's pasteable pytest test under it in the summary (the JSON "
                              "report has it too, as 'pytest')")
@@ -212,7 +216,7 @@ def summary(report: dict[str, Any], target: str, args: argparse.Namespace, out: 
         out.write(text + "\n")
 
     stats, coverage = report["stats"], report["coverage"]
-    rules = coverage["rules"]
+    rules, clauses = coverage["rules"], coverage["clauses"]
     line(f"kvcache conformance: target {target}, profile {report['profile']}, seed {report['seed']}: "
          f"{stats['programs']} programs, {stats['calls']} calls in {stats['seconds']} s"
          + (f", {stats['requests_per_second']} requests/s" if stats["requests_per_second"] else ""))
@@ -222,15 +226,32 @@ def summary(report: dict[str, Any], target: str, args: argparse.Namespace, out: 
          + (f" (+{programs['continued']} rerun past a lenient or over-strict step)" if programs.get("continued") else "")
          + f", {configs['created']}/{configs['planned']} "
          f"configurations, {len(families['exercised'])}/{len(families['planned'])} families, "
-         f"{len(rules['exercised'])}/{in_scope} rules in scope exercised"
+         f"{len(rules['exercised'])}/{in_scope} rules in scope exercised, "
+         f"{len(clauses['exercised'])}/{len(clauses['exercised']) + len(clauses['not_exercised'])} argument "
+         f"clauses broken"
          + (f", {coverage['restarts']} target restarts" if coverage["restarts"] else ""))
     for reason in coverage["incomplete"]:
         line(f"  INCOMPLETE: {reason}")
     findings = report["semantic"]["findings"]
-    for finding in findings:
+    if findings:
+        groups: dict[str, int] = {}
+        for finding in findings:
+            groups[f"{finding['class']} {finding['rule']}"] = groups.get(f"{finding['class']} {finding['rule']}", 0) + 1
+        unshrunk = sum(1 for finding in findings if not finding["shrunk"])
+        paragraph("  ", f"{len(findings)} distinct causes: " + ", ".join(f"{name} {count}" for name, count in groups.items())
+                  + (f" ({unshrunk} not shrunk: past the shrink cap, kept as found)" if unshrunk else ""))
+    for index, finding in enumerate(findings):
+        if finding["cause"] > MAX_CAUSES and not args.all_causes:   # named below its rule's first causes
+            if index + 1 == len(findings) or findings[index + 1]["rule"] != finding["rule"] or \
+                    findings[index + 1]["class"] != finding["class"]:
+                paragraph(INDENT, f"... and {finding['causes_of_rule'] - MAX_CAUSES} more causes of "
+                                  f"{finding['class']} {finding['rule']}: every one is in the JSON report (--json), "
+                                  f"--all-causes prints them")
+            continue
         cause = f" (cause {finding['cause']} of {finding['causes_of_rule']})" if finding["causes_of_rule"] > 1 else ""
         head = f"  {finding['class']:<11} {finding['rule']:<15} "
         paragraph(head, finding["message"] + cause)
+        paragraph(INDENT, f"cause: {finding['label']}" + ("" if finding["shrunk"] else " [NOT SHRUNK]"))
         paragraph(INDENT, f"config {finding['config_name']}; {len(finding['steps'])} steps: "
                           f"{json.dumps(finding['steps'])}")
         if finding["note"]:

@@ -28,8 +28,10 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from ..arguments import of_face
 from ..rules import RULES
 from .configs import JsonConfig
+from .malform import CLAUSE_PREFIX
 
 # Rules no call on one cache's faces can observe, and why.
 OUT_OF_SCOPE: dict[str, str] = {
@@ -109,6 +111,31 @@ def in_scope(config_validation: bool, optional: frozenset[str], layout: str = "s
     return scope
 
 
+def clause_scope(layout: str, scope: dict[str, str], optional: frozenset[str],
+                 features: Optional[frozenset[str]] = None) -> dict[str, str]:
+    """The argument clauses (spec/arguments.py) of the layout a run must exercise -> '' ; the others -> why:
+    a clause of a rule outside the scope, of a scope feature the target leaves out, of an optional method
+    the target does not have."""
+    out: dict[str, str] = {}
+    for clause in of_face(layout):
+        if scope.get(clause.rule):
+            out[clause.id] = f"its rule {clause.rule} is out of scope: {scope[clause.rule]}"
+        elif clause.feature and features is not None and clause.feature not in features:
+            out[clause.id] = f"the target's scope leaves out {clause.feature!r}: the op engine does not judge it"
+        elif clause.call in OPTIONAL_RULES and clause.call not in optional:
+            out[clause.id] = f"the target has no {clause.call}() (optional)"
+        else:
+            out[clause.id] = ""
+    return out
+
+
+def clauses_summary(clauses: dict[str, str], exercised: set[str]) -> dict[str, Any]:
+    """The argument clauses part of a report, as `summary` gives the rules part."""
+    return {"exercised": sorted(c for c, why in clauses.items() if not why and CLAUSE_PREFIX + c in exercised),
+            "not_exercised": sorted(c for c, why in clauses.items() if not why and CLAUSE_PREFIX + c not in exercised),
+            "out_of_scope": {c: why for c, why in sorted(clauses.items()) if why}}
+
+
 def family(cfg: JsonConfig) -> str:
     """A configuration's family: its layer kinds, and whether max_write is set ('flat+ring, max_write')."""
     kinds = sorted({str(entry.get("kind")) for entry in cfg.get("layers", []) if isinstance(entry, dict)})
@@ -117,7 +144,7 @@ def family(cfg: JsonConfig) -> str:
 
 
 def shortfall(planned: int, run: int, configs: set[str], created: set[str], scope: dict[str, str],
-              exercised: set[str]) -> list[str]:
+              exercised: set[str], clauses: Optional[dict[str, str]] = None) -> list[str]:
     """Why a run exercised less than it promised (empty: full coverage)."""
     reasons: list[str] = []
     if run < planned:
@@ -129,6 +156,10 @@ def shortfall(planned: int, run: int, configs: set[str], created: set[str], scop
     missing = sorted(rule for rule, why in scope.items() if not why and rule not in exercised)
     if missing:
         reasons.append(f"rules in scope never exercised: {', '.join(missing)}")
+    never_broken = clauses_summary(clauses or {}, exercised)["not_exercised"]
+    if never_broken:
+        reasons.append(f"{len(never_broken)} argument clauses in scope never broken by a malformed call: "
+                       f"{', '.join(never_broken[:4])}" + (" ..." if len(never_broken) > 4 else ""))
     return reasons
 
 

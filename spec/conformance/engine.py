@@ -26,6 +26,7 @@ from .. import model
 from . import scope as scopes
 from .configs import JsonConfig, describe
 from .coverage import EVENTS
+from .malform import CLAUSE_PREFIX, Case, case_of
 from .targets import Outcome, Target, TargetCrash
 
 WRONG, CRASH, LENIENT, OVER_STRICT = "wrong", "crash", "lenient", "over-strict"
@@ -137,6 +138,7 @@ class Caller:
         self.outside: frozenset[str] = frozenset()
         # the call judged last, with its answer: a lenient or over-strict finding's entry call
         self.judged: Optional[tuple[str, dict[str, Any], Outcome]] = None
+        self.malformed: Optional[Case] = None   # the argument clause the step running breaks (malform.py)
 
     def _fail(self, kind: str, rule: str, message: str) -> Stop:
         return Stop(Finding(kind, rule, message, self.index))
@@ -153,6 +155,8 @@ class Caller:
             raise self._fail(CRASH, rule, f"{method}({self.show(args)}): {crash}") from None
         self._check_type(method, args, outcome, rule)
         self.result.exercised.add(rule)
+        if self.malformed is not None and method == self.malformed.clause.call:   # the target answered it
+            self.result.exercised.add(CLAUSE_PREFIX + self.malformed.clause.id)
         return outcome
 
     def _check_type(self, method: str, args: dict[str, Any], outcome: Outcome, rule: str) -> None:
@@ -300,9 +304,10 @@ class Engine(Caller):
             self.index = -1   # a finding while creating the cache has no step
             self.start()
             for self.index, step in enumerate(program):
+                self.malformed = case_of(step)
                 concrete = self.run_step(step)
                 if concrete is not None:
-                    self.result.steps.append(concrete)
+                    self.result.steps.append({**concrete, **(self.malformed.tag() if self.malformed else {})})
             if self.light:
                 self.index = len(program)
                 self.observe("at the end", "LEN-BOUNDS")
@@ -314,6 +319,9 @@ class Engine(Caller):
             self.result.finding = stop.finding
             if 0 <= stop.finding.step_index == len(self.result.steps) and stop.finding.step_index < len(program):
                 self.result.steps.append(self._concrete_guess(program[stop.finding.step_index]))
+            if self.malformed is not None and 0 <= stop.finding.step_index == len(self.result.steps) - 1:
+                # the failing step names the clause it breaks, as the steps before it do
+                self.result.steps[-1] = {**self.result.steps[-1], **self.malformed.tag()}
             if stop.finding.kind in (LENIENT, OVER_STRICT) and stop.finding.step_index >= 0 and not self.light \
                     and not self.outside:
                 self.drive_on(program, stop.finding)

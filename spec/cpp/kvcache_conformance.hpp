@@ -1479,6 +1479,12 @@ class Driver {
       } catch (const std::invalid_argument& e) {
         return Response::error("protocol", "", e.what());   // the harness sends well-formed tensors only
       }
+      // A C++ cache takes typed arrays: K and V floating-point of 4 dimensions, position integer of 2. A tensor
+      // of another dtype or rank has no C++ form to hand over, so the driver refuses it, as a typed API would.
+      if (k.dtype.rfind("float", 0) != 0 || v.dtype.rfind("float", 0) != 0 || position.dtype.rfind("int", 0) != 0 ||
+          k.shape.size() != 4 || v.shape.size() != 4 || position.shape.size() != 2)
+        throw std::invalid_argument("OP-ARGS: k and v are floating-point tensors of 4 dimensions, position an "
+                                    "integer tensor of 2");
       return Response::result(answer_json(fetch_(*cache_, layer, k, v, position)));
     }
     if (method == "used") return Response::result(Json::of(static_cast<long long>(cache_->used(layer_id(params)))));

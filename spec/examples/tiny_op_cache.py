@@ -26,10 +26,10 @@ class TinyOpCache:   # one sequence; each layer keeps its whole history, a ring 
 
     def update_and_fetch(self, layer_id: int, k: Any, v: Any, position: Any) -> tuple[Any, Any, SimpleNamespace]:
         q, used = position.shape[0], [self.used(layer) for layer in range(self.n_layers)]
-        held = min(used)   # the rows of whole steps: a layer holding more has served the step in progress
+        held, kinds = min(used), k.dtype.kind + v.dtype.kind + position.dtype.kind   # held: rows of whole steps
         if type(layer_id) is not int or not 0 <= layer_id < self.n_layers or q < 1 or position.shape != (q, 1) \
                 or [k.shape, v.shape] != [(*shape[:2], q, shape[3]) for shape in self.shapes] or q > self.longest \
-                or held + q > self.capacity or position[:, 0].tolist() != list(range(held, held + q)) \
+                or held + q > self.capacity or position[:, 0].tolist() != [*range(held, held + q)] or kinds != "ffi" \
                 or used[layer_id] == held and any(n not in (held, held + q) for n in used):   # a step: one q_len
             raise ValueError("refused, nothing changed (OP-ARGS, OP-MAX-WRITE, OP-CAP, OP-POS, OP-STEP)")
         if used[layer_id] > held:   # a layer served again begins the next step: an unfinished one leaves every layer

@@ -9,7 +9,7 @@ pool of our own per layer by `cell_model.execute_step`, so a wrong mask is a CEL
 whatever cells the target chose), and the program ops (spec/PROTOCOL.md, "Cell programs").
 
 Arguments may be relative so that a shrunk program still means what it meant: a seq id {"live": k}
-is the k-th live id (modulo their number), {"dead": 0} the lowest id that is not live; a position
+is the k-th live id (modulo their number), {"dead": 0} the lowest id that is not live, {"max_seqs": d} max_seqs + d; a position
 {"next": d} is the sequence's next position + d (token by token inside one step); {"back": k} is
 max(0, next position - k); can_extend's {"free": d} is free_cells() + d; a layer {"n": d} is
 n_layers + d. Exact layout conformance (CELL-LAYOUT-CANON) is recorded separately, as for sequences.
@@ -204,6 +204,8 @@ class CellEngine(Engine):
             return ids[value["live"] % len(ids)] if ids else 0
         if "dead" in value:
             return next((i for i in range(self.ccfg.max_seqs) if i not in ids), self.ccfg.max_seqs) + value["dead"]
+        if "max_seqs" in value:
+            return self.ccfg.max_seqs + value["max_seqs"]
         return value
 
     def pos(self, value: Any, seq_id: Any) -> Any:

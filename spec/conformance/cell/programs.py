@@ -12,8 +12,10 @@ import random
 from typing import Any
 
 from ... import model
+from ...arguments import ID, INT, LIST, POSITIONS
 from ..configs import BAD_CONFIGS, JsonConfig, config, layer
 from ..engine import Step
+from ..malform import INT32_LIMIT, Case, cases, id_value, int_value, tokens_of
 
 INT_MAX = model.INT_MAX
 LIVE0, LIVE1, DEAD = {"live": 0}, {"live": 1}, {"dead": 0}
@@ -61,50 +63,61 @@ NEW: Step = {"op": "seq_new"}
 CLEAR: Step = {"op": "clear"}
 QUERIES: list[Step] = [{"op": name} for name in ("capacity", "faces", "free_cells", "used_end", "live")]
 
-# Every bad call: (name, step). Each names the rule the spec rejects it by (the model decides).
-BAD_CELL_CALLS: tuple[tuple[str, Step], ...] = (
+
+def _malformed(case: Case) -> Step:
+    """The call that breaks a case of the cell face's argument contract (spec/arguments.py): sequence
+    LIVE0's where a live id is needed besides; a place_step's inside the forward the program opened."""
+    clause, variant, tag = case.clause, case.variant, {"clause": case.clause.id, "variant": case.variant}
+    if clause.kind == ID:
+        value: Any = id_value(variant, {"n": 0} if clause.size == "n_layers" else {"max_seqs": 0})
+    elif clause.kind == INT:
+        value = int_value(clause, variant, low=2)
+    elif clause.kind == LIST:
+        value = [] if variant == "empty" else "0"
+    else:   # place_step's positions, relative to the sequence's next one ({"next": d}, token by token)
+        value = {"repeat": [{"next": 0}, {"next": -1}], "descending": [{"next": 1}, {"next": -2}],
+                 "held": [{"next": -1}], "negative": [-1], "int32": [INT32_LIMIT], "not a list": "0"}[variant]
+    call, argument = clause.call, clause.argument
+    if call == "declare_step":
+        return {"op": "declare", "seqs": value if clause.kind == LIST else [value], **tag}
+    if call == "place_step":
+        return {"op": "place", argument: value, **tag}
+    extras: dict[str, dict[str, Any]] = {"seq_rm": {"seq_id": LIVE0, "p0": 2 if argument == "p1" else 0},
+                                         "seq_clone": {"src": LIVE0}}
+    extra = extras.get(call, {})
+    return {"op": call, **extra, argument: value, **tag}
+
+
+def _name(case: Case) -> str:
+    return f"{case.clause.call} {case.clause.argument} {case.variant} ({case.clause.rule})"
+
+
+_CASES = cases("cell")
+# A place_step whose positions are two tokens of one sequence needs a forward declared with two.
+TWO_TOKENS = tuple((_name(c), _malformed(c)) for c in _CASES if c.clause.kind == POSITIONS and tokens_of(c.variant) == 2)
+# Every bad call outside a forward: the malformed arguments derived from the contract (malform.py), and
+# calls on ids that are not live (CELL-SEQ-LIVE: a relation to the table, not a value).
+BAD_CELL_CALLS: tuple[tuple[str, Step], ...] = tuple((_name(c), _malformed(c)) for c in _CASES
+                                                     if c.clause.call != "place_step") + (
     ("seq_len of a dead id", {"op": "seq_len", "seq_id": DEAD}),
     ("next_pos of a dead id", {"op": "next_pos", "seq_id": DEAD}),
     ("seq_rm of a dead id", {"op": "seq_rm", "seq_id": DEAD, "p0": 0}),
     ("seq_clone of a dead id", {"op": "seq_clone", "src": DEAD}),
     ("declare a dead id", {"op": "declare", "seqs": [DEAD]}),
-    ("seq_len id bool", {"op": "seq_len", "seq_id": False}),
-    ("seq_len id negative", {"op": "seq_len", "seq_id": -1}),
-    ("seq_len id max_seqs", {"op": "seq_len", "seq_id": 64}),
-    ("seq_rm id huge", {"op": "seq_rm", "seq_id": INT_MAX + 1, "p0": 0}),
-    ("seq_clone src float", {"op": "seq_clone", "src": 0.0}),
-    ("seq_clone upto negative", {"op": "seq_clone", "src": LIVE0, "upto": -1}),
-    ("seq_clone upto bool", {"op": "seq_clone", "src": LIVE0, "upto": True}),
-    ("seq_rm p1 below p0", {"op": "seq_rm", "seq_id": LIVE0, "p0": 2, "p1": 1}),
-    ("seq_rm p0 negative", {"op": "seq_rm", "seq_id": LIVE0, "p0": -1}),
-    ("seq_rm p0 huge", {"op": "seq_rm", "seq_id": LIVE0, "p0": INT_MAX + 1}),
-    ("declare nothing", {"op": "declare", "seqs": []}),
-    ("declare not a list", {"op": "declare", "seqs": "0"}),
-    ("declare an id bool", {"op": "declare", "seqs": [True]}),
     ("place with nothing declared", {"op": "place", "layer": 0}),
-    ("can_extend negative", {"op": "can_extend", "n": -1}),
-    ("can_extend bool", {"op": "can_extend", "n": True}),
-    ("can_extend huge", {"op": "can_extend", "n": INT_MAX + 1}),
 )
 
-# Calls inside an open forward (declared, maybe placed on some layers): CELL-FORWARD, CELL-POS, LAYER-RANGE.
+# Calls inside an open forward of one token (declared, maybe placed on some layers): CELL-FORWARD, and
+# the place_step malformations of one token (CELL-POS, LAYER-RANGE).
 MID_FORWARD: tuple[tuple[str, Step], ...] = (
     ("seq_new mid-forward", NEW),
     ("seq_clone mid-forward", {"op": "seq_clone", "src": LIVE0}),
     ("seq_rm mid-forward", {"op": "seq_rm", "seq_id": LIVE0, "p0": 0}),
     ("declare mid-forward", {"op": "declare", "seqs": [LIVE0]}),
-    ("place layer out of range", {"op": "place", "layer": {"n": 0}}),
-    ("place layer bool", {"op": "place", "layer": False}),
-    ("place layer negative", {"op": "place", "layer": -1}),
     ("place positions too many", {"op": "place", "positions": [{"next": 0}, {"next": 0}]}),
-    ("place position behind the history", {"op": "place", "positions": [{"next": -1}]}),
-    ("place position negative", {"op": "place", "positions": [-1]}),
-    ("place position bool", {"op": "place", "positions": [True]}),
-    ("place position huge", {"op": "place", "positions": [INT_MAX + 1]}),
-    ("place position INT_MAX", {"op": "place", "positions": [INT_MAX]}),   # CELL-POS: at most INT_MAX - 1
-    ("place positions not a list", {"op": "place", "positions": "0"}),
     ("queries mid-forward", {"op": "free_cells"}),
-)
+) + tuple((_name(c), _malformed(c)) for c in _CASES
+          if c.clause.call == "place_step" and not (c.clause.kind == POSITIONS and tokens_of(c.variant) == 2))
 
 
 def edge_cell_programs(cfg: JsonConfig) -> list[tuple[str, list[Step]]]:
@@ -160,6 +173,10 @@ def edge_cell_programs(cfg: JsonConfig) -> list[tuple[str, list[Step]]]:
         ("verbs between the layers of one forward", [NEW, forward(LIVE0, stop=1)] + mid_forward
          + [{"op": "place", "layer": 0}, {"op": "place", "layer": {"n": -1}}, CLEAR, NEW, prompt(1)]),
     ]
+    for name, bad in TWO_TOKENS:   # two tokens of one sequence, placed out of order, then placed right
+        programs.append((f"{name} in a forward of two tokens", [NEW, prompt(1), {"op": "declare", "seqs": [LIVE0, LIVE0]},
+                                                              {**bad, "layer": 0}]
+                         + [{"op": "place", "layer": k} for k in range(n_layers)] + [prompt(1)]))
     return programs
 
 

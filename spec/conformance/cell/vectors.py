@@ -11,6 +11,7 @@ from .. import scope as scopes
 from ..configs import JsonConfig, describe
 from ..engine import RunResult, Step
 from ..layouts import Golden
+from ..malform import CLAUSE_PREFIX
 from ..targets import Target
 from ..vectors import CELL_VECTORS_FILE, VECTORS_FILE, Recorder, _document, _Numbered
 from .engine import CellEngine, to_cell_model
@@ -25,7 +26,8 @@ CELL_VECTOR_CONFIGS = CELL_CONFIGS
 def _cell_flags(calls: list[dict[str, Any]], exercised: set[str], cfg: JsonConfig, extra: list[str]) -> list[str]:
     """A cell test's flags: the rules its run exercised, those its rejections name, the scope's needs."""
     rejected = {call["expect"]["rejected"] for call in calls if "rejected" in call["expect"]}
-    return sorted(exercised | rejected | set(extra) | set(scopes.needs_flags(cfg)))
+    rules = {rule for rule in exercised if not rule.startswith(CLAUSE_PREFIX)}   # flags name rules, not clauses
+    return sorted(rules | rejected | set(extra) | set(scopes.needs_flags(cfg)))
 
 
 def build_cells() -> dict[str, Any]:

@@ -24,9 +24,10 @@ from typing import Any, Hashable, Optional
 
 from ... import op_model
 from ..engine import Finding, Step
+from ..malform import INT32_LIMIT
 from .consequences import drive_on
 from .engine import OpEngine
-from .programs import HUGE, RESET, at, begin, cp, fetch, op_config, rm
+from .programs import RESET, at, begin, cp, fetch, op_config, rm
 from ..targets import Target, TargetCrash, TargetError, parse_target
 
 # Small configurations: two layers (so a step can stop partway), a flat and a windowed layer.
@@ -42,7 +43,7 @@ def alphabet(kind: str, cfg: dict[str, Any]) -> list[Step]:
     if kind == "op-contiguous":
         return layers + [fetch(0, 2), at(0, [0]), at(0, [-1]), RESET]
     return layers + [begin(0), begin(1), begin(0, 1), begin(0, 0), begin(0, 0, 0), cp(0, 1), cp(1, 0, 1), rm(0), rm(1, 1),
-                     at(0, [0]), at(0, [HUGE]), RESET]
+                     at(0, [0]), at(0, [INT32_LIMIT]), RESET]
 
 
 def state_key(model: op_model.OpModel) -> Hashable:

@@ -11,6 +11,7 @@ import numpy as np
 from ... import op_model
 from ..consequences import Consequences
 from ..engine import OVER_STRICT, Finding, Step
+from ..malform import POSITIONS, case_of, malformed_positions
 from ..targets import Outcome
 from .engine import OpEngine, _row, allowed_rows, as_array
 from .engine import _show as _show_op
@@ -103,15 +104,20 @@ class OpConsequences(Consequences):
         # the step's own positions; else a cell step has a token per declared owner, a contiguous one n
         q = len(step["positions"]) if "positions" in step else len(self.declared) if self.cell else int(step.get("n", 1))
         positions = list(step["positions"]) if "positions" in step else self.next_positions(layer, q)
+        case = case_of(step)
+        if case is not None and case.clause.kind == POSITIONS and positions and "positions" not in step:
+            newest = positions[0] - 1 if not self.cell else -1   # as the lockstep breaks them
+            positions = malformed_positions(case.variant, positions + [positions[-1] + 1], newest) or positions
+            q = len(positions)
         continuing = self.step_positions is not None and layer not in self.served and positions == self.step_positions
-        bad = step.get("bad")
         if continuing:
             uids = list(self.step_uids)
         else:
-            uids = engine.fresh_uids(q, bad)
+            shapes = engine.shapes(q, case)
+            uids = engine.fresh_uids(max([q] + [s[-2] for s in (shapes.k, shapes.v) if len(s) >= 2]))
             self.step_positions, self.step_uids, self.served = positions, uids, set()
-        args, _ = engine.arguments(layer, positions, uids, bad)
-        concrete: Step = {"op": "fetch", "layer": layer, "positions": positions, **({"bad": bad} if bad else {})}
+        args, _ = engine.arguments(layer, positions, uids, case)
+        concrete: Step = {"op": "fetch", "layer": layer, "positions": positions, **(case.tag() if case else {})}
         self.steps.append(concrete)
         self.served_fetch(layer, positions, uids[:q], self._ask("update_and_fetch", args))
 

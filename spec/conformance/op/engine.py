@@ -31,6 +31,7 @@ from ...rules import RULES
 from .. import scope as scopes
 from ..configs import JsonConfig, describe
 from ..engine import CRASH, LENIENT, OVER_STRICT, WRONG, Caller, Drive, Finding, RunResult, Step, Stop
+from ..malform import DIM, POSITIONS, TENSOR, Case, case_of, dim_value, malformed_positions, sizes_of
 from ..targets import Outcome, Target
 from ..wire import Unreadable
 
@@ -250,6 +251,8 @@ class OpEngine(Caller):
     def run_step(self, step: Step) -> Optional[Step]:
         op = step["op"]
         self.current = dict(step)
+        case = case_of(step)   # a malformed value written in the step (an id, an int, a list) is always one
+        self.malformed = case if case is not None and case.clause.kind not in (DIM, TENSOR, POSITIONS) else None
         if op == "fetch":
             return self.fetch(step)
         if op == "reset":
@@ -336,8 +339,12 @@ class OpEngine(Caller):
             raise self._fail(LENIENT, rejected.rule, f"{method}({_show(args)}) accepted a call the spec refuses "
                                                      f"({rejected.rule}: {rejected.why})")
         self.refused_at = self.index
+        # what the target found wrong, in its words: an OP-ATOMIC finding's cause is the target's reason
+        # to refuse (the V width it could not take), which need not be the spec's (a re-placed position)
+        concrete["refused_with"] = _reason(got.error)
         self.result.exercised.add("OP-ATOMIC")
-        self.observe(f"after the refused {method}({_show(args)})", "OP-ATOMIC")
+        self.observe(f"after the refused {method}({_show(args)}) (the target: {concrete['refused_with']})",
+                     "OP-ATOMIC")
 
     # --- update_and_fetch --------------------------------------------------------------------------
     def _positions(self, step: Step) -> list[Any]:
@@ -367,17 +374,25 @@ class OpEngine(Caller):
 
     def fetch(self, step: Step) -> Optional[Step]:
         layer = step.get("layer")
+        case = case_of(step)
         positions = self._positions(step)
-        concrete: Step = {"op": "fetch", "layer": layer, "positions": positions}
-        if step.get("bad"):
-            concrete["bad"] = step["bad"]
+        if case is not None and case.clause.kind == POSITIONS and "positions" not in step:   # else they are concrete
+            broken = malformed_positions(case.variant, positions + [positions[-1] + 1] if positions else [0, 1],
+                                         self._newest_held())
+            positions = broken if broken is not None else positions
+            self.malformed = case if broken is not None else None
+        elif case is not None and case.clause.kind == POSITIONS:
+            self.malformed = case
+        concrete: Step = {"op": "fetch", "layer": layer, "positions": positions, **(case.tag() if case else {})}
         self.current = concrete
         pending = self.model.step
-        q, bad = len(positions), step.get("bad")
+        q = len(positions)
         continuing = pending is not None and pending.positions is not None and layer not in pending.served and \
             (self.kind == op_model.CELL or len(pending.uids) == q)
-        uids = list(pending.uids) if continuing and pending is not None else self.fresh_uids(q, bad)
-        args, shapes = self.arguments(layer, positions, uids, bad)
+        shapes = self.shapes(q, case)
+        uids = list(pending.uids) if continuing and pending is not None else \
+            self.fresh_uids(max([q] + [s[-2] for s in (shapes.k, shapes.v) if len(s) >= 2]))
+        args, shapes = self.arguments(layer, positions, uids, case)
         self.fetched = (list(positions), uids[:q])
         before = self.model.abandoned
         self.before_call = self.model.snapshot()
@@ -395,45 +410,75 @@ class OpEngine(Caller):
         self.observe(f"after update_and_fetch(layer {layer}, positions {positions})", "OP-STEP")
         return concrete
 
-    def fresh_uids(self, q: int, bad: Optional[str]) -> list[int]:
-        """Token numbers for a step of `q` tokens that begins here (one more for a V one row too long)."""
-        width = q + 1 if bad == "v_len" else q
+    def _newest_held(self) -> int:
+        """The newest position the step's (first) sequence holds: a contiguous cache's last row."""
+        if self.kind == op_model.CONTIGUOUS:
+            return len(self.model.held.get(0, {})) - 1
+        pending = self.model.step
+        seqs = pending.seqs if pending is not None else self.declared
+        return max(self.model.held.get(seqs[0], {}).values(), default=-1) if seqs else -1
+
+    def fresh_uids(self, width: int) -> list[int]:
+        """Token numbers for a step of `width` token rows that begins here."""
         self.next_uid += width
         return list(range(self.next_uid - width, self.next_uid))
 
+    def shapes(self, q: int, case: Optional[Case]) -> op_model.Shapes:
+        """The shapes (and element kinds) of a step of q tokens, malformed as a DIM or TENSOR case says;
+        `self.malformed` is the case when it is a malformation in this config."""
+        cfg = self.mcfg
+        dims = {"k": [cfg.batch_size, cfg.n_kv_heads, q, cfg.head_dim],
+                "v": [cfg.batch_size, cfg.n_kv_heads, q, cfg.v_head_dim], "position": [q, 1]}
+        kinds = {"k": "f", "v": "f", "position": "i"}
+        if case is not None and case.clause.kind in (DIM, TENSOR):
+            sizes = sizes_of({"batch_size": cfg.batch_size, "n_kv_heads": cfg.n_kv_heads, "head_dim": cfg.head_dim,
+                              "v_head_dim": cfg.v_head_dim}, q)
+            clause, broken = case.clause, False
+            if clause.kind == DIM:
+                value = dim_value(clause, case.variant, sizes)
+                if value is not None:
+                    if clause.argument == "k, v, position":   # q_len on every argument's token axis
+                        dims["k"][2] = dims["v"][2] = dims["position"][0] = value
+                    else:
+                        dims[clause.argument][clause.axis] = value
+                    broken = True
+            elif case.variant == "dtype":
+                kinds[clause.argument] = "f" if clause.argument == "position" else "i"
+                broken = True
+            elif case.variant == "rank":   # k, v without the batch dimension; position [q_len]
+                dims[clause.argument] = dims[clause.argument][1:] if clause.argument != "position" else [q]
+                broken = True
+            self.malformed = case if broken else None
+        return op_model.Shapes(tuple(dims["k"]), tuple(dims["v"]), tuple(dims["position"]),
+                               (kinds["k"], kinds["v"], kinds["position"]))
+
     def arguments(self, layer: Any, positions: list[Any], uids: list[int],
-                  bad: Optional[str]) -> tuple[dict[str, Any], op_model.Shapes]:
+                  case: Optional[Case]) -> tuple[dict[str, Any], op_model.Shapes]:
         """update_and_fetch's arguments for the step's tokens `uids` at `positions`: K and V labelled
-        (uid -1 pads a row past them), malformed as `bad` says; and their shapes, for the model."""
+        (uid -1 pads a row past them), malformed as the case says; and their shapes, for the model."""
         cfg = self.mcfg
         q = len(positions)
-        k_shape = [cfg.batch_size, cfg.n_kv_heads, q, cfg.head_dim]
-        v_shape = [cfg.batch_size, cfg.n_kv_heads, q, cfg.v_head_dim]
-        pos_shape = [q, 1]
-        if bad == "v_width":
-            v_shape[3] = cfg.head_dim if cfg.v_head_dim != cfg.head_dim else cfg.v_head_dim + 1
-        elif bad == "v_len":
-            v_shape[2] += 1
-        elif bad == "k_heads":
-            k_shape[1] += 1
-            v_shape[1] += 1
-        elif bad == "batch":
-            k_shape[0] += 1
-            v_shape[0] += 1
-        elif bad == "pos_cols":
-            pos_shape[1] = 2
-        elif bad == "pos_len":
-            pos_shape[0] += 1
+        shapes = self.shapes(q, case)
         layer_label = layer if type(layer) is int and 0 <= layer < cfg.n_layers else cfg.n_layers
-        k = self.labels.array(uids, layer_label, tuple(k_shape), 0)
-        v = self.labels.array(uids, layer_label, tuple(v_shape), 1)
+        tensors = {}
+        for name, shape, is_v in (("k", shapes.k, 0), ("v", shapes.v, 1)):
+            full = shape if len(shape) == 4 else (1,) + shape   # a rank case drops the batch dimension
+            values = self.labels.array(uids, layer_label, full, is_v)
+            tensors[name] = values if len(shape) == 4 else values[0]
         pos_values = [p if type(p) is int else 0 for p in positions]
-        position = np.zeros(pos_shape, dtype=np.int64)
-        position[:q, 0] = pos_values[:pos_shape[0]]
-        if pos_shape[0] > q:
-            position[q:, 0] = (max(pos_values, default=-1) + 1)
-        shapes = op_model.Shapes(tuple(k_shape), tuple(v_shape), tuple(pos_shape))
-        return {"layer_id": layer, "k": k, "v": v, "position": position}, shapes
+        rows = shapes.position[0] if shapes.position else 0
+        column = np.array([pos_values[i] if i < q else max(pos_values, default=-1) + 1 + i - q for i in range(rows)],
+                          dtype=np.int64)
+        position = np.repeat(column.reshape(-1, 1), shapes.position[1], axis=1) if len(shapes.position) == 2 \
+            else column
+        kinds = shapes.kinds
+        if kinds[0] != "f":
+            tensors["k"] = tensors["k"].astype(np.int32)
+        if kinds[1] != "f":
+            tensors["v"] = tensors["v"].astype(np.int32)
+        if kinds[2] != "i":
+            position = position.astype(np.float32)
+        return {"layer_id": layer, "k": tensors["k"], "v": tensors["v"], "position": position}, shapes
 
     def check_answer(self, value: Any, layer: int, attends: list[list[int]]) -> None:
         """OP-HIST, OP-MASK, OP-ATTEND on one update_and_fetch answer."""
@@ -500,6 +545,12 @@ def _case(rejected: op_model.Rejected) -> str:
     return rejected.rule
 
 
+def _reason(error: Any) -> str:
+    """A refusal's error, short: its type and first words (a refusal answered False has no error)."""
+    text = " ".join(str(error).split()) if error else "answered False"
+    return text if len(text) <= 90 else text[:87] + "..."
+
+
 def _is_count(value: Any) -> bool:
     return type(value) is int and value >= 0
 
@@ -513,7 +564,7 @@ def _show(args: dict[str, Any]) -> str:
     for name, value in args.items():
         if isinstance(value, np.ndarray):
             parts.append(f"{name}={list(value.shape)}" if name != "position" else
-                         f"position={value[:, 0].tolist() if value.ndim == 2 else value.tolist()}")
+                         f"position={value[:, 0].tolist() if value.ndim == 2 and value.shape[1] == 1 else value.tolist()}")
         else:
             parts.append(f"{name}={value!r}")
     return ", ".join(parts)

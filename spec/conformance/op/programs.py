@@ -4,8 +4,8 @@ Programs are JSON step lists (spec/PROTOCOL.md, "Op-face programs"):
 
 - {"op": "fetch", "layer": L, "n": q}: update_and_fetch on layer L with the next positions (the step's
   own when the step already has them, else the sequence's next ones); {"positions": [...]} instead of
-  "n" gives them explicitly; "bad": "v_width" | "v_len" | "k_heads" | "batch" | "pos_cols" | "pos_len"
-  hands over a malformed shape (OP-ARGS);
+  "n" gives them explicitly; "clause" and "variant" (malform.py) break one clause of the argument
+  contract (spec/arguments.py): a dimension, a dtype or rank, the positions;
 - begin(...), {"op": "cp", "src", "dst", "upto"}, {"op": "rm", "seq", "p0", "p1"}:
   the cell cache's begin_step, seq_cp, seq_rm; {"op": "reset"}.
 
@@ -18,11 +18,10 @@ from __future__ import annotations
 import random
 from typing import Any, Optional
 
+from ...arguments import DIM, ID, INT, LIST, POSITIONS
 from ..configs import JsonConfig, config, layer
 from ..engine import Step
-
-HUGE = 2**31 - 1   # one past the largest position (OP-POS)
-BAD_SHAPES = ("v_width", "v_len", "k_heads", "batch", "pos_cols", "pos_len")
+from ..malform import Case, cases, id_value, int_value, tokens_of
 
 
 def op_config(capacity: int, windows: tuple[int, ...] = (0,), n_layers: Optional[int] = None, heads: int = 1,
@@ -125,20 +124,14 @@ def edge_contiguous_programs(cfg: JsonConfig) -> list[tuple[str, list[Step]]]:
         ("overflowing step", forward(cfg, 1) + forward(cfg, cap)),
         ("reset", forward(cfg, 2) + [RESET] + forward(cfg, 1)),
         ("layers in reverse", [fetch(layer_id, 2) for layer_id in reversed(range(layers))] + forward(cfg, 1)),
-        ("layer out of range", forward(cfg, 1) + [fetch(layers), fetch(-1), fetch(True)] + forward(cfg, 1)),
-        ("empty step", forward(cfg, 1) + [fetch(0, 0)] + forward(cfg, 1)),
-        ("gap", forward(cfg, 1) + [at(0, [2])] + forward(cfg, 1)),
-        ("re-placed position", forward(cfg, 2) + [at(0, [1])] + forward(cfg, 1)),
-        ("negative position", [at(0, [-1])] + forward(cfg, 1)),
-        ("position past the largest", [at(0, [HUGE])] + forward(cfg, 1)),
     ]
     max_write = cfg.get("max_write")
     if max_write is not None:   # OP-MAX-WRITE: an exact fit is served, one token more is refused on every layer
         out += [("a step of exactly max_write", forward(cfg, 1) + forward(cfg, max_write) + forward(cfg, 1)),
                 ("a step one longer than max_write", forward(cfg, 1) + forward(cfg, max_write + 1)
                  + [fetch(layers - 1, max_write + 1)] + forward(cfg, 1))]
-    for bad in BAD_SHAPES:
-        out.append((f"malformed {bad}", forward(cfg, 1) + [fetch(0, 1, bad=bad)] + forward(cfg, 1) * 2))
+    for case in cases("op-contiguous", cfg):   # one program per malformation (malform.py)
+        out.append((f"malformed {case.name}", forward(cfg, 1) + malformed_call(cfg, case) + forward(cfg, 1) * 2))
     if layers > 1:
         out += [("stopped step", [fetch(0, 2), fetch(0, 1)] + [fetch(l, 1) for l in range(1, layers)] + forward(cfg, 1)),
                 ("layers disagree on q_len", [fetch(0, 1), fetch(1, 2)] + forward(cfg, 1)),
@@ -160,30 +153,23 @@ def edge_cell_programs(cfg: JsonConfig) -> list[tuple[str, list[Step]]]:
         ("evict the oldest", cforward(cfg, *[0] * two) + [rm(0, 0, 1)] + cforward(cfg, 0)),
         ("fill, then one more", cforward(cfg, *[0] * cap) + cforward(cfg, 0)),
         ("reset", cforward(cfg, *[0] * two) + [RESET] + cforward(cfg, 0)),
-        ("re-placed position", cforward(cfg, *[0] * two) + [begin(0)]
-         + [at(l, [1]) for l in range(layers)] + cforward(cfg, 0)),
-        ("positions out of order", [begin(0, 0)] + [at(l, [1, 0]) for l in range(layers)]
-         + cforward(cfg, 0)),
-        # then another sequence's forward: -1 is upstream's free-cell marker (its consequence: SAFE-OP-KEEP)
-        ("negative position", [begin(0)] + [at(l, [-1]) for l in range(layers)] + cforward(cfg, 1)
-         + cforward(cfg, 0)),
-        ("position past the largest", [begin(0)] + [at(l, [HUGE]) for l in range(layers)]
-         + cforward(cfg, 0)),
         ("fork onto a live sequence", cforward(cfg, 0) + cforward(cfg, 1) + [cp(0, 1)] + cforward(cfg, 1)),
         ("fork onto itself", cforward(cfg, 0) + [cp(0, 0)] + cforward(cfg, 0)),
-        ("bad ids", [begin(63), begin(-1), begin(True), begin()] + cforward(cfg, 0)),
-        ("bad ranges", cforward(cfg, 0) + [rm(0, -1), rm(0, 2, 1), cp(0, 1, -1)] + cforward(cfg, 0)),
         ("no declaration", [at(0, [0])] + cforward(cfg, 0)),
         ("a verb between the declaration and its forward", cforward(cfg, 0) + [begin(0), rm(1)]
          + [fetch(l) for l in range(layers)] + cforward(cfg, 0)),
         ("declared count differs", [begin(*[0, 0][:two]), at(0, [0, 1, 2][:two + 1])]
          + [fetch(l) for l in range(layers)] + cforward(cfg, 0)),
-        ("layer out of range", [begin(0), fetch(layers), fetch(True)]
-         + [fetch(l) for l in range(layers)] + cforward(cfg, 0)),
     ]
-    for bad in BAD_SHAPES:
-        out.append((f"malformed {bad}", cforward(cfg, 0) + [begin(0), fetch(0, 1, bad=bad)]
-                    + [fetch(l) for l in range(layers)] + cforward(cfg, 0)))
+    verbs: dict[str, list[Step]] = {}
+    for case in cases("op-cell", cfg):   # a program per malformed forward, one per clause of a verb
+        if case.clause.call == "update_and_fetch":
+            before = cforward(cfg, 0) if case.variant == "held" else []
+            out.append((f"malformed {case.name}", before + malformed_call(cfg, case, cell=True)
+                        + [fetch(l) for l in range(layers)] + cforward(cfg, 1) + cforward(cfg, 0)))
+        else:
+            verbs.setdefault(case.clause.id, []).extend(malformed_call(cfg, case, cell=True))
+    out += [(f"malformed {clause}", cforward(cfg, 0) + calls + cforward(cfg, 0)) for clause, calls in verbs.items()]
     if layers > 1:
         out += [("stopped step, then a fork", [begin(*[0, 0][:two]), fetch(0), cp(0, 1)]
                  + [fetch(l) for l in range(1, layers)] + cforward(cfg, 0) + cforward(cfg, 1)),
@@ -207,10 +193,8 @@ def random_contiguous_program(cfg: JsonConfig, rng: random.Random, size: int) ->
             program.append(fetch(rng.randrange(layers), rng.choice([1, 2])))   # a partial or a repeated layer
         elif roll < 0.75:
             program.append(RESET)
-        elif roll < 0.85:
-            program.append(at(rng.randrange(layers), [rng.choice([-1, 0, 1, 2, 5, HUGE])]))
         else:
-            program.append(fetch(rng.choice([0, layers, -1]), 1, bad=rng.choice(BAD_SHAPES)))
+            program += malformed_call(cfg, rng.choice(cases("op-contiguous", cfg)))
     return program
 
 
@@ -230,8 +214,34 @@ def random_cell_program(cfg: JsonConfig, rng: random.Random, size: int) -> list[
             program.append(RESET)
         elif roll < 0.85:   # a step stopped partway, or a layer repeated
             program += [begin(seq), fetch(rng.randrange(layers))]
-        elif roll < 0.92:
-            program += [begin(seq), at(rng.randrange(layers), [rng.choice([-1, 0, 1, 3, HUGE])])]
         else:
-            program += [begin(seq), fetch(rng.choice([0, layers]), 1, bad=rng.choice(BAD_SHAPES))]
+            program += malformed_call(cfg, rng.choice(cases("op-cell", cfg)), cell=True, seq=seq % 3)
     return program
+
+
+def malformed_call(cfg: JsonConfig, case: Case, cell: bool = False, seq: int = 0) -> list[Step]:
+    """The calls that break a case's clause, tagged with the case: a cell forward's on every layer after
+    its declaration (a target that accepts it then holds a whole step of it), a contiguous one's on layer 0
+    (the one refused call a later answer can be traced to: OP-ATOMIC), a malformed layer id's once, a
+    verb's once. Sequence `seq` owns the tokens; a fork copies it to seq + 1."""
+    clause, variant, tag = case.clause, case.variant, case.tag()
+    if clause.call == "update_and_fetch":   # a malformed layer id once; on a cell cache any other on every layer
+        layer_ids = [id_value(variant, cfg["n_layers"])] if clause.kind == ID else \
+            list(range(cfg["n_layers"])) if cell else [0]
+        n = tokens_of(variant) if clause.kind == POSITIONS else 1
+        return ([begin(*[seq] * n)] if cell else []) + [fetch(layer_id, n, **tag) for layer_id in layer_ids]
+    if clause.kind == LIST:
+        return [{"op": "begin", "seqs": [] if variant == "empty" else str(seq), **tag}]
+    value = id_value(variant, 63) if clause.kind == ID else None
+    if clause.call == "begin_step":
+        return [{**begin(value), **tag}]
+    if clause.call == "seq_cp":
+        if clause.kind == INT:
+            return [{**cp(seq, seq + 1, int_value(clause, variant)), **tag}]
+        return [{**(cp(value, seq + 1) if clause.argument == "src_id" else cp(seq, value)), **tag}]
+    assert clause.call == "seq_rm"
+    if clause.argument == "seq_id":
+        return [{**rm(value), **tag}]
+    if clause.argument == "p0":
+        return [{**rm(seq, int_value(clause, variant)), **tag}]
+    return [{**rm(seq, 2, int_value(clause, variant, low=2)), **tag}]

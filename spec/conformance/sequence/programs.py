@@ -10,8 +10,10 @@ import random
 from typing import Any
 
 from ... import model
+from ...arguments import ID, POSITIONS
 from ..configs import JsonConfig, to_model
 from ..engine import Step
+from ..malform import Case, cases, id_value, int_value
 
 INT_MAX = model.INT_MAX
 
@@ -24,25 +26,31 @@ def plan(layer: Any = 0, position: Any = None, T: Any = 1) -> Step:
     return {"op": "plan", "layer": layer, "position": {"rel": 0} if position is None else position, "T": T}
 
 
-# Every bad call the harness makes: (name, step). Values are relative where that keeps them bad.
-BAD_CALLS: tuple[tuple[str, Step], ...] = (
-    ("plan layer bool", plan(layer=True)),
-    ("plan layer negative", plan(layer=-1)),
-    ("plan layer n_layers", plan(layer={"n": 0})),
-    ("plan layer huge", plan(layer=INT_MAX + 1)),
-    ("plan layer float", plan(layer=0.0)),
-    ("plan position bool", plan(position=False)),
-    ("plan position negative", plan(position=-1)),
-    ("plan position huge", plan(position=INT_MAX + 1)),
-    ("plan gap", plan(position={"rel": 1})),
-    ("plan overlap", plan(position={"rel": -1})),
+# The relative form of a bound a malformed value refers to (engine.py resolves it when the step runs).
+_RELATIVE = {"n_layers": {"n": 0}, "limit": {"limit": 1}, "length": {"rel": 1}}
+
+
+def _malformed(case: Case) -> Step:
+    """The call that breaks a case of the sequence face's argument contract (spec/arguments.py)."""
+    clause, variant = case.clause, case.variant
+    if clause.kind == ID:
+        value: Any = id_value(variant, _RELATIVE[clause.size])
+    elif clause.kind == POSITIONS:   # STEP-APPEND: a gap past the length, or a position it already has
+        value = {"rel": 1} if variant == "gap" else {"rel": -1}
+    else:
+        value = int_value(clause, variant, above=_RELATIVE.get(clause.size))
+    tag = {"clause": clause.id, "variant": variant}
+    if clause.call == "plan":
+        return {**plan(**{clause.argument: value}), **tag}
+    return {"op": clause.call, clause.argument: value, **tag}
+
+
+# Every bad call the harness makes: (name, step). The malformed arguments are derived from the argument
+# contract (malform.py); a forged plan is no argument value, and an open step's other T is a relation.
+BAD_CALLS: tuple[tuple[str, Step], ...] = tuple((f"{case.clause.call} {case.clause.argument} {case.variant}"
+                                                 f" ({case.clause.rule})", _malformed(case))
+                                                for case in cases("sequence")) + (
     ("plan open step other T", plan(position={"open": 0}, T={"open": 1})),
-    ("plan T zero", plan(T=0)),
-    ("plan T negative", plan(T=-1)),
-    ("plan T bool", plan(T=True)),
-    ("plan T string", plan(T="1")),
-    ("plan T over max_write", plan(T={"limit": 1})),
-    ("plan T huge", plan(T=INT_MAX + 1)),
     ("commit stale plan", {"op": "commit", "plan": {"forge": "stale"}}),
     ("commit shifted read base", {"op": "commit", "plan": {"forge": "shift-base"}}),
     ("commit extra row", {"op": "commit", "plan": {"forge": "extra-row"}}),
@@ -56,19 +64,6 @@ BAD_CALLS: tuple[tuple[str, Step], ...] = (
     ("commit write run split", {"op": "commit", "plan": {"forge": "split-write"}}),
     ("commit read run split", {"op": "commit", "plan": {"forge": "split-read"}}),
     ("commit another policy's layout", {"op": "commit", "plan": {"forge": "other-layout"}}),
-    ("can_extend bool", {"op": "can_extend", "n": True}),
-    ("can_extend negative", {"op": "can_extend", "n": -1}),
-    ("can_extend huge", {"op": "can_extend", "n": INT_MAX + 1}),
-    ("rewind bool", {"op": "rewind", "new_len": True}),
-    ("rewind negative", {"op": "rewind", "new_len": -1}),
-    ("rewind huge", {"op": "rewind", "new_len": INT_MAX + 1}),
-    ("rewind grow", {"op": "rewind", "new_len": {"rel": 1}}),
-    ("depth layer negative", {"op": "depth", "layer": -1}),
-    ("depth layer n_layers", {"op": "depth", "layer": {"n": 0}}),
-    ("depth layer bool", {"op": "depth", "layer": False}),
-    ("retained_from layer negative", {"op": "retained_from", "layer": -1}),
-    ("retained_from layer n_layers", {"op": "retained_from", "layer": {"n": 0}}),
-    ("retained_from layer bool", {"op": "retained_from", "layer": True}),
 )
 
 

@@ -11,7 +11,7 @@ from .. import layouts
 from .. import scope as scopes
 from ..configs import JsonConfig, describe
 from ..coverage import family, shortfall
-from ..engine import CRASH, LENIENT, OVER_STRICT, WRONG, Finding, RunResult, Step, failing_classes
+from ..engine import CRASH, Finding, RunResult, Step, failing_classes
 from ..targets import Target
 from .plan import CONFORMING, INCOMPLETE, NOT_CONFORMING, SAME_CRASH_IN_A_ROW, Options, Profile
 
@@ -26,6 +26,7 @@ class Reported:
     steps: list[Step]
     hits: int = 1
     note: str = ""      # e.g. the crash did not reproduce alone in a fresh process
+    shrunk: bool = True  # False: kept past the shrink cap, as found (plan.UNSHRUNK)
     found_after: dict[str, float] = field(default_factory=dict)   # seconds, cpu_seconds, programs: when kept
 
     def cause(self) -> tuple[Any, ...]:
@@ -115,6 +116,7 @@ class SuiteResult:
     families: set[str] = field(default_factory=set)
     exercised: set[str] = field(default_factory=set)
     scope: dict[str, str] = field(default_factory=dict)   # rule -> '' in scope, or why it is not
+    clauses: dict[str, str] = field(default_factory=dict)   # argument clause -> '' in scope, or why it is not
     declared: dict[str, Any] = field(default_factory=dict)   # scope.summary: the declared features, what was left out
     shrinks: dict[tuple[str, ...], int] = field(default_factory=dict)
 
@@ -125,7 +127,7 @@ class SuiteResult:
         """Why the run exercised less than its profile promised (empty: full coverage)."""
         reasons = [self.aborted] if self.aborted else []
         return reasons + shortfall(self.planned, self.programs, set(self.configs), self.created, self.scope,
-                                   self.exercised)
+                                   self.exercised, self.clauses)
 
     def verdict(self, strict: bool = False, exact_layout: bool = False) -> str:
         if self.classes() & failing_classes(strict) or (exact_layout and self.layout):
@@ -149,7 +151,7 @@ class Accounting:
         self.cpu_started = time.process_time()   # this process's CPU only (not a cmd: target's)
         self.safety = self.started + safety_seconds
         self.rows_used = 0
-        self.causes_seen: set[tuple[Any, ...]] = set()
+        self.causes_seen: dict[tuple[Any, ...], Reported] = {}   # a cause before shrinking -> the cause kept for it
         self.last_crash: Optional[tuple[str, str]] = None   # how the last program crashed (None: it did not)
         self.same_crash_in_a_row = 0
 
@@ -209,16 +211,21 @@ class Accounting:
         """The counterexamples kept in this finding's group: its (class, rule), or every crash."""
         return [r for rs in self.result.causes.values() for r in rs if _group(r.finding) == _group(finding)]
 
-    def keep(self, finding: Finding, cfg: JsonConfig, steps: list[Step], note: str = "") -> None:
-        reported = Reported(finding, cfg, steps, note=note)
+    def keep(self, finding: Finding, cfg: JsonConfig, steps: list[Step], note: str = "",
+             shrunk: bool = True) -> Reported:
+        """The finding kept as a cause of its own, or counted under the same cause kept before (which
+        then shows the shorter program, with its own words and label); the cause it is kept as."""
+        reported = Reported(finding, cfg, steps, note=note, shrunk=shrunk)
         same = next((r for r in self.kept_like(finding) if r.same_cause(reported)), None)
         if same is not None:
             same.hits += 1
             if len(reported.steps) < len(same.steps):   # the shorter program shows it best, with its own words
                 same.finding, same.config, same.steps, same.note = finding, cfg, steps, note
-            return
+                same.shrunk = shrunk
+            return same
         reported.found_after = {"seconds": round(time.monotonic() - self.started, 4),
                                 "cpu_seconds": round(time.process_time() - self.cpu_started, 4),
                                 "programs": self.result.programs}
         self.result.causes.setdefault(finding.key(), []).append(reported)
         self.result.findings.setdefault(finding.key(), reported)
+        return reported

@@ -11,7 +11,7 @@ from typing import Any, Callable, Optional, Union
 from .. import layouts
 from .. import scope as scopes
 from ..configs import JsonConfig, describe
-from ..coverage import in_scope
+from ..coverage import clause_scope, in_scope
 from ..engine import LENIENT, OVER_STRICT, WRONG, Finding, Step
 from ..targets import HarnessInterrupted, SubprocessTarget, Target, parse_target, safety_alarm
 from .account import SuiteResult
@@ -151,6 +151,9 @@ class SuiteRun(Shrinking):
             result.seconds = time.monotonic() - self.started
             result.scope = in_scope(target.validates_configs, target.optional, drive.name, self.scope.features)
             _scope_coverage(result, outside)
+            # the edge programs break every clause; a run without them is judged on its rules only
+            result.clauses = clause_scope(drive.name, result.scope, target.optional, self.scope.features) if edges \
+                else {}
             if isinstance(target, SubprocessTarget) and result.seconds > 0:
                 result.requests_per_second = (target.requests - requests_before) / result.seconds
         return result

@@ -35,9 +35,12 @@ PROFILES: dict[str, Profile] = {
     "pre-merge": Profile(1500, 40, 600, 3600.0, 64, 1 << 26),
     "deep": Profile(15000, 60, 2000, 6 * 3600.0, 256, 1 << 29),
 }
-MAX_CAUSES = 3          # counterexamples kept per (class, rule) when their causes differ
-MAX_CRASHES = 5         # distinct crashes kept
-MAX_SHRINKS = 6         # findings shrunk per (class, rule), or of all crashes, looking for a different cause
+# No cap hides a cause: every distinct cause is kept (the JSON report lists all). The caps bound work only:
+MAX_SHRINKS = 64        # findings shrunk per (class, rule), or of all crashes; past it a new cause is kept unshrunk
+MAX_CRASHES = 5         # distinct crashes shrunk (each costs fresh processes); past it one is kept unshrunk
+MAX_CAUSES = 3          # causes printed in full per (class, rule) in the summary; --all-causes prints every one
+UNSHRUNK = ("not shrunk: the shrink cap of its class and rule (MAX_SHRINKS, MAX_CRASHES in suite/plan.py) was "
+            "reached; the steps are the whole program up to the finding")
 CRASH_SHRINK_BUDGET = 12
 # Programs in a row that crash the same way (how, and in which method) before the run stops. The
 # programs interleave configurations and kinds of steps, so a streak this long means the target crashes

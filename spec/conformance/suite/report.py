@@ -9,10 +9,10 @@ from typing import Any
 
 from ...rules import BY_ID
 from ..configs import describe
-from ..coverage import family
+from ..coverage import clauses_summary, family
 from ..coverage import summary as rules_summary
 from ..engine import CRASH, LENIENT, OVER_STRICT, WRONG, failing_classes
-from .account import Reported, SuiteResult
+from .account import Reported, SuiteResult, _op_kind
 from .plan import CONFORMING, REPORT_FORMAT
 
 def wrap(text: str, width: int, first: str = "", indent: str = "") -> list[str]:
@@ -39,6 +39,20 @@ def pytest_text(target: str, reported: Reported, number: int = 1) -> str:
             f'    assert finding is None, finding\n')
 
 
+def label(reported: Reported) -> str:
+    """A cause's name, from the program that shows it (after shrinking, when it was shrunk): its class and
+    rule, the call it fails at (with what the spec finds wrong in it) and the configuration's family."""
+    f, steps = reported.finding, reported.steps
+    at = _op_kind(steps[-1]) if steps else "create"
+    refused = next((step["refused_with"] for step in reversed(steps) if "refused_with" in step), None)
+    if f.rule == "OP-ATOMIC" and refused:   # the cause is what the target refused the call for
+        at += f", which the target refused with {refused!r}"
+    mla = " (v_head_dim != head_dim)" if reported.config.get("v_head_dim", reported.config.get("head_dim")) != \
+        reported.config.get("head_dim") else ""
+    after = f", after {f.after}" if f.after else ""
+    return f"{f.kind} {f.rule}{after}: at {at}; {family(reported.config)}{mla}"
+
+
 def coverage_json(result: SuiteResult) -> dict[str, Any]:
     """What the run exercised: the evidence behind its verdict."""
     return {"complete": not result.incomplete(), "incomplete": result.incomplete(),
@@ -48,6 +62,7 @@ def coverage_json(result: SuiteResult) -> dict[str, Any]:
             "families": {"planned": sorted({family(cfg) for cfg in result.configs.values()}),
                          "exercised": sorted(result.families)},
             "rules": rules_summary(result.scope, result.exercised),
+            "clauses": clauses_summary(result.clauses, result.exercised),
             "restarts": result.restarts, "interrupted": result.interrupted or None}
 
 
@@ -56,7 +71,7 @@ def report_json(result: SuiteResult, strict: bool, exact_layout: bool) -> dict[s
     for kept in result.causes.values():
         for number, r in enumerate(kept, 1):
             findings.append({"class": r.finding.kind, "rule": r.finding.rule, "cause": number,
-                             "causes_of_rule": len(kept),
+                             "causes_of_rule": len(kept), "label": label(r), "shrunk": r.shrunk,
                              "statement": BY_ID[r.finding.rule].statement if r.finding.rule in BY_ID else "",
                              "message": r.finding.message, "config": r.config, "config_name": describe(r.config),
                              "steps": r.steps, "programs_hit": r.hits, "note": r.note, "after": r.finding.after,

@@ -17,7 +17,7 @@ from ... import model
 from ..configs import JsonConfig, to_model
 from ..engine import CRASH, WRONG, Finding, RunResult, Step
 from .account import (_ALONE, Accounting, Reported, _crash_kind, _group, _op_kind, _rewind_kind, cause)
-from .plan import MAX_CAUSES, MAX_CRASHES, MAX_SHRINKS
+from .plan import MAX_CRASHES, MAX_SHRINKS, UNSHRUNK
 
 Check = Callable[[JsonConfig, list[Step]], Optional[Finding]]
 
@@ -162,9 +162,12 @@ class Shrinking(Accounting):
         # rewind was folded into the chain finding that way).
         quick_cause = cause(finding, cfg, run.steps)
         group = _group(finding)
-        if kept and (len(kept) >= (MAX_CRASHES if crash else MAX_CAUSES) or quick_cause in self.causes_seen
-                     or result.shrinks.get(group, 0) >= MAX_SHRINKS):
-            kept[0].hits += 1   # most likely a cause already kept: not worth another shrink
+        if kept and quick_cause in self.causes_seen:
+            self.causes_seen[quick_cause].hits += 1   # most likely a cause already kept: not worth another shrink
+            return
+        if kept and (crash and len(kept) >= MAX_CRASHES or result.shrinks.get(group, 0) >= MAX_SHRINKS):
+            # past the shrink cap a new cause is still kept, as found and marked: no cap hides a cause
+            self.causes_seen[quick_cause] = self.keep(finding, cfg, run.steps, UNSHRUNK, shrunk=False)
             return
         result.shrinks[group] = result.shrinks.get(group, 0) + 1
         small_cfg, final, note = self.shrunk(finding, cfg, program, run, consequence)
@@ -177,9 +180,9 @@ class Shrinking(Accounting):
             return
         # The quick cause is skipped from now on - unless it was a chain that shrank to a single
         # rewind: that says nothing yet about the chains.
+        kept_as = self.keep(reported, small_cfg, final.steps, note)
         if _rewind_kind(final.steps) == _rewind_kind(run.steps):
-            self.causes_seen.add(quick_cause)
-        self.keep(reported, small_cfg, final.steps, note)
+            self.causes_seen[quick_cause] = kept_as
 
     def fold_padded_causes(self) -> None:
         """No cause is reported whose program, one step shorter, shows another cause kept of its class (any

@@ -1,0 +1,158 @@
+"""The argument contract of every face, as data: one clause per argument property a caller can break.
+
+Each clause names the rule it belongs to (spec/rules.py), the faces (conformance layouts) whose calls
+take the argument, the call and the argument, and the *kind* of property - which decides the
+malformations the conformance suite derives from it (spec/conformance/malform.py):
+
+- DIM: one dimension of a tensor argument has a size (`size`: a config field, or q_len); broken by
+  0, 1, n-1, n+1 and `other` (the size another argument or dimension has: the MLA mix-up);
+- TENSOR: a tensor argument's element type and rank; broken by another dtype and another rank;
+- ID: an int (bool is not) in [0, n) (`size` names n); broken by -1, n, a bool, a float, a huge value;
+- INT: an int (bool is not) with a lower bound (`low`, a literal or another argument) and maybe an upper
+  (`size`, inclusive); broken by one below, a bool, a float, one above (or a huge value);
+- POSITIONS: a list of positions; broken by a repeat, descending order, a position the sequence already
+  holds, a gap (only where the clause forbids gaps), a negative and the int32 limit;
+- LIST: a non-empty list; broken by an empty list and by what is not a list.
+
+The clause text says, in the SPEC's words, what holds; the id is `FACE.call.argument[.property]`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+DIM, TENSOR, ID, INT, POSITIONS, LIST = "dim", "tensor", "id", "int", "positions", "list"
+OP_FACES = ("op-contiguous", "op-cell")
+OP_CELL, OP_CONTIGUOUS, SEQUENCE, CELL = ("op-cell",), ("op-contiguous",), ("sequence",), ("cell",)
+
+
+@dataclass(frozen=True)
+class Clause:
+    id: str
+    rule: str                  # the rule of spec/rules.py the clause is part of
+    faces: tuple[str, ...]     # the conformance layouts whose calls take the argument
+    call: str
+    argument: str
+    kind: str
+    text: str
+    size: str = ""             # DIM: the config field (or q_len); ID: n; INT: the inclusive upper bound
+    axis: int = -1             # DIM: the dimension
+    other: str = ""            # DIM: the size another argument has here (a config field)
+    low: str = "0"             # INT: the lower bound (a literal or another argument's name)
+    variants: tuple[str, ...] = ()   # the malformations of this clause, when not the kind's all
+    feature: str = ""          # the scope feature (scope.py) a target needs to be judged on the clause
+
+
+def _op_dims(argument: str, sizes: tuple[str, ...], others: tuple[str, ...]) -> tuple[Clause, ...]:
+    names = ("batch", "heads", "q_len", "width") if argument != "position" else ("q_len", "cols")
+    shape = "[B, Hkv, q_len, D]" if argument == "k" else "[B, Hkv, q_len, Dv]" if argument == "v" else "[q_len, 1]"
+    return tuple(Clause(f"op.update_and_fetch.{argument}.{name}", "OP-ARGS", OP_FACES, "update_and_fetch", argument,
+                        DIM, f"{argument} is {shape}: dimension {axis} is {size}", size, axis, other,
+                        feature="positions" if argument == "position" else "")
+                 for axis, (name, size, other) in enumerate(zip(names, sizes, others)))
+
+
+CLAUSES: tuple[Clause, ...] = (
+    # --- the op face (SPEC section 8): update_and_fetch(layer_id, k, v, position)
+    *_op_dims("k", ("batch_size", "n_kv_heads", "q_len", "head_dim"), ("n_kv_heads", "batch_size", "", "v_head_dim")),
+    *_op_dims("v", ("batch_size", "n_kv_heads", "q_len", "v_head_dim"), ("n_kv_heads", "batch_size", "", "head_dim")),
+    *_op_dims("position", ("q_len", "1"), ("", "q_len")),
+    Clause("op.update_and_fetch.q_len", "OP-ARGS", OP_FACES, "update_and_fetch", "k, v, position", DIM,
+           "q_len >= 1, equal across k, v and position", "q_len", 2, variants=("0",)),
+    Clause("op.update_and_fetch.k.tensor", "OP-ARGS", OP_FACES, "update_and_fetch", "k", TENSOR,
+           "k is a floating-point tensor of 4 dimensions"),
+    Clause("op.update_and_fetch.v.tensor", "OP-ARGS", OP_FACES, "update_and_fetch", "v", TENSOR,
+           "v is a floating-point tensor of 4 dimensions"),
+    Clause("op.update_and_fetch.position.tensor", "OP-ARGS", OP_FACES, "update_and_fetch", "position", TENSOR,
+           "position is an integer tensor of 2 dimensions", feature="positions"),
+    Clause("op.update_and_fetch.layer_id", "OP-ARGS", OP_FACES, "update_and_fetch", "layer_id", ID,
+           "layer_id is an int (not bool) in [0, n_layers)", "n_layers"),
+    Clause("op.update_and_fetch.position.range", "OP-POS", OP_FACES, "update_and_fetch", "position", POSITIONS,
+           "every position is an int in [0, 2**31 - 2]", variants=("negative", "int32"), feature="positions"),
+    Clause("op.update_and_fetch.position.order", "OP-POS", OP_CELL, "update_and_fetch", "position", POSITIONS,
+           "within a step one sequence's positions strictly increase, each newer than every position it holds",
+           variants=("repeat", "descending", "held"), feature="positions"),
+    Clause("op.update_and_fetch.position.continue", "OP-POS", OP_CONTIGUOUS, "update_and_fetch", "position",
+           POSITIONS, "the step's positions continue the layer's history with no gap",
+           variants=("repeat", "descending", "held", "gap"), feature="positions"),
+    Clause("op.begin_step.seq_ids", "OP-STEP", OP_CELL, "begin_step", "seq_ids", LIST,
+           "begin_step(seq_ids): a non-empty list"),
+    Clause("op.begin_step.seq_ids.id", "OP-STEP", OP_CELL, "begin_step", "seq_ids", ID,
+           "begin_step's ids are ints in [0, 63)", "63"),
+    Clause("op.seq_cp.src_id", "OP-FORK", OP_CELL, "seq_cp", "src_id", ID, "seq_cp's src_id is an int in [0, 63)",
+           "63"),
+    Clause("op.seq_cp.dst_id", "OP-FORK", OP_CELL, "seq_cp", "dst_id", ID, "seq_cp's dst_id is an int in [0, 63)",
+           "63"),
+    Clause("op.seq_cp.upto", "OP-FORK", OP_CELL, "seq_cp", "upto", INT, "seq_cp's upto is None or an int >= 0"),
+    Clause("op.seq_rm.seq_id", "OP-RM", OP_CELL, "seq_rm", "seq_id", ID, "seq_rm's seq_id is an int in [0, 63)",
+           "63"),
+    Clause("op.seq_rm.p0", "OP-RM", OP_CELL, "seq_rm", "p0", INT, "seq_rm's p0 is an int >= 0"),
+    Clause("op.seq_rm.p1", "OP-RM", OP_CELL, "seq_rm", "p1", INT, "seq_rm's p1 is None or an int >= p0", low="p0"),
+    # --- the sequence face (SPEC section 2.3-2.7): plan, can_extend, rewind, depth, retained_from
+    Clause("sequence.plan.layer", "LAYER-RANGE", SEQUENCE, "plan", "layer", ID,
+           "plan takes 0 <= layer < n_layers, an int (ARG-INT)", "n_layers"),
+    Clause("sequence.plan.position", "ARG-RANGE", SEQUENCE, "plan", "position", INT,
+           "position is an int in [0, INT_MAX]", "INT_MAX"),
+    Clause("sequence.plan.position.append", "STEP-APPEND", SEQUENCE, "plan", "position", POSITIONS,
+           "position == length (a new step) or the open step's", variants=("gap", "held")),
+    Clause("sequence.plan.T", "STEP-T", SEQUENCE, "plan", "T", INT, "a step has T >= 1 new tokens, an int",
+           "INT_MAX", low="1"),
+    Clause("sequence.plan.T.max_write", "STEP-T-MAX", SEQUENCE, "plan", "T", INT,
+           "T <= max_write of every ring layer", "limit", low="1", variants=("above",)),
+    Clause("sequence.can_extend.n", "ARG-RANGE", SEQUENCE, "can_extend", "n", INT, "n is an int in [0, INT_MAX]",
+           "INT_MAX"),
+    Clause("sequence.rewind.new_len", "ARG-RANGE", SEQUENCE, "rewind", "new_len", INT,
+           "new_len is an int in [0, INT_MAX]", "INT_MAX"),
+    Clause("sequence.rewind.new_len.grow", "REWIND-GROW", SEQUENCE, "rewind", "new_len", INT,
+           "rewind(new_len) with new_len > length is refused", "length", variants=("above",)),
+    Clause("sequence.depth.layer", "LAYER-RANGE", SEQUENCE, "depth", "layer", ID,
+           "depth takes 0 <= layer < n_layers", "n_layers"),
+    Clause("sequence.retained_from.layer", "LAYER-RANGE", SEQUENCE, "retained_from", "layer", ID,
+           "retained_from takes 0 <= layer < n_layers", "n_layers"),
+    # --- the cell face (SPEC section 7.2): seq ids, ranges, declare_step, place_step
+    *(Clause(f"cell.{call}.{argument}", "CELL-SEQ-ID", CELL, call, argument, ID,
+             f"{call}'s {argument} is an int in [0, max_seqs)", "max_seqs")
+      for call, argument in (("seq_len", "seq_id"), ("next_pos", "seq_id"), ("seq_rm", "seq_id"),
+                             ("seq_clone", "src"), ("declare_step", "seq_ids"))),
+    Clause("cell.declare_step.seq_ids.list", "CELL-DECLARE", CELL, "declare_step", "seq_ids", LIST,
+           "declare_step takes a non-empty list or tuple"),
+    Clause("cell.seq_clone.upto", "CELL-FORK", CELL, "seq_clone", "upto", INT,
+           "upto is None or an int in [0, INT_MAX]", "INT_MAX"),
+    Clause("cell.seq_rm.p0", "CELL-RM", CELL, "seq_rm", "p0", INT, "p0 is an int in [0, INT_MAX]", "INT_MAX"),
+    Clause("cell.seq_rm.p1", "CELL-RM", CELL, "seq_rm", "p1", INT, "p1 is None or an int with p0 <= p1 <= INT_MAX",
+           "INT_MAX", low="p0"),
+    Clause("cell.can_extend.n", "CELL-USED-END", CELL, "can_extend", "n", INT, "n is an int in [0, INT_MAX]",
+           "INT_MAX"),
+    Clause("cell.place_step.layer", "LAYER-RANGE", CELL, "place_step", "layer", ID,
+           "place_step takes 0 <= layer < n_layers", "n_layers"),
+    Clause("cell.place_step.positions", "CELL-POS", CELL, "place_step", "positions", POSITIONS,
+           "one int in [0, INT_MAX - 1] per token, each newer than its sequence holds and than its earlier tokens",
+           variants=("repeat", "descending", "held", "negative", "int32", "not a list")),
+)
+
+BY_ID: dict[str, Clause] = {clause.id: clause for clause in CLAUSES}
+assert len(BY_ID) == len(CLAUSES), "clause ids are unique"
+
+# The malformations each kind of clause is broken by, in the order they are tried.
+VARIANTS: dict[str, tuple[str, ...]] = {
+    DIM: ("0", "1", "n-1", "n+1", "other"),
+    TENSOR: ("dtype", "rank"),
+    ID: ("-1", "n", "bool", "float", "huge"),
+    INT: ("below", "bool", "float", "above"),
+    POSITIONS: ("repeat", "gap", "descending", "held", "negative", "int32"),
+    LIST: ("empty", "not a list"),
+}
+
+
+def variants(clause: Clause) -> tuple[str, ...]:
+    return clause.variants or VARIANTS[clause.kind]
+
+
+def of_face(face: str) -> tuple[Clause, ...]:
+    return tuple(clause for clause in CLAUSES if face in clause.faces)
+
+
+def clause_rule(clause_id: str) -> Optional[str]:
+    clause = BY_ID.get(clause_id)
+    return clause.rule if clause is not None else None

@@ -1,0 +1,135 @@
+"""Malformed arguments, derived from the argument contract (spec/arguments.py), never from a list.
+
+A `Case` is one clause and one way of breaking it (a variant of the clause's kind). `cases(face, cfg)`
+derives every case a configuration can show: a dimension's 0, 1, n-1, n+1 and the other argument's size
+(each only where it differs from the valid size), an id's -1, n, bool, float and huge value, a position
+list's repeat, gap, descending order, re-placed, negative and int32 positions, a tensor's dtype and
+rank, a list's emptiness. Each layout's programs turn a case into its own steps (op_programs,
+programs, cell_programs); every such step carries `"clause"` (and the op face's `"variant"`), and the
+engines record the clause as exercised once the target answered the malformed call (`CLAUSE_PREFIX`
+in `RunResult.exercised`), so coverage reports the clauses a run exercised.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence
+
+from ..arguments import BY_ID, CLAUSES, DIM, ID, INT, LIST, POSITIONS, TENSOR, Clause, of_face, variants
+from .configs import JsonConfig
+
+CLAUSE_PREFIX = "clause:"       # a clause id in RunResult.exercised (rule ids never start so)
+INT_MAX = 2**31 - 1
+HUGE = 2**31                    # past every int argument's range, and past a C++ int
+INT32_LIMIT = 2**31 - 1         # one past the largest position: 2**31 - 2 (OP-POS), INT_MAX - 1 (CELL-POS)
+
+
+@dataclass(frozen=True)
+class Case:
+    clause: Clause
+    variant: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.clause.id} {self.variant}"
+
+    def tag(self) -> dict[str, str]:
+        """What a step carries to name the case (the engines read it)."""
+        return {"clause": self.clause.id, "variant": self.variant}
+
+
+def sizes_of(cfg: JsonConfig, q_len: int = 1) -> dict[str, int]:
+    """The sizes a DIM clause can name, for one op config and a step of q_len tokens."""
+    head = int(cfg.get("head_dim", 1))
+    return {"batch_size": int(cfg.get("batch_size", 1)), "n_kv_heads": int(cfg.get("n_kv_heads", 1)),
+            "head_dim": head, "v_head_dim": int(cfg.get("v_head_dim", head)), "q_len": q_len, "1": 1}
+
+
+def dim_value(clause: Clause, variant: str, sizes: dict[str, int]) -> Optional[int]:
+    """The size a DIM case gives its dimension, or None where it is no malformation in these sizes
+    (equal to the valid size, negative, or an `other` the clause does not have)."""
+    n = sizes[clause.size]
+    value = {"0": 0, "1": 1, "n-1": n - 1, "n+1": n + 1,
+             "other": sizes.get(clause.other, n) if clause.other else n}[variant]
+    return value if value != n and value >= 0 else None
+
+
+def dim_values(clause: Clause, sizes: dict[str, int]) -> list[tuple[str, int]]:
+    """The distinct malformed sizes of a DIM clause, each under the first variant that gives it."""
+    seen: dict[int, str] = {}
+    for variant in variants(clause):
+        value = dim_value(clause, variant, sizes)
+        if value is not None and value not in seen:
+            seen[value] = variant
+    return [(variant, value) for value, variant in seen.items()]
+
+
+def id_value(variant: str, n: Any) -> Any:
+    """An ID case's value; n is the clause's bound (an int, or a relative bound like {"n": 0})."""
+    return {"-1": -1, "n": n, "bool": True, "float": 0.0, "huge": HUGE}[variant]
+
+
+def int_value(clause: Clause, variant: str, low: Any = None, above: Any = None) -> Any:
+    """An INT case's value: one below the lower bound (`low`: the bound's value when it is another
+    argument), a bool, a float, one above the upper bound (`above`: the face's relative form of it)."""
+    bound = int(clause.low) if clause.low.lstrip("-").isdigit() else low
+    if variant == "below":
+        return None if bound is None else bound - 1
+    if variant == "bool":
+        return True
+    if variant == "float":
+        return float(bound if isinstance(bound, int) else 0)
+    if above is not None:
+        return above
+    return HUGE if clause.size == "INT_MAX" else None
+
+
+def malformed_positions(variant: str, following: Sequence[int], held_newest: int) -> Optional[list[int]]:
+    """A POSITIONS case from the positions a step would take (`following`: at least two) and the newest
+    position its sequence holds (-1: none); None where the case cannot be shown (nothing held)."""
+    p = following[0]
+    if variant == "repeat":
+        return [p, p]
+    if variant == "descending":
+        return [following[1], p]
+    if variant == "gap":
+        return [p + 1]
+    if variant == "held":
+        return None if held_newest < 0 else [held_newest]
+    if variant == "negative":
+        return [-1]
+    if variant == "int32":
+        return [INT32_LIMIT]
+    return None
+
+
+def tokens_of(variant: str) -> int:
+    """The tokens a POSITIONS case's step takes (the owners a cell step declares)."""
+    return 2 if variant in ("repeat", "descending") else 1
+
+
+def cases(face: str, cfg: Optional[JsonConfig] = None) -> list[Case]:
+    """Every case of the face's clauses a configuration can show (DIM cases depend on its sizes)."""
+    out: list[Case] = []
+    for clause in of_face(face):
+        if clause.kind == DIM:
+            sizes = sizes_of(cfg or {})
+            out += [Case(clause, variant) for variant, _ in dim_values(clause, sizes)]
+        else:   # an INT clause without an upper bound has no value above it
+            out += [Case(clause, variant) for variant in variants(clause)
+                    if not (clause.kind == INT and variant == "above" and not clause.size)]
+    return out
+
+
+def case_of(step: dict[str, Any]) -> Optional[Case]:
+    """The case a step names ("clause", "variant"), or None."""
+    clause = BY_ID.get(str(step.get("clause")))
+    return None if clause is None else Case(clause, str(step.get("variant", "")))
+
+
+def faces() -> set[str]:
+    return {face for clause in CLAUSES for face in clause.faces}
+
+
+__all__ = ["CLAUSE_PREFIX", "Case", "DIM", "ID", "INT", "LIST", "POSITIONS", "TENSOR", "case_of", "cases", "dim_value",
+           "dim_values", "id_value", "int_value", "malformed_positions", "sizes_of", "tokens_of"]

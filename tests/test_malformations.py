@@ -1,0 +1,42 @@
+"""Every argument clause's malformations (spec/arguments.py, derived by conformance/malform.py) are found:
+on a stand-in that is the reference except that it accepts every malformed value of that clause's argument
+(tests/lenient_standin.py), the suite's edge programs report a finding whose program breaks the clause."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvcache_spec.arguments import CLAUSES, of_face
+from kvcache_spec.conformance import malform, suite
+from kvcache_spec.conformance.targets import PythonTarget
+
+# The edge programs only (every clause is broken there), once per configuration of the layout.
+EDGES = suite.Profile(0, 1, 200, 600.0, 8, 1 << 23)
+
+
+# One clause per face runs by default; every clause with -m slow (about 5 minutes on the busy machine).
+DEFAULT = {"op.update_and_fetch.v.width", "op.seq_rm.p1", "sequence.plan.layer", "cell.place_step.positions"}
+
+
+@pytest.mark.parametrize("clause", [pytest.param(clause.id, marks=() if clause.id in DEFAULT else pytest.mark.slow)
+                                    for clause in CLAUSES])
+def test_the_suite_finds_a_target_that_accepts_a_clauses_malformations(clause: str,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(suite.PROFILES, "edges", EDGES)
+    target = PythonTarget(f"python:tests.lenient_standin:{clause}")
+    try:
+        result = suite.run_suite(target, "edges")
+    finally:
+        target.close()
+    kept = [r for rs in result.causes.values() for r in rs]
+    breaking = [r for r in kept if any(step.get("clause") == clause for step in r.steps)]
+    assert breaking, (clause, [(r.finding.kind, r.finding.rule, r.steps[-1:]) for r in kept])
+    assert result.verdict(strict=True) == suite.NOT_CONFORMING
+
+
+def test_every_face_has_clauses_and_every_clause_derives_cases() -> None:
+    for face in ("sequence", "cell", "op-contiguous", "op-cell"):
+        assert of_face(face)
+        derived = {case.clause.id for case in malform.cases(face, {"batch_size": 2, "n_kv_heads": 2, "head_dim": 2,
+                                                                   "v_head_dim": 3})}
+        assert derived == {clause.id for clause in of_face(face)}, face
