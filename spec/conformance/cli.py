@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any, Iterator, Optional, TextIO
 
-from ..cli import open_report, report_path_problem
+from ..report_files import open_report, report_path_problem
 from . import scope as scopes
 from .engine import CLASSES
 from .suite import CONFORMING, INCOMPLETE, PROFILES, SuiteResult, report_json, report_junit, run_suite, wrap
