@@ -9,8 +9,8 @@ imported on its own: `import kvcache` stays free of numpy.
 from ._cache import SequenceCache
 from ._cell_table import MAX_SEQS
 from ._cells import CellCache
-from ._errors import (ArgumentTypeError, ArgumentValueError, ConfigError, ConfigTypeError, ForwardError,
-                      KVCacheError, LayerIndexError, PlanError, StepError)
+from ._errors import (ArgumentTypeError, ArgumentValueError, CapacityError, ConfigError, ConfigTypeError,
+                      ForwardError, KVCacheError, LayerIndexError, PlanError, StepError)
 from ._faces import BatchControl, CacheBase, CacheControl, CellStepper, SequenceControl, SequencePlanner
 from ._ints import INT_MAX
 from ._policies import FlatPolicy, LayoutPolicy, RingPolicy
@@ -19,7 +19,7 @@ from ._types import CacheConfig, CellStep, Kind, LayerConfig, LayerPolicy, Run, 
 
 __all__ = [
     "INT_MAX", "MAX_SEQS", "ArgumentTypeError", "ArgumentValueError", "BatchControl", "CacheBase", "CacheBuilderRegistry",
-    "CacheConfig", "CacheControl", "CacheRegistry", "CacheSession", "CellCache", "CellStep", "CellStepper", "ConfigError",
+    "CacheConfig", "CacheControl", "CapacityError", "CacheRegistry", "CacheSession", "CellCache", "CellStep", "CellStepper", "ConfigError",
     "ConfigTypeError", "FlatPolicy", "ForwardError", "KVCacheError", "Kind",
     "LayerConfig", "LayerIndexError", "LayerPolicy", "LayoutPolicy", "PlanError", "RingPolicy", "Run",
     "SeqStepPlan", "SequenceCache", "SequenceControl", "SequencePlanner", "StepError", "make_unique_key",

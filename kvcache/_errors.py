@@ -4,6 +4,11 @@ A caller error is not a refusal: `plan` returns None and `rewind` returns False 
 spec says the request is well-formed but cannot be served (admission, rewind floor). Everything
 else - wrong types, negatives, out-of-range layers, steps that break the append rule, forged plans,
 broken configs - raises one of these, and the cache is left exactly as it was.
+
+The classes follow upstream's convention (ExecuTorch's op face, OP-ATOMIC): a malformed argument or
+config is a ValueError or TypeError; a refusal that the cache's state decides - capacity and admission
+(`CapacityError`), the forward protocol's state (`ForwardError`) - is also a RuntimeError, so code
+written against upstream's caches catches it where it catches theirs.
 """
 
 from __future__ import annotations
@@ -69,7 +74,12 @@ def out_of_range(argument: str, value: int, low: int, high: int = INT_MAX, rule:
     return ArgumentValueError(rule, argument, f"must lie in [{low}, {high}]", value=value)
 
 
-class ForwardError(StepError):
+class ForwardError(StepError, RuntimeError):
     """A cell-cache call breaks the forward protocol (CELL-FORWARD): a table-changing verb while a forward
     is open, `place_step` with nothing declared, a layer served twice, or positions other than the
-    first layer's."""
+    first layer's. Also a RuntimeError: the refusal is decided by the protocol's state, not the call alone."""
+
+
+class CapacityError(ArgumentValueError, RuntimeError):
+    """A step or a declaration that does not fit the cache's capacity (OP-CAP: admission, decided before
+    anything is written). Also a RuntimeError, as upstream raises for a full cache."""

@@ -21,7 +21,7 @@ import icontract
 import numpy as np
 
 from ._cells import CellCache
-from ._errors import ArgumentTypeError, ArgumentValueError, ConfigError, ForwardError, \
+from ._errors import ArgumentTypeError, ArgumentValueError, CapacityError, ConfigError, ForwardError, \
     KVCacheError, StepError
 from ._ints import INT_MAX
 from ._op_arrays import found, to_kind, to_numpy
@@ -175,8 +175,8 @@ class CellReferenceCache:
                 return error
         free = self._cells.free_cells() + (0 if self._placed is None else len(self._placed))
         if len(seq_ids) > free:
-            return ArgumentValueError("OP-CAP", "seq_ids", "more tokens than free cells", tokens=len(seq_ids),
-                                      free=free)
+            return CapacityError("OP-CAP", "seq_ids", "more tokens than free cells", tokens=len(seq_ids),
+                                 free=free)
         return None
 
     @icontract.require(lambda self, seq_ids: self._begin_error(seq_ids) is None,

@@ -21,7 +21,7 @@ import icontract
 import numpy as np
 
 from ._cache import SequenceCache
-from ._errors import ArgumentValueError, KVCacheError, StepError
+from ._errors import ArgumentValueError, CapacityError, KVCacheError, StepError
 from ._op_arrays import found, layer_error, to_kind, to_numpy
 from ._op_pools import KVPools, checked_step, fetch_contracts, step_positions_or_error
 from ._op_types import AttendSpec, CacheConfig, CacheSizing, attended_by_formula, layout_config, mask_of, \
@@ -59,6 +59,7 @@ class ContiguousReferenceCache:
         config = validated(config)  # OP-CONFIG: re-validated and copied; the caller's object cannot reach it later
         self.config = config
         self._ring_rows = config.max_write is not None
+        self._has_ring = any(config.window(layer) for layer in range(config.n_layers))
         self._layout = SequenceCache(layout_config(config, ring_rows=self._ring_rows))
         self._depth = tuple(self._layout.depth(layer) for layer in range(config.n_layers))
         self._step: Optional[_OpenStep] = None
@@ -108,7 +109,7 @@ class ContiguousReferenceCache:
         return self._new_step_error(positions, held)
 
     def _new_step_error(self, positions: list[int], held: int) -> Optional[KVCacheError]:
-        """OP-POS, OP-CAP, STEP-T-MAX: a new step continues the `held` tokens with no gap and fits."""
+        """OP-POS, OP-CAP, OP-MAX-WRITE: a new step continues the `held` tokens with no gap and fits."""
         first, q_len = positions[0], len(positions)
         if first < held:
             return StepError("OP-POS", "position", "re-places a position this sequence already holds (or an older "
@@ -121,12 +122,12 @@ class ContiguousReferenceCache:
             return StepError("OP-POS", "position", "must be consecutive: a contiguous row index is its position",
                              positions=positions)
         if held + q_len > self.config.capacity:
-            return ArgumentValueError("OP-CAP", "k", "the step does not fit: tokens held + q_len > capacity",
-                                      held=held, q_len=q_len, capacity=self.config.capacity)
+            return CapacityError("OP-CAP", "k", "the step does not fit: tokens held + q_len > capacity",
+                                 held=held, q_len=q_len, capacity=self.config.capacity)
         max_write = self.config.max_write
-        if self._ring_rows and max_write is not None and q_len > max_write:
-            return ArgumentValueError("STEP-T-MAX", "k", "a step writes at most max_write tokens when ring "
-                                                         "layers keep only their ring", q_len=q_len,
+        if max_write is not None and self._has_ring and q_len > max_write:
+            return ArgumentValueError("OP-MAX-WRITE", "k", "a step writes at most max_write tokens when ring "
+                                                           "layers keep only their ring", q_len=q_len,
                                       max_write=max_write)
         return None
 

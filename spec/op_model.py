@@ -48,6 +48,7 @@ class OpConfig:
     v_head_dim: int
     capacity: int
     batch_size: int
+    max_write: Optional[int] = None   # OP-MAX-WRITE: the most tokens a step writes (with a ring layer); None = no bound
 
 
 def _is_int(value: Any) -> bool:
@@ -80,10 +81,14 @@ def make_config(cfg: dict[str, Any], kind: str) -> Union[OpConfig, Rejected]:
         return Rejected("OP-BATCH", "a cell cache needs batch_size 1")
     if cfg.get("sizing", "dynamic") not in ("dynamic", "static"):
         return Rejected("OP-CONFIG", f"sizing {cfg.get('sizing')!r}")
+    max_write = cfg.get("max_write")
+    if max_write is not None and (not _is_int(max_write) or max_write < 1):
+        return Rejected("OP-CONFIG", f"max_write must be null or an int >= 1, got {max_write!r}")
     n_layers = sizes["n_layers"]
-    return OpConfig(kind, n_layers, tuple(windows * n_layers if len(windows) == 1 else windows),
-                    sizes["n_kv_heads"], sizes["head_dim"], sizes["v_head_dim"], sizes["capacity"],
-                    sizes["batch_size"])
+    windows = windows * n_layers if len(windows) == 1 else windows
+    return OpConfig(kind, n_layers, tuple(windows), sizes["n_kv_heads"], sizes["head_dim"], sizes["v_head_dim"],
+                    sizes["capacity"], sizes["batch_size"],
+                    max_write if kind == CONTIGUOUS and any(windows) else None)   # cells have no rings to bound
 
 
 @dataclass
@@ -292,6 +297,8 @@ class OpModel:
                             "positions")
         if held + len(positions) > self.cfg.capacity:
             return Rejected("OP-CAP", f"{held} + {len(positions)} tokens exceed capacity {self.cfg.capacity}")
+        if self.cfg.max_write is not None and len(positions) > self.cfg.max_write:
+            return Rejected("OP-MAX-WRITE", f"a step of {len(positions)} tokens, max_write {self.cfg.max_write}")
         self._abandon()
         self.step = Step((0,) * len(positions))
         return self._serve(layer, positions, uids)

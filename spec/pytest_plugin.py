@@ -44,6 +44,7 @@ class _Suite:
 
     def get(self) -> dict[str, Any]:
         if self.report is None:
+            from .conformance.layouts import add_layout_hint
             from .conformance.suite import report_json, run_suite
             from .conformance.targets import parse_target, stop_on_signals
 
@@ -59,6 +60,7 @@ class _Suite:
                 finally:
                     target.close()
             self.report = report_json(result, option("kvcache_strict"), option("kvcache_exact_layout"))
+            add_layout_hint(self.report, result.interrupted, target)
         return self.report
 
 
@@ -95,8 +97,9 @@ class KvcacheItem(pytest.Item):
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
         if isinstance(excinfo.value, KvcacheFinding):
+            hint = self.suite.get().get("hint")
             return f"kvcache conformance ({self.kind}) against {self.config.getoption('kvcache_target')}:\n" \
-                   f"{excinfo.value}"
+                   f"{excinfo.value}" + (f"\nhint: {hint}" if hint else "")
         return str(super().repr_failure(excinfo))
 
     def reportinfo(self) -> tuple[str, int, str]:

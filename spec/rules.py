@@ -310,7 +310,9 @@ OP_RULES: tuple[Rule, ...] = (
          "Every sequence of a cell cache shares one token axis, so a second batch row has no meaning there.",
          "Batch rows of a cell cache silently mixed into one history."),
     Rule("OP-ATOMIC",
-         "A refused call (a typed error, a ValueError or TypeError subclass) changes nothing a later call can observe.",
+         "A refused call changes nothing a later call can observe. Refusals are typed errors with the rule id: a "
+         "malformed argument or config a ValueError or TypeError, a refusal decided by the cache's state (capacity, "
+         "admission, the forward protocol) also a RuntimeError, as upstream raises.",
          "A half-applied call leaves history rows the caller does not know about.",
          "K grown by a step whose V was refused; cells claimed by a step that then failed."),
     Rule("OP-CONFIG",
@@ -318,6 +320,12 @@ OP_RULES: tuple[Rule, ...] = (
          ">= 1, batch_size >= 1, every size an int (not bool).",
          "A cache built from a nonsensical config fails later, far from the cause.",
          "A zero-layer or zero-head cache that accepts steps it cannot serve."),
+    Rule("OP-MAX-WRITE",
+         "Contiguous: with max_write set (an int >= 1; null = no bound) and a ring layer in the config, a step of more "
+         "than max_write tokens is refused on every layer, before anything changes.",
+         "A runtime cache keeps a ring of window + max_write - 1 rows per ring layer (upstream's MLX runtime), so a "
+         "longer step would overwrite rows its own queries read; the runner chunks prefill to fit.",
+         "A step longer than max_write served into a ring that cannot hold it; an exact fit refused."),
 )
 RULES = RULES + OP_RULES
 

@@ -27,19 +27,9 @@ so it needs them). The cache need not import kvcache's types:
   `conformance --exact-layout`; `conformance` without it judges semantic conformance only. `verify`'s
   model checker copies caches with `copy.deepcopy`: a target must survive it.
 
-An **op-face** target (SPEC.md section 8; `conformance` only) is a factory with `kvcache_layout =
-"op-contiguous"` or `"op-cell"`. It receives the JSON config itself (a dict: `n_layers`, `layers`
-[{kind, window, ...}], `n_kv_heads`, `head_dim`, `v_head_dim`, `batch_size`, `capacity`, `sizing`), builds
-its own cache and validates the config (OP-CONFIG: raise to refuse). The object has
-`update_and_fetch(layer_id, k, v, position) -> (k_hist, v_hist, spec)` and `reset()`; a contiguous cache
-`used(layer_id)`, a cell cache `begin_step(seq_ids)`, `seq_cp(src, dst, upto)`, `seq_rm(seq, p0, p1)`,
-`seq_len(seq)` and `free_cells()` (called positionally, in these orders). `k`, `v` (float32) and
-`position` (int64 `[q_len, 1]`) are numpy arrays, or torch tensors when the factory says
-`kvcache_tensors = "torch"`; `k_hist` / `v_hist` may be either (read with `numpy.asarray`, a tensor
-through `.detach().cpu().numpy()`), and `spec` is any object with `kind` (an enum member named, or a
-string equal to, NONE / CAUSAL / EXPLICIT) and, for EXPLICIT, `mask` (bool `[q_len, rows]`). A caller
-error is any exception. Out of process (`--isolate`, or a `cmd:` target in any language) the same calls
-cross the protocol with tensors as JSON (spec/PROTOCOL.md, "Op-face targets").
+An **op-face** target (`conformance` only) is a factory with `kvcache_layout = "op-contiguous"` or
+`"op-cell"`: what it is given (the JSON config and its keys, numpy or torch tensors) and what it answers
+(the histories, the AttendSpec forms) is SPEC.md section 8.5.
 """
 
 from __future__ import annotations

@@ -124,6 +124,9 @@ class ContiguousStandin(_Base):
                 raise StandinError("positions do not continue the history")
             if len(committed) + len(positions) > self.cfg["capacity"]:
                 raise StandinError("capacity")
+            max_write = self.cfg.get("max_write")
+            if max_write is not None and any(self.windows) and len(positions) > max_write:
+                raise StandinError("max_write")
             self._abandon()
             tokens = [Token(p, {0}) for p in positions]
             self.tokens += tokens

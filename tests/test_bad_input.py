@@ -206,7 +206,7 @@ EXPORTS: dict[str, Callable[[], None]] = {
     "INT_MAX": lambda: _refuses(lambda: fresh().can_extend(INT_MAX + 1), "ARG-RANGE"),
     **{name: _is_error_class(name) for name in ("ArgumentTypeError", "ArgumentValueError", "ConfigError",
                                                  "ConfigTypeError", "KVCacheError", "LayerIndexError",
-                                                 "PlanError", "StepError", "ForwardError")},
+                                                 "PlanError", "StepError", "ForwardError", "CapacityError")},
     "CacheBase": _base_has_no_faces,
     **{name: _is_abstract_face(name) for name in ("SequenceControl", "SequencePlanner",
                                                    "LayoutPolicy", "CacheControl", "BatchControl", "CellStepper")},

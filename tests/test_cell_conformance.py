@@ -88,6 +88,7 @@ def test_each_broken_cell_cache_is_caught_with_a_minimal_program(name: str) -> N
     assert replay(REFERENCE, first["config"], first["steps"]) is None
 
 
+@pytest.mark.slow
 def test_upstream_lax_answers_are_lenient_not_wrong() -> None:
     report = _report("python:kvcache_spec.conformance.zoo:upstream_lax_cells")
     classes = {(f["class"], f["rule"]) for f in report["semantic"]["findings"]}
@@ -207,6 +208,7 @@ def test_the_cpp_driver_replays_the_cell_vectors(cell_binaries: dict[str, Path])
     assert lax.returncode == 1 and "CELL-FORWARD" in lax.stderr
 
 
+@pytest.mark.slow
 def test_a_cell_finding_is_saved_as_a_vector_that_reproduces(tmp_path: Path) -> None:
     spec = zoo.CELL_ZOO["rm_off_by_one"][0]
     code = conformance_main(["--target", spec, "--save-findings", str(tmp_path / "found"),

@@ -239,6 +239,7 @@ def test_the_new_checks_survive_python_O() -> None:
 LENIENT_THEN_STALE = "python:tests.cell_hostile_targets:LenientThenStale"
 
 
+@pytest.mark.slow
 def test_a_wrong_answer_behind_a_lenient_one_is_found() -> None:
     """Continuing past a lenient step finds the stale mask of tests/cell_hostile_targets.py; without it the
     run reports lenient only, and even CONFORMING when not strict - the weakness this closes."""

@@ -53,6 +53,7 @@ def test_the_lockstep_catches_a_broken_target(broken: Any, ops: list[Any], rule_
     assert any(p.startswith(rule_id) for p in problems), problems
 
 
+@pytest.mark.slow
 def test_the_machine_passes_the_model_target() -> None:
     run_state_machine_as_test(make_cell_machine(model_target, name="ModelCellMachine"),
                               settings=settings(stateful_settings(), max_examples=60))
@@ -69,6 +70,7 @@ def test_the_machine_catches_a_broken_target(broken: Any) -> None:
     assert str(failure.value).startswith(("CELL-", "ATOMIC")), str(failure.value)[:300]
 
 
+@pytest.mark.slow
 def test_reference_agrees_with_the_model() -> None:
     """CELL-DATA-SOUND and every other CELL- rule: kvcache.CellCache in lockstep with the cell model."""
     run_state_machine_as_test(make_cell_machine(name="CellMachine"),

@@ -47,6 +47,7 @@ def _reduced(spec: CellConfigSpec, factory: Optional[Callable[..., Any]] = None)
     return check_config(spec, factory, layout=cmc.layout(BOUNDS), seen=seen), seen
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("spec", SMALL, ids=repr)
 def test_the_reduced_search_reaches_every_class_the_full_search_reaches(spec: CellConfigSpec) -> None:
     """The reference: the same verdict (holds) and exactly the same set of reachable canonical states;
@@ -69,6 +70,7 @@ BROKEN_TARGETS: dict[str, Callable[..., Any]] = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(BROKEN_TARGETS))
 def test_every_broken_variant_is_found_alike_reduced_and_full(name: str) -> None:
     """Each broken variant (the reference's subclasses, renamed like it, and model-based targets, which
@@ -167,6 +169,7 @@ def test_invariants_are_suspended_in_calls_and_checked_once_per_state() -> None:
     assert replay(spec, cx.ops, _occupied_drift, cmc.layout(BOUNDS)) == cx.problems
 
 
+@pytest.mark.slow
 def test_the_symmetry_report_sums_each_governed_configuration_into_its_group(capsys: pytest.CaptureFixture[str]) -> None:
     """`python -m kvcache_proofs.symmetry_report`: every configuration counted once, in the group that
     governs it, reduced and in full; the reduced search never has more states, and both hold."""

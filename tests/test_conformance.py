@@ -45,6 +45,7 @@ def test_the_zoo_baseline_conforms() -> None:
     assert result.conforming(strict=True, exact_layout=True), result.findings
 
 
+@pytest.mark.slow
 def test_a_sound_non_canonical_layout_passes_semantically_but_not_exactly() -> None:
     result = run_suite(PythonTarget(ZOO_TARGET.format("rotated_ring")), "quick", seed=0)
     assert result.conforming(strict=True), sorted(result.findings)
@@ -76,6 +77,7 @@ def test_each_zoo_mutant_is_caught_with_its_class_and_rule(name: str) -> None:
     assert result.conforming(strict=False) == (not result.classes() & {"wrong", "crash"})
 
 
+@pytest.mark.slow
 def test_upstream_floor_counterexample_is_a_chain_of_rewinds() -> None:
     """The minimal program for upstream's floor: two steps, then rewinds the floor lets through."""
     result = run_suite(PythonTarget(ZOO_TARGET.format("upstream_floor")), "quick", seed=0)
@@ -162,6 +164,7 @@ def test_seeds_change_the_random_programs_but_not_the_verdict() -> None:
 
 # --- the command line ---------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_cli_reference_strict_writes_json_and_junit(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     report, junit = tmp_path / "r.json", tmp_path / "r.xml"
     assert cli.main(["--strict", "--exact-layout", "--json", str(report), "--junit", str(junit)]) == 0
@@ -256,7 +259,8 @@ def test_every_rule_is_in_scope_or_says_why_not() -> None:
     assert sorted(rule for rule, why in scope.items() if why and rule not in cell_rules + op_rules) == [
         "ET-MAP", "PROTO-COMMIT", "REG-KEYS", "REG-SESSION", "THREADS"]
     ops = in_scope(config_validation=True, optional=frozenset(), layout="op-cell")
-    assert all(not ops[rule] for rule in op_rules) and ops["CELL-MASK"] and ops["REWIND-SOUND"]
+    assert all(not ops[rule] for rule in op_rules if rule != "OP-MAX-WRITE") and ops["CELL-MASK"] and \
+        ops["REWIND-SOUND"] and "other op cache" in ops["OP-MAX-WRITE"]   # cells have no rings to bound
     cells = in_scope(config_validation=True, optional=frozenset(), layout="cell")
     assert all(not cells[rule] for rule in cell_rules) and cells["REWIND-SOUND"] and not cells["ARG-INT"]
     bare = in_scope(config_validation=False, optional=frozenset())

@@ -167,6 +167,7 @@ def test_a_crash_finding_says_how_the_target_crashed(mode: str, words: str) -> N
     assert any(words in m for m in crash_messages(result)), crash_messages(result)
 
 
+@pytest.mark.slow
 def test_a_crash_that_needs_earlier_programs_says_it_does_not_reproduce_alone() -> None:
     """crash-mid-run aborts on its 40th request, whatever it is: the program that crashed mostly does
     not crash alone in a fresh process, and the report must say so instead of calling it minimal."""
@@ -300,6 +301,7 @@ def test_usage_errors_are_one_line_before_the_run(tmp_path: Path, argv: list[str
     assert time.monotonic() - started < 30   # nothing ran
 
 
+@pytest.mark.slow
 def test_report_folders_are_created_and_reports_replaced_atomically(tmp_path: Path) -> None:
     report, junit = tmp_path / "new" / "dir" / "r.json", tmp_path / "new" / "r.xml"
     assert cli.main(["--json", str(report), "--junit", str(junit)]) == 0

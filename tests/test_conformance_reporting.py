@@ -149,6 +149,18 @@ def test_the_pytest_flag_prints_each_findings_test(capsys: pytest.CaptureFixture
     for finding in findings:
         assert finding["pytest"].splitlines()[0] in out
     assert cli.main(["--help"]) == 0 and "--pytest" in capsys.readouterr().out
+    # Pasted as printed - every test, from its `def` to the blank line that ends it - the tests compile and
+    # run, and each fails with its finding's rule (the target has the defect).
+    printed = out.split("\n")
+    starts = [i for i, text in enumerate(printed) if text.startswith("def test_")]
+    pasted = "\n".join("\n".join(printed[i:printed.index("", i) + 1]) for i in starts)
+    namespace: dict[str, object] = {}
+    exec(compile(pasted, "pasted from kvcache conformance --pytest", "exec"), namespace)
+    tests = [test for name, test in namespace.items() if name.startswith("test_") and callable(test)]
+    assert len(tests) == len(findings)
+    for test, finding in zip(tests, findings):   # printed in the report's order
+        with pytest.raises(AssertionError, match=f"'rule': '{finding['rule']}'"):
+            test()
 
 
 def test_DATA_SOUND_a_forged_commit_moving_the_length_over_unwritten_rows_is_wrong() -> None:

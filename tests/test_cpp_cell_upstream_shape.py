@@ -6,7 +6,8 @@ The stand-in (spec/cpp/example/cell_cache_upstream_shape.h) has exactly that sha
 behaviour, so any finding against it would be the driver's adaptation, not the cache: it must be
 CONFORMING (strict, exact layout) within its declared scope `max_seqs=64`, the suite configurations with
 another max_seqs reported as outside the scope (checked refused at creation, SCOPE-BORDER), never as
-findings and never as INCOMPLETE; max_seqs appears wherever a configuration is named.
+findings and never as INCOMPLETE; max_seqs appears wherever a configuration is named. The shipped example
+is the driver's one-line form: no factory, no scope, the class's public kMaxSeqs read as the fixed id count.
 """
 
 from __future__ import annotations
@@ -67,6 +68,11 @@ struct Crashes : demo::CellCache {
     return demo::CellCache::seq_rm(seq_id, p0, p1);
   }
 };
+// Built from the config alone, without a kMaxSeqs member to say which id count it serves.
+struct NoConstant : demo::CellCache {
+  explicit NoConstant(const Config& c) : demo::CellCache(c) {}
+};
+static_assert(!kc::has_k_max_seqs<NoConstant>::value && kc::has_k_max_seqs<Shape>::value);
 // No constructor the driver could call by itself (it needs a name too): only a factory builds it.
 struct Named : Shape {
   Named(const Config& c, const char* name) : Shape(c), name_(name) {}
@@ -92,8 +98,8 @@ int main(int argc, char** argv) {
                                        [](const Config& c, int) { return std::make_unique<Shape>(c); });
   if (variant == "default")    // no factory: constructed from the config alone, the scope fixes max_seqs
     return kc::run_main<Shape, Config>(rest, args, "no factory", kc::Scope::full().fixed_max_seqs(64));
-  if (variant == "undeclared") // no factory and no fixed max_seqs: nothing could carry max_seqs to it
-    return kc::run_main<Shape, Config>(rest, args, "undeclared");
+  if (variant == "undeclared") // no factory, no fixed max_seqs, no kMaxSeqs: nothing could carry max_seqs to it
+    return kc::run_main<NoConstant, Config>(rest, args, "undeclared");
   if (variant == "named")
     return kc::run_main<Named, Config>(rest, args, "named", kc::Scope::full().fixed_max_seqs(64),
                                        [](const Config& c, int) { return std::make_unique<Named>(c, "x"); });

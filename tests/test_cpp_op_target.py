@@ -1,7 +1,14 @@
-"""An op-face target in C++ (spec/cpp/example/serve_op_contiguous.cpp), compiled with g++ and judged over
-the protocol: the op face's JSON tensors read and written by a non-Python encoder, as a C++ or Rust
-`update_and_fetch` would be checked. Correct, it conforms strictly inside its declared scope; with its
-window one too wide, the suite and the exhaustive checker catch it."""
+"""C++ op-face targets through the shipped header's op driver (`kvcache_conformance::op::run_main`),
+compiled with g++ and judged over the protocol, as a C++ `update_and_fetch` cache would be checked.
+
+- spec/cpp/example/serve_op_contiguous.cpp: a contiguous cache shaped like upstream's Python reference
+  (no positions, no steps); correct, it conforms strictly inside its scope; with its window one too wide,
+  the suite and the exhaustive checker catch it.
+- spec/cpp/example/serve_mlx_shaped.cpp: a stand-in shaped like the MLX runtime's cache (batch-1 pools that
+  grow from empty, max_write, positions read off the step) behind at most 30 lines of glue. Correct, it is
+  CONFORMING (strict) within its declared scope - no INCOMPLETE from batch, no over-strict finding for its
+  max_write refusal - and each of its broken variants (mlx_shaped_cache.h's -D switches) is found.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +16,7 @@ import json
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,39 +24,138 @@ from kvcache_spec.conformance import cli
 from kvcache_spec.conformance.op import checker as op_checker
 from kvcache_spec.conformance.suite import CONFORMING, NOT_CONFORMING
 
-SOURCE = Path(__file__).resolve().parent.parent / "spec" / "cpp" / "example" / "serve_op_contiguous.cpp"
+EXAMPLES = Path(__file__).resolve().parent.parent / "spec" / "cpp" / "example"
+CONTIGUOUS, MLX = EXAMPLES / "serve_op_contiguous.cpp", EXAMPLES / "serve_mlx_shaped.cpp"
 GXX = shutil.which("g++")
 pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(GXX is None, reason="no g++ on PATH: the C++ op target needs a C++17 compiler")]
+              pytest.mark.skipif(GXX is None, reason="no g++ on PATH: the C++ op targets need a C++17 compiler")]
+# The MLX stand-in's broken variants: the rule of the wrong finding each must produce, and (for a bug
+# that serves what the spec refuses) the lenient finding that explains it.
+MLX_BUGS = {
+    "MLXS_BUG_WINDOW_OFF_BY_ONE": ("OP-ATTEND", None),
+    "MLXS_BUG_MAX_WRITE_UNCHECKED": ("OP-ATTEND", "OP-MAX-WRITE"),
+    "MLXS_BUG_POSITIONS_IGNORED": ("OP-ATTEND", "OP-POS"),
+    "MLXS_BUG_GROWTH_DROPS_ROWS": ("OP-ATTEND", None),
+}
+CRASHES = "MLXS_BUG_ABORTS_PAST_CAPACITY"   # an assert where a refusal belongs: the process dies
+BUILDS = {"contiguous": (CONTIGUOUS, ()), "contiguous_window": (CONTIGUOUS, ("KVCACHE_EXAMPLE_WINDOW_OFF_BY_ONE",)),
+          "mlx": (MLX, ()), **{bug: (MLX, (bug,)) for bug in (*MLX_BUGS, CRASHES)}}
 
 
-def _build(tmp_path: Path, *defines: str) -> Path:
-    binary = tmp_path / ("serve_op_contiguous" + "".join(d.lower() for d in defines))
-    built = subprocess.run([str(GXX), "-std=c++17", "-O1", "-Wall", "-Wextra", "-Werror", *(f"-D{d}" for d in defines),
-                            "-I", str(SOURCE.parent.parent), "-o", str(binary), str(SOURCE)],
-                           capture_output=True, text=True, timeout=180)
-    assert built.returncode == 0, built.stderr
-    return binary
+@pytest.fixture(scope="module")
+def binaries(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Every build, compiled in parallel, warnings as errors."""
+    assert GXX is not None
+    out = tmp_path_factory.mktemp("cpp_op")
+    jobs = {name: subprocess.Popen([GXX, "-std=c++17", "-O1", "-Wall", "-Wextra", "-Wpedantic", "-Werror",
+                                    *(f"-D{d}" for d in defines), "-I", str(EXAMPLES.parent), "-o", str(out / name),
+                                    str(source)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            for name, (source, defines) in BUILDS.items()}
+    for name, job in jobs.items():
+        output, _ = job.communicate(timeout=300)
+        assert job.returncode == 0, f"g++ failed for {name}:\n{output}"
+    return {name: out / name for name in BUILDS}
+
+
+def _judge(binary: Path, tmp_path: Path, *extra: str) -> tuple[int, dict[str, Any]]:
+    report = tmp_path / f"{binary.name}.json"
+    code = cli.main(["--target", f"cmd:{binary}", "--strict", "--json", str(report), *extra])
+    return code, json.loads(report.read_text())
+
+
+def _session(binary: Path, requests: list[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
+    lines = [json.dumps({"id": 1, "method": "hello", "params": {"protocol": "kvcache-conformance", "versions": [1]}})]
+    lines += [json.dumps({"id": k, "method": m, "params": p}) for k, (m, p) in enumerate(requests, 2)]
+    done = subprocess.run([str(binary)], input="\n".join(lines) + "\n", capture_output=True, text=True, timeout=20)
+    return [json.loads(line) for line in done.stdout.splitlines()]
 
 
 def test_the_cpp_op_target_conforms_within_its_scope_and_its_broken_window_is_caught(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    correct, broken = _build(tmp_path), _build(tmp_path, "KVCACHE_EXAMPLE_WINDOW_OFF_BY_ONE")
-    report = tmp_path / "report.json"
-    assert cli.main(["--target", f"cmd:{correct}", "--strict", "--json", str(report)]) == 0
-    verdict = capsys.readouterr().out.strip().splitlines()[-1]
-    assert verdict == "  CONFORMING (strict) within the scope flat,ring,mla only"
-    judged = json.loads(report.read_text())
+        binaries: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    correct, broken = binaries["contiguous"], binaries["contiguous_window"]
+    code, judged = _judge(correct, tmp_path)
+    assert code == 0 and capsys.readouterr().out.strip().splitlines()[-1] == \
+        "  CONFORMING (strict) within the scope flat,ring,batch,mla only"
     assert judged["verdict"] == CONFORMING and not judged["coverage"]["incomplete"]
-    assert {"OP-ATTEND", "OP-MASK", "OP-HIST", "OP-ARGS", "OP-CAP", "OP-ATOMIC"} <= set(judged["coverage"]["rules"]["exercised"])
+    assert {"OP-ATTEND", "OP-MASK", "OP-HIST", "OP-ARGS", "OP-CAP", "OP-ATOMIC", "OP-BATCH"} <= \
+        set(judged["coverage"]["rules"]["exercised"])
 
-    assert cli.main(["--target", f"cmd:{broken}", "--strict", "--json", str(report)]) == 1
-    judged = json.loads(report.read_text())
+    code, judged = _judge(broken, tmp_path)
     found = [f for f in judged["semantic"]["findings"] if (f["class"], f["rule"]) == ("wrong", "OP-ATTEND")]
-    assert judged["verdict"] == NOT_CONFORMING and found and min(len(f["steps"]) for f in found) == 1
+    assert code == 1 and judged["verdict"] == NOT_CONFORMING and found and min(len(f["steps"]) for f in found) == 1
     capsys.readouterr()
     # the exhaustive checker: its shortest program over its alphabet is 5 steps (three tokens on the ring)
     assert op_checker.main(["--target", f"cmd:{broken}", "--depth", "5"]) == 1
     shortest = json.loads(capsys.readouterr().out)["findings"]
     assert [(f["class"], f["rule"], len(f["steps"])) for f in shortest] == [("wrong", "OP-ATTEND", 5)]
     assert op_checker.main(["--target", f"cmd:{correct}", "--depth", "5"]) == 0
+
+
+def test_the_mlx_glue_is_at_most_30_lines() -> None:
+    assert len(MLX.read_text().splitlines()) <= 30
+
+
+@pytest.mark.parametrize("profile", ["quick", "pre-merge"])
+def test_the_mlx_shaped_cache_is_conforming_strictly_within_its_scope(
+        binaries: dict[str, Path], tmp_path: Path, profile: str) -> None:
+    """Batch 1 only and max_write declared: no INCOMPLETE from OP-BATCH, no over-strict max_write refusal,
+    every batch-2 (and MLA) configuration refused at creation by the driver (SCOPE-BORDER)."""
+    code, judged = _judge(binaries["mlx"], tmp_path, "--profile", profile)
+    assert code == 0 and judged["verdict"] == CONFORMING, judged["semantic"]["findings"][:1]
+    assert not judged["coverage"]["incomplete"] and not judged["semantic"]["findings"]
+    rules = judged["coverage"]["rules"]
+    assert {"OP-MAX-WRITE", "OP-POS", "OP-STEP", "OP-ATTEND", "SCOPE-BORDER"} <= set(rules["exercised"])
+    assert "'batch'" in rules["out_of_scope"]["OP-BATCH"] and not rules["not_exercised"]
+    scope = judged["scope"]
+    assert scope["features"] == ["flat", "ring", "max_write", "positions", "steps"] and not scope["full"]
+    assert set(scope["unexercised"]["families"]) == {"flat+batch", "flat+mla"}
+
+
+@pytest.mark.parametrize("bug", sorted(MLX_BUGS))
+def test_each_broken_mlx_variant_is_found(binaries: dict[str, Path], tmp_path: Path, bug: str) -> None:
+    wrong_rule, lenient_rule = MLX_BUGS[bug]
+    code, judged = _judge(binaries[bug], tmp_path)
+    findings = judged["semantic"]["findings"]
+    assert code == 1 and judged["verdict"] == NOT_CONFORMING
+    assert any((f["class"], f["rule"]) == ("wrong", wrong_rule) for f in findings), findings
+    if lenient_rule is not None:   # the served refusal is named, and the wrong answer it leads to says so
+        assert any((f["class"], f["rule"]) == ("lenient", lenient_rule) for f in findings), findings
+        assert any(lenient_rule in f["after"] for f in findings if f["class"] == "wrong")
+    assert all(f["class"] != "over-strict" for f in findings)
+
+
+def test_a_cache_that_aborts_is_a_crash_finding_and_the_run_goes_on(binaries: dict[str, Path], tmp_path: Path) -> None:
+    """Crash recovery is the harness's: the driven process dies (SIGABRT), the finding names the signal and
+    the step, the target is restarted and the run goes on (until the profile's restart cap)."""
+    code, judged = _judge(binaries[CRASHES], tmp_path)
+    crashes = [f for f in judged["semantic"]["findings"] if f["class"] == "crash"]
+    assert code == 1 and judged["verdict"] == NOT_CONFORMING
+    assert crashes and "SIGABRT" in crashes[0]["message"] and len(crashes[0]["steps"]) == 1
+    assert judged["coverage"]["programs"]["run"] > judged["stats"]["first_counterexample_programs"] + 24
+
+
+def test_the_op_driver_refuses_what_a_cpp_signature_cannot_receive_and_the_border(binaries: dict[str, Path]) -> None:
+    config = {"n_layers": 1, "n_kv_heads": 1, "head_dim": 1, "v_head_dim": 1, "batch_size": 1, "capacity": 4,
+              "sizing": "dynamic", "layers": [{"kind": "ring", "window": 2}], "max_write": None}
+    k = {"dtype": "float32", "shape": [1, 1, 1, 1], "data": [7]}
+    position = {"dtype": "int64", "shape": [1, 1], "data": [0]}
+    replies = _session(binaries["mlx"], [
+        ("create", {"config": {**config, "batch_size": 2}}),        # outside the scope: batch
+        ("create", {"config": {**config, "v_head_dim": 2}}),        # outside the scope: mla
+        ("create", {"config": {**config, "capacity": True}}),       # not a C++ int
+        ("create", {"config": config}),
+        ("update_and_fetch", {"layer_id": True, "k": k, "v": k, "position": position}),
+        ("update_and_fetch", {"layer_id": 0, "k": k, "v": k, "position": position}),
+        ("used", {"layer_id": 0}),
+    ])
+    hello = replies[0]["result"]
+    assert hello["layout"] == "op-contiguous" and hello["scope"] == ["flat", "ring", "max_write", "positions", "steps"]
+    assert [r["error"]["rule"] for r in replies[1:4]] == ["SCOPE-BORDER", "SCOPE-BORDER", "OP-CONFIG"]
+    assert replies[4] == {"id": 5, "result": None}
+    assert replies[5]["error"]["kind"] == "rejected" and replies[5]["error"]["rule"] == "OP-ARGS"
+    answer = replies[6]["result"]
+    assert answer["k_hist"] == {"dtype": "float32", "shape": [1, 1, 1, 1], "data": [7]} and \
+        answer["attend"] == {"kind": "NONE", "mask": None}
+    assert replies[7] == {"id": 8, "result": 1}
+    vectors = subprocess.run([str(binaries["mlx"]), "--vectors", "x.json"], capture_output=True, text=True, timeout=20)
+    assert vectors.returncode == 2 and "no golden vectors" in vectors.stderr

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -9,6 +10,10 @@ from pathlib import Path
 import pytest
 
 from kvcache import SequenceCache
+from kvcache_spec.conformance import cli
+from kvcache_spec.conformance.engine import WRONG
+from kvcache_spec.conformance.suite import CONFORMING, NOT_CONFORMING, report_json, run_suite
+from kvcache_spec.conformance.targets import PythonTarget
 from kvcache_spec.examples import runner_loop as example
 
 
@@ -102,3 +107,69 @@ def test_the_toy_backend_checks_every_row_it_reads() -> None:
     runner.backend.pools[0][1] = (7, 0)
     with pytest.raises(RuntimeError, match="the rows read are not positions"):
         runner.backend.forward(4, [5])
+
+
+# --- the README's op-face skeleton (spec/examples/tiny_op_cache.py) ---------------------------------------
+
+TINY_OP = "python:kvcache_spec.examples.tiny_op_cache:TinyOpCache"
+
+
+def _module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, source: str) -> str:
+    """A module of factories written to tmp_path and importable from there (as a user's own package is)."""
+    (tmp_path / f"{name}.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return name
+
+
+def test_the_op_skeleton_is_forty_lines_and_conforming_strict() -> None:
+    """OP-ATTEND, OP-STEP, OP-CONFIG...: the README's op-face skeleton is a complete cache: CONFORMING
+    (strict) at the quick profile, every planned program run and every rule of its layout exercised."""
+    source = Path(example.__file__).with_name("tiny_op_cache.py").read_text()
+    assert len(source.splitlines()) <= 40
+    report = report_json(run_suite(PythonTarget(TINY_OP), "quick"), strict=True, exact_layout=False)
+    assert report["verdict"] == CONFORMING and report["coverage"]["complete"], report["coverage"]
+    assert report["coverage"]["programs"]["run"] == report["coverage"]["programs"]["planned"] > 200
+
+
+def test_the_op_skeleton_with_its_window_one_too_wide_is_not_conforming(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """OP-ATTEND: the skeleton's verdict is earned - a ring layer attending one token too many is wrong."""
+    name = _module(tmp_path, monkeypatch, "wider_op", (
+        "from kvcache_spec.examples.tiny_op_cache import TinyOpCache\n"
+        "class Wider(TinyOpCache):\n"
+        "    def reset(self):\n"
+        "        super().reset()\n"
+        "        self.windows = [w + 1 if w < self.capacity else w for w in self.windows]\n"))
+    result = run_suite(PythonTarget(f"python:{name}:Wider"), "quick")
+    assert (WRONG, "OP-ATTEND") in result.findings and result.verdict() == NOT_CONFORMING
+
+
+UNDECLARED_OP = ("from kvcache_spec.examples.tiny_op_cache import TinyOpCache\n"
+                 "def make_op(config):\n"
+                 "    return TinyOpCache(config)\n")
+HINT = ('it builds op-contiguous caches (update_and_fetch, used), not sequence ones: '
+        'kvcache_layout = "op-contiguous" on the factory')
+
+
+def test_an_op_cache_judged_as_another_layout_gets_a_one_line_hint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """A factory without kvcache_layout runs the sequence suite; when it builds op-face caches the report
+    says so in one line naming kvcache_layout (summary and JSON), and the verdict stays what the run found.
+    A conforming run, or a sequence factory that refuses everything, has no hint."""
+    name = _module(tmp_path, monkeypatch, "undeclared_op", UNDECLARED_OP)
+    report = tmp_path / "report.json"
+    assert cli.main(["--target", f"python:{name}:make_op", "--json", str(report)]) == 3   # INCOMPLETE
+    assert f"  hint: {HINT}\n" in capsys.readouterr().out and json.loads(report.read_text())["hint"] == HINT
+    assert cli.main(["--target", f"python:{name}:make_op", "--layout", "op-contiguous", "--json", str(report)]) == 0
+    assert "hint" not in json.loads(report.read_text())
+    assert cli.main(["--target", "python:kvcache_spec.conformance.zoo:never_creates", "--json", str(report)]) == 3
+    assert "hint" not in json.loads(report.read_text())
+
+
+@pytest.mark.slow
+def test_the_pytest_plugin_gives_the_layout_hint(tmp_path: Path) -> None:
+    (tmp_path / "undeclared_op.py").write_text(UNDECLARED_OP)
+    plugin = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                             "--kvcache-target=python:undeclared_op:make_op"],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert plugin.returncode == 1 and f"hint: {HINT}" in plugin.stdout, plugin.stdout[-2000:]

@@ -98,7 +98,7 @@ def test_a_step_longer_than_max_write_is_refused_on_kept_rings() -> None:
     cache = ContiguousReferenceCache(CacheConfig(n_layers=1, n_kv_heads=1, head_dim=1, capacity=9,
                                                  layers=(LayerPolicy.ring(2),), max_write=2))
     k, v = np.ones((1, 1, 3, 1), np.float32), np.ones((1, 1, 3, 1), np.float32)
-    refused(lambda: cache.update_and_fetch(0, k, v, col(0, 1, 2)), cache._state, ValueError, "STEP-T-MAX", "k")
+    refused(lambda: cache.update_and_fetch(0, k, v, col(0, 1, 2)), cache._state, ValueError, "OP-MAX-WRITE", "k")
 
 
 # --- the cell cache ----------------------------------------------------------------------------------------

@@ -258,6 +258,27 @@ def test_the_op_configs_are_valid_and_their_layouts_registered() -> None:
     assert {"op-contiguous", "op-cell"} <= set(layouts.registry())
 
 
+def test_the_op_target_contract_names_every_config_key_the_suite_sends() -> None:
+    """SPEC.md 8.5's table and PROTOCOL.md's op-face section say what each key of an op config means (or
+    that a target may ignore it): every key the suite's op configs and their layer entries carry, the
+    invalid ones included. A key added to the configs without a word in both fails here."""
+    from kvcache_spec import specdoc
+    from kvcache_spec.conformance.op.programs import BAD_OP_CONFIGS
+
+    spec = specdoc.SPEC_PATH.read_text()
+    contract = spec[spec.index("\n### 8.5 "):]
+    protocol = specdoc.SPEC_PATH.with_name("PROTOCOL.md").read_text()
+    protocol = protocol[protocol.index("\n## Op-face targets"):protocol.index("\n## Example session")]
+    configs = [*CONTIGUOUS_CONFIGS, *CELL_CONFIGS, *(cfg for _, cfg in BAD_OP_CONFIGS)]
+    keys = {key for cfg in configs for key in cfg} | {key for cfg in configs for entry in cfg["layers"] for key in entry}
+    assert {"capacity", "layers", "sizing", "initial_capacity", "max_write", "v_head_dim"} <= keys
+    for key in sorted(keys):
+        named = (f"`{key}`", f'"{key}"')   # as a name, or as a JSON key
+        assert any(name in contract for name in named), f"SPEC.md 8.5 does not say what the op config's {key!r} means"
+        assert any(name in protocol for name in named), f"PROTOCOL.md does not name the op config's {key!r}"
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["cell", "contiguous"])
 def test_the_project_op_reference_is_conforming_strict(name: str) -> None:
     """kvcache.op (the project's reference of the op face) passes the whole op-face suite, strict."""

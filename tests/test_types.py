@@ -13,6 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.slow
 def test_mypy_strict_on_kvcache_and_spec() -> None:
     run = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--no-incremental", "kvcache", "spec"],
                          cwd=ROOT, capture_output=True, text=True, timeout=600)

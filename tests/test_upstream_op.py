@@ -3,13 +3,11 @@
 Needs the `upstream` extra (torch, and executorch installed with --no-deps; README, "Upstream
 findings"). Without it the module is skipped with the reason - except where KVCACHE_REQUIRE_UPSTREAM=1
 (CI's upstream stage, which installs them): there a missing install fails, so the check cannot be
-skipped silently. Every expectation below is a row of the README's findings table.
+skipped silently. Every expectation below is a row of docs/upstream-findings.md's table of causes.
 """
 
 from __future__ import annotations
 
-import importlib
-import os
 from typing import Any
 
 import pytest
@@ -18,14 +16,9 @@ from kvcache_spec.conformance.suite import NOT_CONFORMING, replay, report_json, 
 from kvcache_spec.conformance.targets import PythonTarget
 from kvcache_spec.conformance.op.upstream import MODULE
 
-try:
-    importlib.import_module("torch")
-    importlib.import_module(MODULE)
-except ImportError as missing:
-    if os.environ.get("KVCACHE_REQUIRE_UPSTREAM") == "1":
-        raise   # the upstream stage installed them: a missing module is a failure, never a skip
-    pytest.skip(f"the upstream extra is not installed ({missing}): pip install torch==2.13.0 ruamel.yaml "
-                "flatbuffers tabulate && pip install --no-deps executorch==1.5.1", allow_module_level=True)
+from .upstream_install import import_or_skip
+
+import_or_skip(MODULE)
 
 pytestmark = pytest.mark.filterwarnings("ignore::Warning")   # upstream's ExperimentalWarning on every config
 CELL = "python:kvcache_spec.conformance.op.upstream:cell"

@@ -19,6 +19,7 @@ from typing import Any, Iterator, Optional, TextIO
 from ..report_files import open_report, report_path_problem
 from . import scope as scopes
 from .engine import CLASSES
+from .layouts import add_layout_hint
 from .suite import CONFORMING, INCOMPLETE, PROFILES, SuiteResult, report_json, report_junit, run_suite, wrap
 from .targets import OP_LAYOUTS, HarnessInterrupted, Target, TargetError, parse_target, stop_on_signals
 from .vectors import save_findings
@@ -58,9 +59,9 @@ def _parser() -> argparse.ArgumentParser:
                         help="print each finding's pasteable pytest test under it in the summary (the JSON "
                              "report has it too, as 'pytest')")
     parser.add_argument("--scope", metavar="FEATURES",
-                        help="override the target's declared scope: comma-separated features of "
-                             f"{', '.join(scopes.FEATURES)} (or all), and max_seqs=N for a cell cache with N fixed "
-                             f"ids (all,max_seqs=64); configs outside it must be refused")
+                        help="override the target's declared scope: comma-separated features (or all) of "
+                             f"its layout - {scopes.features_per_layout()} (max_seqs=N: a cell cache with N fixed "
+                             "ids, all,max_seqs=64); configs outside it must be refused")
     return parser
 
 
@@ -117,7 +118,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         return 2
     if scope is not None and (scope.ignored or not scope.features):
         print(f"kvcache conformance: --scope: unknown feature(s) {', '.join(scope.ignored) or '(none given)'}; "
-              f"choose from {', '.join(scopes.FEATURES)} or all", file=sys.stderr)
+              f"choose from all or, per layout, {scopes.features_per_layout()}", file=sys.stderr)
         return 2
     if args.save_findings:
         try:
@@ -158,6 +159,7 @@ def _run(target: Target, args: argparse.Namespace, out: TextIO) -> int:
         except HarnessInterrupted:   # stopped while saying goodbye: the run itself is complete
             target.kill()
     report = report_json(result, args.strict, args.exact_layout)
+    add_layout_hint(report, result.interrupted, target)
     saved = None
     if args.save_findings and target.layout in OP_LAYOUTS:
         # golden vectors are JSON calls; the op face passes tensors: its findings replay from the JSON report
@@ -228,8 +230,9 @@ def summary(report: dict[str, Any], target: str, args: argparse.Namespace, out: 
                           f"{json.dumps(finding['steps'])}")
         if finding["note"]:
             paragraph(INDENT, f"note: {finding['note']}")
-        if args.pytest:   # code: its lines are kept as they are
-            out.write("".join(INDENT + test_line + "\n" for test_line in finding["pytest"].splitlines()))
+        if args.pytest:   # code, at column 0 and ended by a blank line: it pastes as it is printed
+            line(f"{INDENT}its test, to paste as it is:")
+            out.write(finding["pytest"] + "\n")
     if findings and not args.pytest:
         line(f"{INDENT}(each finding's pytest test to paste: --pytest, or 'pytest' in the --json report)")
     broken = any(f["class"] in ("wrong", "crash") for f in report["semantic"]["findings"])
@@ -243,6 +246,8 @@ def summary(report: dict[str, Any], target: str, args: argparse.Namespace, out: 
     for saved_one in report.get("saved_findings", []):
         line(f"  saved {saved_one['path']}: {'reproduces' if saved_one['reproduces'] else 'DOES NOT reproduce'} "
              f"on replay ({saved_one['replay'][:120]})")
+    if report.get("hint"):
+        line(f"  hint: {report['hint']}")   # one line, as the JSON has it
     partial = report.get("scope", {}).get("full") is False
     verdict = report["verdict"]
     line(f"  {verdict}{' (strict)' if args.strict else ''}"

@@ -50,7 +50,8 @@ CONFIG_VALIDATION = ("CFG-TYPE", "CFG-CAPACITY", "CFG-LAYERS", "CFG-POLICY", "CF
 # is never judged on them (the op engine ends a program unjudged at such a refusal), so they cannot be
 # owed. Measured: the op stand-ins without `positions` exercise no OP-POS; without `steps` or
 # `declarations` every rule is still exercised.
-FEATURE_RULES: dict[str, tuple[str, ...]] = {"positions": ("OP-POS",)}
+FEATURE_RULES: dict[str, tuple[str, ...]] = {"positions": ("OP-POS",), "batch": ("OP-BATCH",),
+                                             "max_write": ("OP-MAX-WRITE",)}
 # An optional method -> the rule only it can show.
 OPTIONAL_RULES = {"depth": "DEPTH", "retained_from": "RETAINED"}
 
@@ -73,10 +74,11 @@ def _layout_rule(rule_id: str, layout: str) -> str:
     """'' when the rule binds a cache of this layout, else why it does not."""
     if layout.startswith("op-") or rule_id.startswith(OP_PREFIX):
         binds = layout.startswith("op-") == rule_id.startswith(OP_PREFIX) or rule_id == "SCOPE-BORDER"
-        contiguous_only = layout == "op-contiguous" and rule_id == "OP-FORK" or \
-            layout == "op-contiguous" and rule_id == "OP-RM"
-        return "" if binds and not contiguous_only else \
-            f"a rule of another face: this run drives the {layout} layout"
+        other_kind = layout == "op-contiguous" and rule_id in ("OP-FORK", "OP-RM") or \
+            layout == "op-cell" and rule_id == "OP-MAX-WRITE"   # cells have no rings to bound
+        if binds and other_kind:
+            return f"a rule of the other op cache: this run drives the {layout} layout"
+        return "" if binds else f"a rule of another face: this run drives the {layout} layout"
     if layout == "cell":
         return "" if rule_id.startswith(CELL_PREFIX) or rule_id in SHARED_RULES else \
             "a rule of the sequence layout: this run drives a cell cache"

@@ -22,7 +22,7 @@ from typing import Any, Callable, Optional
 
 from .configs import JsonConfig
 from .engine import RunResult, Step
-from .targets import Target, TargetCrash
+from .targets import FACE_METHODS, OPTIONAL_METHODS, PythonTarget, Target, TargetCrash
 
 RunProgram = Callable[..., RunResult]
 
@@ -86,3 +86,47 @@ def run_any(target: Target, cfg: JsonConfig, steps: list[Step], exact: bool = Fa
     except TargetCrash:
         pass   # the engine's create starts it again and reports the crash as a finding
     return of(target).run_program(target, cfg, steps, exact, **extra)
+
+
+# The methods that tell each layout's objects apart, named in the hint.
+SIGNATURE = {"sequence": ("plan", "commit"), "cell": ("declare_step", "place_step"),
+             "op-contiguous": ("update_and_fetch", "used"), "op-cell": ("update_and_fetch", "begin_step")}
+
+
+def _faces(cache: Any) -> list[str]:
+    """The layouts whose every method (but the optional ones) `cache` has."""
+    return [name for name, methods in FACE_METHODS.items()
+            if all(callable(getattr(cache, method, None)) for method in methods
+                   if method not in OPTIONAL_METHODS and method != "faces")]
+
+
+def layout_hint(target: Target) -> Optional[str]:
+    """One line for a python: target whose factory builds, for the layout just run, no object with that
+    layout's methods, but for another layout one with that layout's: it is judged as the wrong layout (a
+    factory without `kvcache_layout` runs the sequence suite). None when nothing says so, or for a target
+    out of process (its hello declares its layout). The factory is called once per layout, with the
+    layout's first configuration."""
+    if not isinstance(target, PythonTarget):
+        return None
+    built: dict[str, list[str]] = {}
+    for name, layout in registry().items():
+        probe = PythonTarget(target.name)
+        probe.layout = name
+        try:
+            built[name] = _faces(probe.cache) if probe.create(layout.configs[0]).ok else []
+        except TargetCrash:   # a BaseException out of the factory: no object, no hint from it
+            built[name] = []
+    if target.layout in built[target.layout]:
+        return None
+    others = [name for name in registry() if name != target.layout and name in built[name]]
+    if not others:
+        return None
+    return (f"it builds {others[0]} caches ({', '.join(SIGNATURE[others[0]])}), not {target.layout} ones: "
+            f"kvcache_layout = \"{others[0]}\" on the factory")
+
+
+def add_layout_hint(report: dict[str, Any], interrupted: str, target: Target) -> None:
+    """The report's `hint` (layout_hint), looked for when the run is not CONFORMING and ran to its end."""
+    hint = None if report["conforming"] or interrupted else layout_hint(target)
+    if hint:
+        report["hint"] = hint

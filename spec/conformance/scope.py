@@ -48,6 +48,7 @@ DEFAULT_MAX_SEQS = 64   # a cell config without the field (spec/PROTOCOL.md, "Ce
 # lies outside a scope without it; `positions`, `steps` and `declarations` are about programs, so a step
 # whose refusal or effect only they define ends its program unjudged.
 OP_FEATURES: dict[str, str] = {
+    "batch": "batch rows (batch_size > 1; a target without it serves batch 1 only, as the MLX runtime's pools do)",
     "mla": "a value width of its own (v_head_dim != head_dim)",
     "positions": "placing by the `position` argument (a cache that appends at its used length leaves it out)",
     "steps": "a forward as one step across layers (a cache of independent per-layer histories leaves it out)",
@@ -59,10 +60,17 @@ EVERY_FEATURE: dict[str, str] = {**FEATURES, **OP_FEATURES}
 LAYOUT_FEATURES: dict[str, frozenset[str]] = {
     "sequence": frozenset(FEATURES),
     "cell": frozenset(FEATURES),
-    "op-contiguous": frozenset({"flat", "ring", "mla", "positions", "steps"}),
+    "op-contiguous": frozenset({"flat", "ring", "max_write", "batch", "mla", "positions", "steps"}),
     "op-cell": frozenset({"flat", "ring", "mla", "positions", "steps", "declarations"}),
 }
 
+
+
+def features_per_layout() -> str:
+    """Each layout's features, as `--scope` accepts them: 'sequence: flat, ring, max_write; cell: ...'."""
+    return "; ".join(f"{layout}: " + ", ".join([name for name in EVERY_FEATURE if name in features]
+                                               + ([f"{MAX_SEQS}=N"] if layout == "cell" else []))
+                     for layout, features in LAYOUT_FEATURES.items())
 
 def needs(cfg: JsonConfig) -> frozenset[str]:
     """The features a (valid) configuration needs: its layer kinds, and max_write when it is set."""
@@ -72,6 +80,8 @@ def needs(cfg: JsonConfig) -> frozenset[str]:
         wanted.add("max_write")
     if "v_head_dim" in cfg and cfg["v_head_dim"] != cfg.get("head_dim"):
         wanted.add("mla")
+    if cfg.get("batch_size", 1) != 1:   # an op config's batch rows (absent from the other layouts' configs)
+        wanted.add("batch")
     return frozenset(wanted)
 
 

@@ -62,6 +62,13 @@
 //         kvcache_conformance::Scope::full().fixed_max_seqs(64),
 //         [](const CacheConfig& c, int /*max_seqs*/) { return std::make_unique<CellCache>(c); });
 //
+// A cache built from the config alone whose class has a public `static constexpr int kMaxSeqs` needs
+// neither: with no factory and no max_seqs in the scope, the driver takes kMaxSeqs as the fixed one,
+//     return kvcache_conformance::run_main<CellCache, CacheConfig>(argc, argv, "my cell cache");
+//
+// An op-face cache (`update_and_fetch`, one sequence) has its own driver, op::run_main (at the end of
+// this file; spec/PROTOCOL.md, "The C++ op driver").
+//
 // `--vectors` runs each test in a child process (POSIX): a test that crashes or hangs is that test's
 // failure ("crashed: killed by SIGSEGV"), and the replay still ends with its summary.
 //
@@ -73,6 +80,8 @@
 #pragma once
 
 #include <algorithm>
+#include <cctype>
+#include <cstdint>
 #include <cerrno>
 #include <climits>
 #include <cstdio>
@@ -397,6 +406,11 @@ struct is_cell_cache<C, std::void_t<decltype(std::declval<C&>().place_step(0, st
     : std::true_type {};
 // live(int32_t) -> bool, if it is public: upstream's cell cache keeps its live set private. Access is
 // part of the substitution, so a private live() is detected as absent, not a compile error.
+// A cell cache's public `static constexpr int kMaxSeqs` (upstream's fixed id count): the id count it
+// serves when no factory can hand it another one.
+template <class C, class = void> struct has_k_max_seqs : std::false_type {};
+template <class C>
+struct has_k_max_seqs<C, std::enable_if_t<std::is_convertible_v<decltype(C::kMaxSeqs), int>>> : std::true_type {};
 template <class C, class = void> struct has_live : std::false_type {};
 template <class C>
 struct has_live<C, std::void_t<decltype(static_cast<bool>(std::declval<C&>().live(int32_t{0})))>>
@@ -487,6 +501,57 @@ struct Response {
   }
 };
 
+// Whether a hello's `versions` offer the version this header speaks.
+inline bool offers_our_version(const Json& params) {
+  const Json* versions = params.get("versions");
+  bool offered = false;
+  if (versions && versions->is(Json::Type::Array))
+    for (const Json& v : versions->array) offered |= v.is(Json::Type::Int) && v.integer == kProtocolVersion;
+  return offered;
+}
+
+// The protocol's framing, shared by the plan-face and op-face drivers: one request per line, one
+// response per request (spec/PROTOCOL.md, "Framing"), until `bye` or end of input.
+template <class Handler>
+int serve_requests(std::istream& in, std::ostream& out, Handler&& handle) {
+  std::string line;
+  while (std::getline(in, line)) {
+    Json request;
+    std::string error;
+    Json id = Json::null();
+    Response response;
+    bool bye = false;
+    if (!JsonReader(line).parse(request, error) || !request.is(Json::Type::Object)) {
+      response = Response::error("protocol", "", error.empty() ? "a request is an object" : error);
+    } else {
+      if (const Json* i = request.get("id")) id = *i;
+      const Json* m = request.get("method");
+      const Json* p = request.get("params");
+      Json params = p ? *p : Json::obj();
+      if (!m || !m->is(Json::Type::String)) {
+        response = Response::error("protocol", "", "missing method");
+      } else {
+        bye = m->string == "bye";
+        response = handle(m->string, params);
+      }
+    }
+    Json reply = Json::obj();
+    reply.set("id", id);
+    if (response.ok) {
+      reply.set("result", response.value);
+    } else {
+      Json e = Json::obj();
+      e.set("kind", Json::of(response.kind));
+      e.set("rule", response.rule.empty() ? Json::null() : Json::of(response.rule));
+      e.set("message", Json::of(response.message));
+      reply.set("error", e);
+    }
+    out << dump(reply) << '\n' << std::flush;
+    if (bye) break;
+  }
+  return 0;
+}
+
 template <class Cache, class Config>
 class Driver {
  public:
@@ -499,7 +564,12 @@ class Driver {
 
   explicit Driver(std::string name, Factory factory = nullptr, Scope scope = Scope::full())
       : name_(std::move(name)), max_seqs_ignored_(!factory && !receives_max_seqs()),
-        factory_(factory ? std::move(factory) : default_factory()), scope_(std::move(scope)) {}
+        factory_(factory ? std::move(factory) : default_factory()), scope_(std::move(scope)) {
+    // A cell cache built from the config alone, with a public kMaxSeqs and no max_seqs in the scope:
+    // that constant is the one max_seqs it serves (spec/PROTOCOL.md, "The C++ driver").
+    if constexpr (kCells && has_k_max_seqs<Cache>::value)
+      if (max_seqs_ignored_ && !scope_.max_seqs) scope_ = scope_.fixed_max_seqs(static_cast<int>(Cache::kMaxSeqs));
+  }
 
   // Without a factory: construct from (config, max_seqs), or from the config alone. Only the
   // constructor the type has is instantiated, so a cache shaped like upstream's (config only)
@@ -580,42 +650,9 @@ class Driver {
 
   // Serve the protocol until `bye` or end of input.
   int serve(std::istream& in, std::ostream& out) {
-    std::string line;
-    while (std::getline(in, line)) {
-      Json request;
-      std::string error;
-      Json id = Json::null();
-      Response response;
-      bool bye = false;
-      if (!JsonReader(line).parse(request, error) || !request.is(Json::Type::Object)) {
-        response = Response::error("protocol", "", error.empty() ? "a request is an object" : error);
-      } else {
-        if (const Json* i = request.get("id")) id = *i;
-        const Json* m = request.get("method");
-        const Json* p = request.get("params");
-        Json params = p ? *p : Json::obj();
-        if (!m || !m->is(Json::Type::String)) {
-          response = Response::error("protocol", "", "missing method");
-        } else {
-          bye = m->string == "bye";
-          response = handle(m->string, params);
-        }
-      }
-      Json reply = Json::obj();
-      reply.set("id", id);
-      if (response.ok) {
-        reply.set("result", response.value);
-      } else {
-        Json e = Json::obj();
-        e.set("kind", Json::of(response.kind));
-        e.set("rule", response.rule.empty() ? Json::null() : Json::of(response.rule));
-        e.set("message", Json::of(response.message));
-        reply.set("error", e);
-      }
-      out << dump(reply) << '\n' << std::flush;
-      if (bye) break;
-    }
-    return 0;
+    return serve_requests(in, out, [this](const std::string& method, const Json& params) {
+      return handle(method, params);
+    });
   }
 
   // Replay the golden vectors; prints failures to `err`, a summary to `out`; 0 when all pass.
@@ -889,11 +926,7 @@ class Driver {
   Response dispatch(const std::string& method, const Json& params) {
     Response bad;
     if (method == "hello") {
-      const Json* versions = params.get("versions");
-      bool offered = false;
-      if (versions && versions->is(Json::Type::Array))
-        for (const Json& v : versions->array) offered |= v.is(Json::Type::Int) && v.integer == kProtocolVersion;
-      if (!offered) return Response::error("protocol", "", "this driver speaks protocol version 1 only");
+      if (!offers_our_version(params)) return Response::error("protocol", "", "this driver speaks protocol version 1 only");
       Json r = Json::obj();
       r.set("protocol", Json::of(kProtocolName));
       r.set("version", Json::of(kProtocolVersion));
@@ -1137,4 +1170,336 @@ int run_main(int argc, char** argv, const char* name, typename Driver<Cache, Con
   return run_main<Cache, Config>(argc, argv, name, Scope::full(), std::move(factory));
 }
 
+
+// --- the op face: a C++ `update_and_fetch` cache (spec/PROTOCOL.md, "Op-face targets") ---------------
+//
+// What run_main is for the plan faces, op::run_main is for a contiguous op-face cache (one sequence,
+// `update_and_fetch(layer, k, v, position)` answering K/V history and an AttendSpec): one call, a
+// factory from the op config, and a fetch that converts tensors to the cache's own type and back.
+//
+//     namespace op = kvcache_conformance::op;
+//     return op::run_main<MyCache>(argc, argv, "my op cache", op::Scope::full().without("batch"),
+//         [](const op::Config& c) { return std::make_unique<MyCache>(...); },
+//         [](MyCache& cache, int layer, const op::Tensor& k, const op::Tensor& v, const op::Tensor& position) {
+//           auto answer = cache.update_and_fetch(layer, op::int32s(position), to_mine(k), to_mine(v));
+//           return op::Fetched{op::Tensor::of("float32", ...), ..., op::Mask::Explicit, mask};
+//         });
+//
+// The cache needs `reset()` and `used(int layer)` (the harness observes every layer after each call).
+// Tensors cross exactly: elements are doubles here, which hold every float32 and every label the harness
+// sends. The driver refuses by itself only what a C++ signature cannot receive (a layer id that is not
+// an int, a config field that is not one: OP-ARGS / OP-CONFIG) and the configurations outside the
+// declared scope (SCOPE-BORDER: batch_size > 1 without `batch`, max_write set without `max_write`,
+// v_head_dim != head_dim without `mla`, a layer kind left out) before the factory runs; everything else
+// reaches the cache. A std::exception from the factory or the fetch is a rejection; its rule is the
+// message's leading "RULE-ID:" when it has one. A crash (a signal, an exit) is the harness's to report:
+// it restarts the target and goes on. The op face has no golden vectors, so there is no --vectors mode.
+namespace op {
+
+// A tensor as it crosses the protocol: {"dtype", "shape", "data"}, elements flat in row-major order.
+struct Tensor {
+  std::string dtype;  // "float32", "int64", "bool" (answers may also use float16/float64/int32)
+  std::vector<long long> shape;
+  std::vector<double> data;
+
+  long long dim(size_t axis) const { return axis < shape.size() ? shape[axis] : -1; }
+  template <class Shape, class Data>
+  static Tensor of(std::string dtype, const Shape& shape, const Data& data) {
+    Tensor t;
+    t.dtype = std::move(dtype);
+    for (auto d : shape) t.shape.push_back(static_cast<long long>(d));
+    for (auto x : data) t.data.push_back(static_cast<double>(x));
+    return t;
+  }
+};
+
+enum class Mask { None, Causal, Explicit };   // AttendSpec kinds; Causal is torch's, upper-left (OP-MASK)
+
+// An update_and_fetch answer: the K/V history [B, Hkv, rows, D|Dv] and the AttendSpec (`mask`, a bool
+// [q_len, rows] tensor, only for Explicit).
+struct Fetched {
+  Tensor k_hist, v_hist;
+  Mask kind = Mask::Explicit;
+  Tensor mask;
+
+  // A lower-right causal over the history (MLX's "causal": query i of q_len attends rows up to
+  // rows - q_len + i) as this protocol's AttendSpec: CAUSAL when q_len == rows, where upper-left and
+  // lower-right agree, else the EXPLICIT mask it means.
+  static Fetched lower_right_causal(Tensor k_hist, Tensor v_hist, long long q_len) {
+    const long long rows = k_hist.dim(2);
+    Fetched f{std::move(k_hist), std::move(v_hist), Mask::Causal, {}};
+    if (q_len == rows) return f;
+    std::vector<bool> bits;
+    for (long long i = 0; i < q_len; ++i)
+      for (long long r = 0; r < rows; ++r) bits.push_back(r <= rows - q_len + i);
+    f.kind = Mask::Explicit;
+    f.mask = Tensor::of("bool", std::vector<long long>{q_len, rows}, bits);
+    return f;
+  }
+};
+
+// A layer policy as the config says it (not checked here: the cache validates it, OP-CONFIG).
+struct Policy {
+  std::string kind;  // "flat" or "ring"
+  int window = 0;
+};
+
+// The op config (spec/PROTOCOL.md, "Op-face targets"), every field as sent: the cache validates it.
+struct Config {
+  int n_layers = 0, n_kv_heads = 0, head_dim = 0, v_head_dim = 0, batch_size = 0, capacity = 0;
+  std::string sizing = "dynamic";   // "dynamic" or "static"
+  std::vector<Policy> layers;       // one policy for every layer, or one per layer
+  std::optional<int> max_write;     // empty: no bound per step; set: OP-MAX-WRITE
+};
+
+// The positions of a [q_len, 1] position tensor as int32 (the MLX op handler's type), in order; every
+// element of any other shape too, so a cache that checks one position per token sees the mismatch.
+inline std::vector<int32_t> int32s(const Tensor& position) {
+  std::vector<int32_t> out;
+  for (double p : position.data) {
+    if (!(p >= INT32_MIN && p <= INT32_MAX)) throw std::out_of_range("OP-POS: a position that int32 cannot hold");
+    out.push_back(static_cast<int32_t>(p));
+  }
+  return out;
+}
+
+// The op face's scope features (spec/SPEC.md section 8.4); full() is the whole contiguous face.
+struct Scope {
+  std::vector<std::string> features;
+  static Scope full() { return Scope{{"flat", "ring", "max_write", "batch", "mla", "positions", "steps"}}; }
+  Scope without(const std::string& feature) const {
+    Scope left;
+    for (const std::string& f : features)
+      if (f != feature) left.features.push_back(f);
+    return left;
+  }
+  bool has(const std::string& feature) const {
+    return std::find(features.begin(), features.end(), feature) != features.end();
+  }
+};
+
+// The rule id an exception names: its message's leading "RULE-ID:" (capitals, digits, dashes), or "".
+inline std::string rule_of(const std::string& what) {
+  size_t n = what.find(':');
+  if (n == std::string::npos || n == 0) return "";
+  for (size_t i = 0; i < n; ++i)
+    if (!(std::isupper(static_cast<unsigned char>(what[i])) || std::isdigit(static_cast<unsigned char>(what[i])) ||
+          what[i] == '-'))
+      return "";
+  return what.substr(0, n);
+}
+
+template <class C, class = void> struct has_used : std::false_type {};
+template <class C> struct has_used<C, std::void_t<decltype(static_cast<long long>(std::declval<C&>().used(0)))>>
+    : std::true_type {};
+template <class C, class = void> struct has_reset : std::false_type {};
+template <class C> struct has_reset<C, std::void_t<decltype(std::declval<C&>().reset())>> : std::true_type {};
+
+template <class Cache>
+class Driver {
+  static_assert(has_used<Cache>::value && has_reset<Cache>::value,
+                "an op-contiguous cache has used(int layer) and reset() (spec/PROTOCOL.md, 'Op-face targets')");
+
+ public:
+  using Factory = std::function<std::unique_ptr<Cache>(const Config&)>;
+  using Fetch = std::function<Fetched(Cache&, int, const Tensor&, const Tensor&, const Tensor&)>;
+
+  Driver(std::string name, Scope scope, Factory factory, Fetch fetch)
+      : name_(std::move(name)), scope_(std::move(scope)), factory_(std::move(factory)), fetch_(std::move(fetch)) {}
+
+  Response handle(const std::string& method, const Json& params) {
+    try {
+      return dispatch(method, params);
+    } catch (const std::exception& e) {
+      return Response::error("rejected", rule_of(e.what()), e.what());
+    }
+  }
+
+  int serve(std::istream& in, std::ostream& out) {
+    return serve_requests(in, out, [this](const std::string& method, const Json& params) {
+      return handle(method, params);
+    });
+  }
+
+ private:
+  std::string name_;
+  Scope scope_;
+  Factory factory_;
+  Fetch fetch_;
+  std::unique_ptr<Cache> cache_;
+
+  // A JSON int a C++ int holds (a bool, a float, 2^31 are not), else nullopt.
+  static std::optional<int> as_int(const Json* v) {
+    if (!v || !v->is(Json::Type::Int) || v->big || v->integer < INT_MIN || v->integer > INT_MAX) return std::nullopt;
+    return static_cast<int>(v->integer);
+  }
+
+  static Config read_config(const Json& json) {
+    auto field = [&](const char* name, const Json* fallback = nullptr) {
+      const Json* v = json.get(name);
+      std::optional<int> i = as_int(v ? v : fallback);
+      if (!i) throw std::invalid_argument(std::string("OP-CONFIG: ") + name + " is not a C++ int");
+      return *i;
+    };
+    Config c;
+    c.n_layers = field("n_layers");
+    c.n_kv_heads = field("n_kv_heads");
+    c.head_dim = field("head_dim");
+    c.v_head_dim = field("v_head_dim", json.get("head_dim"));
+    c.batch_size = field("batch_size");
+    c.capacity = field("capacity");
+    if (const Json* sizing = json.get("sizing")) {
+      if (!sizing->is(Json::Type::String)) throw std::invalid_argument("OP-CONFIG: sizing is a string");
+      c.sizing = sizing->string;
+    }
+    if (const Json* m = json.get("max_write"); m && !m->is(Json::Type::Null)) c.max_write = field("max_write");
+    const Json* layers = json.get("layers");
+    if (!layers || !layers->is(Json::Type::Array)) throw std::invalid_argument("OP-CONFIG: layers is a list");
+    for (const Json& entry : layers->array) {
+      const Json* kind = entry.get("kind");
+      std::optional<int> window = as_int(entry.get("window"));
+      if (!kind || !kind->is(Json::Type::String) || !window)
+        throw std::invalid_argument("OP-CONFIG: a layer policy is {kind, window}");
+      c.layers.push_back(Policy{kind->string, *window});
+    }
+    return c;
+  }
+
+  // The scope feature a config needs that the declared scope leaves out ("" when it is inside).
+  std::string outside(const Config& c) const {
+    for (const Policy& p : c.layers)
+      if ((p.kind == "flat" || p.kind == "ring") && !scope_.has(p.kind)) return p.kind;
+    if (c.batch_size != 1 && !scope_.has("batch")) return "batch";
+    if (c.max_write && !scope_.has("max_write")) return "max_write";
+    if (c.v_head_dim != c.head_dim && !scope_.has("mla")) return "mla";
+    return "";
+  }
+
+  static Tensor read_tensor(const Json* j, const char* name) {
+    auto malformed = [&](const char* why) {
+      return std::invalid_argument(std::string("a malformed tensor ") + name + ": " + why);
+    };
+    const Json* dtype = j ? j->get("dtype") : nullptr;
+    const Json* shape = j ? j->get("shape") : nullptr;
+    const Json* data = j ? j->get("data") : nullptr;
+    if (!dtype || !dtype->is(Json::Type::String) || !shape || !shape->is(Json::Type::Array) || !data ||
+        !data->is(Json::Type::Array))
+      throw malformed("not {dtype, shape, data}");
+    Tensor t;
+    t.dtype = dtype->string;
+    long long count = 1;
+    for (const Json& d : shape->array) {
+      if (!d.is(Json::Type::Int) || d.big || d.integer < 0 || d.integer > (1LL << 31)) throw malformed("a bad shape");
+      t.shape.push_back(d.integer);
+      count *= d.integer;
+      if (count > (1LL << 31)) throw malformed("too many elements");
+    }
+    if (static_cast<long long>(data->array.size()) != count) throw malformed("data does not fill its shape");
+    for (const Json& x : data->array) {
+      if (t.dtype == "bool" && x.is(Json::Type::Bool)) t.data.push_back(x.boolean ? 1 : 0);
+      else if (t.dtype != "bool" && x.is(Json::Type::Int) && !x.big) t.data.push_back(static_cast<double>(x.integer));
+      else if (t.dtype != "bool" && t.dtype.rfind("float", 0) == 0 && x.is(Json::Type::Double)) t.data.push_back(x.number);
+      else throw malformed("an element that is not of its dtype");
+    }
+    return t;
+  }
+
+  static Json tensor_json(const Tensor& t) {
+    Json j = Json::obj(), shape = Json::arr(), data = Json::arr();
+    for (long long d : t.shape) shape.push(Json::of(d));
+    for (double x : t.data) {
+      if (t.dtype == "bool") {
+        data.push(Json::of(x != 0));
+      } else if (t.dtype.rfind("int", 0) == 0) {
+        data.push(Json::of(static_cast<long long>(x)));
+      } else {
+        Json number;
+        number.type = Json::Type::Double;
+        number.number = x;
+        data.push(number);
+      }
+    }
+    j.set("dtype", Json::of(t.dtype));
+    j.set("shape", shape);
+    j.set("data", data);
+    return j;
+  }
+
+  static Json answer_json(const Fetched& f) {
+    static const char* const kinds[] = {"NONE", "CAUSAL", "EXPLICIT"};
+    Json attend = Json::obj();
+    attend.set("kind", Json::of(kinds[static_cast<int>(f.kind)]));
+    attend.set("mask", f.kind == Mask::Explicit ? tensor_json(f.mask) : Json::null());
+    Json answer = Json::obj();
+    answer.set("k_hist", tensor_json(f.k_hist));
+    answer.set("v_hist", tensor_json(f.v_hist));
+    answer.set("attend", attend);
+    return answer;
+  }
+
+  int layer_id(const Json& params) const {
+    std::optional<int> layer = as_int(params.get("layer_id"));
+    if (!layer) throw std::invalid_argument("OP-ARGS: layer_id is not a C++ int");   // true is not 1
+    return *layer;
+  }
+
+  Response dispatch(const std::string& method, const Json& params) {
+    if (method == "hello") {
+      if (!offers_our_version(params)) return Response::error("protocol", "", "this driver speaks protocol version 1 only");
+      Json r = Json::obj(), scope = Json::arr();
+      for (const std::string& feature : scope_.features) scope.push(Json::of(feature));
+      r.set("protocol", Json::of(kProtocolName));
+      r.set("version", Json::of(kProtocolVersion));
+      r.set("implementation", Json::of(name_));
+      r.set("methods", Json::arr());
+      r.set("layout", Json::of("op-contiguous"));
+      r.set("scope", scope);
+      return Response::result(r);
+    }
+    if (method == "bye") return Response::result(Json::null());
+    if (method == "create") {
+      cache_.reset();
+      const Json* json = params.get("config");
+      if (!json || !json->is(Json::Type::Object)) return Response::error("rejected", "OP-CONFIG", "config is an object");
+      Config c = read_config(*json);
+      if (std::string feature = outside(c); !feature.empty())
+        return Response::error("rejected", "SCOPE-BORDER", "the config needs '" + feature + "', outside this cache's scope");
+      cache_ = factory_(c);
+      if (!cache_) return Response::error("rejected", "", "the factory built no cache");
+      return Response::result(Json::null());
+    }
+    if (!cache_) return Response::error("protocol", "", "no cache: send create first");
+    if (method == "update_and_fetch") {
+      int layer = layer_id(params);
+      Tensor k, v, position;
+      try {
+        k = read_tensor(params.get("k"), "k");
+        v = read_tensor(params.get("v"), "v");
+        position = read_tensor(params.get("position"), "position");
+      } catch (const std::invalid_argument& e) {
+        return Response::error("protocol", "", e.what());   // the harness sends well-formed tensors only
+      }
+      return Response::result(answer_json(fetch_(*cache_, layer, k, v, position)));
+    }
+    if (method == "used") return Response::result(Json::of(static_cast<long long>(cache_->used(layer_id(params)))));
+    if (method == "reset") { cache_->reset(); return Response::result(Json::null()); }
+    return Response::error("protocol", "", "unknown method " + method);
+  }
+};
+
+// Serve the op protocol on stdin/stdout. `scope`: the op features the cache implements.
+template <class Cache>
+int run_main(int argc, char** argv, const char* name, Scope scope, typename Driver<Cache>::Factory factory,
+             typename Driver<Cache>::Fetch fetch) {
+  if (argc >= 2) {
+    std::cerr << argv[0] << ": the op face has no golden vectors (--vectors is the plan faces'); "
+              << "run it as a cmd: target of `kvcache conformance`\n";
+    return 2;
+  }
+  Driver<Cache> driver(name, std::move(scope), std::move(factory), std::move(fetch));
+  std::ios::sync_with_stdio(false);
+  return driver.serve(std::cin, std::cout);
+}
+
+}  // namespace op
 }  // namespace kvcache_conformance

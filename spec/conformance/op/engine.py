@@ -35,7 +35,7 @@ from ..wire import Unreadable
 OBSERVATIONS = ("used", "seq_len", "free_cells")
 LABEL_LIMIT = 1 << 24   # float32 holds every integer below it exactly
 # What this process's op engines checked: queries (one per query token, batch row and head of an answer).
-# A measure for throughput (README, "Upstream findings"), read by whoever runs the suite.
+# A measure for throughput (docs/upstream-findings.md), read by whoever runs the suite.
 CHECKED = {"queries": 0, "answers": 0}
 
 

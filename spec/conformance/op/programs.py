@@ -27,10 +27,10 @@ BAD_SHAPES = ("v_width", "v_len", "k_heads", "batch", "pos_cols", "pos_len")
 
 def op_config(capacity: int, windows: tuple[int, ...] = (0,), n_layers: Optional[int] = None, heads: int = 1,
               head_dim: int = 2, v_head_dim: Optional[int] = None, batch: int = 1,
-              sizing: str = "dynamic") -> JsonConfig:
+              sizing: str = "dynamic", max_write: Optional[int] = None) -> JsonConfig:
     """A JSON op config; the layer entries repeat the shape so the shared shrinker can read them."""
     layers = [layer("ring" if w else "flat", w, heads, head_dim) for w in windows]
-    return {**config(capacity, layers, n_layers), "n_kv_heads": heads, "head_dim": head_dim,
+    return {**config(capacity, layers, n_layers, max_write=max_write), "n_kv_heads": heads, "head_dim": head_dim,
             "v_head_dim": head_dim if v_head_dim is None else v_head_dim, "batch_size": batch, "sizing": sizing}
 
 
@@ -41,6 +41,10 @@ CONTIGUOUS_CONFIGS: tuple[JsonConfig, ...] = (
     op_config(8, (0,), n_layers=2, heads=2, batch=2),        # batch rows and heads
     op_config(6, (1,), sizing="static"),                     # window 1
     op_config(8, (0,), n_layers=2, v_head_dim=3),            # MLA: a value width of its own
+    # OP-MAX-WRITE, the MLX runtime's rings: max_write = the window (its default), below it, above it
+    op_config(10, (3, 0), max_write=3),
+    op_config(9, (4,), max_write=2, sizing="static"),
+    op_config(8, (2, 0), max_write=3),
 )
 CELL_CONFIGS: tuple[JsonConfig, ...] = (
     op_config(8, (0,), n_layers=2),
@@ -128,6 +132,11 @@ def edge_contiguous_programs(cfg: JsonConfig) -> list[tuple[str, list[Step]]]:
         ("negative position", [at(0, [-1])] + forward(cfg, 1)),
         ("position past the largest", [at(0, [HUGE])] + forward(cfg, 1)),
     ]
+    max_write = cfg.get("max_write")
+    if max_write is not None:   # OP-MAX-WRITE: an exact fit is served, one token more is refused on every layer
+        out += [("a step of exactly max_write", forward(cfg, 1) + forward(cfg, max_write) + forward(cfg, 1)),
+                ("a step one longer than max_write", forward(cfg, 1) + forward(cfg, max_write + 1)
+                 + [fetch(layers - 1, max_write + 1)] + forward(cfg, 1))]
     for bad in BAD_SHAPES:
         out.append((f"malformed {bad}", forward(cfg, 1) + [fetch(0, 1, bad=bad)] + forward(cfg, 1) * 2))
     if layers > 1:

@@ -29,7 +29,8 @@ def _reference(cfg: JsonConfig) -> Any:
     import numpy as np
 
     op = importlib.import_module("kvcache.op")
-    return op, config_for(op, cfg, np.float32, v_head_dim=cfg.get("v_head_dim", cfg["head_dim"]))
+    return op, config_for(op, cfg, np.float32, v_head_dim=cfg.get("v_head_dim", cfg["head_dim"]),
+                          max_write=cfg.get("max_write"))
 
 
 def contiguous(cfg: JsonConfig) -> Any:

@@ -6,7 +6,7 @@
 Each factory builds upstream's own `CacheConfig` from the suite's JSON config, field by field, and
 returns upstream's cache object as it is: no method is wrapped, no argument or answer is changed (the
 suite hands it torch tensors, `kvcache_tensors = "torch"`). Needs torch and executorch (the `upstream`
-extra; README, "Upstream findings"): `pip install torch==2.13.0 ruamel.yaml flatbuffers tabulate` and
+extra; the README, "Upstream findings"): `pip install torch==2.13.0 ruamel.yaml flatbuffers tabulate` and
 `pip install --no-deps executorch==1.5.1`.
 
 The declared scopes follow what upstream documents (scope.py, OP_FEATURES):
@@ -20,6 +20,9 @@ The declared scopes follow what upstream documents (scope.py, OP_FEATURES):
 - Both declare `mla`: `update_and_fetch` documents "v_head_dim may differ from head_dim, e.g. MLA".
   Upstream's CacheConfig has no v_head_dim, so the cache is built with head_dim and handed values of
   the config's v_head_dim, as its docstring says it takes them.
+- Neither declares `max_write`: upstream's Python CacheConfig has no such field (a ring layer keeps its
+  whole history), so a config that sets it is refused here, at creation (SCOPE-BORDER). The contiguous
+  cache declares `batch` (it serves batch rows); the cell cache needs none (it refuses batch_size != 1).
 """
 
 from __future__ import annotations
@@ -36,6 +39,9 @@ MODULE = "executorch.extension.llm.cache.reference_cache"
 def _config(cfg: JsonConfig) -> Any:
     import torch
 
+    if cfg.get("max_write") is not None:   # upstream's Python CacheConfig cannot carry it
+        raise ValueError(f"SCOPE-BORDER: upstream's CacheConfig has no max_write (got {cfg['max_write']!r})")
+
     return config_for(importlib.import_module(MODULE), cfg, torch.float32)
 
 
@@ -49,10 +55,9 @@ def cell(cfg: JsonConfig) -> Any:
     return importlib.import_module(MODULE).CellReferenceCache(_config(cfg))
 
 
-# max_write: no op config sets it; declared so the shared scope report lists only what matters here
 contiguous.kvcache_layout = "op-contiguous"   # type: ignore[attr-defined]
 contiguous.kvcache_tensors = "torch"   # type: ignore[attr-defined]
-contiguous.kvcache_scope = ("flat", "ring", "max_write", "mla")   # type: ignore[attr-defined]
+contiguous.kvcache_scope = ("flat", "ring", "batch", "mla")   # type: ignore[attr-defined]
 cell.kvcache_layout = "op-cell"   # type: ignore[attr-defined]
 cell.kvcache_tensors = "torch"   # type: ignore[attr-defined]
-cell.kvcache_scope = ("flat", "ring", "max_write", "mla", "positions", "steps")   # type: ignore[attr-defined]
+cell.kvcache_scope = ("flat", "ring", "mla", "positions", "steps")   # type: ignore[attr-defined]

@@ -86,7 +86,7 @@ def cause(finding: Finding, cfg: JsonConfig, steps: list[Step]) -> tuple[Any, ..
 
 
 def _rewind_kind(steps: list[Step]) -> str:
-    """A single rewind (or none) versus a chain of rewinds: two causes (the README promises both)."""
+    """A single rewind (or none) versus a chain of rewinds: two causes (docs/conformance.md promises both)."""
     return "rewind chain" if sum(1 for step in steps if step.get("op") == "rewind") > 1 else ""
 
 
