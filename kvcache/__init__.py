@@ -7,7 +7,8 @@ imported on its own: `import kvcache` stays free of numpy.
 """
 
 from ._cache import SequenceCache
-from ._cells import MAX_SEQS, CellCache
+from ._cell_table import MAX_SEQS
+from ._cells import CellCache
 from ._errors import (ArgumentTypeError, ArgumentValueError, CapacityError, ConfigError, ConfigTypeError,
                       ForwardError, KVCacheError, LayerIndexError, PlanError, StepError)
 from ._faces import BatchControl, CacheBase, CacheControl, CellStepper, SequenceControl, SequencePlanner

@@ -46,7 +46,8 @@ from kvcache_spec import cell_model as cm
 from kvcache_spec.cell_stateful import Call, CellConfigSpec, CellFactory, CellLockstep, cell_reference_factory
 from kvcache_spec.stateful import Observe
 
-from .model_checker import Layout, check_all
+from .model_checker import check_all
+from .model_search import Layout
 
 INT_MAX = cm.INT_MAX
 

@@ -24,8 +24,9 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Optional, Sequence
 
-from .model_checker import (CheckReport, ConfigResult, Counterexample, Layout, SEQUENCE, admit, check_config, expand,
-                            from_wall_clock, root_state, to_wall_clock)
+from ._processes import from_wall_clock, to_wall_clock
+from .model_search import (SEQUENCE, CheckReport, ConfigResult, Counterexample, Layout, admit, check_config, expand,
+                           root_state)
 
 
 def _owner(key: bytes, workers: int) -> int:

@@ -53,7 +53,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Optional, Sequence
 
 from kvcache_spec._extras import missing_line
-from kvcache_spec.cli import open_report, report_path_problem
+from kvcache_spec.report_files import open_report, report_path_problem
 from kvcache_spec.conformance.targets import die_with_parent
 
 STAGES = ("stateful", "crosshair", "z3", "model-checker")

@@ -89,6 +89,7 @@ def test_the_crosshair_gate_fans_out_on_ray_with_the_same_rows(monkeypatch: pyte
     batch, the cell plugin registered there): every row's status and path count as with the gate's own
     processes, in one batch (one per node) and dealt over two (free_cells' 11 obligations in the full
     cell scope, from the plugin's symbolic cell state: its postcondition and the invariants)."""
+    from kvcache_proofs import crosshair_engines
     from kvcache_proofs import crosshair_gate as gate
 
     def rows(engine: str) -> dict[tuple[str, int], tuple[str, int]]:
@@ -100,13 +101,13 @@ def test_the_crosshair_gate_fans_out_on_ray_with_the_same_rows(monkeypatch: pyte
     here, on_ray = rows("processes"), rows("ray")
     assert len(here) >= 2 and on_ray == here
     assert all(status == gate.CONFIRMED and paths > 0 for status, paths in on_ray.values()), on_ray
-    one_batch = gate._run_on_ray
-    monkeypatch.setattr(gate, "_run_on_ray", lambda *args: one_batch(*args, batches=2))
+    one_batch = crosshair_engines._run_on_ray
+    monkeypatch.setattr(crosshair_engines, "_run_on_ray", lambda *args: one_batch(*args, batches=2))
     assert rows("ray") == here
 
 
 def test_the_gate_deals_its_jobs_into_batches_each_once() -> None:
-    from kvcache_proofs.crosshair_gate import _batches
+    from kvcache_proofs.crosshair_engines import _batches
 
     jobs = [(f"job {k}", (k,)) for k in range(7)]
     for count in (1, 2, 3, 7, 9):

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any, Iterator, Optional, TextIO
 
-from ..cli import open_report, report_path_problem
+from ..report_files import open_report, report_path_problem
 from . import scope as scopes
 from .engine import CLASSES, failing_classes
 from .layouts import add_layout_hint
