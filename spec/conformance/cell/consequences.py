@@ -55,9 +55,10 @@ class CellConsequences(Consequences):
         return [v for v in got.value if type(v) is int] if got.ok and isinstance(got.value, list) else []
 
     def removed(self, args: dict[str, Any], answer: Outcome) -> None:
-        """A removal served: an id left owning nothing is no longer live (CELL-RM), as far as the harness knows."""
+        """A removal served (answered True; False is a refusal, which changes nothing): an id left owning
+        nothing is no longer live (CELL-RM), as far as the harness knows."""
         seq_id = args["seq_id"]
-        if answer.ok and type(seq_id) is int and self._int("seq_len", {"seq_id": seq_id}) == 0:
+        if answer.ok and answer.value is True and type(seq_id) is int and self._int("seq_len", {"seq_id": seq_id}) == 0:
             self.known_live.discard(seq_id)
 
     def finish(self) -> None:
