@@ -135,3 +135,13 @@ def test_links_resolve(page: Path) -> None:
         if anchor:
             anchors = {_anchor(h) for h in re.findall(r"^#+ (.*)$", target.read_text(), re.M)}
             assert anchor in anchors, f"{page.name}: {link}"
+
+
+def test_the_readme_names_the_dropins_deliberate_differences_as_docs_dropin_does() -> None:
+    """Issue 25: upstream's op tests that fail on the drop-in on purpose are named in the README, each with its
+    rule; CI's peer run (tests/upstream_peer.py) holds docs/dropin.md's table to the run, and this holds the
+    README's to that table."""
+    from .upstream_peer import deliberate_differences
+
+    named = deliberate_differences(README)
+    assert named and named == deliberate_differences(README.parent / "docs" / "dropin.md")
