@@ -310,8 +310,10 @@ def test_a_reset_that_forgets_the_length_fails_without_strict() -> None:
     OP-ATTEND by SAFE-OP-SELF, whatever came before. Over-strict and wrong both fail a run without --strict."""
     spec = STANDIN.format("contiguous_reset_keeps_length")
     result = run_suite(PythonTarget(spec), "quick", seed=0)
-    assert ("over-strict", "OP-ATTEND") in result.findings and ("lenient", "OP-POS") in result.findings
+    assert ("over-strict", "OP-ATTEND") in result.findings
     assert result.verdict() == NOT_CONFORMING   # the over-strict refusal alone fails it
+    # the lenient OP-POS and the wrong answer past it: quick's derived positions do not present the old length
+    # after a reset at seed 0 (pre-merge's do, in 5 steps); the replay below shows both
     ring = op_config(1, (1,))
     steps = [{"op": "fetch", "layer": 0, "positions": [0]}, {"op": "reset"},
              {"op": "fetch", "layer": 0, "positions": [1], "case": "OP-POS continue"}]
