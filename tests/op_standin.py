@@ -329,6 +329,18 @@ class ContiguousRefusesExactFit(ContiguousStandin):
         return super().update_and_fetch(layer_id, k, v, position)
 
 
+class ContiguousServesEmptyStep(ContiguousStandin):
+    """Serves a call of no token (q_len 0: lenient OP-ARGS) as a look at its history, changing nothing, with
+    a CAUSAL spec. The call has no query, so no consequence may be drawn from it (the consequence drive had
+    judged it as its step's positions' tokens and reported a false SAFE-OP-SELF)."""
+
+    def update_and_fetch(self, layer_id: Any, k: Any, v: Any, position: Any) -> Any:
+        if np.shape(k)[2:3] == (0,) and np.shape(position)[:1] == (0,):
+            k_hist, v_hist, _ = self._answer(_int(layer_id, 0, self.cfg["n_layers"] - 1, "layer_id"), [], [])
+            return k_hist, v_hist, Spec("CAUSAL", None)
+        return super().update_and_fetch(layer_id, k, v, position)
+
+
 def _factory(cls: type) -> Any:
     def make(cfg: dict[str, Any]) -> Any:
         return cls(cfg)
@@ -346,3 +358,4 @@ cell_minus_one_is_free = _factory(CellMinusOneIsFree)
 contiguous_bool_layer = _factory(ContiguousBoolLayer)
 contiguous_reset_keeps_length = _factory(ContiguousResetKeepsLength)
 contiguous_refuses_exact_fit = _factory(ContiguousRefusesExactFit)
+contiguous_serves_empty_step = _factory(ContiguousServesEmptyStep)

@@ -348,3 +348,16 @@ def test_a_refusal_naming_an_op_rule_is_classed_by_it() -> None:
                              Outcome(False, None, "ValueError: OP-POS: a gap at 3")) == "OP-POS"
     assert engine.refused_by("update_and_fetch", {"layer_id": 0}, "OP-ATTEND",
                              Outcome(False, None, "ValueError: CELL-POS is not an op rule")) == "OP-ATTEND"
+
+
+def test_a_call_of_no_token_served_is_lenient_with_no_consequence() -> None:
+    """A step malformed to q_len 0 carries no token, so it has no query: served, it is lenient OP-ARGS and
+    nothing more. The consequence drive had judged it as its step's positions' tokens: a query that 'does
+    not attend its own token' (a false SAFE-OP-SELF, seen on upstream's contiguous cache)."""
+    spec = STANDIN.format("contiguous_serves_empty_step")
+    steps = [{"op": "fetch", "layer": 0, "positions": [0]},
+             {"op": "fetch", "layer": 0, "positions": [1], "clause": "op.update_and_fetch.q_len", "variant": "0",
+              "case": "OP-ARGS q_len 0"}]
+    again = replay(spec, op_config(2), steps)
+    assert again is not None and (again["class"], again["rule"]) == ("lenient", "OP-ARGS"), again
+    assert replay(STANDIN.format("contiguous"), op_config(2), steps) is None   # refused by the correct stand-in

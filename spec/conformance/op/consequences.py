@@ -73,7 +73,7 @@ class OpConsequences(Consequences):
         method, args, answer = self.call
         if method == "update_and_fetch" and self.engine.fetched is not None:
             positions, uids = self.engine.fetched
-            self.served_fetch(args["layer_id"], positions, uids, answer)
+            self.served_fetch(args["layer_id"], positions, uids, answer, _one_token_each(args, len(positions)))
         else:
             self.verb(method, args, answer)
 
@@ -119,7 +119,7 @@ class OpConsequences(Consequences):
         args, _ = engine.arguments(layer, positions, uids, case)
         concrete: Step = {"op": "fetch", "layer": layer, "positions": positions, **(case.tag() if case else {})}
         self.steps.append(concrete)
-        self.served_fetch(layer, positions, uids[:q], self._ask("update_and_fetch", args))
+        self.served_fetch(layer, positions, uids[:q], self._ask("update_and_fetch", args), _one_token_each(args, q))
 
     def finish(self) -> None:
         """Past a step served on some layers only: its other layers are served, as the runner's forward
@@ -144,9 +144,11 @@ class OpConsequences(Consequences):
             out.append(newest[seq])
         return out
 
-    def served_fetch(self, layer: Any, positions: list[Any], uids: list[int], answer: Outcome) -> None:
+    def served_fetch(self, layer: Any, positions: list[Any], uids: list[int], answer: Outcome,
+                     judged: bool = True) -> None:
         """An update_and_fetch answered: its tokens are written; SAFE-OP-ISOLATION on its rows (when it
-        named a layer), SAFE-OP-KEEP on the sequences it has no token of."""
+        named a layer and its queries are its positions' tokens: `judged`), SAFE-OP-KEEP on the sequences
+        it has no token of."""
         if not answer.ok:
             self.lens = self.seq_lens()
             return
@@ -154,7 +156,8 @@ class OpConsequences(Consequences):
         self.wrote(seqs, positions, uids)
         if type(layer) is int and 0 <= layer < self.engine.mcfg.n_layers:
             self.served.add(layer)
-            self.isolation(layer, seqs, positions, uids, answer.value)
+            if judged:
+                self.isolation(layer, seqs, positions, uids, answer.value)
         before, self.lens = self.lens, self.seq_lens()
         for seq, was in before.items():
             now = self.lens.get(seq)
@@ -215,3 +218,11 @@ class OpConsequences(Consequences):
 def drive_on(engine: Any, program: list[Step], entry: Finding) -> None:
     """The engine's drive past a lenient or over-strict entry (engine.Drive)."""
     OpConsequences(engine, entry).drive(Consequences.rest(program, entry))
+
+
+def _one_token_each(args: dict[str, Any], q: int) -> bool:
+    """Whether an update_and_fetch call's K carries one token per position (rank 4, q_len q). A malformed
+    q_len or rank does not: its queries cannot be told apart, so none is judged (they had been judged as
+    the positions' tokens, a false SAFE-OP-SELF on a call of no token)."""
+    shape = as_array(args["k"]).shape
+    return len(shape) == 4 and shape[2] == q
