@@ -9,7 +9,8 @@ malformations the conformance suite derives from it (spec/conformance/malform.py
 - TENSOR: a tensor argument's element type and rank; broken by another dtype and another rank;
 - ID: an int (bool is not) in [0, n) (`size` names n); broken by -1, n, a bool, a float, a huge value;
 - INT: an int (bool is not) with a lower bound (`low`, a literal or another argument) and maybe an upper
-  (`size`, inclusive); broken by one below, a bool, a float, one above (or a huge value);
+  (`size`, inclusive: a literal, another argument, or a config field - then the clause binds only the
+  configs that set it); broken by one below, a bool, a float, one above (or a huge value);
 - POSITIONS: a list of positions; broken by a repeat, descending order, a position the sequence already
   holds, a gap (only where the clause forbids gaps), a negative and the int32 limit;
 - LIST: a non-empty list; broken by an empty list and by what is not a list.
@@ -60,6 +61,9 @@ CLAUSES: tuple[Clause, ...] = (
     *_op_dims("position", ("q_len", "1"), ("", "q_len")),
     Clause("op.update_and_fetch.q_len", "OP-ARGS", OP_FACES, "update_and_fetch", "k, v, position", DIM,
            "q_len >= 1, equal across k, v and position", "q_len", 2, variants=("0",)),
+    Clause("op.update_and_fetch.q_len.max_write", "OP-MAX-WRITE", OP_CONTIGUOUS, "update_and_fetch", "k, v, position",
+           INT, "with max_write set and a ring layer, q_len <= max_write on every layer", "max_write", low="1",
+           variants=("above",), feature="max_write"),
     Clause("op.update_and_fetch.k.tensor", "OP-ARGS", OP_FACES, "update_and_fetch", "k", TENSOR,
            "k is a floating-point tensor of 4 dimensions"),
     Clause("op.update_and_fetch.v.tensor", "OP-ARGS", OP_FACES, "update_and_fetch", "v", TENSOR,

@@ -38,5 +38,18 @@ def test_every_face_has_clauses_and_every_clause_derives_cases() -> None:
     for face in ("sequence", "cell", "op-contiguous", "op-cell"):
         assert of_face(face)
         derived = {case.clause.id for case in malform.cases(face, {"batch_size": 2, "n_kv_heads": 2, "head_dim": 2,
-                                                                   "v_head_dim": 3})}
+                                                                   "v_head_dim": 3, "max_write": 2,
+                                                                   "layers": [{"kind": "ring", "window": 3}]})}
         assert derived == {clause.id for clause in of_face(face)}, face
+
+
+MAX_WRITE = "op.update_and_fetch.q_len.max_write"
+
+
+def test_the_max_write_clause_binds_only_a_config_whose_steps_max_write_bounds() -> None:
+    """OP-MAX-WRITE bounds a step only with max_write set and a ring layer: elsewhere it has no case."""
+    ring, flat = {"kind": "ring", "window": 3}, {"kind": "flat", "window": 0}
+    for layers, max_write, bound in (([ring, flat], 2, True), ([ring], None, False), ([flat], 2, False)):
+        found = [case.variant for case in malform.cases("op-contiguous", {"layers": layers, "max_write": max_write})
+                 if case.clause.id == MAX_WRITE]
+        assert found == (["above"] if bound else []), (layers, max_write)

@@ -108,10 +108,21 @@ def tokens_of(variant: str) -> int:
     return 2 if variant in ("repeat", "descending") else 1
 
 
+def step_bound(cfg: JsonConfig) -> Optional[int]:
+    """OP-MAX-WRITE: the most tokens a step of an op config writes - its max_write when it has a ring
+    layer - else None (no bound: the clause `op.update_and_fetch.q_len.max_write` has no case there)."""
+    max_write = cfg.get("max_write")
+    rings = any(isinstance(entry, dict) and entry.get("kind") == "ring" for entry in cfg.get("layers", []))
+    return max_write if rings and type(max_write) is int else None
+
+
 def cases(face: str, cfg: Optional[JsonConfig] = None) -> list[Case]:
-    """Every case of the face's clauses a configuration can show (DIM cases depend on its sizes)."""
+    """Every case of the face's clauses a configuration can show (DIM cases depend on its sizes; a
+    clause bounded by max_write binds only a config whose steps it bounds)."""
     out: list[Case] = []
     for clause in of_face(face):
+        if clause.size == "max_write" and step_bound(cfg or {}) is None:
+            continue
         if clause.kind == DIM:
             sizes = sizes_of(cfg or {})
             out += [Case(clause, variant) for variant, _ in dim_values(clause, sizes)]
@@ -132,4 +143,4 @@ def faces() -> set[str]:
 
 
 __all__ = ["CLAUSE_PREFIX", "Case", "DIM", "ID", "INT", "LIST", "POSITIONS", "TENSOR", "case_of", "cases", "dim_value",
-           "dim_values", "id_value", "int_value", "malformed_positions", "sizes_of", "tokens_of"]
+           "dim_values", "id_value", "int_value", "malformed_positions", "sizes_of", "step_bound", "tokens_of"]

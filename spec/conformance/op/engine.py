@@ -31,7 +31,7 @@ from ...rules import RULES
 from .. import scope as scopes
 from ..configs import JsonConfig, describe
 from ..engine import CRASH, LENIENT, OVER_STRICT, WRONG, Caller, Drive, Finding, RunResult, Step, Stop
-from ..malform import DIM, POSITIONS, TENSOR, Case, case_of, dim_value, malformed_positions, sizes_of
+from ..malform import DIM, INT, POSITIONS, TENSOR, Case, case_of, dim_value, malformed_positions, sizes_of
 from ..targets import Outcome, Target
 from ..wire import Unreadable
 
@@ -383,6 +383,9 @@ class OpEngine(Caller):
             self.malformed = case if broken is not None else None
         elif case is not None and case.clause.kind == POSITIONS:
             self.malformed = case
+        elif case is not None and case.clause.kind == INT:   # OP-MAX-WRITE: the step's length (a shrunk one may fit)
+            bound = self.mcfg.max_write
+            self.malformed = case if bound is not None and len(positions) > bound else None
         concrete: Step = {"op": "fetch", "layer": layer, "positions": positions, **(case.tag() if case else {})}
         self.current = concrete
         pending = self.model.step

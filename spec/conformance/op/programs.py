@@ -21,7 +21,7 @@ from typing import Any, Optional
 from ...arguments import DIM, ID, INT, LIST, POSITIONS
 from ..configs import JsonConfig, config, layer
 from ..engine import Step
-from ..malform import Case, cases, id_value, int_value, tokens_of
+from ..malform import Case, cases, id_value, int_value, step_bound, tokens_of
 
 
 def op_config(capacity: int, windows: tuple[int, ...] = (0,), n_layers: Optional[int] = None, heads: int = 1,
@@ -126,10 +126,8 @@ def edge_contiguous_programs(cfg: JsonConfig) -> list[tuple[str, list[Step]]]:
         ("layers in reverse", [fetch(layer_id, 2) for layer_id in reversed(range(layers))] + forward(cfg, 1)),
     ]
     max_write = cfg.get("max_write")
-    if max_write is not None:   # OP-MAX-WRITE: an exact fit is served, one token more is refused on every layer
-        out += [("a step of exactly max_write", forward(cfg, 1) + forward(cfg, max_write) + forward(cfg, 1)),
-                ("a step one longer than max_write", forward(cfg, 1) + forward(cfg, max_write + 1)
-                 + [fetch(layers - 1, max_write + 1)] + forward(cfg, 1))]
+    if max_write is not None:   # OP-MAX-WRITE: an exact fit is served (one token more is a clause's case below)
+        out.append(("a step of exactly max_write", forward(cfg, 1) + forward(cfg, max_write) + forward(cfg, 1)))
     for case in cases("op-contiguous", cfg):   # one program per malformation (malform.py)
         out.append((f"malformed {case.name}", forward(cfg, 1) + malformed_call(cfg, case) + forward(cfg, 1) * 2))
     if layers > 1:
@@ -223,8 +221,15 @@ def malformed_call(cfg: JsonConfig, case: Case, cell: bool = False, seq: int = 0
     """The calls that break a case's clause, tagged with the case: a cell forward's on every layer after
     its declaration (a target that accepts it then holds a whole step of it), a contiguous one's on layer 0
     (the one refused call a later answer can be traced to: OP-ATOMIC), a malformed layer id's once, a
-    verb's once. Sequence `seq` owns the tokens; a fork copies it to seq + 1."""
+    verb's once. A step one longer than max_write (OP-MAX-WRITE) is tried on every layer, then once more on
+    the last: the rule refuses it on every layer, and a refusal changes nothing. Sequence `seq` owns the
+    tokens; a fork copies it to seq + 1."""
     clause, variant, tag = case.clause, case.variant, case.tag()
+    if clause.call == "update_and_fetch" and clause.kind == INT:   # a step longer than max_write
+        bound = step_bound(cfg)
+        assert bound is not None, "derived only where max_write bounds a step (malform.cases)"
+        n = int_value(clause, variant, above=bound + 1)
+        return [fetch(layer_id, n, **tag) for layer_id in [*range(cfg["n_layers"]), cfg["n_layers"] - 1]]
     if clause.call == "update_and_fetch":   # a malformed layer id once; on a cell cache any other on every layer
         layer_ids = [id_value(variant, cfg["n_layers"])] if clause.kind == ID else \
             list(range(cfg["n_layers"])) if cell else [0]
