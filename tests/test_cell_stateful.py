@@ -63,8 +63,10 @@ def test_the_machine_passes_the_model_target() -> None:
 @pytest.mark.parametrize("broken", [ForkPastCutCache, RmOffByOneCache, WindowInTokensCache])
 def test_the_machine_catches_a_broken_target(broken: Any) -> None:
     machine = make_cell_machine(lambda config, n: broken(config, n), name="BrokenCellMachine")
+    # derandomized: whether 300 examples reach the bug is then a fact of the code, not of the seed (the
+    # "dev" profile draws a fresh seed per run, and one CI run's 300 examples missed ForkPastCutCache)
     quick = settings(stateful_settings(), phases=[Phase.explicit, Phase.reuse, Phase.generate],
-                     report_multiple_bugs=False, max_examples=300)
+                     report_multiple_bugs=False, max_examples=300, derandomize=True, database=None)
     with pytest.raises(AssertionError) as failure:
         run_state_machine_as_test(machine, settings=quick)
     assert str(failure.value).startswith(("CELL-", "ATOMIC")), str(failure.value)[:300]

@@ -74,7 +74,8 @@ def test_each_zoo_mutant_is_caught_with_its_class_and_rule(name: str) -> None:
     # the same steps pass on the reference
     assert replay("reference", reported.config, reported.steps) is None
     assert result.conforming(strict=True) is False
-    assert result.conforming(strict=False) == (not result.classes() & {"wrong", "crash"})
+    # without --strict a wrong answer, a crash and a valid call refused fail the run; a lenient one does not
+    assert result.conforming(strict=False) == (not result.classes() & {"wrong", "crash", "over-strict"})
 
 
 @pytest.mark.slow

@@ -77,13 +77,16 @@ def cause(finding: Finding, cfg: JsonConfig, steps: list[Step]) -> tuple[Any, ..
     for a crash, how it crashed - its signal, a hang, a protocol break - and the method it crashed in),
     the layer kinds of the configuration (the shrinker first tries every layer flat, so a defect that
     shows there is not a ring defect), the failing operation (a decode step, T = 1, is not a
-    multi-token step; a plan is not a can_extend), a single rewind versus a chain of rewinds, and for a
+    multi-token step; a plan is not a can_extend), a single rewind versus a chain of rewinds (for a crash
+    only when it crashed in a rewind), and for a
     consequence the kind of step that led there and the safety property broken. Everything else (values, lengths, max_write, the steps that lead there) is the same cause seen
     through another program."""
     kinds = [_op_kind(step) for step in steps]
     how = how_it_crashed(finding) if finding.kind == CRASH else (finding.rule,)
+    # a crash is its signal in its method: rewinds before it tell causes apart only when it crashes in one
+    crashed_elsewhere = finding.kind == CRASH and not (steps and steps[-1].get("op") == "rewind")
     return (_group(finding), how, family(cfg).split(",")[0], kinds[-1] if kinds else "create",
-            _rewind_kind(steps), finding.after, finding.safety)
+            "" if crashed_elsewhere else _rewind_kind(steps), finding.after, finding.safety)
 
 
 def _rewind_kind(steps: list[Step]) -> str:
