@@ -119,20 +119,22 @@ class OpConsequences(Consequences):
 
     def committed(self) -> set[int]:
         """The tokens the record holds past an open step (a contiguous cache's whole steps)."""
-        pending = set(self.step_uids) if self.step_positions is not None else set()
+        partway = self.step_positions is not None and len(self.served) < self.engine.mcfg.n_layers
+        pending = set(self.step_uids) if partway else set()
         return {uid for uid in self.readable.get(0, set()) if uid not in pending}
 
     def trimmed(self, n: Any) -> None:
-        """An accepted trim (OP-TRIM): the open step is gone, and so are the newest n tokens of the rest; a
-        query attending one of them later attends a token no sequence holds (SAFE-OP-ISOLATION). A trim of
-        no count the record can read (negative, not an int) removes nothing: what the target did then
-        shows in its later answers."""
-        kept = self.committed()
-        if type(n) is int and n >= 0:
-            end = len(kept) - n
-            kept = {uid for uid in kept if type(pos := self.position.get(uid)) is int and pos < end}
-        self.readable[0] = kept
-        self.step_positions, self.step_uids, self.served = None, [], set()
+        """An accepted trim (OP-TRIM): the newest n tokens of the whole steps are gone; a query attending one
+        of them later attends a token no sequence holds (SAFE-OP-ISOLATION). What is certainly gone only,
+        whatever the caller did: past a step served partway nothing is (a cache of per-layer histories drops
+        each layer's own newest n, which differ there), nor past a trim of no count the record can read
+        (negative, not an int) - what the target did then shows in its later answers."""
+        partway = self.step_positions is not None and 0 < len(self.served) < self.engine.mcfg.n_layers
+        if type(n) is int and n >= 0 and not partway:
+            whole = self.committed()
+            end = len(whole) - n
+            gone = {uid for uid in whole if type(pos := self.position.get(uid)) is int and pos >= end}
+            self.readable[0] = self.readable.get(0, set()) - gone
 
     def fetch(self, step: Step) -> None:
         engine, layer = self.engine, step.get("layer")
