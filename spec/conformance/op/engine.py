@@ -520,10 +520,11 @@ class OpEngine(Caller):
         self.before_call = self.model.snapshot()
         verdict = self.model.fetch(layer, shapes, positions, uids[:q])
         if isinstance(verdict, op_model.Rejected):
-            # a refused call uses up no token number: the program without it labels every later token alike,
-            # so a run without it (OP-ATOMIC, `_after_refusal`) sends exactly the same calls after it
-            self.next_uid = first_uid
             self._refused("update_and_fetch", args, verdict, concrete)
+            # refused (a call the target served is a lenient entry: its tokens are written): it uses up no token
+            # number, so the program without it labels every later token alike, and a run without it
+            # (OP-ATOMIC, `_after_refusal`) sends exactly the same calls after it
+            self.next_uid = first_uid
             return concrete
         if self.model.abandoned != before and self._excused("steps", "a step abandoned partway"):
             return None
