@@ -467,8 +467,9 @@ class ContiguousFloat16(ContiguousStandin):
 
 class ContiguousRefusalGrowsK(ContiguousStandin):
     """A V it refuses after it appended the step's K (mlx-lm concatenates K, then V): K is one row longer
-    than V, unseen by `used` (it counts whole tokens), and the next answer's K and V differ in length. Past
-    the capacity it grows (lenient OP-CAP): the suite charged the K/V mismatch to that lenient step."""
+    than V, unseen by `used` (it counts whole tokens), and the next answer's K and V differ in length, its
+    mask attending every K row. Past the capacity it grows (lenient OP-CAP): the suite charged the K/V
+    mismatch to that lenient step."""
     bounded = False
 
     def __init__(self, cfg: dict[str, Any]) -> None:
@@ -487,8 +488,8 @@ class ContiguousRefusalGrowsK(ContiguousStandin):
         extra = self.extra_k.get(int(layer_id), [])
         if extra:
             k_hist = np.concatenate([k_hist, np.stack(extra, axis=2)], axis=2)
-            spec = Spec("EXPLICIT", np.concatenate([spec.mask, np.zeros((spec.mask.shape[0], len(extra)), bool)],
-                                                   axis=1))
+            spec = Spec("EXPLICIT", np.concatenate([spec.mask, np.ones((spec.mask.shape[0], len(extra)), bool)],
+                                                   axis=1))   # the history is every K row
         return k_hist, v_hist, spec
 
     def reset(self) -> None:
