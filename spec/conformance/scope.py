@@ -318,7 +318,8 @@ def with_twins(configs: Iterable[JsonConfig], scope: Scope) -> tuple[JsonConfig,
 def widened(cfg: JsonConfig, narrowest: int) -> JsonConfig:
     """The twin of an op configuration with its widths raised to `narrowest` (min_head_dim=N): head_dim
     N at least, and a value width of its own kept apart (MLA: v_head_dim N + 1 where it was wider)."""
-    head, value = cfg["head_dim"], cfg.get("v_head_dim", cfg["head_dim"])
+    head: int = cfg["head_dim"]
+    value: int = cfg.get("v_head_dim", head)
     new_head = max(head, narrowest)
     new_value = new_head if value == head else max(value, narrowest)
     if value != head and new_value == new_head:
