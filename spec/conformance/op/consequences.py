@@ -305,9 +305,9 @@ class OpConsequences(Consequences):
 
     def owed_to(self, layer: int, seqs: list[Any], positions: list[Any], uids: list[int], i: int) -> list[int]:
         """SAFE-OP-COMPLETE: the tokens query i of a call must attend on `layer`, whatever came before - its
-        sequence's owed tokens and the call's own tokens up to it, at positions in its span (not after it,
-        inside its window). Two such tokens at one position owe neither (a re-placed position the target
-        accepted: which one it keeps is not the harness's to say). Positions a target's scope does not read
+        sequence's owed tokens and the call's own tokens up to it, at positions OP-POS allows in its span (not
+        after it, inside its window). Two such tokens at one position owe neither (a re-placed position the
+        target accepted: which one it keeps is not the harness's to say). Positions a target's scope does not read
         (no `positions`) are not judged, but on a flat layer every earlier token is in the span."""
         seq, own, window = seqs[i], positions[i], self.engine.mcfg.windows[layer]
         keep = self.engine.mcfg.keep(layer)   # OP-SINKS: the first keep positions are in every span
@@ -321,8 +321,8 @@ class OpConsequences(Consequences):
         out = []
         for uid in candidates:
             pos = self.position.get(uid)
-            if type(pos) is not int or at[pos] > 1:
-                continue
+            if type(pos) is not int or not 0 <= pos <= op_model.MAX_POSITION or at[pos] > 1:
+                continue   # a position OP-POS refuses (-1, a free-cell marker upstream) is no span's
             if not self.judge_positions or (pos <= own and (window == 0 or pos > own - (window - keep) or pos < keep)):
                 out.append(uid)
         return out
