@@ -67,11 +67,11 @@ def state_key(model: op_model.OpModel, steps: Optional[list[Step]] = None) -> Ha
     step = model.step
     open_step = None if step is None else (step.seqs, step.positions, tuple(sorted(step.served)))
     written = 0
-    for step in steps or []:
-        if step["op"] == "reset":
+    for concrete in steps or []:
+        if concrete["op"] == "reset":
             written = 0
-        elif step["op"] == "fetch" and "case" not in step:
-            written = max([written] + [p + 1 for p in step.get("positions", []) if type(p) is int])
+        elif concrete["op"] == "fetch" and "case" not in concrete:
+            written = max([written] + [p + 1 for p in concrete.get("positions", []) if type(p) is int])
     # the floors decide which trims are owed (OP-TRIM)
     return held, open_step, tuple(model.floors), written
 
