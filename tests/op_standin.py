@@ -53,10 +53,15 @@ class _Base:
         for entry in layers:
             if (entry["kind"], entry["window"] > 0) not in (("flat", False), ("ring", True)):
                 raise StandinError(f"policy {entry}")
+            keep = entry.get("keep", 0)   # sinks: a ring's first positions, below its window; no cell sinks
+            if type(keep) is not int or not 0 <= keep < max(entry["window"], 1) or keep and self.cell:
+                raise StandinError(f"keep {keep!r}")
         if self.cell and cfg["batch_size"] != 1:
             raise StandinError("batch_size")
         self.cfg = cfg
         self.windows = [e["window"] for e in (layers * cfg["n_layers"] if len(layers) == 1 else layers)]
+        self.keeps = [e.get("keep", 0) for e in (layers * cfg["n_layers"] if len(layers) == 1 else layers)]
+        self.floors = [0] * cfg["n_layers"]   # trim: a ring layer may have dropped its positions below (sinks aside)
         self.tokens: list[Token] = []
         self.step: Optional[dict[str, Any]] = None   # {"seqs", "positions", "tokens", "served"}
 
@@ -81,12 +86,13 @@ class _Base:
         self.step = None
 
     def _visible(self, layer: int, seq_of: list[int], positions: list[int]) -> np.ndarray:
-        window = self.windows[layer]
+        window, keep = self.windows[layer], self.keeps[layer]
         rows = [t for t in self.tokens if layer in t.k]
         mask = np.zeros((len(positions), len(rows)), dtype=bool)
         for i, (s, p) in enumerate(zip(seq_of, positions)):
             for j, t in enumerate(rows):
-                mask[i, j] = s in t.owners and t.pos <= p and (window == 0 or t.pos > p - window)
+                mask[i, j] = s in t.owners and t.pos <= p and (window == 0 or t.pos < keep or
+                                                                 t.pos > p - (window - keep))
         return mask
 
     def _answer(self, layer: int, seq_of: list[int], positions: list[int]) -> tuple[np.ndarray, np.ndarray, Spec]:
@@ -108,6 +114,7 @@ class _Base:
 
     def reset(self) -> None:
         self.tokens, self.step = [], None
+        self.floors = [0] * self.cfg["n_layers"]
 
 
 class ContiguousStandin(_Base):
@@ -132,12 +139,29 @@ class ContiguousStandin(_Base):
             if max_write is not None and any(self.windows) and len(positions) > max_write:
                 raise StandinError("max_write")
             self._abandon()
+            lag = [w - keep - 1 + (max_write or 0) for w, keep in zip(self.windows, self.keeps)]
+            self.floors = [max(f, positions[-1] + 1 - d) if w else f for f, d, w in zip(self.floors, lag, self.windows)]
             tokens = [Token(p, {0}) for p in positions]
             self.tokens += tokens
             self.step = {"seqs": [0] * len(positions), "positions": positions, "tokens": tokens, "served": set()}
         seqs = list(self.step["seqs"])   # type: ignore[index]
         self._write(layer, tokens, k, v)
         return self._answer(layer, seqs, positions)
+
+    def trim(self, n: Any) -> None:
+        """Drop the newest n whole-step tokens (an open step goes first); refused where a ring layer may have
+        overwritten a position the query at the new length attends."""
+        held = len([t for t in self.tokens if not self.step or t not in self.step["tokens"]])
+        if type(n) is not int or not 0 <= n <= held:
+            raise StandinError(f"trim {n!r} of {held}")
+        end = held - n
+        for w, keep, floor in zip(self.windows, self.keeps, self.floors):
+            oldest = max(keep, end - (w - keep) + 1)
+            if w and oldest < end and oldest < floor:
+                raise StandinError(f"trim to {end}: position {oldest} may be overwritten (floor {floor})")
+        self._abandon()
+        self.tokens = [t for t in self.tokens if t.pos < end]
+        self.floors = [min(f, end) for f in self.floors]
 
 
 ContiguousStandin.kvcache_layout = "op-contiguous"   # type: ignore[attr-defined]
@@ -343,7 +367,7 @@ class ContiguousServesEmptyStep(ContiguousStandin):
         return super().update_and_fetch(layer_id, k, v, position)
 
 
-# --- issue 33: caches shaped like the field's, each declaring the relaxation it needs (SPEC 8.6) -------
+# --- issue 33: caches shaped like the field's, each declaring the relaxation it needs (SPEC 8.7) -------
 
 class _WindowOffByOne:
     """A planted defect: a ring window that keeps one position too many (OP-ATTEND)."""

@@ -1,4 +1,4 @@
-"""Issue 33: the scope relaxations real caches need (SPEC.md section 8.6), completeness past a lenient
+"""Issue 33: the scope relaxations real caches need (SPEC.md section 8.7), completeness past a lenient
 step (SAFE-OP-COMPLETE), and the three false alarms of the suite's attribution.
 
 The targets are tests/op_standin.py's caches shaped like the field's: one that validates nothing

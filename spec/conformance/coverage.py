@@ -53,8 +53,9 @@ CONFIG_VALIDATION = ("CFG-TYPE", "CFG-CAPACITY", "CFG-LAYERS", "CFG-POLICY", "CF
 # owed. Measured: the op stand-ins without `positions` exercise no OP-POS; without `steps` or
 # `declarations` every rule is still exercised.
 FEATURE_RULES: dict[str, tuple[str, ...]] = {"positions": ("OP-POS",), "batch": ("OP-BATCH",),
-                                             "max_write": ("OP-MAX-WRITE",)}
-# A scope relaxation (scope.py; SPEC 8.6) -> the rules it leaves unowed, per op layout: `trusted-args` is
+                                             "max_write": ("OP-MAX-WRITE",), "trim": ("OP-TRIM",),
+                                             "sinks": ("OP-SINKS",)}
+# A scope relaxation (scope.py; SPEC 8.7) -> the rules it leaves unowed, per op layout: `trusted-args` is
 # sent no malformed call (OP-ARGS has no other refusal), `unbounded` no capacity (a contiguous cache's
 # OP-CAP). A contiguous cache declaring both, and neither `positions`, `steps` nor `max_write`, is sent
 # no call the spec refuses at all: OP-ATOMIC has nothing to judge (RELAXED_ATOMIC).
@@ -86,7 +87,7 @@ def _layout_rule(rule_id: str, layout: str) -> str:
     if layout.startswith("op-") or rule_id.startswith(OP_PREFIX):
         binds = layout.startswith("op-") == rule_id.startswith(OP_PREFIX) or rule_id == "SCOPE-BORDER"
         other_kind = layout == "op-contiguous" and rule_id in ("OP-FORK", "OP-RM") or \
-            layout == "op-cell" and rule_id == "OP-MAX-WRITE"   # cells have no rings to bound
+            layout == "op-cell" and rule_id in ("OP-MAX-WRITE", "OP-TRIM", "OP-SINKS")   # no rings to bound, trim, sinks
         if binds and other_kind:
             return f"a rule of the other op cache: this run drives the {layout} layout"
         return "" if binds else f"a rule of another face: this run drives the {layout} layout"

@@ -19,7 +19,7 @@ it another way (a sliding-window layer served as full history: silently wrong at
 
 A feature above is *additive*: declaring it says the target implements that part, and a scope without it
 owes less. A **relaxation** has the other polarity: declaring it says the target owes less than the spec,
-and the whole spec (no declaration) declares none. The op face's relaxations (SPEC.md section 8.6):
+and the whole spec (no declaration) declares none. The op face's relaxations (SPEC.md section 8.7):
 
 - `trusted-args`: the cache's caller is model code: the suite sends no malformed call (a clause of the
   argument contract broken, spec/arguments.py) and OP-ARGS is not owed;
@@ -71,9 +71,12 @@ OP_FEATURES: dict[str, str] = {
     "positions": "placing by the `position` argument (a cache that appends at its used length leaves it out)",
     "steps": "a forward as one step across layers (a cache of independent per-layer histories leaves it out)",
     "declarations": "a verb drops a begin_step declaration no layer has used yet (upstream's cell cache keeps it)",
+    # additive: the target implements them (absent: its programs send no trim, its configs carry no keep)
+    "trim": "the trim(n) verb: drop the newest n tokens of every layer (OP-TRIM)",
+    "sinks": "ring layers with attention sinks (a policy's keep > 0, OP-SINKS)",
 }
 EVERY_FEATURE: dict[str, str] = {**FEATURES, **OP_FEATURES}
-# Relaxations (SPEC.md section 8.6): the target owes LESS when it declares one; absent means owed. Not
+# Relaxations (SPEC.md section 8.7): the target owes LESS when it declares one; absent means owed. Not
 # members of EVERY_FEATURE: `all` (the whole spec) declares none of them.
 TRUSTED_ARGS, UNBOUNDED, LAZY_SHAPES, LOSSY, MIN_HEAD_DIM = \
     "trusted-args", "unbounded", "lazy-shapes", "lossy", "min_head_dim"
@@ -94,7 +97,7 @@ SIZE_FEATURES = frozenset({"mla", "batch", MIN_HEAD_DIM})
 LAYOUT_FEATURES: dict[str, frozenset[str]] = {
     "sequence": frozenset(FEATURES),
     "cell": frozenset(FEATURES),
-    "op-contiguous": frozenset({"flat", "ring", "max_write", "batch", "mla", "positions", "steps"}),
+    "op-contiguous": frozenset({"flat", "ring", "max_write", "batch", "mla", "positions", "steps", "trim", "sinks"}),
     "op-cell": frozenset({"flat", "ring", "mla", "positions", "steps", "declarations"}),
 }
 
@@ -122,6 +125,8 @@ def needs(cfg: JsonConfig) -> frozenset[str]:
         wanted.add("mla")
     if cfg.get("batch_size", 1) != 1:   # an op config's batch rows (absent from the other layouts' configs)
         wanted.add("batch")
+    if any(isinstance(entry, dict) and entry.get("keep", 0) != 0 for entry in cfg.get("layers", [])):
+        wanted.add("sinks")   # a ring with attention sinks (OP-SINKS)
     return frozenset(wanted)
 
 
@@ -446,7 +451,7 @@ def notes(report: dict[str, Any]) -> list[str]:
              f"scope were only checked to be refused at creation ({BORDER_RULE})"]
     if report.get("relaxations"):
         lines.append(f"scope: relaxations declared ({', '.join(report['relaxations'])}): what they relax is not "
-                     "owed (SPEC.md section 8.6)")
+                     "owed (SPEC.md section 8.7)")
     for name, described in left["families"].items():
         lines.append(f"scope: configuration family {name} not exercised: {'; '.join(described)}")
     if left["rules"]:

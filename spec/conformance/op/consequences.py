@@ -11,7 +11,7 @@ import numpy as np
 from ... import op_model
 from ..consequences import Consequences
 from ..engine import OVER_STRICT, Finding, Step
-from ..malform import POSITIONS, case_of, malformed_positions
+from ..malform import POSITIONS, case_of, int_value, malformed_positions
 from ..targets import Outcome
 from .engine import KV_LENGTHS, OpEngine, _row, allowed_rows, as_array
 from .engine import _show as _show_op
@@ -88,6 +88,9 @@ class OpConsequences(Consequences):
         if op == "fetch":
             self.fetch(step)
             return
+        if op == "trim":
+            self.trim(step)
+            return
         method, args = {"begin": ("begin_step", {"seq_ids": step.get("seqs")}),
                         "cp": ("seq_cp", {"src": step.get("src"), "dst": step.get("dst"), "upto": step.get("upto")}),
                         "rm": ("seq_rm", {"seq": step.get("seq"), "p0": step.get("p0"), "p1": step.get("p1")}),
@@ -103,8 +106,40 @@ class OpConsequences(Consequences):
                 self.readable.setdefault(args["dst"], set()).update(self.readable.get(args["src"], set()))
             elif method == "reset":
                 self.readable, self.declared, self.step_positions, self.served = {}, [], None, set()
+            elif method == "trim":
+                self.trimmed(args["n"])
             self.owed_after_verb(method, args)
         self.lens = self.seq_lens()
+
+    def trim(self, step: Step) -> None:
+        """trim(n), as the lockstep sends it (a target without the `trim` feature is sent none); a malformed
+        n is the lockstep's too (one more than the record holds)."""
+        if "trim" not in self.engine.scope_features():
+            return
+        n = step.get("n")
+        case = case_of(step)
+        if case is not None and case.clause.call == "trim":
+            n = int_value(case.clause, case.variant, above=len(self.committed()) + 1)
+        args = {"n": n}
+        self.steps.append({**step, "n": n})
+        self.verb("trim", args, self._ask("trim", args))
+
+    def committed(self) -> set[int]:
+        """The tokens the record holds past an open step (a contiguous cache's whole steps)."""
+        pending = set(self.step_uids) if self.step_positions is not None else set()
+        return {uid for uid in self.readable.get(0, set()) if uid not in pending}
+
+    def trimmed(self, n: Any) -> None:
+        """An accepted trim (OP-TRIM): the open step is gone, and so are the newest n tokens of the rest; a
+        query attending one of them later attends a token no sequence holds (SAFE-OP-ISOLATION). A trim of
+        no count the record can read (negative, not an int) removes nothing: what the target did then
+        shows in its later answers."""
+        kept = self.committed()
+        if type(n) is int and n >= 0:
+            end = len(kept) - n
+            kept = {uid for uid in kept if type(pos := self.position.get(uid)) is int and pos < end}
+        self.readable[0] = kept
+        self.step_positions, self.step_uids, self.served = None, [], set()
 
     def owed_after_verb(self, method: str, args: dict[str, Any]) -> None:
         """SAFE-OP-COMPLETE's record past an accepted verb: a fork owes dst what src is owed below upto, a
@@ -112,6 +147,9 @@ class OpConsequences(Consequences):
         read (a malformed one the target accepted) leaves its sequences owed nothing."""
         if method == "reset":
             self.owed = {}
+            return
+        if method == "trim":   # the tokens a trim dropped are owed no more; those it kept still are
+            self.owed[0] = self.owed.get(0, set()) & self.readable.get(0, set())
             return
         ints = [args.get(name) for name in ("seq", "p0", "src", "dst") if name in args]
         bounds = [args.get(name) for name in ("p1", "upto") if name in args]
@@ -272,6 +310,7 @@ class OpConsequences(Consequences):
         target accepted: which one it keeps is not the harness's to say). Positions a target's scope does not read
         (no `positions`) are not judged, but on a flat layer every earlier token is in the span."""
         seq, own, window = seqs[i], positions[i], self.engine.mcfg.windows[layer]
+        keep = self.engine.mcfg.keep(layer)   # OP-SINKS: the first keep positions are in every span
         if not self.judge_positions and window:
             return []
         mine = [uid for j, uid in enumerate(uids[:i + 1]) if seqs[j] == seq]
@@ -284,7 +323,7 @@ class OpConsequences(Consequences):
             pos = self.position.get(uid)
             if type(pos) is not int or not 0 <= pos <= op_model.MAX_POSITION or at[pos] > 1:
                 continue   # a position OP-POS refuses (-1, a free-cell marker upstream) is no span's
-            if not self.judge_positions or (pos <= own and (window == 0 or pos > own - window)):
+            if not self.judge_positions or (pos <= own and (window == 0 or pos > own - (window - keep) or pos < keep)):
                 out.append(uid)
         return out
 
