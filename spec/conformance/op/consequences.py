@@ -126,8 +126,8 @@ class OpConsequences(Consequences):
 
     def committed(self) -> set[int]:
         """The tokens the record holds past an open step (a contiguous cache's whole steps)."""
-        partway = self.step_positions is not None and len(self.served) < self.engine.mcfg.n_layers
-        pending = set(self.step_uids) if partway else set()
+        open_step = self.step_positions is not None and len(self.served) < self.engine.mcfg.n_layers
+        pending = set(self.step_uids) if open_step else set()   # a step every layer served is held
         return {uid for uid in self.readable.get(0, set()) if uid not in pending}
 
     def trimmed(self, n: Any) -> None:
