@@ -481,6 +481,9 @@ class OpEngine(Caller):
             self.result.skipped.add(f"scope: trim steps not sent: the target's scope leaves out 'trim' "
                                     f"({scopes.OP_FEATURES['trim']})")
             return NOT_SENT
+        pending = self.model.step
+        if pending is not None and pending.served and self._excused("steps", "a trim in the middle of a step"):
+            return None   # a cache of per-layer histories has no step to abandon: its layers differ here
         case = case_of(step)
         n = step.get("n")
         if case is not None and case.clause.call == "trim":   # a malformed n, resolved against the tokens held
