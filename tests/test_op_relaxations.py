@@ -237,3 +237,31 @@ def test_k_and_v_of_different_lengths_left_by_a_refused_call_are_charged_to_it()
     # without the refused call, the lenient step alone breaks nothing
     alone = replay(spec, cfg, steps[:1] + steps[2:])
     assert alone is not None and (alone["class"], alone["rule"]) == ("lenient", "OP-CAP"), alone
+
+
+# the three regression stand-ins through a whole run: no cause is charged to a step that did not cause it
+WHOLE_RUN = {"contiguous_lax_cap_broadcasts_width": {("lenient", "OP-CAP", ""), ("lenient", "OP-ARGS", ""),
+                                                     ("wrong", "OP-ATTEND", "lenient OP-ARGS in update_and_fetch")},
+             "contiguous_float16": {("wrong", "OP-ATTEND", "")},
+             "contiguous_refusal_grows_k": {("lenient", "OP-CAP", ""), ("wrong", "OP-ATOMIC", "")}}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(WHOLE_RUN))
+def test_each_false_alarm_standin_is_charged_right_through_a_whole_run(name: str) -> None:
+    report = _report(name)
+    assert {(f["class"], f["rule"], f["after"]) for f in report["semantic"]["findings"]} == WHOLE_RUN[name]
+
+
+def test_past_a_lenient_step_that_begins_a_step_the_next_layers_continue_it() -> None:
+    """The drive past a lenient step that begins a step of its own (after one stopped partway): the next layer
+    continues it with the same tokens. It had taken them for a new step, whose tokens a trim then dropped from
+    the record: a false SAFE-OP-ISOLATION on a cache that grows past its capacity and does nothing else wrong."""
+    cfg = op_config(7, (0,), n_layers=2)
+    steps = [{"op": "fetch", "layer": 0, "positions": [0, 1, 2]}, {"op": "fetch", "layer": 1, "positions": [0, 1, 2]},
+             {"op": "fetch", "layer": 0, "positions": [3, 4, 5]}, {"op": "fetch", "layer": 1, "positions": [3, 4, 5]},
+             {"op": "fetch", "layer": 0, "positions": [6]}, {"op": "fetch", "layer": 0, "positions": [6, 7]},
+             {"op": "fetch", "layer": 1, "positions": [6, 7]}, {"op": "trim", "n": 0},
+             {"op": "fetch", "layer": 0, "positions": [8]}, {"op": "fetch", "layer": 1, "positions": [8]}]
+    found = replay(STANDIN.format("contiguous_growing_undeclared"), cfg, steps)
+    assert found is not None and (found["class"], found["rule"], found.get("after")) == ("lenient", "OP-CAP", None), found
