@@ -151,6 +151,8 @@ class OpConsequences(Consequences):
             end = len(whole) - n
             gone = {uid for uid in whole if type(pos := self.position.get(uid)) is int and pos >= end}
             self.readable[0] = self.readable.get(0, set()) - gone
+        # no later call continues a step the trim came after: its tokens may be gone from the layers it reached
+        self.step_positions, self.step_uids, self.served, self.step_clean = None, [], set(), True
 
     def owed_after_verb(self, method: str, args: dict[str, Any]) -> None:
         """SAFE-OP-COMPLETE's record past an accepted verb: a fork owes dst what src is owed below upto, a
