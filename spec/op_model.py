@@ -149,7 +149,14 @@ class OpModel:
         return uids
 
     def free_cells(self) -> int:
+        """Cells no token holds; mid-step the open step's placed tokens hold theirs."""
         return self.cfg.capacity - len(self.live_uids())
+
+    def can_extend(self, n: int) -> bool:
+        """Cell (OP-CAP): whether begin_step of n tokens is admitted now - the open step's tokens, which
+        begin_step abandons, count as free."""
+        pending = len(self.step.uids) if self.step is not None else 0
+        return n <= self.free_cells() + pending
 
     def seqs_in_play(self) -> list[int]:
         seqs = set(self.held) | (set(self.step.seqs) if self.step else set())
@@ -179,9 +186,9 @@ class OpModel:
         for seq in seq_ids:
             if not _is_int(seq) or not 0 <= seq < MAX_SEQS:
                 return Rejected("OP-STEP", f"seq id {seq!r} is not an int in [0, {MAX_SEQS})")
-        pending = len(self.step.uids) if self.step is not None else 0   # abandoned by this declaration
-        if len(seq_ids) > self.free_cells() + pending:
-            return Rejected("OP-CAP", f"{len(seq_ids)} tokens, {self.free_cells() + pending} free cells")
+        if not self.can_extend(len(seq_ids)):   # the open step's tokens, abandoned by this declaration, count
+            return Rejected("OP-CAP", f"{len(seq_ids)} tokens, {self.free_cells()} free cells and "
+                                      f"{len(self.step.uids) if self.step else 0} of the open step")
         self._abandon()
         self.step = Step(tuple(seq_ids))
         self.dropped_declaration = False
