@@ -94,7 +94,8 @@ RULES: tuple[Rule, ...] = (
     Rule("REWIND-GROW", "rewind(new_len) with new_len > length is refused.", "A rewind cannot invent tokens."),
     Rule("REWIND-SOUND",
          "rewind(new_len <= length) succeeds iff every layer can serve the next step at new_len soundly (DATA-SOUND), "
-         "for every admissible T; rewind(length) and rewind(0) always succeed.",
+         "for every admissible T; rewind(length) and rewind(0) always succeed; a successful rewind, rewind(length) included, "
+         "closes the open step (no layer may plan it again).",
          "Rollback after a ring wraps must neither corrupt reads (unsound floor) nor be refused when safe (speculative decoding)."),
     Rule("ATOMIC", "A refused call and a caller error leave the state exactly as it was.",
          "A half-applied rollback is the worst failure: the cache and the pools disagree silently."),
@@ -262,8 +263,9 @@ OP_RULES: tuple[Rule, ...] = (
          "A query that sees another sequence's token, a removed token, a token twice, or a row never written."),
     Rule("OP-MASK",
          "AttendSpec NONE: every query attends every returned row. CAUSAL: torch's is_causal (upper-left): query i "
-         "attends rows 0..i, meaningful only when q_len == rows. EXPLICIT: a bool mask of shape [q_len, rows], "
-         "true = attend, broadcast over batch and heads.",
+         "attends rows 0..i; a cache answers it only when q_len == rows (a fresh full prefill), and a CAUSAL answer "
+         "with q_len != rows is wrong. EXPLICIT: a bool mask of shape [q_len, rows], true = attend, broadcast over "
+         "batch and heads; a mask of another shape or dtype is wrong.",
          "The cache hands back a mask semantic that another function applies; both sides must read it alike.",
          "A CAUSAL over a continuation (upper-left alignment hides the history); a mask of the wrong shape."),
     Rule("OP-HIST",
@@ -279,20 +281,25 @@ OP_RULES: tuple[Rule, ...] = (
          "A step whose K, V and positions disagree in length; an MLA value of the key's width."),
     Rule("OP-POS",
          "Every position is an int in [0, 2**31 - 2]; within a step one sequence's positions strictly increase; each is "
-         "newer than every position its sequence already holds on that layer. Contiguous cache: the step's positions "
-         "continue the layer's history with no gap (the first equals the tokens held).",
+         "newer than every position its sequence already holds on that layer. Contiguous cache: a new step's positions "
+         "are consecutive and continue the history with no gap (the first equals the tokens held once the open step is "
+         "abandoned).",
          "A re-placed or older position gives a query two tokens at one position; -1 is a free-cell marker.",
          "Re-placed positions; positions colliding with internal markers; a contiguous row that is not its position."),
     Rule("OP-STEP",
-         "Cell: begin_step(seq_ids) (non-empty, ids ints in [0, 63)) declares each token's owner; each layer is served at "
-         "most once per step, all with the same q_len and positions. Contiguous: a step begins at the first layer "
-         "served, and serving a layer already served begins the next. A step not every layer served is abandoned when "
-         "the next begins, at any mutating verb or at reset: none of its tokens remain on any layer.",
-         "A forward is atomic across layers: otherwise a layer that never wrote a token is later asked to attend it.",
+         "A step is one forward: each layer served at most once by update_and_fetch, every layer with the same q_len and "
+         "positions. Cell: begin_step(seq_ids) (a non-empty list or tuple of ints in [0, 63)) declares each token's "
+         "owner, the first layer served places the tokens, and a forward with no step declared is refused. "
+         "Contiguous: a step begins at the first layer served, and serving a layer already served begins the next. "
+         "A step not every layer served (cell: or declared and served by none) is abandoned when the next begins, at "
+         "begin_step, seq_cp, seq_rm and reset: none of its tokens remain on any layer, and a dropped declaration "
+         "declares nothing. Until then its tokens are held on the layers that served it.",
+         "A forward is atomic across layers: otherwise a layer that never wrote a token is later asked to attend it. "
+         "The ids are upstream's, [0, 63): its owners word is an int64 whose bit 63 is the sign.",
          "A step stopped partway whose cells stay owned; a layer served twice in one step."),
     Rule("OP-FORK",
          "seq_cp(src, dst, upto=None): dst then holds, on every layer, src's tokens at positions < upto (all when None), "
-         "sharing their K/V. src != dst, dst holds nothing, upto None or an int >= 0.",
+         "sharing their K/V. src != dst, dst holds nothing once the open step is abandoned, upto None or an int >= 0.",
          "Merging two histories can put two tokens at one position; upstream says nothing about a live destination.",
          "A fork onto a live destination that then attends two tokens at one position."),
     Rule("OP-RM",
@@ -301,8 +308,10 @@ OP_RULES: tuple[Rule, ...] = (
          "Eviction and truncation are per sequence; a shared prefix belongs to every sequence holding it.",
          "A removal that frees a cell another sequence still attends."),
     Rule("OP-CAP",
-         "Contiguous: tokens held + q_len <= capacity, refused otherwise (STATIC and DYNAMIC agree). Cell: begin_step "
-         "refuses more tokens than free cells.",
+         "Contiguous: a new step is refused when the tokens held once the open step is abandoned, plus q_len, exceed "
+         "capacity (STATIC and DYNAMIC agree). Cell: free_cells() is the cells no token holds (the open step's "
+         "included); begin_step of n tokens is refused exactly when n exceeds the free cells once the open step is "
+         "abandoned, and can_extend(n) is exactly whether it is admitted.",
          "The cache bounds hard at capacity; admission is decided before anything is written.",
          "A step that overflows after writing part of its rows."),
     Rule("OP-BATCH",
@@ -311,9 +320,10 @@ OP_RULES: tuple[Rule, ...] = (
          "Every sequence of a cell cache shares one token axis, so a second batch row has no meaning there.",
          "Batch rows of a cell cache silently mixed into one history."),
     Rule("OP-ATOMIC",
-         "A refused call changes nothing a later call can observe. Refusals are typed errors with the rule id: a "
-         "malformed argument or config a ValueError or TypeError, a refusal decided by the cache's state (capacity, "
-         "admission, the forward protocol) also a RuntimeError, as upstream raises.",
+         "A refused call changes nothing a later call can observe: every check runs before an open step is abandoned, "
+         "and a refused forward keeps the step's declaration. Refusals are typed errors with the rule id: a malformed "
+         "argument or config a ValueError or TypeError, a refusal decided by the cache's state (capacity, admission, "
+         "the forward protocol) also a RuntimeError, as upstream raises.",
          "A half-applied call leaves history rows the caller does not know about.",
          "K grown by a step whose V was refused; cells claimed by a step that then failed."),
     Rule("OP-CONFIG",
