@@ -252,7 +252,7 @@ RULES: tuple[Rule, ...] = (
 
 
 # --- the op face (`update_and_fetch(layer_id, k, v, position) -> (k_hist, v_hist, AttendSpec)`), layout-free:
-# the rules state what each query attends, not where the cache keeps it (SPEC.md section 8).
+# the rules state what each query attends, not where the cache keeps it (SPEC.md part 5).
 OP_RULES: tuple[Rule, ...] = (
     Rule("OP-ATTEND",
          "A query of sequence s at position p on layer l with window w (0 = flat) attends exactly the tokens s holds "

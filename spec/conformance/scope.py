@@ -44,7 +44,7 @@ BORDER_RULE = "SCOPE-BORDER"
 # it carries a value, and no declaration (the whole spec) means every max_seqs.
 MAX_SEQS = "max_seqs"
 DEFAULT_MAX_SEQS = 64   # a cell config without the field (spec/PROTOCOL.md, "Cell methods")
-# The op face's parts a target may leave out (op/engine.py; SPEC.md section 8.4): a config needing `mla`
+# The op face's parts a target may leave out (op/engine.py; SPEC.md section 2.9, SCOPE-BORDER): a config needing `mla`
 # lies outside a scope without it; `positions`, `steps` and `declarations` are about programs, so a step
 # whose refusal or effect only they define ends its program unjudged.
 OP_FEATURES: dict[str, str] = {

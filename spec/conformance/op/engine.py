@@ -292,7 +292,7 @@ class OpEngine(Caller):
                          f"{method}({_show(args)}) refused a call the spec serves: {got.error}")
 
     def refused_by(self, method: str, args: dict[str, Any], rule: str, got: Outcome) -> str:
-        """The rule a refusal of a valid call is classed by (SPEC 8.4): the OP- rule its error names, else
+        """The rule a refusal of a valid call is classed by (docs/conformance.md, op-face targets): the OP- rule its error names, else
         the call's own. A call that exactly fills the capacity (the model has applied it) may be OP-CAP's
         refusal: `capacity_refusal` decides, once the drive past it is done."""
         named: Optional[str] = next((str(word) for word in RULE_WORD.findall(str(got.error or ""))

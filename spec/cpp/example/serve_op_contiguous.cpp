@@ -6,7 +6,7 @@
 //
 // It is shaped like upstream's Python ContiguousReferenceCache: each layer is its own history that
 // appends at its used length, `position` is not read, and a ring layer keeps every row and applies its
-// window through the mask. So its scope leaves out `positions`, `steps` and `max_write` (SPEC.md 8.4),
+// window through the mask. So its scope leaves out `positions`, `steps` and `max_write` (SPEC.md 2.9, SCOPE-BORDER),
 // and the suite says so in its verdict. It serves batch rows and an MLA value width of its own.
 // Build with -DKVCACHE_EXAMPLE_WINDOW_OFF_BY_ONE for a broken variant the suite must catch.
 // (spec/cpp/example/serve_mlx_shaped.cpp is the other shape: the MLX runtime's, positions and rings.)
