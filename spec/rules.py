@@ -281,9 +281,9 @@ OP_RULES: tuple[Rule, ...] = (
          "A step whose K, V and positions disagree in length; an MLA value of the key's width."),
     Rule("OP-POS",
          "Every position is an int in [0, 2**31 - 2]; within a step one sequence's positions strictly increase; each is "
-         "newer than every position its sequence already holds on that layer. Contiguous cache: a new step's positions "
-         "are consecutive and continue the history with no gap (the first equals the tokens held once the open step is "
-         "abandoned).",
+         "newer than every position its sequence already holds, not counting an open step this call abandons. "
+         "Contiguous cache: a new step's positions are consecutive and continue that history with no gap (the first "
+         "equals the tokens held).",
          "A re-placed or older position gives a query two tokens at one position; -1 is a free-cell marker.",
          "Re-placed positions; positions colliding with internal markers; a contiguous row that is not its position."),
     Rule("OP-STEP",
