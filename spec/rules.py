@@ -309,9 +309,9 @@ OP_RULES: tuple[Rule, ...] = (
          "A removal that frees a cell another sequence still attends."),
     Rule("OP-CAP",
          "Contiguous: a new step is refused when the tokens held once the open step is abandoned, plus q_len, exceed "
-         "capacity (STATIC and DYNAMIC agree). Cell: free_cells() is the cells no token holds (the open step's "
-         "included); begin_step of n tokens is refused exactly when n exceeds the free cells once the open step is "
-         "abandoned, and can_extend(n) is exactly whether it is admitted.",
+         "capacity (STATIC and DYNAMIC agree). Cell: free_cells() counts the cells no token holds (an open step's placed "
+         "tokens hold theirs); begin_step of n tokens is refused exactly when n exceeds the free cells once the open "
+         "step is abandoned, and can_extend(n) is exactly whether it is admitted.",
          "The cache bounds hard at capacity; admission is decided before anything is written.",
          "A step that overflows after writing part of its rows."),
     Rule("OP-BATCH",
