@@ -292,7 +292,7 @@ OP_RULES: tuple[Rule, ...] = (
          "owner, the first layer served places the tokens, and a forward with no step declared is refused. "
          "Contiguous: a step begins at the first layer served, and serving a layer already served begins the next. "
          "A step not every layer served (cell: or declared and served by none) is abandoned when the next begins, at "
-         "begin_step, seq_cp, seq_rm and reset: none of its tokens remain on any layer, and a dropped declaration "
+         "begin_step, seq_cp, seq_rm, trim and reset: none of its tokens remain on any layer, and a dropped declaration "
          "declares nothing. Until then its tokens are held on the layers that served it.",
          "A forward is atomic across layers: otherwise a layer that never wrote a token is later asked to attend it. "
          "The ids are upstream's, [0, 63): its owners word is an int64 whose bit 63 is the sign.",
