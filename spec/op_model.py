@@ -50,7 +50,7 @@ class OpConfig:
     batch_size: int
     max_write: Optional[int] = None   # OP-MAX-WRITE: the most tokens a step writes (with a ring layer); None = no bound
     keeps: tuple[int, ...] = ()       # OP-SINKS: per layer, the sink positions a ring layer keeps (empty = none)
-    bounded: bool = True   # OP-CAP binds; False for a target declaring `unbounded` (SPEC 8.7): capacity a hint
+    bounded: bool = True   # OP-CAP binds; False for a target declaring `unbounded` (SPEC.md 2.9): capacity a hint
 
     def keep(self, layer: int) -> int:
         return self.keeps[layer] if self.keeps else 0
