@@ -113,7 +113,42 @@ class KeepAtWindowServed(ContiguousStandin):
             raise StandinError("keep")
 
 
+class RingTrimOnlyUnwrapped(ContiguousStandin):
+    """mlx-lm's RotatingKVCache.is_trimmable (offset < max_size) made exact: once a ring layer may have dropped
+    a row (its floor above its keep) it gives back nothing but trim(0), a trim SPEC 8.6 leaves optional
+    there. Valid: CONFORMING (strict) - the suite follows the refusal."""
+
+    def trim(self, n: Any) -> None:
+        if n != 0 and any(w and floor > keep for w, keep, floor in zip(self.windows, self.keeps, self.floors)):
+            raise StandinError(f"trim {n!r}: the ring has wrapped (not trimmable)")
+        super().trim(n)
+
+
+class RingTrimRefusedEarly(ContiguousStandin):
+    """Refuses every trim but trim(0) once a ring layer holds window - 1 tokens (one token before is_trimmable
+    says no): the ring has dropped nothing yet, so the trim is owed - over-strict OP-TRIM."""
+
+    def trim(self, n: Any) -> None:
+        if n != 0 and any(w and self.used(0) >= w - 1 for w in self.windows):
+            raise StandinError(f"trim {n!r}: refused one token early")
+        super().trim(n)
+
+
+class RingTrimRefusalLowersLength(ContiguousStandin):
+    """Refuses a trim the spec leaves optional after dropping the tokens anyway (mlx-lm's trim_prompt_cache
+    trims what it can, then answers less than asked): a refusal that changed the cache - wrong OP-ATOMIC."""
+
+    def trim(self, n: Any) -> None:
+        wrapped = any(w and floor > keep for w, keep, floor in zip(self.windows, self.keeps, self.floors))
+        super().trim(n)
+        if n != 0 and wrapped:
+            raise StandinError(f"trim {n!r}: trimmed, then said no")
+
+
 trim_lowers_length_only = _factory(TrimLowersLengthOnly)
+ring_trim_only_unwrapped = _factory(RingTrimOnlyUnwrapped)
+ring_trim_refused_early = _factory(RingTrimRefusedEarly)
+ring_trim_refusal_lowers_length = _factory(RingTrimRefusalLowersLength)
 ring_trim_past_wrap = _factory(RingTrimPastWrap)
 negative_trim = _factory(NegativeTrim)
 sinks_dropped_by_multi_token_step = _factory(SinksDroppedByMultiTokenStep)

@@ -493,6 +493,7 @@ class OpEngine(Caller):
         self.current = concrete
         before = self.model.abandoned
         self.before_call = self.model.snapshot()
+        owed = self.model.trim_owed(n)
         rejected = self.model.trim(n)
         if rejected is not None and rejected.case != "ring dropped" and scopes.TRUSTED_ARGS in self.relaxed:
             # an n no model code passes (the ring's refusal is the state's, and stays): not sent
@@ -504,8 +505,29 @@ class OpEngine(Caller):
             return concrete
         if self.model.abandoned != before and self._excused("steps", "a step abandoned partway"):
             return None
+        if not owed:   # the target's choice (a ring that dropped rows): the lockstep follows what it did
+            return self._optional_trim(args, concrete)
         self._accepted("trim", args, "OP-STEP" if self.model.abandoned != before else "OP-TRIM")
         self.result.exercised.add("OP-TRIM")
+        return concrete
+
+    def _optional_trim(self, args: dict[str, Any], concrete: Step) -> Step:
+        """OP-TRIM: a trim a ring layer that dropped rows may refuse (no position the next query attends is
+        gone, but not everything is kept: mlx-lm's is_trimmable). Served, the model has applied it; refused,
+        the model goes back to the state before it, and the target must have changed nothing (OP-ATOMIC)."""
+        got = self._call("trim", args, "OP-TRIM")
+        self.result.exercised.add("OP-TRIM")
+        if got.ok and got.value is not False:
+            self.observe(f"after trim({_show(args)})", "OP-TRIM")
+            return concrete
+        assert self.before_call is not None
+        self.model = self.before_call.snapshot()
+        concrete["refused_with"] = _reason(got.error)
+        self.refused_at = self.index
+        self.refusals.append(self.index)
+        self.result.exercised.add("OP-ATOMIC")
+        self.observe(f"after the refused trim({_show(args)}) (optional: the target: {concrete['refused_with']})",
+                     "OP-ATOMIC")
         return concrete
 
     # --- update_and_fetch --------------------------------------------------------------------------
