@@ -145,7 +145,20 @@ class RingTrimRefusalLowersLength(ContiguousStandin):
             raise StandinError(f"trim {n!r}: trimmed, then said no")
 
 
+class TrimsWhatItCan(ContiguousStandin):
+    """mlx-lm's trim_prompt_cache: trims min(n, held) and answers how many, a short answer being the refusal -
+    after it trimmed. Validates no n (its caller, model code, never trims more than it holds): CONFORMING
+    under `trusted-args`, which sends no n outside [0, held]."""
+
+    def trim(self, n: Any) -> None:
+        held = len([t for t in self.tokens if not self.step or t not in self.step["tokens"]])
+        super().trim(min(n, held) if type(n) is int and n >= 0 else 0)
+        if n != min(n, held):
+            raise StandinError(f"trimmed {held} of {n}")
+
+
 trim_lowers_length_only = _factory(TrimLowersLengthOnly)
+trims_what_it_can = _factory(TrimsWhatItCan, ["all", "trusted-args"])
 ring_trim_only_unwrapped = _factory(RingTrimOnlyUnwrapped)
 ring_trim_refused_early = _factory(RingTrimRefusedEarly)
 ring_trim_refusal_lowers_length = _factory(RingTrimRefusalLowersLength)

@@ -353,3 +353,20 @@ def test_trusted_args_sends_no_trim_of_an_n_outside_zero_to_held() -> None:
     wrapped = judged("ring_trim_past_wrap")
     assert {(f["class"], f["rule"]) for f in wrapped["semantic"]["findings"]} >= {("lenient", "OP-TRIM"),
                                                                                  ("wrong", "OP-ATTEND")}
+
+
+def test_random_trims_are_well_formed_or_tagged_and_trusted_args_gets_only_well_formed_ones() -> None:
+    """OP-TRIM under `trusted-args`: a random program's trim draws n within [0, held] (resolved when it runs,
+    as next positions are) or is a tagged malformation - never an untagged n above held - so `sendable` drops
+    every malformed trim, and a cache that trims what it can (mlx-lm's trim_prompt_cache) is CONFORMING."""
+    import random
+    for cfg in CONTIGUOUS_CONFIGS[:4]:
+        for seed in range(6):
+            program = random_contiguous_program(cfg, random.Random(seed), 40)
+            result = layouts.run_any(PythonTarget(REFERENCE), cfg, program)
+            for step in result.steps:
+                if step["op"] == "trim" and "clause" not in step:
+                    assert type(step["n"]) is int and step.get("case") in (None, "OP-TRIM ring dropped"), step
+    report = _report(STANDINS.format("trims_what_it_can"))
+    assert report["verdict"] == CONFORMING, report["semantic"]["findings"][:1]
+    assert "OP-TRIM" in report["coverage"]["rules"]["exercised"]

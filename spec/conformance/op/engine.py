@@ -35,6 +35,7 @@ from ..malform import (DIM, ID, INT, POSITIONS, TENSOR, Case, case_of, dim_value
                       sendable, sizes_of)
 from ..targets import Outcome, Target
 from ..wire import Unreadable
+from .programs import trim_n
 
 RULE_WORD = re.compile(r"(?<![A-Z0-9-])[A-Z][A-Z0-9]*(?:-[A-Z0-9]+)+(?![A-Z0-9-])")   # a rule id in a text
 OP_RULES = frozenset(rule.id for rule in RULES if rule.id.startswith("OP-"))
@@ -485,11 +486,12 @@ class OpEngine(Caller):
         if pending is not None and pending.served and self._excused("steps", "a trim in the middle of a step"):
             return None   # a cache of per-layer histories has no step to abandon: its layers differ here
         case = case_of(step)
-        n = step.get("n")
+        held = len(self.model.held.get(0, {}))
+        n = trim_n(step, held)   # a well-formed draw's n, at most what is held
         if case is not None and case.clause.call == "trim":   # a malformed n, resolved against the tokens held
-            n = int_value(case.clause, case.variant, above=len(self.model.held.get(0, {})) + 1)
+            n = int_value(case.clause, case.variant, above=held + 1)
         args = {"n": n}
-        concrete: Step = {**step, "n": n}
+        concrete: Step = {**{key: value for key, value in step.items() if key != "most"}, "n": n}
         self.current = concrete
         before = self.model.abandoned
         self.before_call = self.model.snapshot()
