@@ -385,7 +385,15 @@ class _WindowOffByOne:
 class ContiguousTrusting(ContiguousStandin):
     """Validates nothing of a call, as a cache whose only caller is model code (HF's `update`, mlx-lm's
     `update_and_fetch`): layer ids index as Python does (-1 is the last layer, True layer 1), K and V are
-    stored as they come. Declares `trusted-args`."""
+    stored as they come; a config is taken as given (an invalid one builds a cache of one flat layer, as a
+    library builds whatever model config it is handed). Declares `trusted-args`."""
+
+    def __init__(self, cfg: dict[str, Any]) -> None:
+        try:
+            super().__init__(cfg)
+        except StandinError:
+            super().__init__({**cfg, "capacity": 4, "n_layers": 1, "layers": [{"kind": "flat", "window": 0}],
+                              **{key: 1 for key in ("n_kv_heads", "head_dim", "v_head_dim", "batch_size")}})
 
     def _check_arrays(self, layer_id: Any, k: Any, v: Any, position: Any) -> tuple[int, list[int]]:
         layer = range(self.cfg["n_layers"])[layer_id]

@@ -190,8 +190,11 @@ class OpEngine(Caller):
         """Why creating this configuration is not judged under the declared relaxations ('' when it is): an
         invalid config whose fault is only a size a lazy-shapes target never gets, or only the capacity an
         unbounded one may ignore; a valid one outside the scope by its sizes alone, which a lazy-shapes
-        target cannot tell at creation (SCOPE-BORDER)."""
+        target cannot tell at creation (SCOPE-BORDER); under `trusted-args` any invalid config (model code
+        creates the cache from a config the library built: OP-CONFIG's refusals are not owed, SPEC 8.7)."""
         lazy, unbounded = scopes.LAZY_SHAPES in self.relaxed, scopes.UNBOUNDED in self.relaxed
+        if self.rejected_config is not None and scopes.TRUSTED_ARGS in self.relaxed:
+            return f"invalid configurations not sent: the scope declares '{scopes.TRUSTED_ARGS}'"
         if self.rejected_config is not None and (lazy or unbounded):
             mended = {**self.cfg, **({key: 1 for key in scopes.SIZE_KEYS if key in self.cfg} if lazy else {}),
                       **({"capacity": 1} if unbounded else {})}
