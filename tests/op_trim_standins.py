@@ -157,7 +157,29 @@ class TrimsWhatItCan(ContiguousStandin):
             raise StandinError(f"trimmed {held} of {n}")
 
 
+class KeepFour(ContiguousStandin):
+    """Builds every ring with keep 4, as mlx-lm's make_prompt_cache does: a config whose ring layers ask for
+    another keep is refused at creation. Declares `keep=4` (CONFORMING: those configs lie outside)."""
+
+    def __init__(self, cfg: dict[str, Any]) -> None:
+        if any(entry.get("kind") == "ring" and entry.get("keep", 0) != 4 for entry in cfg["layers"]):
+            raise StandinError("SCOPE-BORDER: rings of keep 4 only")
+        super().__init__(cfg)
+
+
+class KeepFourServesOthers(ContiguousStandin):
+    """The same cache, accepting any ring and serving it with keep 4 (where its window allows): a config
+    outside the declared keep=4 served another way - wrong SCOPE-BORDER."""
+
+    def __init__(self, cfg: dict[str, Any]) -> None:
+        layers = [{**entry, "keep": 4} if entry.get("kind") == "ring" and entry["window"] > 4 else entry
+                  for entry in cfg["layers"]]
+        super().__init__({**cfg, "layers": layers})
+
+
 trim_lowers_length_only = _factory(TrimLowersLengthOnly)
+keep_four = _factory(KeepFour, ["all", "keep=4"])
+keep_four_serves_others = _factory(KeepFourServesOthers, ["all", "keep=4"])
 trims_what_it_can = _factory(TrimsWhatItCan, ["all", "trusted-args"])
 ring_trim_only_unwrapped = _factory(RingTrimOnlyUnwrapped)
 ring_trim_refused_early = _factory(RingTrimRefusedEarly)

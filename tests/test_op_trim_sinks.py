@@ -370,3 +370,25 @@ def test_random_trims_are_well_formed_or_tagged_and_trusted_args_gets_only_well_
     report = _report(STANDINS.format("trims_what_it_can"))
     assert report["verdict"] == CONFORMING, report["semantic"]["findings"][:1]
     assert "OP-TRIM" in report["coverage"]["rules"]["exercised"]
+
+
+def test_a_scope_fixing_keep_drives_twins_with_that_keep_and_needs_the_others_refused() -> None:
+    """keep=N (mlx-lm's make_prompt_cache: every ring keeps 4): each ring config gets an in-scope twin whose
+    rings keep N (the window part past the sinks unchanged); configs with another keep lie outside and must be
+    refused at creation (SCOPE-BORDER). A keep above 0 needs `sinks`; the value is an int >= 0."""
+    scope = scopes.parse(["all", "keep=4"], "test")
+    assert "keep=4" in scope.names() and not scope.full_for("op-contiguous")
+    inside, outside = scopes.split(scopes.with_twins(CONTIGUOUS_CONFIGS, scope), scope)
+    rings = [cfg for cfg in inside if any(entry["kind"] == "ring" for entry in cfg["layers"])]
+    assert rings and all(entry.get("keep") == 4 for cfg in rings for entry in cfg["layers"] if entry["kind"] == "ring")
+    assert all(isinstance(op_model.make_config(cfg, op_model.CONTIGUOUS), op_model.OpConfig) for cfg in inside)
+    assert {entry["window"] - 4 for cfg in rings for entry in cfg["layers"] if entry["kind"] == "ring"} >= {1, 3}
+    assert outside and all(scope.missing(cfg) == {"keep"} for cfg in outside)
+    for bad in (["flat", "ring", "keep=4"], ["all", "keep=-1"], ["all", "keep=x"], ["all", "keep"]):
+        with pytest.raises(scopes.ScopeError):
+            scopes.parse(bad, "test")
+    report = _report(STANDINS.format("keep_four"))
+    assert report["verdict"] == CONFORMING and report["coverage"]["complete"], report["semantic"]["findings"][:1]
+    others = _report(STANDINS.format("keep_four_serves_others"))
+    assert others["verdict"] == NOT_CONFORMING
+    assert {f["rule"] for f in others["semantic"]["findings"]} == {"SCOPE-BORDER"}
