@@ -32,8 +32,9 @@ and the whole spec (no declaration) declares none. The op face's relaxations (SP
 - `lazy-shapes`: sizes (n_kv_heads, head_dim, v_head_dim, batch_size) are learnt from the first update:
   the config the target gets has none, each layer's first update is well-formed, OP-CONFIG for sizes is
   not owed;
-- `lossy=<tol>`: stored K and V may differ from what was written by up to `tol` (a float > 0): rows are
-  read by nearest match;
+- `lossy=<tol>`: stored K and V may differ from what was written by up to `tol` (a float in (0, 0.5)) in
+  every element: the suite writes row codes of small integers (1 and 2 but a row's last element) and reads a
+  row as the one code within `tol` of it;
 - `min_head_dim=<N>`: the target serves only head_dim and v_head_dim >= N: the suite drives a twin of
   each narrower configuration with its widths raised to N (the originals lie outside the scope).
 
@@ -92,7 +93,7 @@ RELAXATIONS: dict[str, str] = {
     TRUSTED_ARGS: "the caller is model code: no malformed call is sent, OP-ARGS is not owed",
     UNBOUNDED: "no capacity (contiguous): steps past the config's capacity are served, OP-CAP is not owed",
     LAZY_SHAPES: "sizes are learnt from the first update: the config carries none, OP-CONFIG for sizes is not owed",
-    LOSSY: "lossy=<tol>: stored K/V may differ from what was written by up to tol (a float > 0)",
+    LOSSY: "lossy=<tol>: stored K/V may differ from what was written by up to tol in each element (0 < tol < 0.5)",
     MIN_HEAD_DIM: "min_head_dim=<N>: only head_dim and v_head_dim >= N are served (configs are drawn that wide)",
 }
 FLAG_RELAXATIONS = (TRUSTED_ARGS, UNBOUNDED, LAZY_SHAPES)   # the relaxations without a value
@@ -247,13 +248,14 @@ def _value_items(items: list[str], name: str) -> tuple[list[str], Optional[str]]
 
 
 def _tolerance(text: str) -> float:
-    """lossy=<tol>: a finite float above 0."""
+    """lossy=<tol>: a float in (0, 0.5): the row codes' elements are integers, so a tolerance below half of
+    1 reads every row as at most one code."""
     try:
         value = float(text)
     except ValueError:
         value = math.nan
-    if not (math.isfinite(value) and value > 0):
-        raise ScopeError(f"{LOSSY}={text}: the tolerance is a finite number above 0 (lossy=0.5)"[:200])
+    if not (math.isfinite(value) and 0 < value < 0.5):
+        raise ScopeError(f"{LOSSY}={text}: the tolerance is a number above 0 and below 0.5 (lossy=0.25)"[:200])
     return value
 
 
