@@ -247,6 +247,17 @@ RULES: tuple[Rule, ...] = (
     Rule("CELL-ATOMIC", "A refusal or a typed error of the cell layout changes nothing (every query answers as before).",
          "A half-applied verb leaves the table and the backend's pools disagreeing silently.",
          "A declare_step refused after part of the forward was admitted; a seq_rm that raised after freeing cells."),
+    # --- a cell cache seen only through its outputs (SPEC.md section 7.8): the op face's cell verbs, and a decode
+    Rule("CELL-RECOMPUTE",
+         "A cell cache observed through its outputs answers, for every token of a decode, the output the same target "
+         "computes when it recomputes that token from nothing over exactly the rows the spec says it attends: its "
+         "sequence's (token, position) entries at positions up to its own, each once, decoded as one sequence into a "
+         "fresh state; equal to a float tolerance. With more than one layer the check binds where every one of those "
+         "rows was written over the entries now below it.",
+         "Runtimes such as llama.cpp expose no K/V rows: with one layer a token's output is a function of exactly the "
+         "(token, position) rows it attends, so the target's own recompute over the spec's set is the oracle.",
+         "A token attending a removed cell, another sequence's cell, two cells at one position, or missing one of its "
+         "own (llama.cpp's seq_cp onto a live destination; a sliding layer rewound below what it still holds)."),
 )
 
 

@@ -54,7 +54,12 @@ OP_FEATURES: dict[str, str] = {
     "steps": "a forward as one step across layers (a cache of independent per-layer histories leaves it out)",
     "declarations": "a verb drops a begin_step declaration no layer has used yet (upstream's cell cache keeps it)",
 }
-EVERY_FEATURE: dict[str, str] = {**FEATURES, **OP_FEATURES}
+# The recompute face's part a target may leave out (SPEC.md 7.8): llama.cpp keeps each sequence's positions
+# consecutive, so a decode past next_pos ends its program unjudged.
+RECOMPUTE_FEATURES: dict[str, str] = {
+    "position-gaps": "a decode at a position past the sequence's next one (llama.cpp's positions are consecutive)",
+}
+EVERY_FEATURE: dict[str, str] = {**FEATURES, **OP_FEATURES, **RECOMPUTE_FEATURES}
 # The features that make up the whole of each layout's face: a scope holding them all is the whole spec
 # for that layout (an op target without `positions` is partial, a sequence target needs no `mla`).
 LAYOUT_FEATURES: dict[str, frozenset[str]] = {
@@ -62,6 +67,7 @@ LAYOUT_FEATURES: dict[str, frozenset[str]] = {
     "cell": frozenset(FEATURES),
     "op-contiguous": frozenset({"flat", "ring", "max_write", "batch", "mla", "positions", "steps"}),
     "op-cell": frozenset({"flat", "ring", "mla", "positions", "steps", "declarations"}),
+    "cell-recompute": frozenset({"flat", "ring", "position-gaps"}),
 }
 
 
