@@ -126,12 +126,12 @@ class _Llama:
     @staticmethod
     def _quiet(lc: Any) -> None:
         """llama.cpp's log to stderr only from warnings up (the protocol channel is stdout anyway)."""
-        @lc.llama_log_callback
         def log(level: int, text: bytes, user_data: Any) -> None:
             if level in (3, 4) and text:   # GGML_LOG_LEVEL_WARN, _ERROR
                 sys.stderr.write(text.decode("utf-8", "replace"))
-        _Llama._log = log   # type: ignore[attr-defined]   # kept alive: llama.cpp holds the pointer
-        lc.llama_log_set(log, ctypes.c_void_p(0))
+        callback = lc.llama_log_callback(log)
+        _Llama._log = callback   # type: ignore[attr-defined]   # kept alive: llama.cpp holds the pointer
+        lc.llama_log_set(callback, ctypes.c_void_p(0))
 
 
 class LlamaCppCells:
@@ -145,7 +145,7 @@ class LlamaCppCells:
         import llama_cpp as lc
 
         self.lc = lc
-        sizes = [config.get(key) for key in ("capacity", "n_layers", "n_kv_heads", "head_dim", "v_head_dim",
+        sizes: list[Any] = [config.get(key) for key in ("capacity", "n_layers", "n_kv_heads", "head_dim", "v_head_dim",
                                              "batch_size")]
         layers = config.get("layers")
         if not all(_is_int(n) and n >= 1 for n in sizes) or config["batch_size"] != 1 \
@@ -265,7 +265,9 @@ class LlamaCppCellsSwaFull(LlamaCppCells):
 
 def main(argv: Optional[list[str]] = None) -> int:
     """Serve the target over the protocol (a crash of llama.cpp kills only this process)."""
+    from ..._extras import exit_unless_installed
     from ..serve import USAGE, protocol_channel, serve
+    exit_unless_installed("llamacpp", f"python -m {__name__}")
     args = sys.argv[1:] if argv is None else argv
     if args not in ([], ["--swa-full"]):
         print(f"usage: python -m {__name__} [--swa-full]   ({USAGE})", file=sys.stderr)

@@ -266,10 +266,9 @@ class RecomputeEngine(Engine):
         op = step["op"]
         if op == "decode":
             return self.decode(step)
-        args = {"cp": lambda: {"src": step["src"], "dst": step["dst"], "upto": step.get("upto")},
-                "rm": lambda: {"seq": step["seq"], "p0": step.get("p0", 0), "p1": step.get("p1")},
-                "next_pos": lambda: {"seq": step["seq"]}, "clear": lambda: {}}[op]()
-        method = {"cp": "seq_cp", "rm": "seq_rm"}.get(op, op)
+        names = {"cp": ("src", "dst", "upto"), "rm": ("seq", "p0", "p1"), "next_pos": ("seq",), "clear": ()}[op]
+        args: dict[str, Any] = {name: step.get(name) for name in names}
+        method = str({"cp": "seq_cp", "rm": "seq_rm"}.get(op, op))
         self.result.steps.append(dict(step))
         verdict, outcome = self.checked(method, args)
         if isinstance(verdict, Accepted):

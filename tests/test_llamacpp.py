@@ -1,0 +1,75 @@
+"""llama.cpp as a cell-recompute target (SPEC.md 7.8; docs/llamacpp-findings.md): each known difference found
+by a minimal program, and nothing found where llama.cpp agrees with the spec. Needs the extra `llamacpp`
+(llama-cpp-python built from its sdist, gguf): without it these tests are skipped, and CI's llamacpp stage
+(.ci/run) installs it and runs them."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from kvcache_spec.conformance.cell import recompute as r
+from kvcache_spec.conformance.targets import SubprocessTarget
+
+pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (the extra `llamacpp`)")
+pytest.importorskip("gguf", reason="gguf is not installed (the extra `llamacpp`)")
+
+MODULE = "kvcache_spec.conformance.cell.llamacpp"
+FLAT, SLIDING, ISWA_LONG = r.recompute_config(256, 0), r.recompute_config(256, 3), r.recompute_config(r.LONG, 4, 0)
+
+
+@pytest.fixture(scope="module", params=["", "--swa-full"])
+def target(request: pytest.FixtureRequest) -> SubprocessTarget:
+    served = SubprocessTarget(f"cmd:{sys.executable} -m {MODULE} {request.param}", timeout=60)
+    yield served   # type: ignore[misc]
+    served.close()
+
+
+def run(target: SubprocessTarget, cfg: dict, program: list) -> r.RunResult:   # type: ignore[type-arg]
+    return r.run_program(target, cfg, program)
+
+
+def test_agreeing_programs_find_nothing(target: SubprocessTarget) -> None:
+    """Isolation in one batch, forks sharing cells, removing a shared cell from one sequence, half-open
+    ranges, a full cache refused, a middle removal: llama.cpp answers as the spec (CELL-RECOMPUTE checked)."""
+    for cfg in (FLAT, SLIDING, r.recompute_config(256, 3, 0)):
+        for name, program in r.edge_programs(cfg)[:12]:
+            if name == "fork onto a live sequence":
+                continue
+            result = run(target, cfg, program)
+            assert result.finding is None, (name, result.finding)
+            assert "CELL-RECOMPUTE" in result.exercised, name
+
+
+def test_OP_FORK_a_fork_onto_a_live_destination_attends_two_rows_per_position(target: SubprocessTarget) -> None:
+    """(On the flat model this program's merged rows happen to move the output by 7e-4 only, inside the
+    tolerance: the sliding model's by more. Both programs are deterministic: weights and tokens are fixed.)"""
+    program = [r.decode(0, 0), r.decode(1, 1), r.cp(0, 1), r.decode(1)]
+    result = run(target, SLIDING, program)
+    assert result.finding is not None and (result.finding.kind, result.finding.rule) == ("lenient", "OP-FORK")
+    consequence = result.consequence
+    assert consequence is not None and consequence.safety == "SAFE-ONE-HISTORY", consequence
+
+
+@pytest.mark.parametrize("step", [r.rm(300), r.rm(-2), r.cp(300, 1), r.cp(0, -2)])
+def test_OP_RM_OP_FORK_an_id_out_of_range_aborts_llama_cpp_a_crash_the_run_survives(
+        target: SubprocessTarget, step: dict) -> None:   # type: ignore[type-arg]
+    result = run(target, FLAT, [step])
+    assert result.finding is not None and result.finding.kind == "crash", result.finding
+    assert "SIGABRT" in result.finding.message
+    after = run(target, FLAT, [r.decode(0, 0), r.decode(0)])   # a fresh process serves the next program
+    assert after.finding is None
+
+
+def test_OP_RM_a_rewind_below_the_sliding_cache_is_accepted_without_swa_full(target: SubprocessTarget) -> None:
+    """After 300 tokens the 256-cell sliding cache no longer holds positions 0-43: seq_rm(0, 40) answers true
+    and next_pos drops to 0 (the dense cache still holds 0-39). With swa_full the sliding cache is as large
+    as the dense one, and the same program is served as the spec says."""
+    program = [r.decode(*[0] * 60) for _ in range(5)] + [r.rm(0, 40), r.decode(0), r.decode(0)]
+    result = run(target, ISWA_LONG, program)
+    if "--swa-full" in target.name:
+        assert result.finding is None, result.finding
+    else:
+        assert result.finding is not None and (result.finding.kind, result.finding.rule) == ("wrong", "OP-RM")
+        assert "next_pos(0) is 0, the spec says 40" in result.finding.message
