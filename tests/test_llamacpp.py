@@ -42,11 +42,11 @@ def test_agreeing_programs_find_nothing(target: SubprocessTarget) -> None:
             assert "CELL-RECOMPUTE" in result.exercised, name
 
 
-def test_OP_FORK_a_fork_onto_a_live_destination_attends_two_rows_per_position(target: SubprocessTarget) -> None:
-    """(On the flat model this program's merged rows happen to move the output by 7e-4 only, inside the
-    tolerance: the sliding model's by more. Both programs are deterministic: weights and tokens are fixed.)"""
+@pytest.mark.parametrize("cfg", [FLAT, SLIDING])
+def test_OP_FORK_a_fork_onto_a_live_destination_attends_two_rows_per_position(
+        target: SubprocessTarget, cfg: dict) -> None:   # type: ignore[type-arg]
     program = [r.decode(0, 0), r.decode(1, 1), r.cp(0, 1), r.decode(1)]
-    result = run(target, SLIDING, program)
+    result = run(target, cfg, program)
     assert result.finding is not None and (result.finding.kind, result.finding.rule) == ("lenient", "OP-FORK")
     consequence = result.consequence
     assert consequence is not None and consequence.safety == "SAFE-ONE-HISTORY", consequence

@@ -104,8 +104,9 @@ def in_scope(config_validation: bool, optional: frozenset[str], layout: str = "s
     target's declared scope (scope.py; None: every feature)."""
     scope: dict[str, str] = {}
     for rule in RULES:
-        left_out = [name for name, rules in FEATURE_RULES.items()
-                    if rule.id in rules and features is not None and name not in features]
+        left_out = [name for name, rules in FEATURE_RULES.items()   # the op face's features (the recompute
+                    if rule.id in rules and features is not None and name not in features   # face has its own)
+                    and layout != "cell-recompute"]
         if rule.id in OUT_OF_SCOPE:
             scope[rule.id] = OUT_OF_SCOPE[rule.id]
         elif _layout_rule(rule.id, layout):
