@@ -73,3 +73,25 @@ def test_OP_RM_a_rewind_below_the_sliding_cache_is_accepted_without_swa_full(tar
     else:
         assert result.finding is not None and (result.finding.kind, result.finding.rule) == ("wrong", "OP-RM")
         assert "next_pos(0) is 0, the spec says 40" in result.finding.message
+
+
+def _repros() -> list[tuple[str, str]]:
+    """docs/llamacpp-findings.md's python blocks: (the setup, each repro)."""
+    import pathlib
+    import re
+    text = (pathlib.Path(__file__).parent.parent / "docs" / "llamacpp-findings.md").read_text()
+    setup, *repros = re.findall(r"```python\n(.*?)```", text, flags=re.DOTALL)
+    return [(setup, repro) for repro in repros]
+
+
+@pytest.mark.parametrize("setup, repro", _repros(), ids=lambda block: block.splitlines()[0][:40])
+def test_each_standalone_repro_of_the_findings_page_shows_its_finding(setup: str, repro: str) -> None:
+    import subprocess
+    expected = [line.split("# expect:", 1)[1].strip() for line in repro.splitlines() if "# expect:" in line]
+    assert expected, "every repro says what it shows"
+    done = subprocess.run([sys.executable, "-c", setup + "\n" + repro], capture_output=True, text=True, timeout=300)
+    for want in expected:
+        if want == "SIGABRT":
+            assert done.returncode == -6 and "not reached" not in done.stdout, (done.returncode, done.stdout)
+        else:
+            assert want in done.stdout, (want, done.stdout, done.stderr[-500:])
