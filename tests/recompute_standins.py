@@ -52,12 +52,14 @@ class TinyAttentionCells:
         self.clear()
 
     # --- the cells -------------------------------------------------------------------------------------
+    # A cell: {"pos": {owner: position}, "k": pre-rotary K per layer, "v": V per layer}. A position per owner,
+    # so a shift of one sequence (seq_add) moves a shared cell for that sequence only; the rotary position is
+    # applied to K when a query reads it, at the reading sequence's position of the cell.
     def clear(self) -> None:
-        # per cell: None (free) or [position, owners, K per layer, V per layer]
-        self.cells: list[Optional[list[Any]]] = [None] * self.capacity
+        self.cells: list[Optional[dict[str, Any]]] = [None] * self.capacity
 
     def held(self, seq: int) -> list[int]:
-        return [cell[0] for cell in self.cells if cell is not None and seq in cell[1]]
+        return [cell["pos"][seq] for cell in self.cells if cell is not None and seq in cell["pos"]]
 
     def next_pos(self, seq: int) -> int:
         self._id(seq, "seq")
@@ -75,8 +77,8 @@ class TinyAttentionCells:
         if src == dst or self.held(dst):
             raise ValueError("[OP-FORK] a fork needs another, empty destination")
         for cell in self.cells:
-            if cell is not None and src in cell[1] and (upto is None or cell[0] < upto):
-                cell[1].add(dst)
+            if cell is not None and src in cell["pos"] and (upto is None or cell["pos"][src] < upto):
+                cell["pos"][dst] = cell["pos"][src]
         return True
 
     def seq_rm(self, seq: Any, p0: Any, p1: Any) -> bool:
@@ -84,7 +86,8 @@ class TinyAttentionCells:
         if not _is_int(p0) or p0 < 0 or p1 is not None and (not _is_int(p1) or p1 < p0):
             raise ValueError(f"[OP-RM] range [{p0!r}, {p1!r})")
         for j, cell in enumerate(self.cells):
-            if cell is not None and seq in cell[1] and cell[0] >= p0 and (p1 is None or cell[0] < p1):
+            if cell is not None and seq in cell["pos"] and cell["pos"][seq] >= p0 and \
+                    (p1 is None or cell["pos"][seq] < p1):
                 self.drop(j, seq)
         return True
 
@@ -92,9 +95,35 @@ class TinyAttentionCells:
         """seq no longer owns cell j; a cell nobody owns is free."""
         cell = self.cells[j]
         assert cell is not None
-        cell[1].discard(seq)
-        if not cell[1]:
+        del cell["pos"][seq]
+        if not cell["pos"]:
             self.cells[j] = None
+
+    def seq_keep(self, seq: Any) -> bool:
+        self._id(seq, "seq")
+        for j, cell in enumerate(self.cells):
+            if cell is not None:
+                cell["pos"] = {seq: cell["pos"][seq]} if seq in cell["pos"] else {}
+                if not cell["pos"]:
+                    self.cells[j] = None
+        return True
+
+    def seq_add(self, seq: Any, p0: Any, p1: Any, delta: Any) -> bool:
+        self._id(seq, "seq")
+        if not _is_int(p0) or p0 < 0 or p1 is not None and (not _is_int(p1) or p1 < p0) or not _is_int(delta):
+            raise ValueError(f"[CELL-SHIFT] range [{p0!r}, {p1!r}), delta {delta!r}")
+        moving = [cell for cell in self.cells if cell is not None and seq in cell["pos"]
+                  and cell["pos"][seq] >= p0 and (p1 is None or cell["pos"][seq] < p1)]
+        after = [cell["pos"][seq] + (delta if any(cell is m for m in moving) else 0)
+                 for cell in self.cells if cell is not None and seq in cell["pos"]]
+        if any(not 0 <= p <= MAX_POSITION for p in after) or len(set(after)) != len(after):
+            raise ValueError(f"[CELL-SHIFT] a position moved by {delta} leaves the range or meets a held one")
+        for cell in moving:
+            self.move(cell, seq, delta)
+        return True
+
+    def move(self, cell: dict[str, Any], seq: int, delta: int) -> None:
+        cell["pos"][seq] += delta
 
     # --- the model -------------------------------------------------------------------------------------
     def decode(self, seq_ids: Any, positions: Any, tokens: Any) -> Any:
@@ -114,29 +143,29 @@ class TinyAttentionCells:
             return False   # OP-CAP: nothing changed
         placed = free[:len(seq_ids)]
         for j, seq, pos in zip(placed, seq_ids, positions):
-            self.cells[j] = [pos, {seq}, [None] * self.n_layers, [None] * self.n_layers]
+            self.cells[j] = {"pos": {seq: pos}, "k": [None] * self.n_layers, "v": [None] * self.n_layers}
         h = self.embed[tokens].copy()
         for layer in range(self.n_layers):
             wq, wk, wv = self.weights[layer]
-            for i, (j, pos) in enumerate(zip(placed, positions)):
+            for i, j in enumerate(placed):
                 cell = self.cells[j]
                 assert cell is not None
-                cell[2][layer], cell[3][layer] = _rotate(h[i] @ wk, pos), h[i] @ wv
+                cell["k"][layer], cell["v"][layer] = h[i] @ wk, h[i] @ wv
             out = np.zeros_like(h)
             for i, (seq, pos) in enumerate(zip(seq_ids, positions)):
                 q = _rotate(h[i] @ wq, pos)
-                rows = [cell for cell in self.attended(seq, pos, self.windows[layer])]
-                keys = np.array([cell[2][layer] for cell in rows])
+                rows = self.attended(seq, pos, self.windows[layer])
+                keys = np.array([_rotate(cell["k"][layer], cell["pos"][seq]) for cell in rows])
                 scores = keys @ q / np.sqrt(WIDTH)
                 weights = np.exp(scores - scores.max())
-                out[i] = (weights / weights.sum()) @ np.array([cell[3][layer] for cell in rows])
+                out[i] = (weights / weights.sum()) @ np.array([cell["v"][layer] for cell in rows])
             h = h + out
         return [[float(x) for x in row] for row in h @ self.unembed]
 
-    def attended(self, seq: int, pos: int, window: int) -> list[list[Any]]:
+    def attended(self, seq: int, pos: int, window: int) -> list[dict[str, Any]]:
         """The cells a query of seq at pos attends on a layer: its own, at positions <= pos, in the window."""
-        return [cell for cell in self.cells if cell is not None and seq in cell[1] and cell[0] <= pos
-                and (window == 0 or cell[0] > pos - window)]
+        return [cell for cell in self.cells if cell is not None and seq in cell["pos"] and cell["pos"][seq] <= pos
+                and (window == 0 or cell["pos"][seq] > pos - window)]
 
     def recompute(self, tokens: list[int], positions: list[int]) -> list[float]:
         fresh = type(self)(self.config)
@@ -152,7 +181,7 @@ class ForgetsSharedRemoval(TinyAttentionCells):
 
     def drop(self, j: int, seq: int) -> None:
         cell = self.cells[j]
-        if cell is not None and len(cell[1]) > 1:
+        if cell is not None and len(cell["pos"]) > 1:
             return
         super().drop(j, seq)
 
@@ -164,15 +193,15 @@ class MergingFork(TinyAttentionCells):
         self._id(src, "src")
         self._id(dst, "dst")
         for cell in self.cells:
-            if cell is not None and src in cell[1] and (upto is None or cell[0] < upto):
-                cell[1].add(dst)
+            if cell is not None and src in cell["pos"] and (upto is None or cell["pos"][src] < upto):
+                cell["pos"][dst] = cell["pos"][src]   # a second cell at a position dst already holds
         return True
 
 
 class IgnoresWindow(TinyAttentionCells):
     """A sliding layer served as a full one in the decode (its recompute keeps the window)."""
 
-    def attended(self, seq: int, pos: int, window: int) -> list[list[Any]]:
+    def attended(self, seq: int, pos: int, window: int) -> list[dict[str, Any]]:
         return super().attended(seq, pos, 0)
 
 
@@ -188,3 +217,11 @@ class StalePosMax(TinyAttentionCells):
     def clear(self) -> None:
         super().clear()
         self.newest: dict[int, int] = {}
+
+
+class ShiftsEveryOwner(TinyAttentionCells):
+    """seq_add moves a shared cell for every sequence holding it (one position per cell, as llama.cpp's)."""
+
+    def move(self, cell: dict[str, Any], seq: int, delta: int) -> None:
+        for owner in cell["pos"]:
+            cell["pos"][owner] += delta

@@ -186,7 +186,7 @@ FACE_METHODS: dict[str, dict[str, tuple[str, ...]]] = {
     # a cell cache seen only through its outputs (SPEC.md 7.8; cell/recompute.py): llama.cpp's verbs
     "cell-recompute": {"decode": ("seq_ids", "positions", "tokens"), "recompute": ("tokens", "positions"),
                        "seq_cp": ("src", "dst", "upto"), "seq_rm": ("seq", "p0", "p1"), "next_pos": ("seq",),
-                       "clear": ()},
+                       "seq_keep": ("seq",), "seq_add": ("seq", "p0", "p1", "delta"), "clear": ()},
 }
 OPTIONAL_PARAMS = ("upto", "p1")
 # The methods a scope feature adds (scope.py): called only on a target that declares the feature.

@@ -204,6 +204,14 @@ class LlamaCppCells:
     def seq_rm(self, seq: Any, p0: Any, p1: Any) -> bool:
         return bool(self.lc.llama_memory_seq_rm(self.memory(), seq, p0, -1 if p1 is None else p1))
 
+    def seq_keep(self, seq: Any) -> bool:
+        self.lc.llama_memory_seq_keep(self.memory(), seq)
+        return True   # void in llama.cpp
+
+    def seq_add(self, seq: Any, p0: Any, p1: Any, delta: Any) -> bool:
+        self.lc.llama_memory_seq_add(self.memory(), seq, p0, -1 if p1 is None else p1, delta)
+        return True   # void in llama.cpp
+
     def next_pos(self, seq: Any) -> int:
         return int(self.lc.llama_memory_seq_pos_max(self.memory(), seq)) + 1
 

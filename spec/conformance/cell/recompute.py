@@ -41,9 +41,11 @@ VOCAB = 32          # tokens are ints in [0, VOCAB): a target's vocabulary holds
 CHECK_ALL = 4       # a decode of at most this many tokens has every output checked
 GAPS = "position-gaps"   # the scope feature: a decode at a position past next_pos (a gap)
 RULES = {"decode": "CELL-RECOMPUTE", "seq_cp": "OP-FORK", "seq_rm": "OP-RM", "next_pos": "CELL-OWNERS",
-         "clear": "CELL-CLEAR", "recompute": "CELL-RECOMPUTE"}
-ANSWER_TYPES: dict[str, tuple[type, ...]] = {"decode": (list, bool),   # False: refused "recompute": (list,), "seq_cp": (bool,),
-                                             "seq_rm": (bool,), "next_pos": (int,)}
+         "clear": "CELL-CLEAR", "recompute": "CELL-RECOMPUTE", "seq_keep": "CELL-KEEP", "seq_add": "CELL-SHIFT"}
+ANSWER_TYPES: dict[str, tuple[type, ...]] = {"decode": (list, bool),   # False: refused
+                                             "recompute": (list,), "seq_cp": (bool,), "seq_rm": (bool,),
+                                             "seq_keep": (bool,), "seq_add": (bool,), "next_pos": (int,)}
+SHIFTED = (-1,)   # the written_over of a row a seq_add moved: no rows below it can be its oracle's (uids >= 0)
 
 
 def token_of(uid: int) -> int:
@@ -96,6 +98,14 @@ def rm(seq: Any, p0: Any = 0, p1: Any = None) -> Step:
     return {"op": "rm", "seq": seq, "p0": p0, "p1": p1}
 
 
+def keep(seq: Any) -> Step:
+    return {"op": "keep", "seq": seq}
+
+
+def add(seq: Any, p0: Any, p1: Any, delta: Any) -> Step:
+    return {"op": "add", "seq": seq, "p0": p0, "p1": p1, "delta": delta}
+
+
 CLEAR: Step = {"op": "clear"}
 
 
@@ -122,10 +132,22 @@ def edge_programs(cfg: JsonConfig) -> list[tuple[str, list[Step]]]:
         ("rm p1 below p0", [decode(0, 0, 0), rm(0, 2, 1), decode(0)]),
         ("cp upto negative", [decode(0, 0), cp(0, 1, -1), decode(1)]),
         ("decode an id out of range", [decode(0), decode(om.MAX_SEQS), decode(0)]),
+        # CELL-KEEP and CELL-SHIFT: llama.cpp's seq_keep and seq_add
+        ("keep one sequence", [decode(0, 0), cp(0, 1), decode(1), decode(2, 2), keep(1), decode(1), decode(0),
+                               decode(2)]),
+        ("keep a sequence holding nothing", [decode(0), keep(1), decode(0), decode(1)]),
+        ("context shift", [decode(0, 0, 0, 0, 0, 0), rm(0, 1, 3), add(0, 3, None, -2), decode(0), decode(0)]),
+        ("shift forward, then continue", [decode(0, 0, 0), add(0, 1, None, 4), decode(0), decode(0)]),
+        ("shift a shared prefix for one sequence", [decode(0, 0, 0), cp(0, 1), add(1, 0, None, 5), decode(1),
+                                                    decode(0)]),
+        ("shift onto a held position", [decode(0, 0, 0, 0), add(0, 2, None, -1), decode(0)]),
+        ("shift below position 0", [decode(0, 0, 0), add(0, 0, None, -1), decode(0)]),
+        ("shift p1 below p0", [decode(0, 0, 0), add(0, 2, 1, 1), decode(0)]),
     ]
     if cfg == CONFIGS[0]:   # ids out of range in each verb, once (-1 is "any sequence" to llama.cpp; a runtime
         for bad in (om.MAX_SEQS, 300, -1, -2):   # that aborts on one is a crash: one program each, already minimal)
-            out += [(f"rm id {bad}", [rm(bad)]), (f"cp src {bad}", [cp(bad, 1)]), (f"cp dst {bad}", [cp(0, bad)])]
+            out += [(f"rm id {bad}", [rm(bad)]), (f"cp src {bad}", [cp(bad, 1)]), (f"cp dst {bad}", [cp(0, bad)]),
+                    (f"keep id {bad}", [keep(bad)]), (f"add id {bad}", [add(bad, 0, None, 1)])]
     if cap >= LONG_PREFILL + 8 and any(entry["kind"] == "ring" for entry in cfg["layers"]):
         prefill = [decode(*[0] * 60) for _ in range(LONG_PREFILL // 60)]
         out += [("long prefill, rewind far", prefill + [rm(0, 40), decode(0), decode(0)]),
@@ -143,8 +165,11 @@ def random_program(cfg: JsonConfig, rng: random.Random, size: int) -> list[Step]
             program.append(cp(rng.randrange(3), rng.randrange(3), rng.choice([None, None, 0, 1, 2, 4])))
         elif roll < 0.85:
             program.append(rm(rng.randrange(3), rng.choice([0, 0, 1, 2]), rng.choice([None, None, 1, 3])))
-        elif roll < 0.9:
+        elif roll < 0.88:
             program.append(CLEAR)
+        elif roll < 0.9:
+            program.append(keep(rng.randrange(3)) if rng.random() < 0.4 else
+                           add(rng.randrange(3), rng.choice([0, 1, 2]), rng.choice([None, 3]), rng.choice([-2, -1, 1, 3])))
         else:
             program.append(decode(rng.randrange(3), positions=[{"next": rng.choice([1, 2])}]))
     return program
@@ -188,7 +213,11 @@ class RecomputeEngine(Engine):
             if not om._is_int(seq) or not 0 <= seq < om.MAX_SEQS:
                 return model.Rejected("OP-STEP", "seq")
             return Accepted(max(table.held.get(seq, {}).values(), default=-1) + 1, rule)
-        if method == "seq_cp":
+        if method == "seq_keep":
+            rejected = table.seq_keep(args["seq"])
+        elif method == "seq_add":
+            rejected = table.seq_add(args["seq"], args["p0"], args["p1"], args["delta"])
+        elif method == "seq_cp":
             rejected = table.seq_cp(args["src"], args["dst"], args["upto"])
         elif method == "seq_rm":
             rejected = table.seq_rm(args["seq"], args["p0"], args["p1"])
@@ -266,15 +295,21 @@ class RecomputeEngine(Engine):
         op = step["op"]
         if op == "decode":
             return self.decode(step)
-        names = {"cp": ("src", "dst", "upto"), "rm": ("seq", "p0", "p1"), "next_pos": ("seq",), "clear": ()}[op]
+        names = {"cp": ("src", "dst", "upto"), "rm": ("seq", "p0", "p1"), "next_pos": ("seq",), "clear": (),
+                 "keep": ("seq",), "add": ("seq", "p0", "p1", "delta")}[op]
         args: dict[str, Any] = {name: step.get(name) for name in names}
-        method = str({"cp": "seq_cp", "rm": "seq_rm"}.get(op, op))
+        method = str({"cp": "seq_cp", "rm": "seq_rm", "keep": "seq_keep", "add": "seq_add"}.get(op, op))
         self.result.steps.append(dict(step))
         verdict, outcome = self.checked(method, args)
         if isinstance(verdict, Accepted):
             if method == "next_pos" and not _same(outcome.value, verdict.value):
                 raise self._fail(WRONG, verdict.rule, f"next_pos({args['seq']}) is {outcome.value!r}, "
                                                       f"the spec says {verdict.value}")
+            if method == "seq_add":   # a moved row's upper-layer K/V hold its old position: no oracle with layers
+                seq = args["seq"]
+                for uid, pos in self.next_table.held.get(seq, {}).items():
+                    if self.table.held.get(seq, {}).get(uid) != pos:
+                        self.written_over[uid] = SHIFTED
             self.table = self.next_table
             self.observe(f"after {method}({', '.join(map(repr, args.values()))})", verdict.rule)
         return self.result.steps.pop()
