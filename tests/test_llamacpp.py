@@ -95,3 +95,33 @@ def test_each_standalone_repro_of_the_findings_page_shows_its_finding(setup: str
             assert done.returncode == -6 and "not reached" not in done.stdout, (done.returncode, done.stdout)
         else:
             assert want in done.stdout, (want, done.stdout, done.stderr[-500:])
+
+
+def test_CELL_SHIFT_a_shift_of_one_sequence_moves_the_cells_it_shares_for_every_owner(target: SubprocessTarget) -> None:
+    program = [r.decode(0, 0, 0), r.cp(0, 1), r.add(1, 0, None, 5), r.decode(0)]
+    result = run(target, FLAT, program)
+    assert result.finding is not None and (result.finding.kind, result.finding.rule) == ("wrong", "CELL-SHIFT")
+    assert "next_pos(0) is 8, the spec says 3" in result.finding.message
+
+
+def test_CELL_SHIFT_a_context_shift_is_served_as_the_spec_says_on_flat_and_mixed_models(
+        target: SubprocessTarget) -> None:
+    program = [r.decode(0, 0, 0, 0, 0, 0), r.rm(0, 1, 3), r.add(0, 3, None, -2), r.decode(0), r.decode(0)]
+    for cfg in (FLAT, r.recompute_config(256, 3, 0)):
+        result = run(target, cfg, program)
+        assert result.finding is None, result.finding
+    assert "CELL-RECOMPUTE" in run(target, FLAT, program).exercised
+
+
+def test_CELL_SHIFT_a_context_shift_on_a_model_of_sliding_layers_only_aborts(target: SubprocessTarget) -> None:
+    """A gemma2 model of one (sliding) layer: the iSWA pair's dense cache holds no layer, and the decode after
+    the shift aborts in ggml (GGML_ASSERT(buffer)) although llama_memory_can_shift answers true."""
+    program = [r.decode(0, 0, 0, 0, 0, 0), r.rm(0, 1, 3), r.add(0, 3, None, -2), r.decode(0)]
+    result = run(target, SLIDING, program)
+    assert result.finding is not None and result.finding.kind == "crash" and "SIGABRT" in result.finding.message
+
+
+@pytest.mark.parametrize("step, rule", [(r.add(0, 0, None, -1), "CELL-SHIFT"), (r.keep(63), "CELL-KEEP")])
+def test_CELL_SHIFT_CELL_KEEP_caller_errors_served(target: SubprocessTarget, step: dict, rule: str) -> None:   # type: ignore[type-arg]
+    result = run(target, FLAT, [r.decode(0, 0, 0), step, r.decode(0)])
+    assert result.finding is not None and (result.finding.kind, result.finding.rule) == ("lenient", rule)
