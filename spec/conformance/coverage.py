@@ -84,6 +84,7 @@ EVENTS: dict[str, tuple[str, ...]] = {
 
 # The rules a cell cache seen through its outputs is judged by (SPEC.md 7.8): the op face's cell verbs, the
 # recompute, next_pos, clear and a declared scope's border.
+RECOMPUTE_ONLY = ("CELL-RECOMPUTE", "CELL-KEEP", "CELL-SHIFT")   # bind the recompute face alone
 RECOMPUTE_RULES = ("CELL-RECOMPUTE", "CELL-KEEP", "CELL-SHIFT", "CELL-OWNERS", "CELL-CLEAR", "OP-FORK", "OP-RM", "OP-POS", "OP-STEP", "OP-CAP",
                    "OP-ATOMIC", "OP-CONFIG", "OP-BATCH", "SCOPE-BORDER")
 
@@ -93,8 +94,9 @@ def _layout_rule(rule_id: str, layout: str) -> str:
     if layout == "cell-recompute":
         return "" if rule_id in RECOMPUTE_RULES else \
             "not observable through outputs: this run drives a cell cache seen only through its outputs"
-    if rule_id in ("CELL-RECOMPUTE", "CELL-KEEP", "CELL-SHIFT"):
-        return "a rule of a cell cache seen through its outputs (cell-recompute)"
+    if rule_id in RECOMPUTE_ONLY:
+        return (f"a rule of the cell layout seen through its outputs (cell-recompute): this run drives the {layout} "
+                "layout")
     if layout.startswith("op-") or rule_id.startswith(OP_PREFIX):
         binds = layout.startswith("op-") == rule_id.startswith(OP_PREFIX) or rule_id == "SCOPE-BORDER"
         other_kind = layout == "op-contiguous" and rule_id in ("OP-FORK", "OP-RM") or \
