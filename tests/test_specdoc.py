@@ -30,6 +30,7 @@ def _rule_sections(document: str) -> list[tuple[str, str, str]]:
     rules (the cell layout, numbered on from part 2) and of part 5's (the op face, numbered on)."""
     parts = (document[document.index("\n## 2. The sequence cache"):document.index("\n## 3. ")],
              document[document.index("\n### 4.2 "):document.index("\n### 4.3 ")],
+             document[document.index("\n### 4.4 "):document.index("\n## 5. ")],
              document[document.index("\n### 5.2 "):document.index("\n## 6. ")])
     sections: list[tuple[str, str, str]] = []
     for part in parts:
