@@ -52,9 +52,14 @@ QUANTIZED_TOLERANCE = {"quanto": 0.5, "hqq": 0.5, "fp8": 0.5}
 
 
 def _layer_types(cfg: JsonConfig) -> tuple[list[str], int | None]:
-    """The config's layers as transformers' `layer_types`, and its one sliding window (None without a ring)."""
+    """The config's layers as transformers' `layer_types`, and its one sliding window (None without a ring).
+    transformers' caches have no per-step bound (max_write) and no sinks (keep): such configs are refused."""
+    if cfg.get("max_write") is not None:
+        raise ValueError(f"SCOPE-BORDER: transformers' caches have no max_write (got {cfg['max_write']!r})")
     policies = cfg["layers"] if len(cfg["layers"]) == cfg["n_layers"] else list(cfg["layers"]) * cfg["n_layers"]
     windows = {entry["window"] for entry in policies if entry["kind"] == "ring"}
+    if any(entry.get("keep", 0) for entry in policies):
+        raise ValueError("SCOPE-BORDER: transformers' sliding layers keep no sinks")
     if len(windows) > 1:
         raise ValueError(f"SCOPE-BORDER: a transformers config has one sliding_window, this one asks for {sorted(windows)}")
     return [SLIDING if entry["kind"] == "ring" else FULL for entry in policies], (windows.pop() if windows else None)
