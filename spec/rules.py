@@ -327,6 +327,27 @@ OP_RULES: tuple[Rule, ...] = (
          "A runtime cache keeps a ring of window + max_write - 1 rows per ring layer (upstream's MLX runtime), so a "
          "longer step would overwrite rows its own queries read; the runner chunks prefill to fit.",
          "A step longer than max_write served into a ring that cannot hold it; an exact fit refused."),
+    Rule("OP-SINKS",
+         "A ring layer of window w with keep k (an int in [0, w); absent = 0) is what one query attends: the query at "
+         "position p attends exactly the positions q <= p with q < k or q > p - (w - k) (the first k are sinks, kept "
+         "for every query); a config with keep >= w, keep < 0, a keep that is not an int, or a keep on a flat layer is "
+         "refused.",
+         "StreamingLLM's attention sinks (mlx-lm's RotatingKVCache(max_size=w, keep=k)): the first tokens carry "
+         "attention mass a plain window drops; at keep >= w no new token would ever be attended.",
+         "Sinks dropped by a multi-token step; a keep at or above the window served, every decoded token written "
+         "where no query attends it."),
+    Rule("OP-TRIM",
+         "Contiguous: trim(n), n an int (not bool) in [0, held], drops the newest n tokens of every layer (held "
+         "goes from L to L - n; an open step is abandoned first, and held is the tokens before it). It is refused, "
+         "changing nothing, when a ring layer may have dropped a position the query at L - n would attend: each "
+         "ring layer of window w, keep k retains at least its sinks and the positions >= its floor F, where F "
+         "starts at 0, becomes max(F, end - (w - k - 1 + max_write)) (max_write null counts 0) when a step ending "
+         "at end is served on it, and min(F, L - n) at a trim; the trim is owed iff every position in "
+         "[max(k, L - n - (w - k) + 1), L - n) is >= F on every ring layer.",
+         "Speculative decoding rolls back its rejected draft tokens (HF's crop, mlx-lm's trim); a ring that has "
+         "overwritten a row the next query attends cannot give it back, and says so (mlx-lm's is_trimmable).",
+         "A trim that only lowers the length (the rows come back); a trim past a wrapped ring that then serves "
+         "overwritten rows; a negative trim that grows the cache over rows never written."),
 )
 RULES = RULES + OP_RULES
 

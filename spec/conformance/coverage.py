@@ -53,7 +53,8 @@ CONFIG_VALIDATION = ("CFG-TYPE", "CFG-CAPACITY", "CFG-LAYERS", "CFG-POLICY", "CF
 # owed. Measured: the op stand-ins without `positions` exercise no OP-POS; without `steps` or
 # `declarations` every rule is still exercised.
 FEATURE_RULES: dict[str, tuple[str, ...]] = {"positions": ("OP-POS",), "batch": ("OP-BATCH",),
-                                             "max_write": ("OP-MAX-WRITE",)}
+                                             "max_write": ("OP-MAX-WRITE",), "trim": ("OP-TRIM",),
+                                             "sinks": ("OP-SINKS",)}
 # An optional method -> the rule only it can show.
 OPTIONAL_RULES = {"depth": "DEPTH", "retained_from": "RETAINED"}
 
@@ -77,7 +78,7 @@ def _layout_rule(rule_id: str, layout: str) -> str:
     if layout.startswith("op-") or rule_id.startswith(OP_PREFIX):
         binds = layout.startswith("op-") == rule_id.startswith(OP_PREFIX) or rule_id == "SCOPE-BORDER"
         other_kind = layout == "op-contiguous" and rule_id in ("OP-FORK", "OP-RM") or \
-            layout == "op-cell" and rule_id == "OP-MAX-WRITE"   # cells have no rings to bound
+            layout == "op-cell" and rule_id in ("OP-MAX-WRITE", "OP-TRIM", "OP-SINKS")   # no rings to bound, trim, sinks
         if binds and other_kind:
             return f"a rule of the other op cache: this run drives the {layout} layout"
         return "" if binds else f"a rule of another face: this run drives the {layout} layout"

@@ -53,6 +53,9 @@ OP_FEATURES: dict[str, str] = {
     "positions": "placing by the `position` argument (a cache that appends at its used length leaves it out)",
     "steps": "a forward as one step across layers (a cache of independent per-layer histories leaves it out)",
     "declarations": "a verb drops a begin_step declaration no layer has used yet (upstream's cell cache keeps it)",
+    # additive: the target implements them (absent: its programs send no trim, its configs carry no keep)
+    "trim": "the trim(n) verb: drop the newest n tokens of every layer (OP-TRIM)",
+    "sinks": "ring layers with attention sinks (a policy's keep > 0, OP-SINKS)",
 }
 EVERY_FEATURE: dict[str, str] = {**FEATURES, **OP_FEATURES}
 # The features that make up the whole of each layout's face: a scope holding them all is the whole spec
@@ -60,7 +63,7 @@ EVERY_FEATURE: dict[str, str] = {**FEATURES, **OP_FEATURES}
 LAYOUT_FEATURES: dict[str, frozenset[str]] = {
     "sequence": frozenset(FEATURES),
     "cell": frozenset(FEATURES),
-    "op-contiguous": frozenset({"flat", "ring", "max_write", "batch", "mla", "positions", "steps"}),
+    "op-contiguous": frozenset({"flat", "ring", "max_write", "batch", "mla", "positions", "steps", "trim", "sinks"}),
     "op-cell": frozenset({"flat", "ring", "mla", "positions", "steps", "declarations"}),
 }
 
@@ -82,6 +85,8 @@ def needs(cfg: JsonConfig) -> frozenset[str]:
         wanted.add("mla")
     if cfg.get("batch_size", 1) != 1:   # an op config's batch rows (absent from the other layouts' configs)
         wanted.add("batch")
+    if any(isinstance(entry, dict) and entry.get("keep", 0) != 0 for entry in cfg.get("layers", [])):
+        wanted.add("sinks")   # a ring with attention sinks (OP-SINKS)
     return frozenset(wanted)
 
 

@@ -11,7 +11,7 @@ import numpy as np
 from ... import op_model
 from ..consequences import Consequences
 from ..engine import OVER_STRICT, Finding, Step
-from ..malform import POSITIONS, case_of, malformed_positions
+from ..malform import POSITIONS, case_of, int_value, malformed_positions
 from ..targets import Outcome
 from .engine import OpEngine, _row, allowed_rows, as_array
 from .engine import _show as _show_op
@@ -82,6 +82,9 @@ class OpConsequences(Consequences):
         if op == "fetch":
             self.fetch(step)
             return
+        if op == "trim":
+            self.trim(step)
+            return
         method, args = {"begin": ("begin_step", {"seq_ids": step.get("seqs")}),
                         "cp": ("seq_cp", {"src": step.get("src"), "dst": step.get("dst"), "upto": step.get("upto")}),
                         "rm": ("seq_rm", {"seq": step.get("seq"), "p0": step.get("p0"), "p1": step.get("p1")}),
@@ -97,7 +100,39 @@ class OpConsequences(Consequences):
                 self.readable.setdefault(args["dst"], set()).update(self.readable.get(args["src"], set()))
             elif method == "reset":
                 self.readable, self.declared, self.step_positions, self.served = {}, [], None, set()
+            elif method == "trim":
+                self.trimmed(args["n"])
         self.lens = self.seq_lens()
+
+    def trim(self, step: Step) -> None:
+        """trim(n), as the lockstep sends it (a target without the `trim` feature is sent none); a malformed
+        n is the lockstep's too (one more than the record holds)."""
+        if "trim" not in self.engine.scope_features():
+            return
+        n = step.get("n")
+        case = case_of(step)
+        if case is not None and case.clause.call == "trim":
+            n = int_value(case.clause, case.variant, above=len(self.committed()) + 1)
+        args = {"n": n}
+        self.steps.append({**step, "n": n})
+        self.verb("trim", args, self._ask("trim", args))
+
+    def committed(self) -> set[int]:
+        """The tokens the record holds past an open step (a contiguous cache's whole steps)."""
+        pending = set(self.step_uids) if self.step_positions is not None else set()
+        return {uid for uid in self.readable.get(0, set()) if uid not in pending}
+
+    def trimmed(self, n: Any) -> None:
+        """An accepted trim (OP-TRIM): the open step is gone, and so are the newest n tokens of the rest; a
+        query attending one of them later attends a token no sequence holds (SAFE-OP-ISOLATION). A trim of
+        no count the record can read (negative, not an int) removes nothing: what the target did then
+        shows in its later answers."""
+        kept = self.committed()
+        if type(n) is int and n >= 0:
+            end = len(kept) - n
+            kept = {uid for uid in kept if type(pos := self.position.get(uid)) is int and pos < end}
+        self.readable[0] = kept
+        self.step_positions, self.step_uids, self.served = None, [], set()
 
     def fetch(self, step: Step) -> None:
         engine, layer = self.engine, step.get("layer")

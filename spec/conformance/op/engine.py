@@ -31,7 +31,7 @@ from ...rules import RULES
 from .. import scope as scopes
 from ..configs import JsonConfig, describe
 from ..engine import CRASH, LENIENT, OVER_STRICT, WRONG, Caller, Drive, Finding, RunResult, Step, Stop
-from ..malform import DIM, INT, POSITIONS, TENSOR, Case, case_of, dim_value, malformed_positions, sizes_of
+from ..malform import DIM, INT, POSITIONS, TENSOR, Case, case_of, dim_value, int_value, malformed_positions, sizes_of
 from ..targets import Outcome, Target
 from ..wire import Unreadable
 
@@ -152,6 +152,8 @@ class OpEngine(Caller):
         if self.rejected_config is not None:
             rule = self.rejected_config.rule
             self.result.exercised.add(rule)
+            if self.rejected_config.case == "keep":
+                self.result.exercised.add("OP-SINKS")
             if created.ok:
                 raise self._fail(LENIENT, rule, f"create accepted a config the spec rejects ({rule}: "
                                                 f"{self.rejected_config.why})")
@@ -199,6 +201,8 @@ class OpEngine(Caller):
                     concrete = self.run_step(step)
                     if concrete is None:   # a step outside the declared scope: the rest is not judged
                         break
+                    if concrete is NOT_SENT:   # a verb of a feature outside the scope (trim): left out
+                        continue
                     self.result.steps.append(concrete)
         except _Unjudged:
             pass
@@ -259,6 +263,8 @@ class OpEngine(Caller):
             self.model.reset()
             self._accepted("reset", {}, "OP-STEP")
             return dict(step)
+        if op == "trim":
+            return self.trim(step)
         verdicts = {"begin": ("begin_step", {"seq_ids": step.get("seqs")}, "OP-STEP"),
                     "cp": ("seq_cp", {"src": step.get("src"), "dst": step.get("dst"), "upto": step.get("upto")},
                            "OP-FORK"),
@@ -345,6 +351,32 @@ class OpEngine(Caller):
         self.result.exercised.add("OP-ATOMIC")
         self.observe(f"after the refused {method}({_show(args)}) (the target: {concrete['refused_with']})",
                      "OP-ATOMIC")
+
+    def trim(self, step: Step) -> Optional[Step]:
+        """trim(n) (OP-TRIM), sent only to a target whose scope has the `trim` feature: for another the
+        step is left out of the program (it means nothing to that target), said in the skipped notes."""
+        if "trim" not in self.scope_features() or self.kind != op_model.CONTIGUOUS:
+            self.result.skipped.add(f"scope: trim steps not sent: the target's scope leaves out 'trim' "
+                                    f"({scopes.OP_FEATURES['trim']})")
+            return NOT_SENT
+        case = case_of(step)
+        n = step.get("n")
+        if case is not None and case.clause.call == "trim":   # a malformed n, resolved against the tokens held
+            n = int_value(case.clause, case.variant, above=len(self.model.held.get(0, {})) + 1)
+        args = {"n": n}
+        concrete: Step = {**step, "n": n}
+        self.current = concrete
+        before = self.model.abandoned
+        self.before_call = self.model.snapshot()
+        rejected = self.model.trim(n)
+        if rejected is not None:
+            self._refused("trim", args, rejected, concrete)
+            return concrete
+        if self.model.abandoned != before and self._excused("steps", "a step abandoned partway"):
+            return None
+        self._accepted("trim", args, "OP-STEP" if self.model.abandoned != before else "OP-TRIM")
+        self.result.exercised.add("OP-TRIM")
+        return concrete
 
     # --- update_and_fetch --------------------------------------------------------------------------
     def _positions(self, step: Step) -> list[Any]:
@@ -526,10 +558,15 @@ class OpEngine(Caller):
                                                              f"the spec says {attends[i]} (token numbers in the order "
                                                              f"written)")
         self.result.exercised.add("OP-ATTEND")
+        if cfg.keep(layer):
+            self.result.exercised.add("OP-SINKS")
         CHECKED["queries"] += q * cfg.batch_size * cfg.n_kv_heads
         CHECKED["answers"] += 1
         if cfg.batch_size > 1:
             self.result.exercised.add("OP-BATCH")   # batch rows kept apart
+
+
+NOT_SENT: Step = {"op": "not sent"}   # run_step's answer for a step the target's scope leaves out
 
 
 class _Unjudged(Exception):
