@@ -42,7 +42,13 @@ import importlib
 from types import SimpleNamespace
 from typing import Any, Callable
 
+from ..._extras import missing_line
 from ..configs import JsonConfig
+
+# Without the extra, loading a target names it (the CLI's "cannot load" line), rather than every config refused.
+_MISSING = missing_line("hf", "kvcache_spec.conformance.op.hf")
+if _MISSING:
+    raise ImportError(_MISSING)
 
 FULL, SLIDING = "full_attention", "sliding_attention"
 COMMON_SCOPE = ("batch", "mla", "trusted-args", "lazy-shapes")

@@ -30,8 +30,9 @@ window is RotatingKVCache's max_size, its `keep` the sinks (INTERFACES.md: w is 
 the first positions). Scope features (issue 33): every target `trusted-args` (update_and_fetch validates nothing:
 model code is its only caller) and `lazy-shapes` (a cache learns its shapes from the first update), `batch` and
 `mla`; the growing and rotating caches `unbounded`; `trim` where the cache is trimmable: `trim(n)` is what mlx-lm's
-server and speculative decoding call, `trim_prompt_cache(cache, n)`, which trims nothing and answers 0 when a
-cache says it cannot (`can_trim_prompt_cache`): that answer is turned into a refusal, the library's own word.
+server and speculative decoding call, `trim_prompt_cache(cache, n)`, which answers how many tokens it trimmed - 0, trimming nothing, when a
+cache says it cannot (`can_trim_prompt_cache`): an answer other than n is turned into a refusal, the library's
+own word.
 """
 
 from __future__ import annotations
@@ -40,7 +41,13 @@ import importlib
 from types import SimpleNamespace
 from typing import Any, Callable, Optional
 
+from ..._extras import missing_line
 from ..configs import JsonConfig
+
+# Without the extra, loading a target names it (the CLI's "cannot load" line), rather than every config refused.
+_MISSING = missing_line("mlx", "kvcache_spec.conformance.op.mlxlm")
+if _MISSING:
+    raise ImportError(_MISSING)
 
 COMMON_SCOPE = ("batch", "mla", "trusted-args", "lazy-shapes")
 PROMPT_CACHE_KEEP = 4            # make_prompt_cache's RotatingKVCache(max_size=max_kv_size, keep=4)
@@ -115,10 +122,11 @@ class MlxCaches:
 
 class MlxTrimmableCaches(MlxCaches):
     def trim(self, n: int) -> None:
-        module = _cache_module()
-        if not module.can_trim_prompt_cache(self.caches):
-            raise RuntimeError("can_trim_prompt_cache: False (trim_prompt_cache would trim nothing and answer 0)")
-        module.trim_prompt_cache(self.caches, n)
+        """trim_prompt_cache(cache, n): it answers how many tokens it trimmed (0, trimming nothing, where
+        can_trim_prompt_cache says no); an answer other than n is the library's refusal, raised as one."""
+        trimmed = _cache_module().trim_prompt_cache(self.caches, n)
+        if trimmed != n:
+            raise RuntimeError(f"trim_prompt_cache(cache, {n}) trimmed {trimmed}")
 
 
 def _copy_empty(cache: Any) -> Any:
