@@ -151,6 +151,22 @@ def mlx_prompt_cache_small_ring() -> dict[str, Any]:
     return out
 
 
+def mlx_prompt_cache_prefill_ignores_sinks() -> dict[str, Any]:
+    """RotatingKVCache(max_size=6, keep=4), as make_prompt_cache(max_kv_size=6) builds it: a step longer than the
+    ring gets create_causal_mask(N, offset, window_size=max_size), a plain window that ignores the 4 sinks, while
+    a decode attends the sinks. The same 9 tokens give another last logit prefilled at once than decoded last."""
+    mx = importlib.import_module("mlx.core")
+    cache_module = importlib.import_module("mlx_lm.models.cache")
+
+    model = _mlx_model("qwen2")
+    ids = _mlx_tokens(9)
+    at_once = model(ids, cache=cache_module.make_prompt_cache(model, max_kv_size=6))[0, -1]
+    cache = cache_module.make_prompt_cache(model, max_kv_size=6)
+    model(ids[:, :8], cache=cache)
+    decoded = model(ids[:, 8:], cache=cache)[0, -1]
+    return {"last_logits_gap": float(mx.abs(at_once - decoded).max())}
+
+
 def _mlx_gap(model: Any, cache: list[Any], ids: Any) -> float:
     mx = importlib.import_module("mlx.core")
 
@@ -215,7 +231,9 @@ HF: dict[str, Callable[[], dict[str, Any]]] = {
     "static overflow": hf_static_overflow, "sliding window 1": hf_sliding_window_one,
     "static sliding past max_cache_len": hf_static_sliding_past_max_cache_len}
 MLX: dict[str, Callable[[], dict[str, Any]]] = {
-    "make_prompt_cache(max_kv_size=4)": mlx_prompt_cache_small_ring, "ConcatenateKVCache.trim": mlx_concatenate_trim,
+    "make_prompt_cache(max_kv_size=4)": mlx_prompt_cache_small_ring,
+    "make_prompt_cache prefill ignores sinks": mlx_prompt_cache_prefill_ignores_sinks,
+    "ConcatenateKVCache.trim": mlx_concatenate_trim,
     "RotatingKVCache trim after wrap": mlx_rotating_trim_after_wrap, "negative trim": mlx_negative_trim,
     "ChunkedKVCache trim after slide": mlx_chunked_trim_after_slide}
 

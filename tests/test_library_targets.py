@@ -72,6 +72,10 @@ def test_mlx_prompt_cache_with_a_small_ring_loses_decoded_tokens() -> None:
     assert out == {"keep": 4, "max_size": 4, "decoded_rows_stored": 0, "two_token_step": "ValueError"}, out
 
 
+def test_mlx_prompt_cache_prefill_ignores_its_sinks() -> None:
+    assert repros.mlx_prompt_cache_prefill_ignores_sinks()["last_logits_gap"] > 1e-2
+
+
 def test_mlx_concatenate_trim_brings_trimmed_tokens_back() -> None:
     out = repros.mlx_concatenate_trim()
     assert out["trimmed"] == 2 and out["decode_logits_gap"] > 1e-2, out
