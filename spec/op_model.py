@@ -50,6 +50,7 @@ class OpConfig:
     batch_size: int
     max_write: Optional[int] = None   # OP-MAX-WRITE: the most tokens a step writes (with a ring layer); None = no bound
     keeps: tuple[int, ...] = ()       # OP-SINKS: per layer, the sink positions a ring layer keeps (empty = none)
+    bounded: bool = True   # OP-CAP binds; False for a target declaring `unbounded` (SPEC 8.7): capacity a hint
 
     def keep(self, layer: int) -> int:
         return self.keeps[layer] if self.keeps else 0
@@ -365,7 +366,7 @@ class OpModel:
         if positions != tuple(range(held, held + len(positions))):
             return Rejected("OP-POS", f"positions {list(positions)} do not continue the history of {held} tokens",
                             "positions")
-        if held + len(positions) > self.cfg.capacity:
+        if self.cfg.bounded and held + len(positions) > self.cfg.capacity:
             return Rejected("OP-CAP", f"{held} + {len(positions)} tokens exceed capacity {self.cfg.capacity}")
         if self.cfg.max_write is not None and len(positions) > self.cfg.max_write:
             return Rejected("OP-MAX-WRITE", f"a step of {len(positions)} tokens, max_write {self.cfg.max_write}")

@@ -124,7 +124,8 @@ RULES: tuple[Rule, ...] = (
     # --- conformance scope
     Rule("SCOPE-BORDER",
          "An implementation that declares a partial scope (layer kinds, the max_write field, one fixed max_seqs "
-         "for a cell cache) refuses at creation every valid configuration outside it.",
+         "for a cell cache, the narrowest width min_head_dim of an op target) refuses at creation every valid "
+         "configuration outside it, but a lazy-shapes target those outside by their sizes alone.",
          "A flat-only cache that accepts a sliding-window layer and serves it as full history gives silently "
          "wrong attention; a refusal at build time is loud and costs nothing."),
     # --- the cell layout (many sequences over one pool of per-token cells; spec/cell_model.py)
@@ -257,7 +258,8 @@ OP_RULES: tuple[Rule, ...] = (
          "A query of sequence s at position p on layer l with window w (0 = flat) attends exactly the tokens s holds "
          "on layer l at positions q <= p (and q > p - w when windowed), each once, with the K and the V written for "
          "that token on that layer; nothing of another sequence, nothing removed, nothing never written on l. With "
-         "batch_size B > 1 (contiguous) batch row b attends only rows written for batch row b.",
+         "batch_size B > 1 (contiguous) batch row b attends only rows written for batch row b. A target declaring "
+         "lossy=<tol> (section 8.7) may hold K and V that differ from what was written by up to tol.",
          "This is what attention needs; every other OP- rule exists to make it true or to refuse what would break it.",
          "A query that sees another sequence's token, a removed token, a token twice, or a row never written."),
     Rule("OP-MASK",
@@ -274,7 +276,8 @@ OP_RULES: tuple[Rule, ...] = (
          "k is [B, Hkv, q_len, D], v [B, Hkv, q_len, Dv], both floating-point, position [q_len, 1] integers; B == "
          "batch_size, Hkv == "
          "n_kv_heads, D == head_dim, Dv == v_head_dim; q_len >= 1 and equal across k, v and position; layer_id is an "
-         "int (not bool) in [0, n_layers).",
+         "int (not bool) in [0, n_layers). A target declaring trusted-args (section 8.7) is sent no call that "
+         "breaks this and does not owe its refusal.",
          "A shape the cache does not check is silently broadcast or truncated into the history.",
          "A step whose K, V and positions disagree in length; an MLA value of the key's width."),
     Rule("OP-POS",
@@ -301,8 +304,9 @@ OP_RULES: tuple[Rule, ...] = (
          "Eviction and truncation are per sequence; a shared prefix belongs to every sequence holding it.",
          "A removal that frees a cell another sequence still attends."),
     Rule("OP-CAP",
-         "Contiguous: tokens held + q_len <= capacity, refused otherwise (STATIC and DYNAMIC agree). Cell: begin_step "
-         "refuses more tokens than free cells.",
+         "Contiguous: tokens held + q_len <= capacity, refused otherwise (STATIC and DYNAMIC agree); a target declaring "
+         "unbounded (section 8.7) has no capacity and serves every such step. Cell: begin_step refuses more tokens "
+         "than free cells.",
          "The cache bounds hard at capacity; admission is decided before anything is written.",
          "A step that overflows after writing part of its rows."),
     Rule("OP-BATCH",
@@ -318,7 +322,8 @@ OP_RULES: tuple[Rule, ...] = (
          "K grown by a step whose V was refused; cells claimed by a step that then failed."),
     Rule("OP-CONFIG",
          "capacity > 0, n_layers > 0, layers of size 1 or n_layers, policies valid, n_kv_heads, head_dim, v_head_dim "
-         ">= 1, batch_size >= 1, every size an int (not bool).",
+         ">= 1, batch_size >= 1, every size an int (not bool). A target declaring lazy-shapes (section 8.7) is given "
+         "no sizes and owes no refusal of them; one declaring unbounded owes none of the capacity.",
          "A cache built from a nonsensical config fails later, far from the cause.",
          "A zero-layer or zero-head cache that accepts steps it cannot serve."),
     Rule("OP-MAX-WRITE",

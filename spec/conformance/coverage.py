@@ -31,7 +31,7 @@ from typing import Any, Optional
 from ..arguments import of_face
 from ..rules import RULES
 from .configs import JsonConfig
-from .malform import CLAUSE_PREFIX
+from .malform import CLAUSE_PREFIX, malformation
 
 # Rules no call on one cache's faces can observe, and why.
 OUT_OF_SCOPE: dict[str, str] = {
@@ -55,6 +55,15 @@ CONFIG_VALIDATION = ("CFG-TYPE", "CFG-CAPACITY", "CFG-LAYERS", "CFG-POLICY", "CF
 FEATURE_RULES: dict[str, tuple[str, ...]] = {"positions": ("OP-POS",), "batch": ("OP-BATCH",),
                                              "max_write": ("OP-MAX-WRITE",), "trim": ("OP-TRIM",),
                                              "sinks": ("OP-SINKS",)}
+# A scope relaxation (scope.py; SPEC 8.7) -> the rules it leaves unowed, per op layout: `trusted-args` is
+# sent no malformed call (OP-ARGS has no other refusal), `unbounded` no capacity (a contiguous cache's
+# OP-CAP). A contiguous cache declaring both, and neither `positions`, `steps` nor `max_write`, is sent
+# no call the spec refuses at all: OP-ATOMIC has nothing to judge (RELAXED_ATOMIC).
+RELAXATION_RULES: dict[str, dict[str, tuple[str, ...]]] = {
+    "trusted-args": {"op-contiguous": ("OP-ARGS",), "op-cell": ("OP-ARGS",)},
+    "unbounded": {"op-contiguous": ("OP-CAP",)},
+}
+RELAXED_ATOMIC = (frozenset({"trusted-args", "unbounded"}), frozenset({"positions", "steps", "max_write"}))
 # An optional method -> the rule only it can show.
 OPTIONAL_RULES = {"depth": "DEPTH", "retained_from": "RETAINED"}
 
@@ -88,10 +97,23 @@ def _layout_rule(rule_id: str, layout: str) -> str:
     return "a rule of the cell layout: this run drives a sequence cache" if rule_id.startswith(CELL_PREFIX) else ""
 
 
+def _relaxed_rule(rule_id: str, layout: str, relaxed: frozenset[str], features: Optional[frozenset[str]]) -> str:
+    """Why a declared relaxation leaves the rule unowed ('' when it does not)."""
+    for name in sorted(relaxed):
+        if rule_id in RELAXATION_RULES.get(name, {}).get(layout, ()):
+            return f"the target's scope declares {name!r}: the rule is not owed"
+    needed, absent = RELAXED_ATOMIC
+    if rule_id == "OP-ATOMIC" and layout == "op-contiguous" and needed <= relaxed and \
+            features is not None and not features & absent:
+        return (f"the target's scope declares {', '.join(sorted(needed))} and leaves out {', '.join(sorted(absent))}: "
+                "no call it is sent is one the spec refuses")
+    return ""
+
+
 def in_scope(config_validation: bool, optional: frozenset[str], layout: str = "sequence",
-             features: Optional[frozenset[str]] = None) -> dict[str, str]:
+             features: Optional[frozenset[str]] = None, relaxed: frozenset[str] = frozenset()) -> dict[str, str]:
     """The rules a run must exercise -> '' ; the rules outside its scope -> why. `features`: the
-    target's declared scope (scope.py; None: every feature)."""
+    target's declared scope (scope.py; None: every feature); `relaxed`: its declared relaxations."""
     scope: dict[str, str] = {}
     for rule in RULES:
         left_out = [name for name, rules in FEATURE_RULES.items()
@@ -102,6 +124,8 @@ def in_scope(config_validation: bool, optional: frozenset[str], layout: str = "s
             scope[rule.id] = _layout_rule(rule.id, layout)
         elif left_out:
             scope[rule.id] = f"the target's scope leaves out {left_out[0]!r}: the op engine does not judge it"
+        elif _relaxed_rule(rule.id, layout, relaxed, features):
+            scope[rule.id] = _relaxed_rule(rule.id, layout, relaxed, features)
         elif rule.id in CONFIG_VALIDATION and not config_validation:
             scope[rule.id] = "config validation: a python: target gets a kvcache.CacheConfig, which validates itself"
         elif any(rule.id == shown and method not in optional for method, shown in OPTIONAL_RULES.items()):
@@ -113,14 +137,16 @@ def in_scope(config_validation: bool, optional: frozenset[str], layout: str = "s
 
 
 def clause_scope(layout: str, scope: dict[str, str], optional: frozenset[str],
-                 features: Optional[frozenset[str]] = None) -> dict[str, str]:
+                 features: Optional[frozenset[str]] = None, relaxed: frozenset[str] = frozenset()) -> dict[str, str]:
     """The argument clauses (spec/arguments.py) of the layout a run must exercise -> '' ; the others -> why:
     a clause of a rule outside the scope, of a scope feature the target leaves out, of an optional method
-    the target does not have."""
+    the target does not have, a malformation a `trusted-args` target is never sent."""
     out: dict[str, str] = {}
     for clause in of_face(layout):
         if scope.get(clause.rule):
             out[clause.id] = f"its rule {clause.rule} is out of scope: {scope[clause.rule]}"
+        elif "trusted-args" in relaxed and malformation(clause):
+            out[clause.id] = "the target's scope declares 'trusted-args': no malformed call is sent"
         elif clause.feature and features is not None and clause.feature not in features:
             out[clause.id] = f"the target's scope leaves out {clause.feature!r}: the op engine does not judge it"
         elif clause.call in OPTIONAL_RULES and clause.call not in optional:

@@ -48,7 +48,7 @@ CONTIGUOUS_CONFIGS: tuple[JsonConfig, ...] = (
     op_config(8, (2, 0), max_write=3),
     # OP-SINKS: a ring with sinks beside a flat layer; sinks with max_write (the ring's floor moves by it)
     op_config(10, (4, 0), keep=1),
-    op_config(9, (3,), keep=2, max_write=2, sizing="static"),
+    op_config(9, (3,), keep=1, max_write=2, sizing="static"),
     # the field's setups (docs/hf-findings.md, docs/mlxlm-findings.md): sinks as mlx-lm's make_prompt_cache keeps
     # them (keep 4); a window wider than the capacity (transformers' StaticCache with max_cache_len < sliding_window)
     op_config(10, (6,), keep=4),
@@ -153,10 +153,13 @@ def trim_programs(cfg: JsonConfig) -> list[tuple[str, list[Step]]]:
     ]
     if layers > 1:
         out.append(("trim in the middle of a step", forward(cfg, 2) + [fetch(0, 1), trim(1)] + forward(cfg, 1)))
-    if rings:   # decodes past the window, then trims of each size: the ring refuses what it may have dropped
+    if rings:   # decodes past the window, then trims of each size: the ring refuses what it may have dropped,
+        # and gives back up to max_write tokens, down to its sinks, or everything
         window = max(entry["window"] for entry in rings)
         decodes = min(cap - 1, window + (cfg.get("max_write") or 1) + 1)
-        for n in range(1, min(decodes, (cfg.get("max_write") or 1) + 2) + 1):
+        keep = max(entry.get("keep", 0) for entry in rings)
+        sizes = [*range(1, min(decodes, (cfg.get("max_write") or 1) + 2) + 1), decodes - keep, decodes]
+        for n in sorted(set(sizes)):
             out.append((f"decodes past the window, trim {n}", forward(cfg, 1) * decodes + [trim(n)]
                         + forward(cfg, 1) * 2))
     for case in cases("op-contiguous", cfg):
