@@ -94,6 +94,20 @@ def hf_sliding_window_one() -> dict[str, Any]:
     return {"decode_logits_gap": gap, "two_token_step": two_token_step}
 
 
+def hf_sliding_crop_before_any_token() -> dict[str, Any]:
+    """DynamicSlidingWindowLayer.crop on a layer that holds nothing (a new cache, or one just reset) reads
+    `self.keys.shape` of keys that are None: AttributeError, even for crop(0)."""
+    transformers = importlib.import_module("transformers")
+
+    model = _hf_model("Mistral", sliding_window=3)
+    cache = transformers.DynamicCache(config=model.config)
+    try:
+        cache.crop(0)
+        return {"crop(0) of a new cache": "served"}
+    except Exception as error:
+        return {"crop(0) of a new cache": type(error).__name__}
+
+
 def hf_static_sliding_past_max_cache_len() -> dict[str, Any]:
     """StaticCache's sliding layers hold min(sliding_window, max_cache_len) rows: with a window larger than
     max_cache_len, a decode past max_cache_len silently drops tokens still inside its window."""
@@ -229,6 +243,7 @@ def mlx_chunked_trim_after_slide() -> dict[str, Any]:
 
 HF: dict[str, Callable[[], dict[str, Any]]] = {
     "static overflow": hf_static_overflow, "sliding window 1": hf_sliding_window_one,
+    "sliding crop before any token": hf_sliding_crop_before_any_token,
     "static sliding past max_cache_len": hf_static_sliding_past_max_cache_len}
 MLX: dict[str, Callable[[], dict[str, Any]]] = {
     "make_prompt_cache(max_kv_size=4)": mlx_prompt_cache_small_ring,

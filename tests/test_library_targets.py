@@ -63,6 +63,10 @@ def test_hf_sliding_window_one_attends_the_whole_history() -> None:
     assert out["decode_logits_gap"] > 1e-2 and out["two_token_step"] == "RuntimeError", out
 
 
+def test_hf_sliding_layer_crop_before_any_token_raises() -> None:
+    assert repros.hf_sliding_crop_before_any_token() == {"crop(0) of a new cache": "AttributeError"}
+
+
 def test_hf_static_sliding_past_max_cache_len_drops_window_tokens() -> None:
     assert repros.hf_static_sliding_past_max_cache_len()["decode_logits_gap"] > 1e-2
 
