@@ -16,11 +16,205 @@ PROFILE = "pre-merge"
 
 
 def cause_key(finding: dict[str, Any]) -> str:
-    """A distinct cause as the report names it: class, rule and label (the label holds the failing step)."""
-    return f"{finding['class']} {finding['rule']}: {finding['label']}"
+    """A distinct cause as the report names it: class, rule and label (the label holds the failing step), the
+    configuration its program was shrunk to and the start of its message (two causes may share a label)."""
+    return f"{finding['class']} {finding['rule']}: {finding['label']} | {finding['config_name']} | " \
+           f"{finding['message'][:100]}"
 
 
-EXPECTED: dict[str, dict[str, Any]] = {}
+# Each kind of cause, once: `real...` a defect of the library (its repro named), `false alarm...` the suite's
+# own reasoning (which issue-33 mechanism should have removed it), `spec...` the spec stricter than, or unable
+# to say, the library's contract.
+KINDS: dict[str, str] = {
+    'static_overflow':
+        'real: StaticLayer.update counts a step before writing it (repro hf_static_overflow)',
+    'window1':
+        'real: DynamicSlidingWindowLayer(sliding_window=1) never trims (repro hf_sliding_window_one)',
+    'static_sliding':
+        "real: StaticCache's sliding layers drop in-window tokens past max_cache_len (repro hf_static_sliding_past_max_cache_len)",
+    'crop_empty':
+        "real: a sliding layer's crop before any token raises AttributeError (repro hf_sliding_crop_before_any_token)",
+    'static_cap0':
+        'real (minor): StaticCache(max_cache_len=0) is accepted; every update then raises',
+    'small_ring':
+        'real: make_prompt_cache(max_kv_size<=4) builds keep >= max_size (repro mlx_prompt_cache_small_ring)',
+    'sinks_prefill':
+        "real: RotatingKVCache's mask for a step longer than the ring ignores keep (repro mlx_prompt_cache_prefill_ignores_sinks)",
+    'concat_trim':
+        'real: ConcatenateKVCache.trim lowers offset only (repro mlx_concatenate_trim)',
+    'FA_trim_held':
+        'false alarm (issue 33, trusted-args): a trim of more than is held is a malformed n, yet random programs draw it (with_trims: n from 0..3 whatever is held)',
+    'FA_midstep':
+        'false alarm (issue 33, steps): a trim in the middle of a step judged as abandoning the step, on a target without `steps`',
+    'FA_qlen0':
+        'false alarm (issue 33, trusted-args): a malformed q_len 0 step is still in the program',
+    'FA_conseq_trim':
+        "false alarm (issue 33, consequences): past a refused or lenient step, a trim(0) makes the run lose its sequence's own tokens (the target's answer is right)",
+    'spec_config':
+        "spec stricter: the library takes a model's config as given (num_hidden_layers, sliding_window, chunk size unchecked); lazy-shapes relaxes sizes only",
+    'spec_trimmable':
+        'spec stricter: RotatingKVCache.is_trimmable (offset < max_size) refuses a trim the spec owes',
+    'spec_keep':
+        'false alarm (scope vocabulary): make_prompt_cache fixes keep 4 and no scope item says so; a ring config without keep 4 is in scope and refused',
+    'spec_chunk':
+        "spec cannot say: llama4's chunked attention past its chunk is no flat layer (the op face has no chunked kind)",
+    'spec_lossy':
+        "false alarm (issue 33, lossy): an absolute tolerance against labels whose spread across tokens grows with the token id (hqq groups channels across tokens; fp8's precision is relative)",
+}
+
+EXPECTED: dict[str, dict[str, Any]] = {
+    'hf:dynamic_full': {"verdict": 'NOT CONFORMING', "causes": {
+        'lenient OP-CONFIG: lenient OP-CONFIG: at create; flat | cap 4, flat x0 | create accepted a config the spec rejects (OP-CONFIG: n_layers must be an int >= 1, got 0)':
+            'spec_config',
+        'lenient OP-TRIM: lenient OP-TRIM: at trim OP-TRIM n above held; flat | cap 1, flat | trim(n=1) accepted a call the spec refuses (OP-TRIM: n 1 is not in [0, 0]: the tokens held)':
+            'FA_trim_held',
+        'wrong OP-ATTEND: wrong OP-ATTEND, after lenient OP-TRIM in trim: at fetch; flat | cap 1, flat x2 | SAFE-OP-ISOLATION broken after the lenient OP-TRIM step 1, trim(n=1): query 0 (sequence 0, position ':
+            'FA_trim_held',
+    }},
+    'hf:dynamic_sliding': {"verdict": 'NOT CONFORMING', "causes": {
+        'lenient OP-CONFIG: lenient OP-CONFIG: at create; flat | cap 4, flat x0 | create accepted a config the spec rejects (OP-CONFIG: n_layers must be an int >= 1, got 0)':
+            'spec_config',
+        "lenient OP-CONFIG: lenient OP-CONFIG: at create; ring | cap 4, ring(0) | create accepted a config the spec rejects (OP-CONFIG: layer policy {'kind': 'ring', 'window': 0, 'n_":
+            'spec_config',
+        'lenient OP-TRIM: lenient OP-TRIM: at trim OP-TRIM n above held; flat | cap 1, flat | trim(n=1) accepted a call the spec refuses (OP-TRIM: n 1 is not in [0, 0]: the tokens held)':
+            'FA_trim_held',
+        'lenient OP-TRIM: lenient OP-TRIM: at trim OP-TRIM ring dropped; flat+ring | cap 1, ring(3)+flat | trim(n=0) accepted a call the spec refuses (OP-TRIM: layer 0 (window 3, keep 0) may have dropped pos':
+            'FA_midstep',
+        'over-strict OP-ATTEND: over-strict OP-ATTEND: at fetch; ring | cap 1, ring(1) | update_and_fetch(layer_id=0, k=[1, 1, 3, 2], v=[1, 1, 3, 2], position=[1, 2, 3]) refused a call the ':
+            'window1',
+        "over-strict OP-TRIM: over-strict OP-TRIM: at trim; ring | cap 1, ring(1) | trim(n=0) refused a call the spec serves: AttributeError: 'NoneType' object has no attribute 'shape'":
+            'crop_empty',
+        'wrong OP-ATTEND: wrong OP-ATTEND, after lenient OP-ARGS in update_and_fetch: at fetch; flat | cap 1, flat | SAFE-OP-ISOLATION broken after the lenient OP-ARGS step 0, update_and_fetch(layer_id=0, k=[1, 1, 0, ':
+            'FA_qlen0',
+        'wrong OP-ATTEND: wrong OP-ATTEND, after lenient OP-TRIM in trim: at fetch; flat | cap 1, flat x2 | SAFE-OP-COMPLETE broken after the lenient OP-TRIM step 0, trim(n=1): query 0 (sequence 0, position 3':
+            'FA_trim_held',
+        'wrong OP-ATTEND: wrong OP-ATTEND, after lenient OP-TRIM in trim: at fetch; flat | cap 1, flat | SAFE-OP-ISOLATION broken after the lenient OP-TRIM step 0, trim(n=1): query 0 (sequence 0, position ':
+            'FA_trim_held',
+        'wrong OP-ATTEND: wrong OP-ATTEND, after over-strict OP-ATTEND in update_and_fetch: at fetch; ring | cap 1, ring(1) | SAFE-OP-ISOLATION broken after the over-strict OP-ATTEND step 1, update_and_fetch(layer_id=0, k=[1, ':
+            'window1',
+        'wrong OP-ATTEND: wrong OP-ATTEND, after over-strict OP-TRIM in trim: at fetch; ring | cap 1, ring(3) | SAFE-OP-ISOLATION broken after the over-strict OP-TRIM step 0, trim(n=0): query 0 (sequence 0, posit':
+            'FA_conseq_trim',
+        'wrong OP-ATTEND: wrong OP-ATTEND: at fetch; ring | cap 1, ring(1) | query 0 (batch 0, head 0) attends tokens [0, 1], the spec says [1] (token numbers in the order writt':
+            'window1',
+    }},
+    'hf:static_full': {"verdict": 'NOT CONFORMING', "causes": {
+        'lenient OP-CONFIG: lenient OP-CONFIG: at create; flat | cap 0, flat | create accepted a config the spec rejects (OP-CONFIG: capacity must be an int >= 1, got 0)':
+            'static_cap0',
+        "wrong OP-ATOMIC: wrong OP-ATOMIC: at fetch OP-CAP capacity, which the target refused with 'IndexError: index_copy_(): index 1 is out of bounds for dimension 2 with size 1'; flat | cap 1, flat | after the refused update_and_fetch(layer_id=0, k=[1, 1, 8, 2], v=[1, 1, 8, 2], position=[0, 1, 2, 3,":
+            'static_overflow',
+        'wrong OP-ATOMIC: wrong OP-ATOMIC: at fetch; flat | cap 8, flat x2 | after the refused update_and_fetch(layer_id=0, k=[1, 1, 1, 2], v=[1, 1, 1, 2], position=[8]) (the ta':
+            'static_overflow',
+    }},
+    'hf:static_sliding': {"verdict": 'NOT CONFORMING', "causes": {
+        'lenient OP-CONFIG: lenient OP-CONFIG: at create; flat | cap 4, flat x0 | create accepted a config the spec rejects (OP-CONFIG: n_layers must be an int >= 1, got 0)':
+            'spec_config',
+        "lenient OP-CONFIG: lenient OP-CONFIG: at create; ring | cap 4, ring(0) | create accepted a config the spec rejects (OP-CONFIG: layer policy {'kind': 'ring', 'window': 0, 'n_":
+            'spec_config',
+        'wrong OP-ATTEND: wrong OP-ATTEND: at fetch; ring | cap 1, ring(4) | query 0 (batch 0, head 0) attends tokens [1], the spec says [0, 1] (token numbers in the order writt':
+            'static_sliding',
+    }},
+    'hf:quantized_quanto': {"verdict": 'NOT CONFORMING', "causes": {
+        'lenient OP-CONFIG: lenient OP-CONFIG: at create; flat | cap 4, flat x0 | create accepted a config the spec rejects (OP-CONFIG: n_layers must be an int >= 1, got 0)':
+            'spec_config',
+    }},
+    'hf:quantized_fp8': {"verdict": 'NOT CONFORMING', "causes": {
+        'lenient OP-CONFIG: lenient OP-CONFIG: at create; flat | cap 4, flat x0 | create accepted a config the spec rejects (OP-CONFIG: n_layers must be an int >= 1, got 0)':
+            'spec_config',
+        'wrong OP-ATTEND: wrong OP-ATTEND: at fetch; flat | cap 1, flat | query 0 (batch 0, head 0) attends row 1, whose K [64, 64, 64, 64, ...] / V [129, 129, 129, 129, ...]':
+            'spec_lossy',
+    }},
+    'mlxlm:kv': {"verdict": 'NOT CONFORMING', "causes": {
+        'lenient OP-CONFIG: lenient OP-CONFIG: at create; flat | cap 4, flat x0 | create accepted a config the spec rejects (OP-CONFIG: n_layers must be an int >= 1, got 0)':
+            'spec_config',
+        'lenient OP-TRIM: lenient OP-TRIM: at trim OP-TRIM n above held; flat | cap 1, flat x2 | trim(n=1) accepted a call the spec refuses (OP-TRIM: n 1 is not in [0, 0]: the tokens held)':
+            'FA_trim_held',
+        "wrong OP-ATOMIC: wrong OP-ATOMIC: at trim OP-TRIM n above held, which the target refused with 'RuntimeError: trim_prompt_cache(cache, 2) trimmed 1'; flat | cap 1, flat | after the refused trim(n=2) (the target: RuntimeError: trim_prompt_cache(cache, 2) trimmed 1): used(":
+            'FA_trim_held',
+        'wrong OP-ATTEND: wrong OP-ATTEND, after lenient OP-ARGS in update_and_fetch: at fetch; flat | cap 1, flat x2 | SAFE-OP-ISOLATION broken after the lenient OP-ARGS step 0, update_and_fetch(layer_id=1, k=[1, 1, 0, ':
+            'FA_qlen0',
+    }},
+    'mlxlm:llama_sliding': {"verdict": 'NOT CONFORMING', "causes": {
+        'lenient OP-CONFIG: lenient OP-CONFIG: at create; flat | cap 4, flat x0 | create accepted a config the spec rejects (OP-CONFIG: n_layers must be an int >= 1, got 0)':
+            'spec_config',
+        "lenient OP-CONFIG: lenient OP-CONFIG: at create; ring | cap 4, ring(0) | create accepted a config the spec rejects (OP-CONFIG: layer policy {'kind': 'ring', 'window': 0, 'n_":
+            'spec_config',
+        'lenient OP-TRIM: lenient OP-TRIM: at trim OP-TRIM n above held; flat | cap 1, flat x2 | trim(n=1) accepted a call the spec refuses (OP-TRIM: n 1 is not in [0, 0]: the tokens held)':
+            'FA_trim_held',
+        'lenient OP-TRIM: lenient OP-TRIM: at trim OP-TRIM ring dropped; flat+ring | cap 1, ring(3)+flat | trim(n=0) accepted a call the spec refuses (OP-TRIM: layer 0 (window 3, keep 0) may have dropped pos':
+            'FA_midstep',
+        'over-strict OP-TRIM: over-strict OP-TRIM: at trim; ring | cap 1, ring(1) | trim(n=1) refused a call the spec serves: RuntimeError: trim_prompt_cache(cache, 1) trimmed 0':
+            'spec_trimmable',
+        "wrong OP-ATOMIC: wrong OP-ATOMIC: at trim OP-TRIM n above held, which the target refused with 'RuntimeError: trim_prompt_cache(cache, 2) trimmed 1'; flat | cap 1, flat | after the refused trim(n=2) (the target: RuntimeError: trim_prompt_cache(cache, 2) trimmed 1): used(":
+            'FA_trim_held',
+        'wrong OP-ATTEND: wrong OP-ATTEND, after lenient OP-ARGS in update_and_fetch: at fetch; flat | cap 1, flat | SAFE-OP-ISOLATION broken after the lenient OP-ARGS step 0, update_and_fetch(layer_id=0, k=[1, 1, 0, ':
+            'FA_qlen0',
+        'wrong OP-ATTEND: wrong OP-ATTEND, after lenient OP-TRIM in trim: at fetch; flat | cap 1, flat x2 | SAFE-OP-ISOLATION broken after the lenient OP-TRIM step 1, trim(n=1): query 0 (sequence 0, position ':
+            'FA_trim_held',
+    }},
+    'mlxlm:prompt_cache': {"verdict": 'NOT CONFORMING', "causes": {
+        "lenient OP-CONFIG: lenient OP-CONFIG: at create; ring | cap 4, ring(4, keep 4) | create accepted a config the spec rejects (OP-CONFIG: layer policy {'kind': 'ring', 'window': 4, 'n_":
+            'small_ring',
+        'over-strict OP-CONFIG: over-strict OP-CONFIG: at create; ring | cap 6, ring(1), static | create refused a valid config: ValueError: SCOPE-BORDER: make_prompt_cache builds rings of one max_k':
+            'spec_keep',
+        'over-strict OP-TRIM: over-strict OP-TRIM: at trim; ring | cap 1, ring(6, keep 4) | trim(n=2) refused a call the spec serves: RuntimeError: trim_prompt_cache(cache, 2) trimmed 0':
+            'spec_trimmable',
+        "wrong OP-ATOMIC: wrong OP-ATOMIC: at trim OP-TRIM n above held, which the target refused with 'RuntimeError: trim_prompt_cache(cache, 2) trimmed 1'; ring | cap 1, ring(6, keep 4) | after the refused trim(n=2) (the target: RuntimeError: trim_prompt_cache(cache, 2) trimmed 1): used(":
+            'FA_trim_held',
+        'wrong OP-ATTEND: wrong OP-ATTEND, after lenient OP-ARGS in update_and_fetch: at fetch; ring | cap 1, ring(6, keep 4) | SAFE-OP-ISOLATION broken after the lenient OP-ARGS step 0, update_and_fetch(layer_id=0, k=[1, 1, 0, ':
+            'FA_qlen0',
+        'wrong OP-ATTEND: wrong OP-ATTEND: at fetch; ring | cap 1, ring(6, keep 4) | query 6 (batch 0, head 0) attends tokens [1, 2, 3, 4, 5, 6], the spec says [0, 1, 2, 3, 5, 6] (token':
+            'sinks_prefill',
+    }},
+    'mlxlm:quantized': {"verdict": 'NOT CONFORMING', "causes": {
+        'lenient OP-CONFIG: lenient OP-CONFIG: at create; flat | cap 4, flat x0 | create accepted a config the spec rejects (OP-CONFIG: n_layers must be an int >= 1, got 0)':
+            'spec_config',
+        'lenient OP-TRIM: lenient OP-TRIM: at trim OP-TRIM n above held; flat | cap 1, flat x2 | trim(n=1) accepted a call the spec refuses (OP-TRIM: n 1 is not in [0, 0]: the tokens held)':
+            'FA_trim_held',
+        "wrong OP-ATOMIC: wrong OP-ATOMIC: at trim OP-TRIM n above held, which the target refused with 'RuntimeError: trim_prompt_cache(cache, 2) trimmed 1'; flat | cap 1, flat | after the refused trim(n=2) (the target: RuntimeError: trim_prompt_cache(cache, 2) trimmed 1): used(":
+            'FA_trim_held',
+        'wrong OP-ATTEND: wrong OP-ATTEND, after lenient OP-TRIM in trim: at fetch; flat | cap 1, flat x2 | SAFE-OP-COMPLETE broken after the lenient OP-TRIM step 1, trim(n=1): query 0 (sequence 0, position 0':
+            'FA_trim_held',
+        'wrong OP-ATTEND: wrong OP-ATTEND, after lenient OP-TRIM in trim: at fetch; flat | cap 1, flat x2 | SAFE-OP-ISOLATION broken after the lenient OP-TRIM step 1, trim(n=1): query 0 (sequence 0, position ':
+            'FA_trim_held',
+    }},
+    'mlxlm:chunked': {"verdict": 'NOT CONFORMING', "causes": {
+        'lenient OP-CAP: lenient OP-CAP: at fetch OP-CAP capacity; flat | cap 1, flat | update_and_fetch(layer_id=0, k=[1, 1, 8, 2], v=[1, 1, 8, 2], position=[0, 1, 2, 3, 4, 5, 6, 7]) acce':
+            'spec_chunk',
+        'lenient OP-CONFIG: lenient OP-CONFIG: at create; flat | cap 0, flat | create accepted a config the spec rejects (OP-CONFIG: capacity must be an int >= 1, got 0)':
+            'spec_config',
+        'lenient OP-TRIM: lenient OP-TRIM: at trim OP-TRIM n above held; flat | cap 1, flat x2 | trim(n=1) accepted a call the spec refuses (OP-TRIM: n 1 is not in [0, 0]: the tokens held)':
+            'FA_trim_held',
+        "wrong OP-ATOMIC: wrong OP-ATOMIC: at trim OP-TRIM n above held, which the target refused with 'RuntimeError: trim_prompt_cache(cache, 2) trimmed 1'; flat | cap 1, flat | after the refused trim(n=2) (the target: RuntimeError: trim_prompt_cache(cache, 2) trimmed 1): used(":
+            'FA_trim_held',
+        'wrong OP-ATTEND: wrong OP-ATTEND, after lenient OP-CAP in update_and_fetch: at fetch OP-CAP capacity; flat | cap 1, flat | SAFE-OP-COMPLETE broken after the lenient OP-CAP step 0, update_and_fetch(layer_id=0, k=[1, 1, 8, 2]':
+            'spec_chunk',
+        'wrong OP-ATTEND: wrong OP-ATTEND, after lenient OP-TRIM in trim: at fetch; flat | cap 2, flat x2 | SAFE-OP-ISOLATION broken after the lenient OP-TRIM step 1, trim(n=1): query 0 (sequence 0, position ':
+            'FA_trim_held',
+        'wrong OP-ATTEND: wrong OP-ATTEND, after lenient OP-TRIM in trim: at fetch; flat | cap 3, flat x2 | SAFE-OP-COMPLETE broken after the lenient OP-TRIM step 1, trim(n=3): query 1 (sequence 0, position 3':
+            'FA_trim_held',
+    }},
+    'mlxlm:concatenate': {"verdict": 'NOT CONFORMING', "causes": {
+        'lenient OP-CONFIG: lenient OP-CONFIG: at create; flat | cap 4, flat x0 | create accepted a config the spec rejects (OP-CONFIG: n_layers must be an int >= 1, got 0)':
+            'spec_config',
+        'lenient OP-TRIM: lenient OP-TRIM: at trim OP-TRIM n above held; flat | cap 1, flat x2 | trim(n=1) accepted a call the spec refuses (OP-TRIM: n 1 is not in [0, 0]: the tokens held)':
+            'FA_trim_held',
+        "wrong OP-ATOMIC: wrong OP-ATOMIC: at trim OP-TRIM n above held, which the target refused with 'RuntimeError: trim_prompt_cache(cache, 1) trimmed 0'; flat | cap 1, flat x2 | after the refused trim(n=1) (the target: RuntimeError: trim_prompt_cache(cache, 1) trimmed 0): used(":
+            'FA_trim_held',
+        'wrong OP-ATTEND: wrong OP-ATTEND, after lenient OP-TRIM in trim: at fetch; flat | cap 1, flat x2 | SAFE-OP-ISOLATION broken after the lenient OP-TRIM step 1, trim(n=1): query 0 (sequence 0, position ':
+            'FA_trim_held',
+        'wrong OP-ATTEND: wrong OP-ATTEND: at fetch; flat | cap 1, flat | query 0 (batch 0, head 0) attends tokens [0, 1, 2, 3], the spec says [0, 1, 3] (token numbers in the':
+            'concat_trim',
+    }},
+}
+
+def row(target: str) -> str:
+    """The target's row of the findings pages' verdict table: verdict, distinct causes, and how many are real
+    defects, false alarms of the suite, and the spec stricter than (or unable to say) the library's contract."""
+    expected = EXPECTED[target]
+    kinds = list(expected["causes"].values())
+    real = sum(KINDS[kind].startswith("real") for kind in kinds)
+    false = sum(KINDS[kind].startswith("false alarm") for kind in kinds)
+    return f"| `{target}` | {expected['verdict']} | {len(kinds)} | {real} | {false} | {len(kinds) - real - false} |"
 
 
 if __name__ == "__main__":
