@@ -1,8 +1,8 @@
 """An exhaustive checker of an op-face target over a small configuration: every program up to a depth.
 
 Where the suite samples programs, this explores them all: breadth first over a small alphabet of
-steps (forwards of one or two sequences, a step stopped partway, forks, removals, reset, and the
-malformed calls of OP-POS, OP-FORK and OP-STEP), each program run on a fresh cache by the op engine
+steps (forwards of one or two sequences, a step stopped partway, forks, removals, reset, trims for a
+target with the `trim` feature, and the malformed calls of OP-POS, OP-FORK, OP-STEP and OP-TRIM), each program run on a fresh cache by the op engine
 (every query's attended tokens checked, every observation compared with the op model). Two programs
 that leave the op model in the same state - the same tokens, up to their numbering, and the same
 step in progress - have the same future on a conforming target, so only the first is extended: the
@@ -11,6 +11,7 @@ how many states and programs it checked, and how many states it left unexpanded 
 
     python -m kvcache_spec.conformance.op.checker --target python:kvcache_spec.conformance.op.targets:cell
     python -m kvcache_spec.conformance.op.checker --target cmd:./my_op_server      (spec/PROTOCOL.md)
+    python -m kvcache_spec.conformance.op.checker --target python:kvcache_spec.conformance.op.targets:contiguous --sinks
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from ..engine import Finding, Step
 from ..malform import INT32_LIMIT
 from .consequences import drive_on
 from .engine import OpEngine
-from .programs import RESET, at, begin, cp, fetch, op_config, rm
+from .programs import RESET, at, begin, cp, fetch, op_config, rm, trim
 from ..targets import Target, TargetCrash, TargetError, parse_target
 
 # Small configurations: two layers (so a step can stop partway), a flat and a windowed layer.
@@ -35,19 +36,27 @@ CHECK_CONFIGS = {
     "op-cell": op_config(3, (0, 2)),
     "op-contiguous": op_config(3, (0, 2)),
 }
+# OP-SINKS (--sinks): a ring of 3 keeping 1 sink beside a flat layer; 5 tokens reach past its window part.
+SINKS_CONFIG = op_config(5, (3, 0), keep=1)
 
 
-def alphabet(kind: str, cfg: dict[str, Any]) -> list[Step]:
-    """The steps a program is made of: each layer with next positions, and the calls around them."""
+def alphabet(kind: str, cfg: dict[str, Any], trims: bool = False) -> list[Step]:
+    """The steps a program is made of: each layer with next positions, and the calls around them; with
+    `trims` (a contiguous target with the `trim` feature) trims of 0, 1 and 2 tokens and a negative one."""
     layers = [fetch(layer) for layer in range(cfg["n_layers"])]
     if kind == "op-contiguous":
-        return layers + [fetch(0, 2), at(0, [0]), at(0, [-1]), RESET]
+        sinks = any(entry.get("keep") for entry in cfg["layers"])   # a two-token step on every layer, then
+        return layers + [fetch(0, 2), at(0, [0]), at(0, [-1]), RESET] + \
+            [fetch(layer, 2) for layer in range(1, cfg["n_layers"]) if sinks] + \
+            ([trim(0), trim(1), trim(2), trim(-1)] if trims else [])
     return layers + [begin(0), begin(1), begin(0, 1), begin(0, 0), begin(0, 0, 0), cp(0, 1), cp(1, 0, 1), rm(0), rm(1, 1),
                      at(0, [0]), at(0, [INT32_LIMIT]), RESET]
 
 
-def state_key(model: op_model.OpModel) -> Hashable:
-    """The op model's state up to the numbering of tokens: what each sequence holds, and the open step."""
+def state_key(model: op_model.OpModel, steps: Optional[list[Step]] = None) -> Hashable:
+    """The op model's state up to the numbering of tokens: what each sequence holds, and the open step;
+    with a program's concrete `steps`, also the positions written past the held ones since the last reset
+    (a trim gives them back: a target that kept their rows differs there, so such a state is extended)."""
     owners: dict[int, set[int]] = {}
     positions: dict[int, int] = {}
     for seq, tokens in model.held.items():
@@ -57,7 +66,14 @@ def state_key(model: op_model.OpModel) -> Hashable:
     held = tuple(sorted((positions[uid], tuple(sorted(seqs))) for uid, seqs in owners.items()))
     step = model.step
     open_step = None if step is None else (step.seqs, step.positions, tuple(sorted(step.served)))
-    return held, open_step
+    written = 0
+    for concrete in steps or []:
+        if concrete["op"] == "reset":
+            written = 0
+        elif concrete["op"] == "fetch" and "case" not in concrete:
+            written = max([written] + [p + 1 for p in concrete.get("positions", []) if type(p) is int])
+    # the floors decide which trims are owed (OP-TRIM)
+    return held, open_step, tuple(model.floors), written
 
 
 @dataclass
@@ -86,7 +102,7 @@ def check(target: Target, depth: int, cfg: Optional[dict[str, Any]] = None) -> C
     cfg = cfg or CHECK_CONFIGS[layout]
     kind = op_model.CELL if layout == "op-cell" else op_model.CONTIGUOUS
     result = CheckResult(target.name, layout, depth)
-    letters = alphabet(layout, cfg)
+    letters = alphabet(layout, cfg, trims="trim" in target.scope.features)
     seen: set[Hashable] = set()
     frontier: deque[list[Step]] = deque([[]])
     while frontier:
@@ -99,7 +115,7 @@ def check(target: Target, depth: int, cfg: Optional[dict[str, Any]] = None) -> C
             if run.finding is not None:
                 result.findings.setdefault(run.finding.key(), (run.finding, run.steps))
                 continue
-            key = state_key(engine.model)
+            key = state_key(engine.model, run.steps)
             if key in seen:
                 continue
             seen.add(key)
@@ -117,6 +133,8 @@ def main(argv: Optional[list[str]] = None) -> int:
                         help="an op-face target: python:MODULE:FACTORY, or cmd:COMMAND (spec/PROTOCOL.md)")
     parser.add_argument("--depth", type=int, default=4)
     parser.add_argument("--timeout", type=float, default=5.0, help="seconds per request of a cmd: target")
+    parser.add_argument("--sinks", action="store_true",
+                        help="op-contiguous: check a ring with an attention sink (OP-SINKS) beside a flat layer")
     args = parser.parse_args(argv)
     try:
         target = parse_target(args.target, timeout=args.timeout)
@@ -128,7 +146,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         if target.layout not in CHECK_CONFIGS:
             print(f"{args.target}: layout {target.layout!r} is not an op-face layout", file=sys.stderr)
             return 2
-        result = check(target, args.depth)
+        result = check(target, args.depth, SINKS_CONFIG if args.sinks and target.layout == "op-contiguous" else None)
     finally:
         target.close()
     print(json.dumps(result.summary(), indent=1))
