@@ -68,7 +68,7 @@ EXPECTED: dict[str, dict[str, Any]] = {
             'spec_config',
         'lenient OP-TRIM: lenient OP-TRIM: at trim OP-TRIM n above held; flat | cap 1, flat | trim(n=1) accepted a call the spec refuses (OP-TRIM: n 1 is not in [0, 0]: the tokens held)':
             'FA_trim_held',
-        'wrong OP-ATTEND: wrong OP-ATTEND, after lenient OP-TRIM in trim: at fetch; flat | cap 1, flat x2 | SAFE-OP-ISOLATION broken after the lenient OP-TRIM step 1, trim(n=1): query 0 (sequence 0, position ':
+        'wrong OP-ATTEND: wrong OP-ATTEND, after lenient OP-TRIM in trim: at fetch; flat | cap 1, flat x2 | SAFE-OP-COMPLETE broken after the lenient OP-TRIM step 0, trim(n=1): query 0 (sequence 0, position 3':
             'FA_trim_held',
     }},
     'hf:dynamic_sliding': {"verdict": 'NOT CONFORMING', "causes": {
@@ -76,24 +76,16 @@ EXPECTED: dict[str, dict[str, Any]] = {
             'spec_config',
         "lenient OP-CONFIG: lenient OP-CONFIG: at create; ring | cap 4, ring(0) | create accepted a config the spec rejects (OP-CONFIG: layer policy {'kind': 'ring', 'window': 0, 'n_":
             'spec_config',
-        'lenient OP-TRIM: lenient OP-TRIM: at trim OP-TRIM n above held; flat | cap 1, flat | trim(n=1) accepted a call the spec refuses (OP-TRIM: n 1 is not in [0, 0]: the tokens held)':
+        'lenient OP-TRIM: lenient OP-TRIM: at trim OP-TRIM n above held; flat | cap 1, flat | trim(n=2) accepted a call the spec refuses (OP-TRIM: n 2 is not in [0, 0]: the tokens held)':
             'FA_trim_held',
-        'lenient OP-TRIM: lenient OP-TRIM: at trim OP-TRIM ring dropped; flat+ring | cap 1, ring(3)+flat | trim(n=0) accepted a call the spec refuses (OP-TRIM: layer 0 (window 3, keep 0) may have dropped pos':
-            'FA_midstep',
         'over-strict OP-ATTEND: over-strict OP-ATTEND: at fetch; ring | cap 1, ring(1) | update_and_fetch(layer_id=0, k=[1, 1, 3, 2], v=[1, 1, 3, 2], position=[1, 2, 3]) refused a call the ':
             'window1',
         "over-strict OP-TRIM: over-strict OP-TRIM: at trim; ring | cap 1, ring(1) | trim(n=0) refused a call the spec serves: AttributeError: 'NoneType' object has no attribute 'shape'":
             'crop_empty',
-        'wrong OP-ATTEND: wrong OP-ATTEND, after lenient OP-ARGS in update_and_fetch: at fetch; flat | cap 1, flat | SAFE-OP-ISOLATION broken after the lenient OP-ARGS step 0, update_and_fetch(layer_id=0, k=[1, 1, 0, ':
-            'FA_qlen0',
-        'wrong OP-ATTEND: wrong OP-ATTEND, after lenient OP-TRIM in trim: at fetch; flat | cap 1, flat x2 | SAFE-OP-COMPLETE broken after the lenient OP-TRIM step 0, trim(n=1): query 0 (sequence 0, position 3':
-            'FA_trim_held',
-        'wrong OP-ATTEND: wrong OP-ATTEND, after lenient OP-TRIM in trim: at fetch; flat | cap 1, flat | SAFE-OP-ISOLATION broken after the lenient OP-TRIM step 0, trim(n=1): query 0 (sequence 0, position ':
+        'wrong OP-ATTEND: wrong OP-ATTEND, after lenient OP-TRIM in trim: at fetch; flat | cap 1, flat x2 | SAFE-OP-COMPLETE broken after the lenient OP-TRIM step 0, trim(n=1): query 0 (sequence 0, position 2':
             'FA_trim_held',
         'wrong OP-ATTEND: wrong OP-ATTEND, after over-strict OP-ATTEND in update_and_fetch: at fetch; ring | cap 1, ring(1) | SAFE-OP-ISOLATION broken after the over-strict OP-ATTEND step 1, update_and_fetch(layer_id=0, k=[1, ':
             'window1',
-        'wrong OP-ATTEND: wrong OP-ATTEND, after over-strict OP-TRIM in trim: at fetch; ring | cap 1, ring(3) | SAFE-OP-ISOLATION broken after the over-strict OP-TRIM step 0, trim(n=0): query 0 (sequence 0, posit':
-            'FA_conseq_trim',
         'wrong OP-ATTEND: wrong OP-ATTEND: at fetch; ring | cap 1, ring(1) | query 0 (batch 0, head 0) attends tokens [0, 1], the spec says [1] (token numbers in the order writt':
             'window1',
     }},
@@ -117,6 +109,12 @@ EXPECTED: dict[str, dict[str, Any]] = {
         'lenient OP-CONFIG: lenient OP-CONFIG: at create; flat | cap 4, flat x0 | create accepted a config the spec rejects (OP-CONFIG: n_layers must be an int >= 1, got 0)':
             'spec_config',
     }},
+    'hf:quantized_hqq': {"verdict": 'NOT CONFORMING', "causes": {
+        'lenient OP-CONFIG: lenient OP-CONFIG: at create; flat | cap 4, flat x0 | create accepted a config the spec rejects (OP-CONFIG: n_layers must be an int >= 1, got 0)':
+            'spec_config',
+        'wrong OP-ATTEND: wrong OP-ATTEND: at fetch; flat | cap 1, flat | query 0 (batch 0, head 0) attends row 0, whose K [1.00002, 2.00002, 1.00002, 2.00002, ...] / V [66, ':
+            'spec_lossy',
+    }},
     'hf:quantized_fp8': {"verdict": 'NOT CONFORMING', "causes": {
         'lenient OP-CONFIG: lenient OP-CONFIG: at create; flat | cap 4, flat x0 | create accepted a config the spec rejects (OP-CONFIG: n_layers must be an int >= 1, got 0)':
             'spec_config',
@@ -126,29 +124,17 @@ EXPECTED: dict[str, dict[str, Any]] = {
     'mlxlm:kv': {"verdict": 'NOT CONFORMING', "causes": {
         'lenient OP-CONFIG: lenient OP-CONFIG: at create; flat | cap 4, flat x0 | create accepted a config the spec rejects (OP-CONFIG: n_layers must be an int >= 1, got 0)':
             'spec_config',
-        'lenient OP-TRIM: lenient OP-TRIM: at trim OP-TRIM n above held; flat | cap 1, flat x2 | trim(n=1) accepted a call the spec refuses (OP-TRIM: n 1 is not in [0, 0]: the tokens held)':
+        "wrong OP-ATOMIC: wrong OP-ATOMIC: at trim OP-TRIM n above held, which the target refused with 'RuntimeError: trim_prompt_cache(cache, 3) trimmed 2'; flat | cap 1, flat | after the refused trim(n=3) (the target: RuntimeError: trim_prompt_cache(cache, 3) trimmed 2): used(":
             'FA_trim_held',
-        "wrong OP-ATOMIC: wrong OP-ATOMIC: at trim OP-TRIM n above held, which the target refused with 'RuntimeError: trim_prompt_cache(cache, 2) trimmed 1'; flat | cap 1, flat | after the refused trim(n=2) (the target: RuntimeError: trim_prompt_cache(cache, 2) trimmed 1): used(":
-            'FA_trim_held',
-        'wrong OP-ATTEND: wrong OP-ATTEND, after lenient OP-ARGS in update_and_fetch: at fetch; flat | cap 1, flat x2 | SAFE-OP-ISOLATION broken after the lenient OP-ARGS step 0, update_and_fetch(layer_id=1, k=[1, 1, 0, ':
-            'FA_qlen0',
     }},
     'mlxlm:llama_sliding': {"verdict": 'NOT CONFORMING', "causes": {
         'lenient OP-CONFIG: lenient OP-CONFIG: at create; flat | cap 4, flat x0 | create accepted a config the spec rejects (OP-CONFIG: n_layers must be an int >= 1, got 0)':
             'spec_config',
         "lenient OP-CONFIG: lenient OP-CONFIG: at create; ring | cap 4, ring(0) | create accepted a config the spec rejects (OP-CONFIG: layer policy {'kind': 'ring', 'window': 0, 'n_":
             'spec_config',
-        'lenient OP-TRIM: lenient OP-TRIM: at trim OP-TRIM n above held; flat | cap 1, flat x2 | trim(n=1) accepted a call the spec refuses (OP-TRIM: n 1 is not in [0, 0]: the tokens held)':
-            'FA_trim_held',
-        'lenient OP-TRIM: lenient OP-TRIM: at trim OP-TRIM ring dropped; flat+ring | cap 1, ring(3)+flat | trim(n=0) accepted a call the spec refuses (OP-TRIM: layer 0 (window 3, keep 0) may have dropped pos':
-            'FA_midstep',
         'over-strict OP-TRIM: over-strict OP-TRIM: at trim; ring | cap 1, ring(1) | trim(n=1) refused a call the spec serves: RuntimeError: trim_prompt_cache(cache, 1) trimmed 0':
             'spec_trimmable',
         "wrong OP-ATOMIC: wrong OP-ATOMIC: at trim OP-TRIM n above held, which the target refused with 'RuntimeError: trim_prompt_cache(cache, 2) trimmed 1'; flat | cap 1, flat | after the refused trim(n=2) (the target: RuntimeError: trim_prompt_cache(cache, 2) trimmed 1): used(":
-            'FA_trim_held',
-        'wrong OP-ATTEND: wrong OP-ATTEND, after lenient OP-ARGS in update_and_fetch: at fetch; flat | cap 1, flat | SAFE-OP-ISOLATION broken after the lenient OP-ARGS step 0, update_and_fetch(layer_id=0, k=[1, 1, 0, ':
-            'FA_qlen0',
-        'wrong OP-ATTEND: wrong OP-ATTEND, after lenient OP-TRIM in trim: at fetch; flat | cap 1, flat x2 | SAFE-OP-ISOLATION broken after the lenient OP-TRIM step 1, trim(n=1): query 0 (sequence 0, position ':
             'FA_trim_held',
     }},
     'mlxlm:prompt_cache': {"verdict": 'NOT CONFORMING', "causes": {
@@ -160,21 +146,13 @@ EXPECTED: dict[str, dict[str, Any]] = {
             'spec_trimmable',
         "wrong OP-ATOMIC: wrong OP-ATOMIC: at trim OP-TRIM n above held, which the target refused with 'RuntimeError: trim_prompt_cache(cache, 2) trimmed 1'; ring | cap 1, ring(6, keep 4) | after the refused trim(n=2) (the target: RuntimeError: trim_prompt_cache(cache, 2) trimmed 1): used(":
             'FA_trim_held',
-        'wrong OP-ATTEND: wrong OP-ATTEND, after lenient OP-ARGS in update_and_fetch: at fetch; ring | cap 1, ring(6, keep 4) | SAFE-OP-ISOLATION broken after the lenient OP-ARGS step 0, update_and_fetch(layer_id=0, k=[1, 1, 0, ':
-            'FA_qlen0',
         'wrong OP-ATTEND: wrong OP-ATTEND: at fetch; ring | cap 1, ring(6, keep 4) | query 6 (batch 0, head 0) attends tokens [1, 2, 3, 4, 5, 6], the spec says [0, 1, 2, 3, 5, 6] (token':
             'sinks_prefill',
     }},
     'mlxlm:quantized': {"verdict": 'NOT CONFORMING', "causes": {
         'lenient OP-CONFIG: lenient OP-CONFIG: at create; flat | cap 4, flat x0 | create accepted a config the spec rejects (OP-CONFIG: n_layers must be an int >= 1, got 0)':
             'spec_config',
-        'lenient OP-TRIM: lenient OP-TRIM: at trim OP-TRIM n above held; flat | cap 1, flat x2 | trim(n=1) accepted a call the spec refuses (OP-TRIM: n 1 is not in [0, 0]: the tokens held)':
-            'FA_trim_held',
         "wrong OP-ATOMIC: wrong OP-ATOMIC: at trim OP-TRIM n above held, which the target refused with 'RuntimeError: trim_prompt_cache(cache, 2) trimmed 1'; flat | cap 1, flat | after the refused trim(n=2) (the target: RuntimeError: trim_prompt_cache(cache, 2) trimmed 1): used(":
-            'FA_trim_held',
-        'wrong OP-ATTEND: wrong OP-ATTEND, after lenient OP-TRIM in trim: at fetch; flat | cap 1, flat x2 | SAFE-OP-COMPLETE broken after the lenient OP-TRIM step 1, trim(n=1): query 0 (sequence 0, position 0':
-            'FA_trim_held',
-        'wrong OP-ATTEND: wrong OP-ATTEND, after lenient OP-TRIM in trim: at fetch; flat | cap 1, flat x2 | SAFE-OP-ISOLATION broken after the lenient OP-TRIM step 1, trim(n=1): query 0 (sequence 0, position ':
             'FA_trim_held',
     }},
     'mlxlm:chunked': {"verdict": 'NOT CONFORMING', "causes": {
@@ -182,25 +160,15 @@ EXPECTED: dict[str, dict[str, Any]] = {
             'spec_chunk',
         'lenient OP-CONFIG: lenient OP-CONFIG: at create; flat | cap 0, flat | create accepted a config the spec rejects (OP-CONFIG: capacity must be an int >= 1, got 0)':
             'spec_config',
-        'lenient OP-TRIM: lenient OP-TRIM: at trim OP-TRIM n above held; flat | cap 1, flat x2 | trim(n=1) accepted a call the spec refuses (OP-TRIM: n 1 is not in [0, 0]: the tokens held)':
-            'FA_trim_held',
         "wrong OP-ATOMIC: wrong OP-ATOMIC: at trim OP-TRIM n above held, which the target refused with 'RuntimeError: trim_prompt_cache(cache, 2) trimmed 1'; flat | cap 1, flat | after the refused trim(n=2) (the target: RuntimeError: trim_prompt_cache(cache, 2) trimmed 1): used(":
             'FA_trim_held',
         'wrong OP-ATTEND: wrong OP-ATTEND, after lenient OP-CAP in update_and_fetch: at fetch OP-CAP capacity; flat | cap 1, flat | SAFE-OP-COMPLETE broken after the lenient OP-CAP step 0, update_and_fetch(layer_id=0, k=[1, 1, 8, 2]':
             'spec_chunk',
-        'wrong OP-ATTEND: wrong OP-ATTEND, after lenient OP-TRIM in trim: at fetch; flat | cap 2, flat x2 | SAFE-OP-ISOLATION broken after the lenient OP-TRIM step 1, trim(n=1): query 0 (sequence 0, position ':
-            'FA_trim_held',
-        'wrong OP-ATTEND: wrong OP-ATTEND, after lenient OP-TRIM in trim: at fetch; flat | cap 3, flat x2 | SAFE-OP-COMPLETE broken after the lenient OP-TRIM step 1, trim(n=3): query 1 (sequence 0, position 3':
-            'FA_trim_held',
     }},
     'mlxlm:concatenate': {"verdict": 'NOT CONFORMING', "causes": {
         'lenient OP-CONFIG: lenient OP-CONFIG: at create; flat | cap 4, flat x0 | create accepted a config the spec rejects (OP-CONFIG: n_layers must be an int >= 1, got 0)':
             'spec_config',
-        'lenient OP-TRIM: lenient OP-TRIM: at trim OP-TRIM n above held; flat | cap 1, flat x2 | trim(n=1) accepted a call the spec refuses (OP-TRIM: n 1 is not in [0, 0]: the tokens held)':
-            'FA_trim_held',
-        "wrong OP-ATOMIC: wrong OP-ATOMIC: at trim OP-TRIM n above held, which the target refused with 'RuntimeError: trim_prompt_cache(cache, 1) trimmed 0'; flat | cap 1, flat x2 | after the refused trim(n=1) (the target: RuntimeError: trim_prompt_cache(cache, 1) trimmed 0): used(":
-            'FA_trim_held',
-        'wrong OP-ATTEND: wrong OP-ATTEND, after lenient OP-TRIM in trim: at fetch; flat | cap 1, flat x2 | SAFE-OP-ISOLATION broken after the lenient OP-TRIM step 1, trim(n=1): query 0 (sequence 0, position ':
+        "wrong OP-ATOMIC: wrong OP-ATOMIC: at trim OP-TRIM n above held, which the target refused with 'RuntimeError: trim_prompt_cache(cache, 2) trimmed 1'; flat | cap 1, flat | after the refused trim(n=2) (the target: RuntimeError: trim_prompt_cache(cache, 2) trimmed 1): used(":
             'FA_trim_held',
         'wrong OP-ATTEND: wrong OP-ATTEND: at fetch; flat | cap 1, flat | query 0 (batch 0, head 0) attends tokens [0, 1, 2, 3], the spec says [0, 1, 3] (token numbers in the':
             'concat_trim',
