@@ -347,7 +347,7 @@ OP_RULES: tuple[Rule, ...] = (
          "changing nothing, when a ring layer may have dropped a position the query at L - n would attend: each "
          "ring layer of window w, keep k retains at least its sinks and the positions >= its floor F, where F "
          "starts at 0, becomes max(F, end - (w - k - 1 + max_write)) (max_write null counts 0) when a step ending "
-         "at end is served on it, and min(F, L - n) at a trim; the trim is owed iff every position in "
+         "at end begins (is served on its first layer), and min(F, L - n) at a trim; the trim is owed iff every position in "
          "[max(k, L - n - (w - k) + 1), L - n) is >= F on every ring layer.",
          "Speculative decoding rolls back its rejected draft tokens (HF's crop, mlx-lm's trim); a ring that has "
          "overwritten a row the next query attends cannot give it back, and says so (mlx-lm's is_trimmable).",

@@ -251,3 +251,17 @@ WHOLE_RUN = {"contiguous_lax_cap_broadcasts_width": {("lenient", "OP-CAP", ""), 
 def test_each_false_alarm_standin_is_charged_right_through_a_whole_run(name: str) -> None:
     report = _report(name)
     assert {(f["class"], f["rule"], f["after"]) for f in report["semantic"]["findings"]} == WHOLE_RUN[name]
+
+
+def test_past_a_lenient_step_that_begins_a_step_the_next_layers_continue_it() -> None:
+    """The drive past a lenient step that begins a step of its own (after one stopped partway): the next layer
+    continues it with the same tokens. It had taken them for a new step, whose tokens a trim then dropped from
+    the record: a false SAFE-OP-ISOLATION on a cache that grows past its capacity and does nothing else wrong."""
+    cfg = op_config(7, (0,), n_layers=2)
+    steps = [{"op": "fetch", "layer": 0, "positions": [0, 1, 2]}, {"op": "fetch", "layer": 1, "positions": [0, 1, 2]},
+             {"op": "fetch", "layer": 0, "positions": [3, 4, 5]}, {"op": "fetch", "layer": 1, "positions": [3, 4, 5]},
+             {"op": "fetch", "layer": 0, "positions": [6]}, {"op": "fetch", "layer": 0, "positions": [6, 7]},
+             {"op": "fetch", "layer": 1, "positions": [6, 7]}, {"op": "trim", "n": 0},
+             {"op": "fetch", "layer": 0, "positions": [8]}, {"op": "fetch", "layer": 1, "positions": [8]}]
+    found = replay(STANDIN.format("contiguous_growing_undeclared"), cfg, steps)
+    assert found is not None and (found["class"], found["rule"], found.get("after")) == ("lenient", "OP-CAP", None), found

@@ -297,3 +297,19 @@ def test_the_exhaustive_checker_passes_the_reference_and_finds_each_trim_standin
     for name, key in expected.items():
         found = op_checker.check(PythonTarget(STANDINS.format(name)), 6, config).findings
         assert key in found and len(found[key][1]) <= 4, (name, {k: len(v[1]) for k, v in found.items()})
+
+
+def test_trusted_args_sends_no_trim_of_an_n_outside_zero_to_held() -> None:
+    """OP-TRIM under the relaxation `trusted-args`: a bad n (negative, more than held, not an int) is a call no
+    model code makes, so none is sent - the negative-trim stand-in is then CONFORMING (strict) - while a trim
+    a ring cannot give back is the state's refusal and still owed (the wrapped-ring stand-in is still found)."""
+    def judged(name: str) -> dict[str, Any]:
+        target = PythonTarget(STANDINS.format(name))
+        target.scope = scopes.parse(["all", "trusted-args"], "test")
+        return report_json(run_suite(target, "quick"), True, False)
+    negative = judged("negative_trim")
+    assert negative["verdict"] == CONFORMING, negative["semantic"]["findings"][:1]
+    assert any("'trusted-args'" in note and "trim" in note for note in negative["skipped"])
+    wrapped = judged("ring_trim_past_wrap")
+    assert {(f["class"], f["rule"]) for f in wrapped["semantic"]["findings"]} >= {("lenient", "OP-TRIM"),
+                                                                                 ("wrong", "OP-ATTEND")}

@@ -78,6 +78,9 @@ class OpConsequences(Consequences):
         method, args, answer = self.call
         if method == "update_and_fetch" and self.engine.fetched is not None:
             positions, uids = self.engine.fetched
+            continued = self.step_positions == list(positions) and list(self.step_uids) == list(uids)
+            if answer.ok and not continued:   # the entry began a step of its own: the next layers continue it
+                self.step_positions, self.step_uids, self.served, self.step_clean = list(positions), list(uids), set(), True
             self.served_fetch(args["layer_id"], positions, uids, answer, _one_token_each(args, len(positions)),
                               _well_formed(self.engine, args, len(positions)))
         else:

@@ -494,6 +494,11 @@ class OpEngine(Caller):
         before = self.model.abandoned
         self.before_call = self.model.snapshot()
         rejected = self.model.trim(n)
+        if rejected is not None and rejected.case != "ring dropped" and scopes.TRUSTED_ARGS in self.relaxed:
+            # an n no model code passes (the ring's refusal is the state's, and stays): not sent
+            self.result.skipped.add("scope: trims of an n outside [0, held] not sent: the target's scope declares "
+                                    f"'{scopes.TRUSTED_ARGS}'")
+            return NOT_SENT
         if rejected is not None:
             self._refused("trim", args, rejected, concrete)
             return concrete
