@@ -42,18 +42,12 @@ KINDS: dict[str, str] = {
         "real: RotatingKVCache's mask for a step longer than the ring ignores keep (repro mlx_prompt_cache_prefill_ignores_sinks)",
     'concat_trim':
         'real: ConcatenateKVCache.trim lowers offset only (repro mlx_concatenate_trim)',
-    'FA_trim_held':
-        'false alarm (issue 33, trusted-args): a trim of more than is held is a malformed n, yet random programs draw it (with_trims: n from 0..3 whatever is held)',
-    'FA_midstep':
-        'false alarm (issue 33, steps): a trim in the middle of a step judged as abandoning the step, on a target without `steps`',
-    'FA_qlen0':
-        'false alarm (issue 33, trusted-args): a malformed q_len 0 step is still in the program',
-    'FA_conseq_trim':
-        "false alarm (issue 33, consequences): past a refused or lenient step, a trim(0) makes the run lose its sequence's own tokens (the target's answer is right)",
     'spec_config':
         "spec stricter: the library takes a model's config as given (num_hidden_layers, sliding_window, chunk size unchecked); lazy-shapes relaxes sizes only",
     'spec_trimmable':
         'spec stricter: RotatingKVCache.is_trimmable (offset < max_size) refuses a trim the spec owes',
+    'spec_croppable':
+        "spec stricter: transformers' sliding layer crops past its window only after activate_past_recording (its documented contract, what assisted decoding calls first); the plain setup refuses",
     'spec_keep':
         'false alarm (scope vocabulary): make_prompt_cache fixes keep 4 and no scope item says so; a ring config without keep 4 is in scope and refused',
     'spec_chunk':
@@ -66,24 +60,18 @@ EXPECTED: dict[str, dict[str, Any]] = {
     'hf:dynamic_full': {"verdict": 'NOT CONFORMING', "causes": {
         'lenient OP-CONFIG: lenient OP-CONFIG: at create; flat | cap 4, flat x0':
             'spec_config',
-        'lenient OP-TRIM: lenient OP-TRIM: at trim OP-TRIM n above held; flat | cap 1, flat':
-            'FA_trim_held',
-        'wrong OP-ATTEND: wrong OP-ATTEND, after lenient OP-TRIM in trim: at fetch; flat | cap 1, flat x2':
-            'FA_trim_held',
     }},
     'hf:dynamic_sliding': {"verdict": 'NOT CONFORMING', "causes": {
         'lenient OP-CONFIG: lenient OP-CONFIG: at create; flat | cap 4, flat x0':
             'spec_config',
         'lenient OP-CONFIG: lenient OP-CONFIG: at create; ring | cap 4, ring(0)':
             'spec_config',
-        'lenient OP-TRIM: lenient OP-TRIM: at trim OP-TRIM n above held; flat | cap 1, flat':
-            'FA_trim_held',
         'over-strict OP-ATTEND: over-strict OP-ATTEND: at fetch; ring | cap 1, ring(1)':
             'window1',
+        'over-strict OP-TRIM: over-strict OP-TRIM: at fetch; ring | cap 1, ring(4)':
+            'spec_croppable',
         'over-strict OP-TRIM: over-strict OP-TRIM: at trim; ring | cap 1, ring(1)':
             'crop_empty',
-        'wrong OP-ATTEND: wrong OP-ATTEND, after lenient OP-TRIM in trim: at fetch; flat | cap 1, flat x2':
-            'FA_trim_held',
         'wrong OP-ATTEND: wrong OP-ATTEND, after over-strict OP-ATTEND in update_and_fetch: at fetch; ring | cap 1, ring(1)':
             'window1',
         'wrong OP-ATTEND: wrong OP-ATTEND: at fetch; ring | cap 1, ring(1)':
@@ -124,18 +112,16 @@ EXPECTED: dict[str, dict[str, Any]] = {
     'mlxlm:kv': {"verdict": 'NOT CONFORMING', "causes": {
         'lenient OP-CONFIG: lenient OP-CONFIG: at create; flat | cap 4, flat x0':
             'spec_config',
-        "wrong OP-ATOMIC: wrong OP-ATOMIC: at trim OP-TRIM n above held, which the target refused with 'RuntimeError: trim_prompt_cache(cache, 3) trimmed 2'; flat | cap 1, flat":
-            'FA_trim_held',
     }},
     'mlxlm:llama_sliding': {"verdict": 'NOT CONFORMING', "causes": {
         'lenient OP-CONFIG: lenient OP-CONFIG: at create; flat | cap 4, flat x0':
             'spec_config',
         'lenient OP-CONFIG: lenient OP-CONFIG: at create; ring | cap 4, ring(0)':
             'spec_config',
-        'over-strict OP-TRIM: over-strict OP-TRIM: at trim; ring | cap 1, ring(1)':
+        'over-strict OP-TRIM: over-strict OP-TRIM: at fetch; flat+ring | cap 1, ring(3)+flat':
             'spec_trimmable',
-        "wrong OP-ATOMIC: wrong OP-ATOMIC: at trim OP-TRIM n above held, which the target refused with 'RuntimeError: trim_prompt_cache(cache, 2) trimmed 1'; flat | cap 1, flat":
-            'FA_trim_held',
+        'over-strict OP-TRIM: over-strict OP-TRIM: at fetch; ring | cap 1, ring(1)':
+            'spec_trimmable',
     }},
     'mlxlm:prompt_cache': {"verdict": 'NOT CONFORMING', "causes": {
         'lenient OP-CONFIG: lenient OP-CONFIG: at create; ring | cap 4, ring(4, keep 4)':
@@ -144,33 +130,35 @@ EXPECTED: dict[str, dict[str, Any]] = {
             'spec_keep',
         'over-strict OP-TRIM: over-strict OP-TRIM: at trim; ring | cap 1, ring(6, keep 4)':
             'spec_trimmable',
-        "wrong OP-ATOMIC: wrong OP-ATOMIC: at trim OP-TRIM n above held, which the target refused with 'RuntimeError: trim_prompt_cache(cache, 2) trimmed 1'; ring | cap 1, ring(6, keep 4)":
-            'FA_trim_held',
         'wrong OP-ATTEND: wrong OP-ATTEND: at fetch; ring | cap 1, ring(6, keep 4)':
+            'sinks_prefill',
+        'wrong OP-ATTEND: wrong OP-ATTEND: at trim OP-TRIM ring dropped; ring | cap 1, ring(6, keep 4)':
+            'sinks_prefill',
+        'wrong OP-ATTEND: wrong OP-ATTEND: at trim; ring | cap 1, ring(6, keep 4)':
             'sinks_prefill',
     }},
     'mlxlm:quantized': {"verdict": 'NOT CONFORMING', "causes": {
         'lenient OP-CONFIG: lenient OP-CONFIG: at create; flat | cap 4, flat x0':
             'spec_config',
-        "wrong OP-ATOMIC: wrong OP-ATOMIC: at trim OP-TRIM n above held, which the target refused with 'RuntimeError: trim_prompt_cache(cache, 2) trimmed 1'; flat | cap 1, flat":
-            'FA_trim_held',
     }},
     'mlxlm:chunked': {"verdict": 'NOT CONFORMING', "causes": {
         'lenient OP-CAP: lenient OP-CAP: at fetch OP-CAP capacity; flat | cap 1, flat':
             'spec_chunk',
+        'lenient OP-CAP: lenient OP-CAP: at fetch; flat | cap 1, flat':
+            'spec_chunk',
+        'lenient OP-CAP: lenient OP-CAP: at trim; flat | cap 6, flat':
+            'spec_chunk',
         'lenient OP-CONFIG: lenient OP-CONFIG: at create; flat | cap 0, flat':
             'spec_config',
-        "wrong OP-ATOMIC: wrong OP-ATOMIC: at trim OP-TRIM n above held, which the target refused with 'RuntimeError: trim_prompt_cache(cache, 2) trimmed 1'; flat | cap 1, flat":
-            'FA_trim_held',
         'wrong OP-ATTEND: wrong OP-ATTEND, after lenient OP-CAP in update_and_fetch: at fetch OP-CAP capacity; flat | cap 1, flat':
             'spec_chunk',
     }},
     'mlxlm:concatenate': {"verdict": 'NOT CONFORMING', "causes": {
         'lenient OP-CONFIG: lenient OP-CONFIG: at create; flat | cap 4, flat x0':
             'spec_config',
-        "wrong OP-ATOMIC: wrong OP-ATOMIC: at trim OP-TRIM n above held, which the target refused with 'RuntimeError: trim_prompt_cache(cache, 2) trimmed 1'; flat | cap 1, flat":
-            'FA_trim_held',
         'wrong OP-ATTEND: wrong OP-ATTEND: at fetch; flat | cap 1, flat':
+            'concat_trim',
+        'wrong OP-ATTEND: wrong OP-ATTEND: at trim; flat | cap 1, flat':
             'concat_trim',
     }},
 }
