@@ -11,9 +11,11 @@ KVCACHE_REQUIRE_LIBRARIES=1 (CI's library stage, which installs them): there a m
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import time
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -37,8 +39,13 @@ pytestmark = pytest.mark.filterwarnings("ignore::Warning")
 
 
 def judged(target: str) -> tuple[dict[str, Any], float]:
+    """The target's JSON report at strict PROFILE, and the seconds it took. KVCACHE_LIBRARY_REPORTS=DIR also writes
+    each report there (what tests/library_verdicts.py's entries are classed from)."""
     started = time.monotonic()
     report = report_json(run_suite(PythonTarget(f"python:kvcache_spec.conformance.op.{target}"), PROFILE), True, False)
+    folder = os.environ.get("KVCACHE_LIBRARY_REPORTS")
+    if folder:
+        (Path(folder) / f"{target.replace(':', '_')}.json").write_text(json.dumps(report))
     return report, time.monotonic() - started
 
 
