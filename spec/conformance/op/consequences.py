@@ -144,10 +144,15 @@ class OpConsequences(Consequences):
         # SAFE-OP-COMPLETE: what the trim certainly kept, the positions below L - n (a cache of per-layer
         # histories trimmed partway keeps them too); past a count it cannot read, nothing
         self.kept_below = len(whole) - n if type(n) is int and n >= 0 else 0
+        # and no more than the target says every layer holds (trims partway leave the record's count stale)
+        used = [self._int("used", {"layer_id": layer}) for layer in range(self.engine.mcfg.n_layers)]
+        self.kept_below = min([self.kept_below] + [count for count in used if count is not None])
         if type(n) is int and n >= 0 and not partway:
             end = len(whole) - n
             gone = {uid for uid in whole if type(pos := self.position.get(uid)) is int and pos >= end}
             self.readable[0] = self.readable.get(0, set()) - gone
+        # no later call continues a step the trim came after: its tokens may be gone from the layers it reached
+        self.step_positions, self.step_uids, self.served, self.step_clean = None, [], set(), True
 
     def owed_after_verb(self, method: str, args: dict[str, Any]) -> None:
         """SAFE-OP-COMPLETE's record past an accepted verb: a fork owes dst what src is owed below upto, a
