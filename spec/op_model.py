@@ -197,7 +197,8 @@ class OpModel:
     def trim(self, n: Any) -> Optional[Rejected]:
         """Contiguous: drop the newest n tokens of every layer (OP-TRIM). An open step is abandoned first
         (OP-STEP); n counts the tokens held before it. Refused when a ring layer may have dropped a position
-        the next query (at L - n) attends."""
+        the next query (at L - n) attends. A trim served here may still be the target's choice (`trim_owed`,
+        asked before it): a target that refuses such a trim keeps its state."""
         if not _is_int(n):
             return Rejected("OP-TRIM", f"n {n!r} is not an int", case="n type")
         held = len(self.held.get(0, {}))
@@ -216,6 +217,13 @@ class OpModel:
         self.held = {0: {uid: pos for uid, pos in self.held.get(0, {}).items() if pos < end}} if end else {}
         self.floors = [min(floor, end) for floor in self.floors]
         return None
+
+    def trim_owed(self, n: Any) -> bool:
+        """OP-TRIM, asked before trim(n) of a valid n the spec does not refuse: whether the target must serve it
+        (n == 0, or every ring layer still retains everything: its floor at most its keep) rather than choose
+        (a ring that has dropped rows no later query needs may give back nothing: mlx-lm's is_trimmable)."""
+        return n == 0 or all(floor <= self.cfg.keep(layer) for layer, floor in enumerate(self.floors)
+                             if self.cfg.windows[layer])
 
     def first_attended(self, layer: int, position: int) -> int:
         """The oldest position past the sinks that a query at `position` attends on `layer` (OP-SINKS)."""

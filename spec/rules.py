@@ -124,7 +124,8 @@ RULES: tuple[Rule, ...] = (
     # --- conformance scope
     Rule("SCOPE-BORDER",
          "An implementation that declares a partial scope (layer kinds, the max_write field, one fixed max_seqs "
-         "for a cell cache, the narrowest width min_head_dim of an op target) refuses at creation every valid "
+         "for a cell cache, the narrowest width min_head_dim of an op target, one fixed keep=N of its ring layers) "
+         "refuses at creation every valid "
          "configuration outside it, but a lazy-shapes target those outside by their sizes alone.",
          "A flat-only cache that accepts a sliding-window layer and serves it as full history gives silently "
          "wrong attention; a refusal at build time is loud and costs nothing."),
@@ -323,7 +324,9 @@ OP_RULES: tuple[Rule, ...] = (
     Rule("OP-CONFIG",
          "capacity > 0, n_layers > 0, layers of size 1 or n_layers, policies valid, n_kv_heads, head_dim, v_head_dim "
          ">= 1, batch_size >= 1, every size an int (not bool). A target declaring lazy-shapes (section 8.7) is given "
-         "no sizes and owes no refusal of them; one declaring unbounded owes none of the capacity.",
+         "no sizes and owes no refusal of them; one declaring unbounded owes none of the capacity; one declaring "
+         "trusted-args is sent no invalid config and owes none of these refusals (a valid config outside its scope "
+         "stays refused: SCOPE-BORDER).",
          "A cache built from a nonsensical config fails later, far from the cause.",
          "A zero-layer or zero-head cache that accepts steps it cannot serve."),
     Rule("OP-MAX-WRITE",
@@ -347,10 +350,13 @@ OP_RULES: tuple[Rule, ...] = (
          "changing nothing, when a ring layer may have dropped a position the query at L - n would attend: each "
          "ring layer of window w, keep k retains at least its sinks and the positions >= its floor F, where F "
          "starts at 0, becomes max(F, end - (w - k - 1 + max_write)) (max_write null counts 0) when a step ending "
-         "at end begins (is served on its first layer), and min(F, L - n) at a trim; the trim is owed iff every position in "
-         "[max(k, L - n - (w - k) + 1), L - n) is >= F on every ring layer.",
+         "at end begins (is served on its first layer), and min(F, L - n) at a trim. The trim is refused iff a position "
+         "in [max(k, L - n - (w - k) + 1), L - n) is below F on a ring layer; else it is owed iff n == 0 or F <= k on "
+         "every ring layer (it still retains everything), and otherwise optional: the target serves it (then judged "
+         "by its answers) or refuses it, changing nothing.",
          "Speculative decoding rolls back its rejected draft tokens (HF's crop, mlx-lm's trim); a ring that has "
-         "overwritten a row the next query attends cannot give it back, and says so (mlx-lm's is_trimmable).",
+         "overwritten a row the next query attends cannot give it back, and says so; one that has dropped rows no later "
+         "query needs may give back nothing (mlx-lm's is_trimmable: offset < max_size).",
          "A trim that only lowers the length (the rows come back); a trim past a wrapped ring that then serves "
          "overwritten rows; a negative trim that grows the cache over rows never written."),
 )

@@ -15,6 +15,7 @@ from ..malform import POSITIONS, case_of, int_value, malformed_positions
 from ..targets import Outcome
 from .engine import KV_LENGTHS, OpEngine, _row, allowed_rows, as_array
 from .engine import _show as _show_op
+from .programs import trim_n
 
 
 class OpConsequences(Consequences):
@@ -119,12 +120,12 @@ class OpConsequences(Consequences):
         n is the lockstep's too (one more than the record holds)."""
         if "trim" not in self.engine.scope_features():
             return
-        n = step.get("n")
+        n = trim_n(step, len(self.committed()))
         case = case_of(step)
         if case is not None and case.clause.call == "trim":
             n = int_value(case.clause, case.variant, above=len(self.committed()) + 1)
         args = {"n": n}
-        self.steps.append({**step, "n": n})
+        self.steps.append({**{key: value for key, value in step.items() if key != "most"}, "n": n})
         self.verb("trim", args, self._ask("trim", args))
 
     def committed(self) -> set[int]:
