@@ -52,7 +52,7 @@ if _MISSING:
 COMMON_SCOPE = ("batch", "mla", "trusted-args", "lazy-shapes")
 PROMPT_CACHE_KEEP = 4            # make_prompt_cache's RotatingKVCache(max_size=max_kv_size, keep=4)
 QUANTIZED_GROUP_SIZE, QUANTIZED_BITS = 64, 8   # QuantizedKVCache's defaults
-QUANTIZED_TOLERANCE = 0.5
+QUANTIZED_TOLERANCE = 0.25
 
 
 def _mx() -> Any:
