@@ -18,6 +18,7 @@ EXTRAS: dict[str, tuple[tuple[str, str], ...]] = {
     # the field's caches as op-face targets (spec/conformance/op/hf.py, mlxlm.py): checked when the module loads
     "hf": (("torch", "torch"), ("transformers", "transformers"), ("optimum.quanto", "optimum-quanto"), ("hqq", "hqq")),
     "mlx": (("mlx", "mlx"), ("mlx_lm", "mlx-lm")),
+    "llamacpp": (("llama_cpp", "llama-cpp-python"), ("gguf", "gguf")),
 }
 
 

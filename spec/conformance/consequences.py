@@ -18,8 +18,8 @@ the sequence layout the harness keeps its own truth - the content last written a
 the steps the target accepted, a gap where its length moved past what was written - and executes
 every plan on the target's pools against it; bare commits are not replayed (their forged plans come
 from the model). A consequence counts only when the program without its entry step shows no wrong
-answer or crash (otherwise it is a defect of its own, reported by the lockstep). Stated in SPEC.md,
-section 4.
+answer or crash (otherwise it is a defect of its own, reported by the lockstep). Stated in docs/conformance.md,
+"How the suite judges a program".
 """
 
 
@@ -98,6 +98,12 @@ SAFETY: tuple[Safety, ...] = (
            "read_len <= capacity, "
            "and length x read_len mask bytes of 0 or 1.",
            "The backend indexes the mask and gathers the cells without checks."),
+    Safety("SAFE-ONE-HISTORY", "CELL-RECOMPUTE",
+           "(Cell cache seen through outputs) After a seq_cp onto a destination holding tokens was served, the "
+           "destination's next token attends one history: its output is the recompute over its own rows or over the "
+           "copied ones.",
+           "A query attending two rows at one position (a merged fork) computes attention over a history no "
+           "sequence ever had."),
 )
 BY_ID = {safety.id: safety for safety in SAFETY}
 
