@@ -278,6 +278,35 @@ class OpModel:
             self.held[seq] = kept
         return None
 
+    # --- llama.cpp's further verbs, on the face of a cell cache seen through its outputs (SPEC.md 7.8) ---
+    def seq_keep(self, seq: Any) -> Optional[Rejected]:
+        """CELL-KEEP: every other sequence's tokens are gone; seq keeps its own (shared ones too)."""
+        if not _is_int(seq) or not 0 <= seq < MAX_SEQS:
+            return Rejected("CELL-KEEP", f"seq {seq!r} is not an int in [0, {MAX_SEQS})")
+        self._abandon_started()
+        self.held = {seq: self.held[seq]} if self.held.get(seq) else {}
+        return None
+
+    def seq_add(self, seq: Any, p0: Any, p1: Any, delta: Any) -> Optional[Rejected]:
+        """CELL-SHIFT: seq's tokens at positions in [p0, p1) move by delta, for seq only (a sequence sharing one
+        keeps it where it was); refused when a moved position leaves [0, MAX_POSITION] or meets one seq holds."""
+        if not _is_int(seq) or not 0 <= seq < MAX_SEQS:
+            return Rejected("CELL-SHIFT", f"seq {seq!r} is not an int in [0, {MAX_SEQS})")
+        if not _is_int(p0) or p0 < 0 or p1 is not None and (not _is_int(p1) or p1 < p0) or not _is_int(delta):
+            return Rejected("CELL-SHIFT", f"p0 {p0!r}, p1 {p1!r}, delta {delta!r}: not p0 >= 0, p1 None or >= p0, "
+                                          "delta an int")
+        tokens = self.held.get(seq, {})
+        moved = {uid: pos + delta for uid, pos in tokens.items() if pos >= p0 and (p1 is None or pos < p1)}
+        if any(not 0 <= pos <= MAX_POSITION for pos in moved.values()):
+            return Rejected("CELL-SHIFT", f"a position moved by {delta} leaves [0, {MAX_POSITION}]")
+        after = {**tokens, **moved}
+        if len(set(after.values())) != len(after):
+            return Rejected("CELL-SHIFT", f"a position moved by {delta} meets one sequence {seq} holds")
+        self._abandon_started()
+        if after:
+            self.held[seq] = after
+        return None
+
     def _abandon_started(self) -> None:
         """A verb abandons the step in progress (OP-STEP): served partway, or only declared - a declaration
         no layer has used is a step not every layer served too. Dropping a bare declaration is the

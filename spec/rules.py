@@ -249,6 +249,31 @@ RULES: tuple[Rule, ...] = (
     Rule("CELL-ATOMIC", "A refusal or a typed error of the cell layout changes nothing (every query answers as before).",
          "A half-applied verb leaves the table and the backend's pools disagreeing silently.",
          "A declare_step refused after part of the forward was admitted; a seq_rm that raised after freeing cells."),
+    # --- a cell cache seen only through its outputs (SPEC.md section 7.8): the op face's cell verbs, and a decode
+    Rule("CELL-RECOMPUTE",
+         "A cell cache observed through its outputs answers, for every token of a decode, the output the same target "
+         "computes when it recomputes that token from nothing over exactly the rows the spec says it attends: its "
+         "sequence's (token, position) entries at positions up to its own, each once, decoded as one sequence into a "
+         "fresh state; equal to a float tolerance. With more than one layer the check binds where every one of those "
+         "rows was written over the entries now below it.",
+         "Runtimes such as llama.cpp expose no K/V rows: with one layer a token's output is a function of exactly the "
+         "(token, position) rows it attends, so the target's own recompute over the spec's set is the oracle.",
+         "A token attending a removed cell, another sequence's cell, two cells at one position, or missing one of its "
+         "own (llama.cpp's seq_cp onto a live destination; a sliding layer rewound below what it still holds)."),
+    Rule("CELL-KEEP",
+         "seq_keep(s) (s an int in [0, 63)) removes every token of every other sequence; s keeps its own, the ones it "
+         "shares too.",
+         "llama.cpp's seq_keep ends every sequence but one (a chosen beam) in one call; a cell s shares must survive it.",
+         "A kept sequence losing a cell it shared with a removed one; another sequence left holding cells."),
+    Rule("CELL-SHIFT",
+         "seq_add(s, p0, p1, delta) moves s's tokens at positions in [p0, p1) (to the end when p1 is None) by delta, for "
+         "s only: a sequence sharing one keeps it where it was; s's later queries attend them at their new positions. p0 "
+         "an int >= 0, p1 None or an int >= p0, delta an int; a move that takes a position out of [0, 2**31 - 2] or "
+         "onto one s holds is refused.",
+         "A context shift (seq_rm of the oldest, then seq_add of the rest by minus that many) keeps a long "
+         "conversation inside the cache; RoPE makes a key's position part of what it is.",
+         "A shift that moves a shared cell for every owner, keys left at their old positions, or two tokens of one "
+         "sequence shifted onto one position."),
 )
 
 

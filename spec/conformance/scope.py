@@ -84,7 +84,12 @@ OP_FEATURES: dict[str, str] = {
     "trim": "the trim(n) verb: drop the newest n tokens of every layer (OP-TRIM)",
     "sinks": "ring layers with attention sinks (a policy's keep > 0, OP-SINKS)",
 }
-EVERY_FEATURE: dict[str, str] = {**FEATURES, **OP_FEATURES}
+# The recompute face's part a target may leave out (SPEC.md 7.8): llama.cpp keeps each sequence's positions
+# consecutive, so a decode past next_pos ends its program unjudged.
+RECOMPUTE_FEATURES: dict[str, str] = {
+    "position-gaps": "a decode at a position past the sequence's next one (llama.cpp's positions are consecutive)",
+}
+EVERY_FEATURE: dict[str, str] = {**FEATURES, **OP_FEATURES, **RECOMPUTE_FEATURES}
 # Relaxations (SPEC.md section 8.7): the target owes LESS when it declares one; absent means owed. Not
 # members of EVERY_FEATURE: `all` (the whole spec) declares none of them.
 TRUSTED_ARGS, UNBOUNDED, LAZY_SHAPES, LOSSY, MIN_HEAD_DIM = \
@@ -108,6 +113,7 @@ LAYOUT_FEATURES: dict[str, frozenset[str]] = {
     "cell": frozenset(FEATURES),
     "op-contiguous": frozenset({"flat", "ring", "max_write", "batch", "mla", "positions", "steps", "trim", "sinks"}),
     "op-cell": frozenset({"flat", "ring", "mla", "positions", "steps", "declarations"}),
+    "cell-recompute": frozenset({"flat", "ring", "position-gaps"}),
 }
 
 
