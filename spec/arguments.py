@@ -55,7 +55,7 @@ def _op_dims(argument: str, sizes: tuple[str, ...], others: tuple[str, ...]) -> 
 
 
 CLAUSES: tuple[Clause, ...] = (
-    # --- the op face (SPEC section 8): update_and_fetch(layer_id, k, v, position)
+    # --- the op face (SPEC.md part 5): update_and_fetch(layer_id, k, v, position)
     *_op_dims("k", ("batch_size", "n_kv_heads", "q_len", "head_dim"), ("n_kv_heads", "batch_size", "", "v_head_dim")),
     *_op_dims("v", ("batch_size", "n_kv_heads", "q_len", "v_head_dim"), ("n_kv_heads", "batch_size", "", "head_dim")),
     *_op_dims("position", ("q_len", "1"), ("", "q_len")),
@@ -95,7 +95,7 @@ CLAUSES: tuple[Clause, ...] = (
            "63"),
     Clause("op.seq_rm.p0", "OP-RM", OP_CELL, "seq_rm", "p0", INT, "seq_rm's p0 is an int >= 0"),
     Clause("op.seq_rm.p1", "OP-RM", OP_CELL, "seq_rm", "p1", INT, "seq_rm's p1 is None or an int >= p0", low="p0"),
-    # --- the sequence face (SPEC section 2.3-2.7): plan, can_extend, rewind, depth, retained_from
+    # --- the sequence face (SPEC.md sections 2.3-2.7): plan, can_extend, rewind, depth, retained_from
     Clause("sequence.plan.layer", "LAYER-RANGE", SEQUENCE, "plan", "layer", ID,
            "plan takes 0 <= layer < n_layers, an int (ARG-INT)", "n_layers"),
     Clause("sequence.plan.position", "ARG-RANGE", SEQUENCE, "plan", "position", INT,
@@ -116,7 +116,7 @@ CLAUSES: tuple[Clause, ...] = (
            "depth takes 0 <= layer < n_layers", "n_layers"),
     Clause("sequence.retained_from.layer", "LAYER-RANGE", SEQUENCE, "retained_from", "layer", ID,
            "retained_from takes 0 <= layer < n_layers", "n_layers"),
-    # --- the cell face (SPEC section 7.2): seq ids, ranges, declare_step, place_step
+    # --- the cell face (SPEC.md part 4): seq ids, ranges, declare_step, place_step
     *(Clause(f"cell.{call}.{argument}", "CELL-SEQ-ID", CELL, call, argument, ID,
              f"{call}'s {argument} is an int in [0, max_seqs)", "max_seqs")
       for call, argument in (("seq_len", "seq_id"), ("next_pos", "seq_id"), ("seq_rm", "seq_id"),
