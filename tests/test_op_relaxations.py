@@ -282,3 +282,15 @@ def test_past_a_lenient_step_that_begins_a_step_the_next_layers_continue_it() ->
              {"op": "fetch", "layer": 0, "positions": [8]}, {"op": "fetch", "layer": 1, "positions": [8]}]
     found = replay(STANDIN.format("contiguous_growing_undeclared"), cfg, steps)
     assert found is not None and (found["class"], found["rule"], found.get("after")) == ("lenient", "OP-CAP", None), found
+
+
+def test_trusted_args_owes_no_refusal_of_an_invalid_config() -> None:
+    """OP-CONFIG under `trusted-args` (SPEC.md 2.9): model code creates the cache from a config the library built,
+    so no invalid config is sent - a cell cache's OP-BATCH, only the refusal of batch_size 2 at construction,
+    is then not owed - while OP-CONFIG itself (a valid config accepted) and SCOPE-BORDER stay owed."""
+    relaxed = frozenset({"trusted-args"})
+    cell = in_scope(True, frozenset(), "op-cell", scopes.FULL.features, relaxed)
+    assert "'trusted-args'" in cell["OP-BATCH"] and cell["OP-CONFIG"] == "" and cell["SCOPE-BORDER"] == ""
+    assert in_scope(True, frozenset(), "op-cell", scopes.FULL.features)["OP-BATCH"] == ""
+    contiguous = in_scope(True, frozenset(), "op-contiguous", scopes.FULL.features, relaxed)
+    assert contiguous["OP-CONFIG"] == "" and contiguous["OP-BATCH"] == ""

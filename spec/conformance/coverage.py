@@ -56,11 +56,12 @@ FEATURE_RULES: dict[str, tuple[str, ...]] = {"positions": ("OP-POS",), "batch": 
                                              "max_write": ("OP-MAX-WRITE",), "trim": ("OP-TRIM",),
                                              "sinks": ("OP-SINKS",)}
 # A scope relaxation (scope.py; SPEC.md 2.9) -> the rules it leaves unowed, per op layout: `trusted-args` is
-# sent no malformed call (OP-ARGS has no other refusal), `unbounded` no capacity (a contiguous cache's
+# sent no malformed call (OP-ARGS has no other refusal) and no invalid config (a cell cache's OP-BATCH is
+# only the refusal of batch_size != 1 at construction), `unbounded` no capacity (a contiguous cache's
 # OP-CAP). A contiguous cache declaring both, and neither `positions`, `steps` nor `max_write`, is sent
 # no call the spec refuses at all: OP-ATOMIC has nothing to judge (RELAXED_ATOMIC).
 RELAXATION_RULES: dict[str, dict[str, tuple[str, ...]]] = {
-    "trusted-args": {"op-contiguous": ("OP-ARGS",), "op-cell": ("OP-ARGS",)},
+    "trusted-args": {"op-contiguous": ("OP-ARGS",), "op-cell": ("OP-ARGS", "OP-BATCH")},
     "unbounded": {"op-contiguous": ("OP-CAP",)},
 }
 RELAXED_ATOMIC = (frozenset({"trusted-args", "unbounded"}), frozenset({"positions", "steps", "max_write"}))
