@@ -341,6 +341,68 @@ class ContiguousServesEmptyStep(ContiguousStandin):
         return super().update_and_fetch(layer_id, k, v, position)
 
 
+# --- issue 35: defects a smaller configuration than the suite's first shows (the shrinker must find it) ---
+
+class ContiguousRingOneTooWide(ContiguousStandin):
+    """A ring layer attends one position more than its window (OP-ATTEND): window 1 and two tokens show it."""
+
+    def _visible(self, layer: int, seq_of: list[int], positions: list[int]) -> np.ndarray:
+        saved = self.windows[layer]
+        self.windows[layer] = saved + 1 if saved else 0
+        try:
+            return super()._visible(layer, seq_of, positions)
+        finally:
+            self.windows[layer] = saved
+
+
+class ContiguousResetKeepsFlatRows(ContiguousStandin):
+    """reset() forgets the ring rows but keeps a flat layer's (OP-ATTEND): each flat answer after it still
+    shows the old rows, attended - one flat layer, one token before the reset and one after show it."""
+
+    def __init__(self, cfg: dict[str, Any]) -> None:
+        super().__init__(cfg)
+        self.stale: list[Token] = []
+
+    def reset(self) -> None:
+        self.stale += [t for t in self.tokens if not self.step or t not in self.step["tokens"]]
+        super().reset()
+
+    def _answer(self, layer: int, seq_of: list[int], positions: list[int]) -> tuple[np.ndarray, np.ndarray, Spec]:
+        k, v, spec = super()._answer(layer, seq_of, positions)
+        old = [t for t in self.stale if layer in t.k] if self.windows[layer] == 0 else []
+        if not old:
+            return k, v, spec
+        k = np.concatenate([np.stack([t.k[layer] for t in old], axis=2), k], axis=2)
+        v = np.concatenate([np.stack([t.v[layer] for t in old], axis=2), v], axis=2)
+        mask = np.concatenate([np.ones((len(positions), len(old)), dtype=bool), spec.mask], axis=1)
+        return k, v, Spec("EXPLICIT", mask)
+
+
+class ContiguousIgnoresMaxWrite(ContiguousStandin):
+    """Serves a step longer than max_write (lenient OP-MAX-WRITE): max_write 1 and a step of 2 show it."""
+
+    def __init__(self, cfg: dict[str, Any]) -> None:
+        super().__init__({**cfg, "max_write": None})
+
+
+class ContiguousSwapsBatchRows(ContiguousStandin):
+    """Answers batch row 0's history for every batch row (OP-ATTEND): batch 2 shows it, one head of width 1."""
+
+    def _answer(self, layer: int, seq_of: list[int], positions: list[int]) -> tuple[np.ndarray, np.ndarray, Spec]:
+        k, v, spec = super()._answer(layer, seq_of, positions)
+        return np.repeat(k[:1], k.shape[0], axis=0), np.repeat(v[:1], v.shape[0], axis=0), spec
+
+
+class ContiguousKeepsVAsWideAsK(ContiguousStandin):
+    """Keeps only head_dim elements of each V row, padding the rest with zeros (OP-ATTEND): an MLA config
+    shows it at head_dim 1 and v_head_dim 2."""
+
+    def _write(self, layer: int, tokens: list[Token], k: Any, v: Any) -> None:
+        cut = np.array(v, dtype=np.float32)
+        cut[..., self.cfg["head_dim"]:] = 0
+        super()._write(layer, tokens, k, cut)
+
+
 def _factory(cls: type) -> Any:
     def make(cfg: dict[str, Any]) -> Any:
         return cls(cfg)
@@ -359,3 +421,8 @@ contiguous_bool_layer = _factory(ContiguousBoolLayer)
 contiguous_reset_keeps_length = _factory(ContiguousResetKeepsLength)
 contiguous_refuses_exact_fit = _factory(ContiguousRefusesExactFit)
 contiguous_serves_empty_step = _factory(ContiguousServesEmptyStep)
+contiguous_ring_one_too_wide = _factory(ContiguousRingOneTooWide)
+contiguous_reset_keeps_flat_rows = _factory(ContiguousResetKeepsFlatRows)
+contiguous_ignores_max_write = _factory(ContiguousIgnoresMaxWrite)
+contiguous_swaps_batch_rows = _factory(ContiguousSwapsBatchRows)
+contiguous_keeps_v_as_wide_as_k = _factory(ContiguousKeepsVAsWideAsK)
