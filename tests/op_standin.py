@@ -403,6 +403,25 @@ class ContiguousKeepsVAsWideAsK(ContiguousStandin):
         super()._write(layer, tokens, k, cut)
 
 
+class ContiguousKeepsRefusedRows(ContiguousResetKeepsFlatRows):
+    """Refuses a negative position, but only after writing the call's rows (OP-ATOMIC): used() does not count
+    them, yet a flat layer's next answer shows them, attended. Only a program that goes on after the
+    refused call shows it (issue 35: the exhaustive checker skipped every such program)."""
+
+    def reset(self) -> None:
+        ContiguousStandin.reset(self)
+        self.stale = []
+
+    def update_and_fetch(self, layer_id: Any, k: Any, v: Any, position: Any) -> Any:
+        flat = np.asarray(position).reshape(-1).tolist()
+        if flat and min(flat) < 0 and type(layer_id) is int and 0 <= layer_id < self.cfg["n_layers"]:
+            kept = Token(-1, {0})
+            kept.k[layer_id] = np.asarray(k, dtype=np.float32)[:, :, 0].copy()
+            kept.v[layer_id] = np.asarray(v, dtype=np.float32)[:, :, 0].copy()
+            self.stale.append(kept)
+        return super().update_and_fetch(layer_id, k, v, position)
+
+
 def _factory(cls: type) -> Any:
     def make(cfg: dict[str, Any]) -> Any:
         return cls(cfg)
@@ -426,3 +445,4 @@ contiguous_reset_keeps_flat_rows = _factory(ContiguousResetKeepsFlatRows)
 contiguous_ignores_max_write = _factory(ContiguousIgnoresMaxWrite)
 contiguous_swaps_batch_rows = _factory(ContiguousSwapsBatchRows)
 contiguous_keeps_v_as_wide_as_k = _factory(ContiguousKeepsVAsWideAsK)
+contiguous_keeps_refused_rows = _factory(ContiguousKeepsRefusedRows)
