@@ -4,8 +4,9 @@ Each clause names the rule it belongs to (spec/rules.py), the faces (conformance
 take the argument, the call and the argument, and the *kind* of property - which decides the
 malformations the conformance suite derives from it (spec/conformance/malform.py):
 
-- DIM: one dimension of a tensor argument has a size (`size`: a config field, or q_len); broken by
-  0, 1, n-1, n+1 and `other` (the size another argument or dimension has: the MLA mix-up);
+- DIM: one dimension of a tensor argument (or of k and v together: `argument` "k, v") has a size
+  (`size`: a config field, or q_len); broken by 0, 1, n-1, n+1 and `other` (the size another argument
+  or dimension has: the MLA mix-up);
 - TENSOR: a tensor argument's element type and rank; broken by another dtype and another rank;
 - ID: an int (bool is not) in [0, n) (`size` names n); broken by -1, n, a bool, a float, a huge value;
 - INT: an int (bool is not) with a lower bound (`low`, a literal or another argument) and maybe an upper
@@ -59,6 +60,11 @@ CLAUSES: tuple[Clause, ...] = (
     *_op_dims("k", ("batch_size", "n_kv_heads", "q_len", "head_dim"), ("n_kv_heads", "batch_size", "", "v_head_dim")),
     *_op_dims("v", ("batch_size", "n_kv_heads", "q_len", "v_head_dim"), ("n_kv_heads", "batch_size", "", "head_dim")),
     *_op_dims("position", ("q_len", "1"), ("", "q_len")),
+    # K and V together: they agree with each other and not with the config or the step (a runner passing the
+    # wrong pair: one token's K and V over a step's positions, a batch of one in a batch-B cache)
+    *(Clause(f"op.update_and_fetch.kv.{name}", "OP-ARGS", OP_FACES, "update_and_fetch", "k, v", DIM,
+             f"k and v agree on dimension {axis} and still must be {size}, as position and the config say", size, axis)
+      for axis, (name, size) in enumerate((("batch", "batch_size"), ("heads", "n_kv_heads"), ("q_len", "q_len")))),
     Clause("op.update_and_fetch.q_len", "OP-ARGS", OP_FACES, "update_and_fetch", "k, v, position", DIM,
            "q_len >= 1, equal across k, v and position", "q_len", 2, variants=("0",)),
     Clause("op.update_and_fetch.q_len.max_write", "OP-MAX-WRITE", OP_CONTIGUOUS, "update_and_fetch", "k, v, position",

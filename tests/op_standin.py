@@ -422,6 +422,43 @@ class ContiguousKeepsRefusedRows(ContiguousResetKeepsFlatRows):
         return super().update_and_fetch(layer_id, k, v, position)
 
 
+class _Broadcasts(ContiguousStandin):
+    """Broadcasts k and v to the step's shape before the checks (as ExecuTorch 1.5.1's cache does by
+    assigning into its buffers), where `broadcasts` says so: a malformed pair is then served (OP-ARGS)."""
+
+    def broadcasts(self, k: np.ndarray, v: np.ndarray, q: int) -> bool:
+        raise NotImplementedError
+
+    def update_and_fetch(self, layer_id: Any, k: Any, v: Any, position: Any) -> Any:
+        c, q = self.cfg, np.shape(position)[0]
+        k, v = np.asarray(k), np.asarray(v)
+        if k.ndim == 4 and v.ndim == 4 and self.broadcasts(k, v, q):
+            k = np.broadcast_to(k, (c["batch_size"], c["n_kv_heads"], q, c["head_dim"]))
+            v = np.broadcast_to(v, (c["batch_size"], c["n_kv_heads"], q, c["v_head_dim"]))
+        return super().update_and_fetch(layer_id, k, v, position)
+
+
+class ContiguousBroadcastsV(_Broadcasts):
+    """Serves V of one token beside K of n (OP-ARGS): the one V row is every token's."""
+
+    def broadcasts(self, k: np.ndarray, v: np.ndarray, q: int) -> bool:
+        return v.shape[2] == 1 and k.shape[2] == q > 1
+
+
+class ContiguousBroadcastsOneToken(_Broadcasts):
+    """Serves K and V of one token over n positions (OP-ARGS)."""
+
+    def broadcasts(self, k: np.ndarray, v: np.ndarray, q: int) -> bool:
+        return k.shape[2] == v.shape[2] == 1 < q
+
+
+class ContiguousBroadcastsBatch(_Broadcasts):
+    """Serves K and V of batch 1 in a batch-B cache (OP-ARGS): batch row 0 is every row."""
+
+    def broadcasts(self, k: np.ndarray, v: np.ndarray, q: int) -> bool:
+        return k.shape[0] == v.shape[0] == 1 < self.cfg["batch_size"]
+
+
 def _factory(cls: type) -> Any:
     def make(cfg: dict[str, Any]) -> Any:
         return cls(cfg)
@@ -446,3 +483,6 @@ contiguous_ignores_max_write = _factory(ContiguousIgnoresMaxWrite)
 contiguous_swaps_batch_rows = _factory(ContiguousSwapsBatchRows)
 contiguous_keeps_v_as_wide_as_k = _factory(ContiguousKeepsVAsWideAsK)
 contiguous_keeps_refused_rows = _factory(ContiguousKeepsRefusedRows)
+contiguous_broadcasts_v = _factory(ContiguousBroadcastsV)
+contiguous_broadcasts_one_token = _factory(ContiguousBroadcastsOneToken)
+contiguous_broadcasts_batch = _factory(ContiguousBroadcastsBatch)

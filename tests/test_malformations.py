@@ -53,3 +53,37 @@ def test_the_max_write_clause_binds_only_a_config_whose_steps_max_write_bounds()
         found = [case.variant for case in malform.cases("op-contiguous", {"layers": layers, "max_write": max_write})
                  if case.clause.id == MAX_WRITE]
         assert found == (["above"] if bound else []), (layers, max_write)
+
+
+# --- issue 35: malformations at the sizes that matter, alone and together --------------------------------
+
+def test_the_token_axis_is_broken_in_a_step_of_several_tokens_and_k_and_v_together() -> None:
+    """A 1 and an n-1 on the token axis are malformations only in a step longer than one: derived there too;
+    K and V that agree with each other (and not with position or the config) are cases of their own."""
+    cfg = {"batch_size": 2, "n_kv_heads": 1, "head_dim": 2, "v_head_dim": 2, "layers": [{"kind": "flat", "window": 0}]}
+    names = {case.name for case in malform.cases("op-contiguous", cfg)}
+    assert {f"op.update_and_fetch.v.q_len 1 at q_len {malform.MULTI_TOKEN}",
+            f"op.update_and_fetch.k.q_len n-1 at q_len {malform.MULTI_TOKEN}",
+            f"op.update_and_fetch.kv.q_len 1 at q_len {malform.MULTI_TOKEN}",
+            "op.update_and_fetch.kv.batch 1", "op.update_and_fetch.kv.heads n+1"} <= names
+    assert len(names) == len(malform.cases("op-contiguous", cfg))   # each case once
+
+
+@pytest.mark.parametrize("name", ["contiguous_broadcasts_v", "contiguous_broadcasts_one_token",
+                                  "contiguous_broadcasts_batch"])
+def test_a_cache_that_broadcasts_k_or_v_is_not_conforming_at_quick(name: str) -> None:
+    """As ExecuTorch 1.5.1 does: V of one token over K of n, K and V of one token over n positions, K and V of
+    batch 1 over batch B - each served is lenient OP-ARGS (tests/op_standin.py)."""
+    target = PythonTarget(f"python:tests.op_standin:{name}")
+    result = suite.run_suite(target, "quick")
+    assert result.verdict(strict=True) == suite.NOT_CONFORMING
+    assert ("lenient", "OP-ARGS") in result.findings, sorted(result.findings)
+
+
+def test_coverage_counts_each_case_not_each_clause() -> None:
+    """The reference breaks every case in scope; a clause counts once each of its cases was broken."""
+    result = suite.run_suite(PythonTarget("python:kvcache_spec.conformance.op.targets:contiguous"), "quick")
+    keys = set(result.clauses)
+    assert f"op.update_and_fetch.v.q_len 1 at q_len {malform.MULTI_TOKEN}" in keys
+    assert len(keys) > len({key.split(" ")[0] for key in keys})   # more cases than clauses
+    assert all(malform.CLAUSE_PREFIX + key in result.exercised for key, why in result.clauses.items() if not why)

@@ -26,12 +26,12 @@ call can observe them), the CFG-* validation rules for `python:` targets (they r
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Iterable, Optional
 
 from ..arguments import of_face
 from ..rules import RULES
 from .configs import JsonConfig
-from .malform import CLAUSE_PREFIX
+from .malform import CLAUSE_PREFIX, cases
 
 # Rules no call on one cache's faces can observe, and why.
 OUT_OF_SCOPE: dict[str, str] = {
@@ -112,20 +112,24 @@ def in_scope(config_validation: bool, optional: frozenset[str], layout: str = "s
 
 
 def clause_scope(layout: str, scope: dict[str, str], optional: frozenset[str],
-                 features: Optional[frozenset[str]] = None) -> dict[str, str]:
-    """The argument clauses (spec/arguments.py) of the layout a run must exercise -> '' ; the others -> why:
-    a clause of a rule outside the scope, of a scope feature the target leaves out, of an optional method
-    the target does not have."""
+                 features: Optional[frozenset[str]] = None,
+                 configs: Optional[Iterable[JsonConfig]] = None) -> dict[str, str]:
+    """The argument cases (spec/arguments.py, derived by malform.py) a run must break -> '' ; the others ->
+    why: a case of a rule outside the scope, of a scope feature the target leaves out, of an optional
+    method the target does not have. Counted per case - each variant of a clause the run's configurations
+    derive (`configs`) - not per clause: a clause counts as broken only when every case of it was."""
     out: dict[str, str] = {}
-    for clause in of_face(layout):
+    derived = {case.name: case.clause for cfg in configs for case in cases(layout, cfg)} if configs is not None \
+        else {clause.id: clause for clause in of_face(layout)}
+    for name, clause in sorted(derived.items()):
         if scope.get(clause.rule):
-            out[clause.id] = f"its rule {clause.rule} is out of scope: {scope[clause.rule]}"
+            out[name] = f"its rule {clause.rule} is out of scope: {scope[clause.rule]}"
         elif clause.feature and features is not None and clause.feature not in features:
-            out[clause.id] = f"the target's scope leaves out {clause.feature!r}: the op engine does not judge it"
+            out[name] = f"the target's scope leaves out {clause.feature!r}: the op engine does not judge it"
         elif clause.call in OPTIONAL_RULES and clause.call not in optional:
-            out[clause.id] = f"the target has no {clause.call}() (optional)"
+            out[name] = f"the target has no {clause.call}() (optional)"
         else:
-            out[clause.id] = ""
+            out[name] = ""
     return out
 
 
@@ -158,7 +162,7 @@ def shortfall(planned: int, run: int, configs: set[str], created: set[str], scop
         reasons.append(f"rules in scope never exercised: {', '.join(missing)}")
     never_broken = clauses_summary(clauses or {}, exercised)["not_exercised"]
     if never_broken:
-        reasons.append(f"{len(never_broken)} argument clauses in scope never broken by a malformed call: "
+        reasons.append(f"{len(never_broken)} argument cases in scope never broken by a malformed call: "
                        f"{', '.join(never_broken[:4])}" + (" ..." if len(never_broken) > 4 else ""))
     return reasons
 

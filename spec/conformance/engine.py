@@ -157,6 +157,7 @@ class Caller:
         self.result.exercised.add(rule)
         if self.malformed is not None and method == self.malformed.clause.call:   # the target answered it
             self.result.exercised.add(CLAUSE_PREFIX + self.malformed.clause.id)
+            self.result.exercised.add(CLAUSE_PREFIX + self.malformed.name)   # coverage counts each case
         return outcome
 
     def _check_type(self, method: str, args: dict[str, Any], outcome: Outcome, rule: str) -> None:

@@ -2,7 +2,8 @@
 
 A `Case` is one clause and one way of breaking it (a variant of the clause's kind). `cases(face, cfg)`
 derives every case a configuration can show: a dimension's 0, 1, n-1, n+1 and the other argument's size
-(each only where it differs from the valid size), an id's -1, n, bool, float and huge value, a position
+(each only where it differs from the valid size; the token axis also in a step of MULTI_TOKEN tokens, so
+its 1 and n-1 are sent), an id's -1, n, bool, float and huge value, a position
 list's repeat, gap, descending order, re-placed, negative and int32 positions, a tensor's dtype and
 rank, a list's emptiness. Each layout's programs turn a case into its own steps (op_programs,
 programs, cell_programs); every such step carries `"clause"` (and the op face's `"variant"`), and the
@@ -24,18 +25,26 @@ HUGE = 2**31                    # past every int argument's range, and past a C+
 INT32_LIMIT = 2**31 - 1         # one past the largest position: 2**31 - 2 (OP-POS), INT_MAX - 1 (CELL-POS)
 
 
+# The step length a token-axis case is also sent at: a 1 and an n-1 on that axis are malformations only in a
+# step of more than one token (V of one token beside K of three: what a runner passing the wrong tensor sends).
+MULTI_TOKEN = 3
+
+
 @dataclass(frozen=True)
 class Case:
     clause: Clause
     variant: str
+    q_len: int = 1    # the step length the case is sent at (a DIM case on the token axis: 1 or MULTI_TOKEN)
 
     @property
     def name(self) -> str:
-        return f"{self.clause.id} {self.variant}"
+        """The case's name, and its key in a report's coverage (each case counts: a clause is broken only
+        when every case of it in scope was)."""
+        return f"{self.clause.id} {self.variant}" + (f" at q_len {self.q_len}" if self.q_len != 1 else "")
 
-    def tag(self) -> dict[str, str]:
+    def tag(self) -> dict[str, Any]:
         """What a step carries to name the case (the engines read it)."""
-        return {"clause": self.clause.id, "variant": self.variant}
+        return {"clause": self.clause.id, "variant": self.variant, **({"q_len": self.q_len} if self.q_len != 1 else {})}
 
 
 def sizes_of(cfg: JsonConfig, q_len: int = 1) -> dict[str, int]:
@@ -126,6 +135,9 @@ def cases(face: str, cfg: Optional[JsonConfig] = None) -> list[Case]:
         if clause.kind == DIM:
             sizes = sizes_of(cfg or {})
             out += [Case(clause, variant) for variant, _ in dim_values(clause, sizes)]
+            if "q_len" in (clause.size, clause.other) and clause.variants != ("0",):   # the token axis
+                out += [Case(clause, variant, MULTI_TOKEN) for variant, _ in
+                        dim_values(clause, sizes_of(cfg or {}, MULTI_TOKEN)) if variant in ("1", "n-1", "other")]
         else:   # an INT clause without an upper bound has no value above it
             out += [Case(clause, variant) for variant in variants(clause)
                     if not (clause.kind == INT and variant == "above" and not clause.size)]
@@ -135,12 +147,13 @@ def cases(face: str, cfg: Optional[JsonConfig] = None) -> list[Case]:
 def case_of(step: dict[str, Any]) -> Optional[Case]:
     """The case a step names ("clause", "variant"), or None."""
     clause = BY_ID.get(str(step.get("clause")))
-    return None if clause is None else Case(clause, str(step.get("variant", "")))
+    q_len = step.get("q_len", 1)
+    return None if clause is None else Case(clause, str(step.get("variant", "")), q_len if type(q_len) is int else 1)
 
 
 def faces() -> set[str]:
     return {face for clause in CLAUSES for face in clause.faces}
 
 
-__all__ = ["CLAUSE_PREFIX", "Case", "DIM", "ID", "INT", "LIST", "POSITIONS", "TENSOR", "case_of", "cases", "dim_value",
+__all__ = ["CLAUSE_PREFIX", "MULTI_TOKEN", "Case", "DIM", "ID", "INT", "LIST", "POSITIONS", "TENSOR", "case_of", "cases", "dim_value",
            "dim_values", "id_value", "int_value", "malformed_positions", "sizes_of", "step_bound", "tokens_of"]

@@ -386,6 +386,8 @@ class OpEngine(Caller):
         elif case is not None and case.clause.kind == INT:   # OP-MAX-WRITE: the step's length (a shrunk one may fit)
             bound = self.mcfg.max_write
             self.malformed = case if bound is not None and len(positions) > bound else None
+        if case is not None and case.q_len != 1:   # the length it was sent at (a shrunk step is shorter)
+            case = replace(case, q_len=len(positions))
         concrete: Step = {"op": "fetch", "layer": layer, "positions": positions, **(case.tag() if case else {})}
         self.current = concrete
         pending = self.model.step
@@ -442,6 +444,8 @@ class OpEngine(Caller):
                 if value is not None:
                     if clause.argument == "k, v, position":   # q_len on every argument's token axis
                         dims["k"][2] = dims["v"][2] = dims["position"][0] = value
+                    elif clause.argument == "k, v":   # k and v agree, not with position or the config
+                        dims["k"][clause.axis] = dims["v"][clause.axis] = value
                     else:
                         dims[clause.argument][clause.axis] = value
                     broken = True

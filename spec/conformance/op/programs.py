@@ -233,7 +233,7 @@ def malformed_call(cfg: JsonConfig, case: Case, cell: bool = False, seq: int = 0
     if clause.call == "update_and_fetch":   # a malformed layer id once; on a cell cache any other on every layer
         layer_ids = [id_value(variant, cfg["n_layers"])] if clause.kind == ID else \
             list(range(cfg["n_layers"])) if cell else [0]
-        n = tokens_of(variant) if clause.kind == POSITIONS else 1
+        n = tokens_of(variant) if clause.kind == POSITIONS else case.q_len
         return ([begin(*[seq] * n)] if cell else []) + [fetch(layer_id, n, **tag) for layer_id in layer_ids]
     if clause.kind == LIST:
         return [{"op": "begin", "seqs": [] if variant == "empty" else str(seq), **tag}]

@@ -152,8 +152,8 @@ class SuiteRun(Shrinking):
             result.scope = in_scope(target.validates_configs, target.optional, drive.name, self.scope.features)
             _scope_coverage(result, outside)
             # the edge programs break every clause; a run without them is judged on its rules only
-            result.clauses = clause_scope(drive.name, result.scope, target.optional, self.scope.features) if edges \
-                else {}
+            result.clauses = clause_scope(drive.name, result.scope, target.optional, self.scope.features,
+                                          configs) if edges else {}
             if isinstance(target, SubprocessTarget) and result.seconds > 0:
                 result.requests_per_second = (target.requests - requests_before) / result.seconds
         return result

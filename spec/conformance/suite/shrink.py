@@ -51,6 +51,9 @@ def _smaller_values(value: Any) -> list[Any]:
     return out
 
 
+CASE_TAG = ("clause", "variant", "q_len", "case")   # what names a malformation: not an argument to shrink
+
+
 def _same_step(program: list[Step], index: int) -> range:
     """The op face's one step around `index`: the run of fetches without explicit positions or a case that
     share its length ("n") - a contiguous step is one call per layer, of one length."""
@@ -80,7 +83,7 @@ def _shorter_steps(program: list[Step]) -> Iterator[list[Step]]:
             for n in _below(int(program[index]["n"]), 1):
                 yield [{**s, "n": n} if i in group else s for i, s in enumerate(program)]
     for index in range(len(program)):
-        for key in list(program[index]):
+        for key in [key for key in program[index] if key not in CASE_TAG]:
             for simpler in _smaller_values(program[index][key]):
                 candidate = [dict(s) for s in program]
                 candidate[index][key] = simpler
