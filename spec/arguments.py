@@ -15,6 +15,10 @@ malformations the conformance suite derives from it (spec/conformance/malform.py
 - POSITIONS: a list of positions; broken by a repeat, descending order, a position the sequence already
   holds, a gap (only where the clause forbids gaps), a negative and the int32 limit;
 - LIST: a non-empty list; broken by an empty list and by what is not a list.
+- CONFIG: a configuration key the target is created with (`call` "create"), by type (a bool, a float, a
+  string, null where it is not allowed), range (0, a negative), enumeration (an unknown value) and its
+  relation to the other keys (a policy count, a flat layer with a window); each clause lists its own
+  variants, and the suite's invalid configurations are derived from them (malform.config_cases).
 
 The clause text says, in the SPEC's words, what holds; the id is `FACE.call.argument[.property]`.
 """
@@ -24,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-DIM, TENSOR, ID, INT, POSITIONS, LIST = "dim", "tensor", "id", "int", "positions", "list"
+DIM, TENSOR, ID, INT, POSITIONS, LIST, CONFIG = "dim", "tensor", "id", "int", "positions", "list", "config"
 OP_FACES = ("op-contiguous", "op-cell")
 OP_CELL, OP_CONTIGUOUS, SEQUENCE, CELL = ("op-cell",), ("op-contiguous",), ("sequence",), ("cell",)
 
@@ -99,6 +103,27 @@ CLAUSES: tuple[Clause, ...] = (
            "63"),
     Clause("op.seq_rm.p0", "OP-RM", OP_CELL, "seq_rm", "p0", INT, "seq_rm's p0 is an int >= 0"),
     Clause("op.seq_rm.p1", "OP-RM", OP_CELL, "seq_rm", "p1", INT, "seq_rm's p1 is None or an int >= p0", low="p0"),
+    # --- the op faces' configurations (SPEC section 8.5): create(config), per key; each refused (OP-CONFIG)
+    *(Clause(f"op.create.{key}", "OP-CONFIG", OP_FACES, "create", key, CONFIG, f"{key} is an int >= 1 (not bool)",
+             variants=("0", "negative", "bool", "float", "string", "null"))
+      for key in ("capacity", "n_layers", "n_kv_heads", "head_dim", "batch_size")),
+    # v_head_dim absent means head_dim; null is left to the target (a Python API's None default means the same)
+    Clause("op.create.v_head_dim", "OP-CONFIG", OP_FACES, "create", "v_head_dim", CONFIG,
+           "v_head_dim is an int >= 1 (not bool), head_dim when absent",
+           variants=("0", "negative", "bool", "float", "string")),
+    Clause("op.create.max_write", "OP-CONFIG", OP_FACES, "create", "max_write", CONFIG,
+           "max_write is null or an int >= 1 (not bool)", variants=("0", "negative", "bool", "float", "string")),
+    Clause("op.create.sizing", "OP-CONFIG", OP_FACES, "create", "sizing", CONFIG, 'sizing is "dynamic" or "static"',
+           variants=("unknown", "null", "bool")),
+    Clause("op.create.layers", "OP-CONFIG", OP_FACES, "create", "layers", CONFIG,
+           "layers is a list of one policy, or of one per layer (n_layers)", variants=("count", "empty", "not a list")),
+    Clause("op.create.layers.kind", "OP-CONFIG", OP_FACES, "create", "layers", CONFIG,
+           'a layer policy\'s kind is "flat" or "ring"', variants=("unknown", "null", "bool")),
+    Clause("op.create.layers.window", "OP-CONFIG", OP_FACES, "create", "layers", CONFIG,
+           "a layer policy's window is an int: 0 for a flat layer, >= 1 for a ring",
+           variants=("flat with a window", "ring window 0", "negative", "bool", "float", "string", "null")),
+    Clause("op.create.batch_size.cell", "OP-BATCH", OP_CELL, "create", "batch_size", CONFIG,
+           "a cell cache has batch_size 1", variants=("n+1",)),
     # --- the sequence face (SPEC section 2.3-2.7): plan, can_extend, rewind, depth, retained_from
     Clause("sequence.plan.layer", "LAYER-RANGE", SEQUENCE, "plan", "layer", ID,
            "plan takes 0 <= layer < n_layers, an int (ARG-INT)", "n_layers"),
@@ -152,6 +177,7 @@ VARIANTS: dict[str, tuple[str, ...]] = {
     INT: ("below", "bool", "float", "above"),
     POSITIONS: ("repeat", "gap", "descending", "held", "negative", "int32"),
     LIST: ("empty", "not a list"),
+    CONFIG: (),   # each configuration clause lists its own
 }
 
 

@@ -48,11 +48,17 @@ class _Base:
             if type(cfg[name]) is not int or cfg[name] < 1:
                 raise StandinError(f"{name} {cfg[name]!r}")
         layers = cfg["layers"]
-        if len(layers) not in (1, cfg["n_layers"]):
+        if not isinstance(layers, list) or len(layers) not in (1, cfg["n_layers"]):
             raise StandinError("layers")
         for entry in layers:
-            if (entry["kind"], entry["window"] > 0) not in (("flat", False), ("ring", True)):
+            if type(entry["window"]) is not int or (entry["kind"], entry["window"] > 0) not in (("flat", False),
+                                                                                                ("ring", True)):
                 raise StandinError(f"policy {entry}")
+        max_write = cfg.get("max_write")
+        if max_write is not None and (type(max_write) is not int or max_write < 1):
+            raise StandinError(f"max_write {max_write!r}")
+        if cfg.get("sizing", "dynamic") not in ("dynamic", "static"):
+            raise StandinError(f"sizing {cfg.get('sizing')!r}")
         if self.cell and cfg["batch_size"] != 1:
             raise StandinError("batch_size")
         self.cfg = cfg

@@ -270,7 +270,8 @@ def test_the_op_target_contract_names_every_config_key_the_suite_sends() -> None
     protocol = specdoc.SPEC_PATH.with_name("PROTOCOL.md").read_text()
     protocol = protocol[protocol.index("\n## Op-face targets"):protocol.index("\n## Example session")]
     configs = [*CONTIGUOUS_CONFIGS, *CELL_CONFIGS, *(cfg for _, cfg in BAD_OP_CONFIGS)]
-    keys = {key for cfg in configs for key in cfg} | {key for cfg in configs for entry in cfg["layers"] for key in entry}
+    keys = {key for cfg in configs for key in cfg} | {key for cfg in configs if isinstance(cfg["layers"], list)
+                                                      for entry in cfg["layers"] for key in entry}
     assert {"capacity", "layers", "sizing", "initial_capacity", "max_write", "v_head_dim"} <= keys
     for key in sorted(keys):
         named = (f"`{key}`", f'"{key}"')   # as a name, or as a JSON key

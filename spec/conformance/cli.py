@@ -228,7 +228,7 @@ def summary(report: dict[str, Any], target: str, args: argparse.Namespace, out: 
          f"configurations, {len(families['exercised'])}/{len(families['planned'])} families, "
          f"{len(rules['exercised'])}/{in_scope} rules in scope exercised, "
          f"{len(clauses['exercised'])}/{len(clauses['exercised']) + len(clauses['not_exercised'])} argument "
-         f"cases broken"
+         f"and configuration cases broken"
          + (f", {coverage['restarts']} target restarts" if coverage["restarts"] else ""))
     for reason in coverage["incomplete"]:
         line(f"  INCOMPLETE: {reason}")

@@ -31,7 +31,7 @@ from typing import Any, Iterable, Optional
 from ..arguments import of_face
 from ..rules import RULES
 from .configs import JsonConfig
-from .malform import CLAUSE_PREFIX, cases
+from .malform import CLAUSE_PREFIX, cases, config_cases
 
 # Rules no call on one cache's faces can observe, and why.
 OUT_OF_SCOPE: dict[str, str] = {
@@ -121,6 +121,8 @@ def clause_scope(layout: str, scope: dict[str, str], optional: frozenset[str],
     out: dict[str, str] = {}
     derived = {case.name: case.clause for cfg in configs for case in cases(layout, cfg)} if configs is not None \
         else {clause.id: clause for clause in of_face(layout)}
+    if configs is not None:   # and each invalid configuration derived from a configuration clause
+        derived.update((case.name, case.clause) for case, _ in config_cases(layout))
     for name, clause in sorted(derived.items()):
         if scope.get(clause.rule):
             out[name] = f"its rule {clause.rule} is out of scope: {scope[clause.rule]}"
@@ -162,7 +164,7 @@ def shortfall(planned: int, run: int, configs: set[str], created: set[str], scop
         reasons.append(f"rules in scope never exercised: {', '.join(missing)}")
     never_broken = clauses_summary(clauses or {}, exercised)["not_exercised"]
     if never_broken:
-        reasons.append(f"{len(never_broken)} argument cases in scope never broken by a malformed call: "
+        reasons.append(f"{len(never_broken)} argument and configuration cases in scope never broken (a malformed call, an invalid configuration): "
                        f"{', '.join(never_broken[:4])}" + (" ..." if len(never_broken) > 4 else ""))
     return reasons
 

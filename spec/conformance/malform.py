@@ -13,11 +13,12 @@ in `RunResult.exercised`), so coverage reports the clauses a run exercised.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
-from ..arguments import BY_ID, CLAUSES, DIM, ID, INT, LIST, POSITIONS, TENSOR, Clause, of_face, variants
-from .configs import JsonConfig
+from ..arguments import BY_ID, CLAUSES, CONFIG, DIM, ID, INT, LIST, POSITIONS, TENSOR, Clause, of_face, variants
+from .configs import JsonConfig, config, layer
 
 CLAUSE_PREFIX = "clause:"       # a clause id in RunResult.exercised (rule ids never start so)
 INT_MAX = 2**31 - 1
@@ -130,6 +131,8 @@ def cases(face: str, cfg: Optional[JsonConfig] = None) -> list[Case]:
     clause bounded by max_write binds only a config whose steps it bounds)."""
     out: list[Case] = []
     for clause in of_face(face):
+        if clause.kind == CONFIG:   # a configuration's case is a configuration (config_cases), not a call
+            continue
         if clause.size == "max_write" and step_bound(cfg or {}) is None:
             continue
         if clause.kind == DIM:
@@ -144,6 +147,55 @@ def cases(face: str, cfg: Optional[JsonConfig] = None) -> list[Case]:
     return out
 
 
+def op_base_config(window: int = 0) -> JsonConfig:
+    """The valid op configuration a configuration case breaks one key of (a ring layer where it needs one)."""
+    return {**config(4, [layer("ring" if window else "flat", window, 1, 2)]), "n_kv_heads": 1, "head_dim": 2,
+            "v_head_dim": 2, "batch_size": 1, "sizing": "dynamic"}
+
+
+def _config_value(variant: str, valid: Any) -> Any:
+    """A key's malformed value: by type, by range, by enumeration."""
+    return {"0": 0, "negative": -1, "bool": True, "float": float(valid) if isinstance(valid, int) else 1.0,
+            "string": str(valid), "null": None, "unknown": "unknown", "n+1": valid + 1 if isinstance(valid, int) else 2
+            }[variant]
+
+
+def config_of(case: Case) -> JsonConfig:
+    """The invalid configuration a configuration case (a CONFIG clause and variant) stands for."""
+    clause, variant = case.clause, case.variant
+    key = clause.id.split(".", 2)[2]
+    if key == "layers":
+        if variant == "count":
+            return {**op_base_config(), "n_layers": 3, "layers": [layer("flat", 0, 1, 2)] * 2}
+        return {**op_base_config(), "layers": [] if variant == "empty" else layer("flat", 0, 1, 2)}
+    if key == "layers.kind":
+        base = op_base_config(2)
+        return {**base, "layers": [{**base["layers"][0], "kind": _config_value(variant, "ring")}]}
+    if key == "layers.window":
+        if variant == "flat with a window":
+            return {**op_base_config(), "layers": [layer("flat", 2, 1, 2)]}
+        base = op_base_config(2)
+        window = 0 if variant == "ring window 0" else _config_value(variant, 2)
+        return {**base, "layers": [{**base["layers"][0], "window": window}]}
+    if key == "sizing":
+        return {**op_base_config(), "sizing": _config_value(variant, "dynamic")}
+    name = clause.argument
+    base = op_base_config(2) if name == "max_write" else op_base_config()   # max_write bounds a ring's steps
+    return {**base, name: _config_value(variant, base.get(name) or 2)}
+
+
+def config_cases(face: str) -> list[tuple[Case, JsonConfig]]:
+    """Every configuration case of a face, with the invalid configuration it stands for."""
+    return [(Case(clause, variant), config_of(Case(clause, variant)))
+            for clause in of_face(face) if clause.kind == CONFIG for variant in variants(clause)]
+
+
+def config_case(face: str, cfg: JsonConfig) -> Optional[Case]:
+    """The configuration case a configuration is (the suite sends each as derived), or None."""
+    as_sent = json.dumps(cfg, sort_keys=True)   # by its JSON: True == 1 == 1.0 in Python, not here
+    return next((case for case, bad in config_cases(face) if json.dumps(bad, sort_keys=True) == as_sent), None)
+
+
 def case_of(step: dict[str, Any]) -> Optional[Case]:
     """The case a step names ("clause", "variant"), or None."""
     clause = BY_ID.get(str(step.get("clause")))
@@ -155,5 +207,5 @@ def faces() -> set[str]:
     return {face for clause in CLAUSES for face in clause.faces}
 
 
-__all__ = ["CLAUSE_PREFIX", "MULTI_TOKEN", "Case", "DIM", "ID", "INT", "LIST", "POSITIONS", "TENSOR", "case_of", "cases", "dim_value",
+__all__ = ["CLAUSE_PREFIX", "CONFIG", "MULTI_TOKEN", "Case", "DIM", "ID", "INT", "LIST", "POSITIONS", "TENSOR", "case_of", "cases", "config_case", "config_cases", "config_of", "dim_value", "op_base_config",
            "dim_values", "id_value", "int_value", "malformed_positions", "sizes_of", "step_bound", "tokens_of"]

@@ -31,7 +31,8 @@ from ...rules import RULES
 from .. import scope as scopes
 from ..configs import JsonConfig, describe
 from ..engine import CRASH, LENIENT, OVER_STRICT, WRONG, Caller, Drive, Finding, RunResult, Step, Stop
-from ..malform import DIM, INT, POSITIONS, TENSOR, Case, case_of, dim_value, malformed_positions, sizes_of
+from ..malform import (CLAUSE_PREFIX, DIM, INT, POSITIONS, TENSOR, Case, case_of, config_case, dim_value,
+                       malformed_positions, sizes_of)
 from ..targets import Outcome, Target
 from ..wire import Unreadable
 
@@ -152,9 +153,12 @@ class OpEngine(Caller):
         if self.rejected_config is not None:
             rule = self.rejected_config.rule
             self.result.exercised.add(rule)
+            case = config_case("op-" + self.kind, self.cfg)   # the configuration clause it breaks
             if created.ok:
                 raise self._fail(LENIENT, rule, f"create accepted a config the spec rejects ({rule}: "
-                                                f"{self.rejected_config.why})")
+                                                f"{self.rejected_config.why}" + (f"; {case.name}" if case else "") + ")")
+            if case is not None:   # refused: the clause is broken (coverage counts it)
+                self.result.exercised |= {CLAUSE_PREFIX + case.clause.id, CLAUSE_PREFIX + case.name}
             return False
         self.outside = (self.scope or self.target.scope).missing(self.cfg)
         if self.outside and not created.ok:
