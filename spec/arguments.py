@@ -113,8 +113,7 @@ CLAUSES: tuple[Clause, ...] = (
            variants=("0", "negative", "bool", "float", "string")),
     Clause("op.create.max_write", "OP-CONFIG", OP_FACES, "create", "max_write", CONFIG,
            "max_write is null or an int >= 1 (not bool)", variants=("0", "negative", "bool", "float", "string")),
-    Clause("op.create.sizing", "OP-CONFIG", OP_FACES, "create", "sizing", CONFIG, 'sizing is "dynamic" or "static"',
-           variants=("unknown", "null", "bool")),
+    # (no clause for `sizing` or `initial_capacity`: a target may ignore them, SPEC section 8.5)
     Clause("op.create.layers", "OP-CONFIG", OP_FACES, "create", "layers", CONFIG,
            "layers is a list of one policy, or of one per layer (n_layers)", variants=("count", "empty", "not a list")),
     Clause("op.create.layers.kind", "OP-CONFIG", OP_FACES, "create", "layers", CONFIG,

@@ -177,8 +177,6 @@ def config_of(case: Case) -> JsonConfig:
         base = op_base_config(2)
         window = 0 if variant == "ring window 0" else _config_value(variant, 2)
         return {**base, "layers": [{**base["layers"][0], "window": window}]}
-    if key == "sizing":
-        return {**op_base_config(), "sizing": _config_value(variant, "dynamic")}
     name = clause.argument
     base = op_base_config(2) if name == "max_write" else op_base_config()   # max_write bounds a ring's steps
     return {**base, name: _config_value(variant, base.get(name) or 2)}
