@@ -284,10 +284,11 @@ OP_RULES: tuple[Rule, ...] = (
          "A re-placed or older position gives a query two tokens at one position; -1 is a free-cell marker.",
          "Re-placed positions; positions colliding with internal markers; a contiguous row that is not its position."),
     Rule("OP-STEP",
-         "Cell: begin_step(seq_ids) (non-empty, ids ints in [0, 63)) declares each token's owner; each layer is served at "
-         "most once per step, all with the same q_len and positions. Contiguous: a step begins at the first layer "
-         "served, and serving a layer already served begins the next. A step not every layer served is abandoned when "
-         "the next begins, at any mutating verb or at reset: none of its tokens remain on any layer.",
+         "Every cache: each layer is served at most once per step, all with the same q_len and positions (a call on a "
+         "layer the open step has not served, with another q_len or other positions, is refused). Cell: "
+         "begin_step(seq_ids) (non-empty, ids ints in [0, 63)) declares each token's owner. Contiguous: a step begins "
+         "at the first layer served, and serving a layer already served begins the next. A step not every layer served "
+         "is abandoned when the next begins, at any mutating verb or at reset: none of its tokens remain on any layer.",
          "A forward is atomic across layers: otherwise a layer that never wrote a token is later asked to attend it.",
          "A step stopped partway whose cells stay owned; a layer served twice in one step."),
     Rule("OP-FORK",
