@@ -66,8 +66,10 @@ CLAUSES: tuple[Clause, ...] = (
     *_op_dims("position", ("q_len", "1"), ("", "q_len")),
     # K and V together: they agree with each other and not with the config or the step (a runner passing the
     # wrong pair: one token's K and V over a step's positions, a batch of one in a batch-B cache)
+    # (on the token axis it is position that disagrees with them: a contiguous cache may leave position unread)
     *(Clause(f"op.update_and_fetch.kv.{name}", "OP-ARGS", OP_FACES, "update_and_fetch", "k, v", DIM,
-             f"k and v agree on dimension {axis} and still must be {size}, as position and the config say", size, axis)
+             f"k and v agree on dimension {axis} and still must be {size}, as position and the config say", size, axis,
+             feature="positions" if name == "q_len" else "")
       for axis, (name, size) in enumerate((("batch", "batch_size"), ("heads", "n_kv_heads"), ("q_len", "q_len")))),
     Clause("op.update_and_fetch.q_len", "OP-ARGS", OP_FACES, "update_and_fetch", "k, v, position", DIM,
            "q_len >= 1, equal across k, v and position", "q_len", 2, variants=("0",)),

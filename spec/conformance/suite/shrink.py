@@ -9,6 +9,7 @@ and its output is a plain JSON step list anyone can replay.
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import replace
 from typing import Any, Callable, Iterator, Optional
@@ -118,14 +119,14 @@ def shrink(cfg: JsonConfig, program: list[Step], finding: Finding, check: Check,
     smaller value: the result is minimal in each of them. The third value says whether the budget let
     that last round finish (else the result is only smaller).
     """
-    want = finding.key()
+    want = finding.key(), _served_as(finding)
     runs = 0
 
     def same(c: JsonConfig, p: list[Step]) -> bool:
         nonlocal runs
         runs += 1
         got = check(c, p)
-        return got is not None and got.key() == want
+        return got is not None and (got.key(), _served_as(got)) == want
 
     def budget_left() -> bool:
         return runs < budget
@@ -151,6 +152,16 @@ def shrink(cfg: JsonConfig, program: list[Step], finding: Finding, check: Check,
                 program, changed = candidate, True
                 break
     return cfg, program, not changed and budget_left()
+
+
+SERVED_AS = re.compile(r"serves it another way: (\S+ \S+):")
+
+
+def _served_as(finding: Finding) -> str:
+    """A SCOPE-BORDER finding's own finding (engine.border_finding: "serves it another way: wrong PLAN-READ:"):
+    part of what the shrink keeps, so a smaller config does not trade the way it is served for another."""
+    found = SERVED_AS.search(finding.message)
+    return found.group(1) if found else ""
 
 
 def _with_layers(cfg: JsonConfig, layers: list[dict[str, Any]], n_layers: Optional[int] = None) -> JsonConfig:
