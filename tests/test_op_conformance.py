@@ -244,6 +244,8 @@ def test_the_cli_judges_an_op_target_with_json_and_junit(tmp_path: Path) -> None
     report = json.loads(out.read_text())
     assert code == 1 and report["verdict"] == NOT_CONFORMING and "OP-POS" in junit.read_text()
     assert any("--save-findings" in note for note in report["skipped"])
+    assert not (tmp_path / "saved").exists()   # nothing saved: no empty directory left behind (issue 35)
+    assert report["layout"]["applies"] is False   # no canonical layout on the op face
     isolated = parse_target(STANDIN.format("cell"), isolate=True)   # served over the protocol (test_op_wire.py)
     try:
         isolated.declared_scope()
