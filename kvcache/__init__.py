@@ -10,7 +10,7 @@ from ._cache import SequenceCache
 from ._cell_table import MAX_SEQS
 from ._cells import CellCache
 from ._errors import (ArgumentTypeError, ArgumentValueError, CapacityError, ConfigError, ConfigTypeError,
-                      ForwardError, KVCacheError, LayerIndexError, PlanError, StepError)
+                      ForwardError, KVCacheError, LayerIndexError, PlanError, StepError, TrimError)
 from ._faces import BatchControl, CacheBase, CacheControl, CellStepper, SequenceControl, SequencePlanner
 from ._ints import INT_MAX
 from ._policies import FlatPolicy, LayoutPolicy, RingPolicy
@@ -22,5 +22,5 @@ __all__ = [
     "CacheConfig", "CacheControl", "CapacityError", "CacheRegistry", "CacheSession", "CellCache", "CellStep", "CellStepper", "ConfigError",
     "ConfigTypeError", "FlatPolicy", "ForwardError", "KVCacheError", "Kind",
     "LayerConfig", "LayerIndexError", "LayerPolicy", "LayoutPolicy", "PlanError", "RingPolicy", "Run",
-    "SeqStepPlan", "SequenceCache", "SequenceControl", "SequencePlanner", "StepError", "make_unique_key",
+    "SeqStepPlan", "SequenceCache", "SequenceControl", "SequencePlanner", "StepError", "TrimError", "make_unique_key",
 ]

@@ -83,3 +83,8 @@ class ForwardError(StepError, RuntimeError):
 class CapacityError(ArgumentValueError, RuntimeError):
     """A step or a declaration that does not fit the cache's capacity (OP-CAP: admission, decided before
     anything is written). Also a RuntimeError, as upstream raises for a full cache."""
+
+
+class TrimError(ArgumentValueError, RuntimeError):
+    """A trim a ring layer cannot give back (OP-TRIM): a position the next query attends may be overwritten
+    already. Also a RuntimeError: the cache's state decides it, not the call alone."""

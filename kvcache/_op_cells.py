@@ -88,6 +88,12 @@ class CellReferenceCache:
                                                         "cell cache (every sequence's tokens share one token axis)",
                                                         value=config.batch_size),
                        enabled=True)
+    @icontract.require(lambda config: not any(policy.keep for policy in config.layers),
+                       "OP-CONFIG: the cell cache keeps no sinks (OP-SINKS is the contiguous cache's)",
+                       error=lambda config: ConfigError("OP-CONFIG", "CacheConfig.layers", "the cell cache keeps no "
+                                                        "sinks: every keep must be 0",
+                                                        keeps=[policy.keep for policy in config.layers]),
+                       enabled=True)
     @takes_op_config
     def __init__(self, config: CacheConfig) -> None:
         config = validated(config)  # OP-CONFIG: re-validated and copied; the caller's object cannot reach it later

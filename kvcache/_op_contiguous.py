@@ -4,8 +4,13 @@ The integer layout decides the rows: each call plans the layer's step with `Sequ
 the step's K/V across the plan's write runs, commits, and returns the rows of the read runs in logical
 order with the mask of OP-ATTEND. Flat layers keep every row; a ring layer keeps a ring of
 `window + max_write - 1` rows when the config sets `max_write`, else its whole history (the window is then
-applied by the mask alone, as upstream's reference does). The byte layer is one numpy array per layer
+applied by the mask alone, as upstream's reference does); a ring with sinks (OP-SINKS) keeps its whole
+history too, its mask attending the sinks and the window. The byte layer is one numpy array per layer
 for K and one for V, [batch_size, n_kv_heads, rows, dim].
+
+`trim(n)` gives back the newest n tokens (OP-TRIM) when no ring layer may have dropped a position the
+next query attends. Each layer's floor (`_floors`) is the spec's, whatever rows this cache happens to
+keep: a cache that keeps more still refuses what the spec refuses.
 
 Preconditions validate the caller's input, raise a typed `KVCacheError` naming the argument and the rule
 before anything changes (OP-ATOMIC), and stay enabled under `python -O`; postconditions and invariants
@@ -21,7 +26,7 @@ import icontract
 import numpy as np
 
 from ._cache import SequenceCache
-from ._errors import ArgumentValueError, CapacityError, KVCacheError, StepError
+from ._errors import ArgumentTypeError, ArgumentValueError, CapacityError, KVCacheError, StepError, TrimError
 from ._op_arrays import found, layer_error, to_kind, to_numpy
 from ._op_pools import KVPools, checked_step, fetch_contracts, step_positions_or_error
 from ._op_types import AttendSpec, CacheConfig, CacheSizing, attended_by_formula, layout_config, mask_of, \
@@ -64,6 +69,8 @@ class ContiguousReferenceCache:
         self._depth = tuple(self._layout.depth(layer) for layer in range(config.n_layers))
         self._step: Optional[_OpenStep] = None
         self._pools = KVPools(config, self._depth)
+        # OP-TRIM: per layer, the position below which a ring layer may have dropped rows (its sinks aside)
+        self._floors = [0] * config.n_layers
 
     def __delattr__(self, name: str) -> None:
         """Deleting an attribute would break the invariants behind the API's back, so it is refused.
@@ -90,7 +97,7 @@ class ContiguousReferenceCache:
 
     def _state(self) -> tuple[Any, ...]:
         """Everything a later call can observe, as values (the tests' before/after snapshots)."""
-        return self._layout._state(), self._step, self._pools.snapshot()
+        return self._layout._state(), self._step, self._pools.snapshot(), tuple(self._floors)
 
     # --- validation (before anything changes) -----------------------------------------------------------
 
@@ -139,9 +146,9 @@ class ContiguousReferenceCache:
         mask_of(result[2], len(to_numpy(position)), to_numpy(result[0]).shape[2]),
         attended_by_formula([int(p) for p in to_numpy(position).reshape(-1)],
                             range(self._used(layer_id) - to_numpy(result[0]).shape[2], self._used(layer_id)),
-                            self.config.window(layer_id))),
-                      "OP-ATTEND: the rows are the newest positions held; a query attends exactly those at or "
-                      "before it, inside its window")
+                            self.config.window(layer_id), self.config.keep(layer_id))),
+                      "OP-ATTEND, OP-SINKS: the rows are the newest positions held; a query attends exactly those at "
+                      "or before it, inside its window or among its sinks")
     @icontract.ensure(lambda self, layer_id, position: self._used(layer_id) == int(to_numpy(position)[-1, 0]) + 1,
                       "OP-POS: the layer holds the positions up to the step's last")
     def update_and_fetch(self, layer_id: int, k: Any, v: Any, position: Any) -> tuple[Any, Any, AttendSpec]:
@@ -157,6 +164,9 @@ class ContiguousReferenceCache:
             self._abandon()
             step = None
         first, q_len = positions[0], len(positions)
+        if step is None:   # OP-TRIM: a step begun may overwrite ring rows: every ring layer's floor moves
+            self._floors = [max(floor, first + q_len - self._retained(layer)) if config.window(layer) else floor
+                            for layer, floor in enumerate(self._floors)]
         plan = self._layout.plan(layer_id, first, q_len)
         assert plan is not None  # OP-CAP was checked
         self._pools.write(layer_id, rows_of(plan.write), k_values, v_values)
@@ -164,7 +174,8 @@ class ContiguousReferenceCache:
         served = frozenset({layer_id}) if step is None else step.served | {layer_id}
         self._step = None if len(served) == config.n_layers else _OpenStep(first, tuple(positions), served)
         k_hist, v_hist = self._pools.read(layer_id, rows_of(plan.read))
-        mask = attended_by_formula(positions, range(plan.read_base_pos, plan.end), config.window(layer_id))
+        mask = attended_by_formula(positions, range(plan.read_base_pos, plan.end), config.window(layer_id),
+                                   config.keep(layer_id))
         return to_kind(k_hist, kind), to_kind(v_hist, kind), spec_for(mask, kind)
 
     def _abandon(self) -> None:
@@ -181,6 +192,48 @@ class ContiguousReferenceCache:
         """Forget every token (and an open step); DYNAMIC sizing also frees the rows."""
         self._layout.clear()
         self._step = None
+        self._floors = [0] * self.config.n_layers
         if self.config.sizing is CacheSizing.DYNAMIC:
             self._pools.reset()
+
+    # --- trim (OP-TRIM) ---------------------------------------------------------------------------------
+
+    def _retained(self, layer_id: int) -> int:
+        """OP-TRIM: the newest positions beside its sinks a ring layer retains at least: the window's part
+        before the next query (window - keep - 1), and max_write more when a step may write that many."""
+        return self.config.window(layer_id) - self.config.keep(layer_id) - 1 + (self.config.max_write or 0)
+
+    def _trim_error(self, n: Any) -> Optional[KVCacheError]:
+        """OP-TRIM: the error of trim(n), else None. n counts the tokens held before an open step."""
+        if type(n) is not int:
+            return ArgumentTypeError("OP-TRIM", "n", "must be an int (bool is not an int here)", value=n,
+                                     type=type(n).__name__)
+        held = self._step.start if self._step is not None else self._layout.length()
+        if not 0 <= n <= held:
+            return ArgumentValueError("OP-TRIM", "n", "must lie in [0, tokens held]", value=n, held=held)
+        end = held - n
+        for layer_id in range(self.config.n_layers):
+            window, keep = self.config.window(layer_id), self.config.keep(layer_id)
+            first = max(keep, end - (window - keep) + 1) if window else 0   # the oldest the query at end attends
+            if first < end and first < self._floors[layer_id]:
+                return TrimError("OP-TRIM", "n", "a ring layer may have dropped a position the next query attends",
+                                 n=n, layer_id=layer_id, position=first, floor=self._floors[layer_id])
+        return None
+
+    @icontract.require(lambda self, n: self._trim_error(n) is None,
+                       "OP-TRIM: n is an int in [0, held], and every ring layer still holds what the next query "
+                       "attends", error=lambda self, n: found(self._trim_error(n)), enabled=True)
+    @icontract.snapshot(lambda self: self._step.start if self._step is not None else self._layout.length(),
+                        name="held")
+    @icontract.ensure(lambda self, OLD, n: all(self._used(layer) == OLD.held - n
+                                              for layer in range(self.config.n_layers)) and self._step is None,
+                      "OP-TRIM: every layer holds the tokens before the trimmed ones; no step is open")
+    def trim(self, n: int) -> None:
+        """Drop the newest n tokens of every layer (speculative decoding's rollback); an open step is
+        abandoned first (OP-STEP). Refused, changing nothing, past what a ring layer retains (OP-TRIM)."""
+        self._abandon()
+        end = self._layout.length() - n
+        rewound = self._layout.rewind(end)
+        assert rewound  # the ring layouts' retained marks are the floors of ring layers without sinks (REWIND-SOUND)
+        self._floors = [min(floor, end) for floor in self._floors]
 

@@ -42,7 +42,8 @@ class MaskKind(enum.Enum):
 
 
 class LayerKind(enum.Enum):
-    """A layer's attention policy: FLAT attends the whole history, RING the newest `window` positions."""
+    """A layer's attention policy: FLAT attends the whole history, RING the newest `window` positions (of
+    which the first `keep` positions of the sequence, its sinks, when it keeps any: OP-SINKS)."""
 
     FLAT = "flat"
     RING = "ring"
@@ -59,10 +60,11 @@ def _config_int(owner: str, name: str, value: Any, low: int) -> None:
 
 @dataclass(frozen=True)
 class LayerPolicy:
-    """A layer's policy: `flat()` (window 0) or `ring(window)` (window >= 1)."""
+    """A layer's policy: `flat()` (window 0) or `ring(window, keep=0)` (window >= 1; keep in [0, window))."""
 
     kind: LayerKind = LayerKind.FLAT
     window: int = 0
+    keep: int = 0   # OP-SINKS: a ring layer's sinks, the first `keep` positions every query attends
 
     def __post_init__(self) -> None:
         if not isinstance(self.kind, LayerKind):
@@ -72,6 +74,11 @@ class LayerPolicy:
             raise ConfigError("OP-CONFIG", "LayerPolicy.window", "a flat layer's window must be 0", value=self.window)
         if self.kind is LayerKind.RING and self.window < 1:
             raise ConfigError("OP-CONFIG", "LayerPolicy.window", "a ring layer needs a window >= 1", value=self.window)
+        _config_int("LayerPolicy", "keep", self.keep, 0)
+        if self.keep >= max(self.window, 1):
+            raise ConfigError("OP-CONFIG", "LayerPolicy.keep", "OP-SINKS: keep must be below the window (a flat "
+                                                               "layer keeps 0): the window needs a position of its own",
+                              keep=self.keep, window=self.window)
 
     @classmethod
     def flat(cls) -> LayerPolicy:
@@ -79,9 +86,10 @@ class LayerPolicy:
         return cls(LayerKind.FLAT, 0)
 
     @classmethod
-    def ring(cls, window: int) -> LayerPolicy:
-        """Attend the newest `window` positions, the query's own included."""
-        return cls(LayerKind.RING, window)
+    def ring(cls, window: int, keep: int = 0) -> LayerPolicy:
+        """Attend `window` positions: the first `keep` (sinks) and the newest `window - keep`, the query's own
+        included."""
+        return cls(LayerKind.RING, window, keep)
 
 
 def _check_mask(kind: MaskKind, mask: Any) -> None:
@@ -177,7 +185,7 @@ class CacheConfig:
             if not isinstance(policy, LayerPolicy):
                 raise ConfigTypeError("OP-CONFIG", f"CacheConfig.layers[{index}]", "must be a LayerPolicy",
                                       value=policy)
-            LayerPolicy(policy.kind, policy.window)  # re-validated: frozen fields still yield to object.__setattr__
+            LayerPolicy(policy.kind, policy.window, policy.keep)  # re-validated: frozen fields yield to object.__setattr__
 
     def policy_for(self, layer_id: int) -> LayerPolicy:
         """The policy of layer `layer_id` (the broadcast one when `layers` holds one)."""
@@ -186,6 +194,10 @@ class CacheConfig:
     def window(self, layer_id: int) -> int:
         """The layer's window in positions; 0 for a flat layer."""
         return self.policy_for(layer_id).window
+
+    def keep(self, layer_id: int) -> int:
+        """The layer's sinks (OP-SINKS); 0 for a flat layer or a plain ring."""
+        return self.policy_for(layer_id).keep
 
 
 def validated(config: Any) -> CacheConfig:
@@ -213,9 +225,10 @@ takes_op_config = icontract.require(_is_op_config, "OP-CONFIG: config is a kvcac
 
 def layout_config(config: CacheConfig, *, ring_rows: bool) -> LayoutConfig:
     """The integer layouts' config of an op config. `ring_rows`: a ring layer is laid out as a ring (its
-    window's rows only); otherwise it is laid out flat and its window is the mask's business."""
+    window's rows only); otherwise it is laid out flat and its window is the mask's business. A ring with
+    sinks is always laid out flat: the integer layouts have no sinks (its rows are bounded by capacity)."""
     def policy(op_policy: LayerPolicy) -> LayoutPolicy:
-        if op_policy.kind is LayerKind.RING and ring_rows:
+        if op_policy.kind is LayerKind.RING and ring_rows and not op_policy.keep:
             return LayoutPolicy.ring(op_policy.window)
         return LayoutPolicy.flat()
     layers = tuple(LayerConfig(policy(p), config.n_kv_heads, config.head_dim) for p in config.layers)
@@ -261,14 +274,15 @@ def spec_for(mask: Mask, kind: ArrayKind) -> AttendSpec:
     return AttendSpec(MaskKind.EXPLICIT, to_kind(mask.copy(), kind))
 
 
-def attended_by_formula(query_positions: Sequence[int], key_positions: Sequence[int], window: int) -> Mask:
-    """OP-ATTEND for one sequence, written out: query at p attends key at q iff q <= p and, windowed
-    (window > 0), q > p - window."""
+def attended_by_formula(query_positions: Sequence[int], key_positions: Sequence[int], window: int,
+                        keep: int = 0) -> Mask:
+    """OP-ATTEND, OP-SINKS for one sequence, written out: query at p attends key at q iff q <= p and,
+    windowed (window > 0), q < keep or q > p - (window - keep)."""
     queries = np.asarray(query_positions, dtype=np.int64)[:, None]
     keys = np.asarray(key_positions, dtype=np.int64)[None, :]
     attends: Mask = keys <= queries
     if window > 0:
-        attends &= keys > queries - window
+        attends &= (keys < keep) | (keys > queries - (window - keep))
     return attends
 
 

@@ -92,6 +92,8 @@ CLAUSES: tuple[Clause, ...] = (
     Clause("op.update_and_fetch.position.continue", "OP-POS", OP_CONTIGUOUS, "update_and_fetch", "position",
            POSITIONS, "the step's positions continue the layer's history with no gap",
            variants=("repeat", "descending", "held", "gap"), feature="positions"),
+    Clause("op.trim.n", "OP-TRIM", OP_CONTIGUOUS, "trim", "n", INT, "trim's n is an int (not bool) in [0, held]",
+           "held", feature="trim"),
     Clause("op.begin_step.seq_ids", "OP-STEP", OP_CELL, "begin_step", "seq_ids", LIST,
            "begin_step(seq_ids): a non-empty list"),
     Clause("op.begin_step.seq_ids.id", "OP-STEP", OP_CELL, "begin_step", "seq_ids", ID,

@@ -49,6 +49,15 @@ class OpConfig:
     capacity: int
     batch_size: int
     max_write: Optional[int] = None   # OP-MAX-WRITE: the most tokens a step writes (with a ring layer); None = no bound
+    keeps: tuple[int, ...] = ()       # OP-SINKS: per layer, the sink positions a ring layer keeps (empty = none)
+    bounded: bool = True   # OP-CAP binds; False for a target declaring `unbounded` (SPEC 8.7): capacity a hint
+
+    def keep(self, layer: int) -> int:
+        return self.keeps[layer] if self.keeps else 0
+
+    def retained(self, layer: int) -> int:
+        """OP-TRIM: the newest positions beside its sinks a ring layer retains at least (its floor's lag)."""
+        return self.windows[layer] - self.keep(layer) - 1 + (self.max_write or 0)
 
 
 def _is_int(value: Any) -> bool:
@@ -69,6 +78,7 @@ def make_config(cfg: dict[str, Any], kind: str) -> Union[OpConfig, Rejected]:
     if not isinstance(layers, list) or len(layers) not in (1, sizes["n_layers"]):
         return Rejected("OP-CONFIG", "layers must be one policy, or one per layer")
     windows: list[int] = []
+    keeps: list[int] = []
     for entry in layers:
         if not isinstance(entry, dict):
             return Rejected("OP-CONFIG", f"a layer policy is {entry!r}")
@@ -77,6 +87,12 @@ def make_config(cfg: dict[str, Any], kind: str) -> Union[OpConfig, Rejected]:
                 (entry.get("kind") == "ring" and window < 1) or entry.get("kind") not in ("flat", "ring"):
             return Rejected("OP-CONFIG", f"layer policy {entry!r} is not flat (window 0) or ring (window >= 1)")
         windows.append(window)
+        keep = entry.get("keep", 0)
+        if not _is_int(keep) or not 0 <= keep < max(window, 1) or (keep and kind == CELL):
+            # OP-SINKS: keep >= window leaves no position for the window part; the cell cache has no sinks
+            return Rejected("OP-CONFIG", f"layer policy {entry!r}: keep must be an int in [0, window) on a ring "
+                                         "layer (0 on a flat one)", case="keep")
+        keeps.append(keep)
     if kind == CELL and sizes["batch_size"] != 1:
         return Rejected("OP-BATCH", "a cell cache needs batch_size 1")
     if cfg.get("sizing", "dynamic") not in ("dynamic", "static"):
@@ -86,9 +102,11 @@ def make_config(cfg: dict[str, Any], kind: str) -> Union[OpConfig, Rejected]:
         return Rejected("OP-CONFIG", f"max_write must be null or an int >= 1, got {max_write!r}")
     n_layers = sizes["n_layers"]
     windows = windows * n_layers if len(windows) == 1 else windows
+    keeps = keeps * n_layers if len(keeps) == 1 else keeps
     return OpConfig(kind, n_layers, tuple(windows), sizes["n_kv_heads"], sizes["head_dim"], sizes["v_head_dim"],
                     sizes["capacity"], sizes["batch_size"],
-                    max_write if kind == CONTIGUOUS and any(windows) else None)   # cells have no rings to bound
+                    max_write if kind == CONTIGUOUS and any(windows) else None,   # cells have no rings to bound
+                    tuple(keeps) if any(keeps) else ())
 
 
 @dataclass
@@ -123,6 +141,8 @@ class OpModel:
         self.step: Optional[Step] = None
         self.dropped_declaration = False   # the last verb dropped a declaration no layer had used
         self.abandoned = 0   # steps abandoned partway (a target without the `steps` feature is not judged past one)
+        # OP-TRIM: per layer, the floor F: a ring layer may have dropped its positions below F (its sinks aside)
+        self.floors = [0] * cfg.n_layers
 
     def snapshot(self) -> "OpModel":
         """A copy of the state (a call refused that the model served is followed from the state before it)."""
@@ -130,6 +150,7 @@ class OpModel:
         copy.held = {seq: dict(tokens) for seq, tokens in self.held.items()}
         copy.step = None if self.step is None else replace(self.step, served=set(self.step.served))
         copy.dropped_declaration, copy.abandoned = self.dropped_declaration, self.abandoned
+        copy.floors = list(self.floors)
         return copy
 
     # --- observations ------------------------------------------------------------------------------
@@ -171,6 +192,35 @@ class OpModel:
     # --- verbs -------------------------------------------------------------------------------------
     def reset(self) -> None:
         self.held, self.step, self.dropped_declaration = {}, None, False
+        self.floors = [0] * self.cfg.n_layers
+
+    def trim(self, n: Any) -> Optional[Rejected]:
+        """Contiguous: drop the newest n tokens of every layer (OP-TRIM). An open step is abandoned first
+        (OP-STEP); n counts the tokens held before it. Refused when a ring layer may have dropped a position
+        the next query (at L - n) attends."""
+        if not _is_int(n):
+            return Rejected("OP-TRIM", f"n {n!r} is not an int", case="n type")
+        held = len(self.held.get(0, {}))
+        if not 0 <= n <= held:
+            return Rejected("OP-TRIM", f"n {n} is not in [0, {held}]: the tokens held",
+                            case="n negative" if n < 0 else "n above held")
+        end = held - n
+        for layer in range(self.cfg.n_layers):
+            first = self.first_attended(layer, end)
+            if first < end and first < self.floors[layer]:
+                return Rejected("OP-TRIM", f"layer {layer} (window {self.cfg.windows[layer]}, keep "
+                                           f"{self.cfg.keep(layer)}) may have dropped position {first}, which the "
+                                           f"query at {end} attends (its floor is {self.floors[layer]})",
+                                case="ring dropped")
+        self._abandon()
+        self.held = {0: {uid: pos for uid, pos in self.held.get(0, {}).items() if pos < end}} if end else {}
+        self.floors = [min(floor, end) for floor in self.floors]
+        return None
+
+    def first_attended(self, layer: int, position: int) -> int:
+        """The oldest position past the sinks that a query at `position` attends on `layer` (OP-SINKS)."""
+        window, keep = self.cfg.windows[layer], self.cfg.keep(layer)
+        return 0 if window == 0 else max(keep, position - (window - keep) + 1)
 
     def begin_step(self, seq_ids: Any) -> Optional[Rejected]:
         """Cell: declare the owner of each token of the next forward (OP-STEP, OP-CAP)."""
@@ -316,12 +366,15 @@ class OpModel:
         if positions != tuple(range(held, held + len(positions))):
             return Rejected("OP-POS", f"positions {list(positions)} do not continue the history of {held} tokens",
                             "positions")
-        if held + len(positions) > self.cfg.capacity:
+        if self.cfg.bounded and held + len(positions) > self.cfg.capacity:
             return Rejected("OP-CAP", f"{held} + {len(positions)} tokens exceed capacity {self.cfg.capacity}")
         if self.cfg.max_write is not None and len(positions) > self.cfg.max_write:
             return Rejected("OP-MAX-WRITE", f"a step of {len(positions)} tokens, max_write {self.cfg.max_write}")
         self._abandon()
         self.step = Step((0,) * len(positions))
+        end = positions[-1] + 1   # OP-TRIM: a step begun moves every ring layer's floor (it may overwrite rows)
+        self.floors = [max(floor, end - self.cfg.retained(l)) if self.cfg.windows[l] else floor
+                       for l, floor in enumerate(self.floors)]
         return self._serve(layer, positions, uids)
 
     def _serve(self, layer: int, positions: tuple[int, ...], uids: tuple[int, ...]) -> Attends:
@@ -331,12 +384,14 @@ class OpModel:
             step.positions = positions
             step.uids = uids[:len(positions)]
         step.served.add(layer)
-        window = self.cfg.windows[layer]
+        window, keep = self.cfg.windows[layer], self.cfg.keep(layer)
         attends: Attends = []
         for seq, pos in zip(step.seqs, positions):
-            seen = [uid for uid, q in self.held.get(seq, {}).items() if q <= pos and (window == 0 or q > pos - window)]
+            # OP-ATTEND, OP-SINKS: the window's newest w - k positions, and the first k
+            seen = [uid for uid, q in self.held.get(seq, {}).items()
+                    if q <= pos and (window == 0 or q < keep or q > pos - (window - keep))]
             seen += [uid for s, q, uid in zip(step.seqs, positions, step.uids)
-                     if s == seq and q <= pos and (window == 0 or q > pos - window)]
+                     if s == seq and q <= pos and (window == 0 or q < keep or q > pos - (window - keep))]
             attends.append(sorted(seen))
         if len(step.served) == self.cfg.n_layers:
             self._commit()

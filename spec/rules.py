@@ -124,7 +124,8 @@ RULES: tuple[Rule, ...] = (
     # --- conformance scope
     Rule("SCOPE-BORDER",
          "An implementation that declares a partial scope (layer kinds, the max_write field, one fixed max_seqs "
-         "for a cell cache) refuses at creation every valid configuration outside it.",
+         "for a cell cache, the narrowest width min_head_dim of an op target) refuses at creation every valid "
+         "configuration outside it, but a lazy-shapes target those outside by their sizes alone.",
          "A flat-only cache that accepts a sliding-window layer and serves it as full history gives silently "
          "wrong attention; a refusal at build time is loud and costs nothing."),
     # --- the cell layout (many sequences over one pool of per-token cells; spec/cell_model.py)
@@ -257,7 +258,8 @@ OP_RULES: tuple[Rule, ...] = (
          "A query of sequence s at position p on layer l with window w (0 = flat) attends exactly the tokens s holds "
          "on layer l at positions q <= p (and q > p - w when windowed), each once, with the K and the V written for "
          "that token on that layer; nothing of another sequence, nothing removed, nothing never written on l. With "
-         "batch_size B > 1 (contiguous) batch row b attends only rows written for batch row b.",
+         "batch_size B > 1 (contiguous) batch row b attends only rows written for batch row b. A target declaring "
+         "lossy=<tol> (section 8.7) may hold K and V that differ from what was written by up to tol.",
          "This is what attention needs; every other OP- rule exists to make it true or to refuse what would break it.",
          "A query that sees another sequence's token, a removed token, a token twice, or a row never written."),
     Rule("OP-MASK",
@@ -274,7 +276,8 @@ OP_RULES: tuple[Rule, ...] = (
          "k is [B, Hkv, q_len, D], v [B, Hkv, q_len, Dv], both floating-point, position [q_len, 1] integers; B == "
          "batch_size, Hkv == "
          "n_kv_heads, D == head_dim, Dv == v_head_dim; q_len >= 1 and equal across k, v and position; layer_id is an "
-         "int (not bool) in [0, n_layers).",
+         "int (not bool) in [0, n_layers). A target declaring trusted-args (section 8.7) is sent no call that "
+         "breaks this and does not owe its refusal.",
          "A shape the cache does not check is silently broadcast or truncated into the history.",
          "A step whose K, V and positions disagree in length; an MLA value of the key's width."),
     Rule("OP-POS",
@@ -302,8 +305,9 @@ OP_RULES: tuple[Rule, ...] = (
          "Eviction and truncation are per sequence; a shared prefix belongs to every sequence holding it.",
          "A removal that frees a cell another sequence still attends."),
     Rule("OP-CAP",
-         "Contiguous: tokens held + q_len <= capacity, refused otherwise (STATIC and DYNAMIC agree). Cell: begin_step "
-         "refuses more tokens than free cells.",
+         "Contiguous: tokens held + q_len <= capacity, refused otherwise (STATIC and DYNAMIC agree); a target declaring "
+         "unbounded (section 8.7) has no capacity and serves every such step. Cell: begin_step refuses more tokens "
+         "than free cells.",
          "The cache bounds hard at capacity; admission is decided before anything is written.",
          "A step that overflows after writing part of its rows."),
     Rule("OP-BATCH",
@@ -319,7 +323,8 @@ OP_RULES: tuple[Rule, ...] = (
          "K grown by a step whose V was refused; cells claimed by a step that then failed."),
     Rule("OP-CONFIG",
          "capacity > 0, n_layers > 0, layers of size 1 or n_layers, policies valid, n_kv_heads, head_dim, v_head_dim "
-         ">= 1, batch_size >= 1, every size an int (not bool).",
+         ">= 1, batch_size >= 1, every size an int (not bool). A target declaring lazy-shapes (section 8.7) is given "
+         "no sizes and owes no refusal of them; one declaring unbounded owes none of the capacity.",
          "A cache built from a nonsensical config fails later, far from the cause.",
          "A zero-layer or zero-head cache that accepts steps it cannot serve."),
     Rule("OP-MAX-WRITE",
@@ -328,6 +333,27 @@ OP_RULES: tuple[Rule, ...] = (
          "A runtime cache keeps a ring of window + max_write - 1 rows per ring layer (upstream's MLX runtime), so a "
          "longer step would overwrite rows its own queries read; the runner chunks prefill to fit.",
          "A step longer than max_write served into a ring that cannot hold it; an exact fit refused."),
+    Rule("OP-SINKS",
+         "A ring layer of window w with keep k (an int in [0, w); absent = 0) is what one query attends: the query at "
+         "position p attends exactly the positions q <= p with q < k or q > p - (w - k) (the first k are sinks, kept "
+         "for every query); a config with keep >= w, keep < 0, a keep that is not an int, or a keep on a flat layer is "
+         "refused.",
+         "StreamingLLM's attention sinks (mlx-lm's RotatingKVCache(max_size=w, keep=k)): the first tokens carry "
+         "attention mass a plain window drops; at keep >= w no new token would ever be attended.",
+         "Sinks dropped by a multi-token step; a keep at or above the window served, every decoded token written "
+         "where no query attends it."),
+    Rule("OP-TRIM",
+         "Contiguous: trim(n), n an int (not bool) in [0, held], drops the newest n tokens of every layer (held "
+         "goes from L to L - n; an open step is abandoned first, and held is the tokens before it). It is refused, "
+         "changing nothing, when a ring layer may have dropped a position the query at L - n would attend: each "
+         "ring layer of window w, keep k retains at least its sinks and the positions >= its floor F, where F "
+         "starts at 0, becomes max(F, end - (w - k - 1 + max_write)) (max_write null counts 0) when a step ending "
+         "at end is served on it, and min(F, L - n) at a trim; the trim is owed iff every position in "
+         "[max(k, L - n - (w - k) + 1), L - n) is >= F on every ring layer.",
+         "Speculative decoding rolls back its rejected draft tokens (HF's crop, mlx-lm's trim); a ring that has "
+         "overwritten a row the next query attends cannot give it back, and says so (mlx-lm's is_trimmable).",
+         "A trim that only lowers the length (the rows come back); a trim past a wrapped ring that then serves "
+         "overwritten rows; a negative trim that grows the cache over rows never written."),
 )
 RULES = RULES + OP_RULES
 

@@ -54,6 +54,9 @@ class _Base:
             if type(entry["window"]) is not int or (entry["kind"], entry["window"] > 0) not in (("flat", False),
                                                                                                 ("ring", True)):
                 raise StandinError(f"policy {entry}")
+            keep = entry.get("keep", 0)   # sinks: a ring's first positions, below its window; no cell sinks
+            if type(keep) is not int or not 0 <= keep < max(entry["window"], 1) or keep and self.cell:
+                raise StandinError(f"keep {keep!r}")
         max_write = cfg.get("max_write")
         if max_write is not None and (type(max_write) is not int or max_write < 1):
             raise StandinError(f"max_write {max_write!r}")
@@ -63,6 +66,8 @@ class _Base:
             raise StandinError("batch_size")
         self.cfg = cfg
         self.windows = [e["window"] for e in (layers * cfg["n_layers"] if len(layers) == 1 else layers)]
+        self.keeps = [e.get("keep", 0) for e in (layers * cfg["n_layers"] if len(layers) == 1 else layers)]
+        self.floors = [0] * cfg["n_layers"]   # trim: a ring layer may have dropped its positions below (sinks aside)
         self.tokens: list[Token] = []
         self.step: Optional[dict[str, Any]] = None   # {"seqs", "positions", "tokens", "served"}
 
@@ -87,12 +92,13 @@ class _Base:
         self.step = None
 
     def _visible(self, layer: int, seq_of: list[int], positions: list[int]) -> np.ndarray:
-        window = self.windows[layer]
+        window, keep = self.windows[layer], self.keeps[layer]
         rows = [t for t in self.tokens if layer in t.k]
         mask = np.zeros((len(positions), len(rows)), dtype=bool)
         for i, (s, p) in enumerate(zip(seq_of, positions)):
             for j, t in enumerate(rows):
-                mask[i, j] = s in t.owners and t.pos <= p and (window == 0 or t.pos > p - window)
+                mask[i, j] = s in t.owners and t.pos <= p and (window == 0 or t.pos < keep or
+                                                                 t.pos > p - (window - keep))
         return mask
 
     def _answer(self, layer: int, seq_of: list[int], positions: list[int]) -> tuple[np.ndarray, np.ndarray, Spec]:
@@ -114,9 +120,12 @@ class _Base:
 
     def reset(self) -> None:
         self.tokens, self.step = [], None
+        self.floors = [0] * self.cfg["n_layers"]
 
 
 class ContiguousStandin(_Base):
+    bounded = True   # refuses a step past the capacity (OP-CAP); False: grows without bound
+
     def used(self, layer_id: int) -> int:
         return sum(1 for t in self.tokens if layer_id in t.k)
 
@@ -130,18 +139,35 @@ class ContiguousStandin(_Base):
         else:
             if positions != list(range(len(committed), len(committed) + len(positions))):
                 raise StandinError("positions do not continue the history")
-            if len(committed) + len(positions) > self.cfg["capacity"]:
+            if self.bounded and len(committed) + len(positions) > self.cfg["capacity"]:
                 raise StandinError("capacity")
             max_write = self.cfg.get("max_write")
             if max_write is not None and any(self.windows) and len(positions) > max_write:
                 raise StandinError("max_write")
             self._abandon()
+            lag = [w - keep - 1 + (max_write or 0) for w, keep in zip(self.windows, self.keeps)]
+            self.floors = [max(f, positions[-1] + 1 - d) if w else f for f, d, w in zip(self.floors, lag, self.windows)]
             tokens = [Token(p, {0}) for p in positions]
             self.tokens += tokens
             self.step = {"seqs": [0] * len(positions), "positions": positions, "tokens": tokens, "served": set()}
         seqs = list(self.step["seqs"])   # type: ignore[index]
         self._write(layer, tokens, k, v)
         return self._answer(layer, seqs, positions)
+
+    def trim(self, n: Any) -> None:
+        """Drop the newest n whole-step tokens (an open step goes first); refused where a ring layer may have
+        overwritten a position the query at the new length attends."""
+        held = len([t for t in self.tokens if not self.step or t not in self.step["tokens"]])
+        if type(n) is not int or not 0 <= n <= held:
+            raise StandinError(f"trim {n!r} of {held}")
+        end = held - n
+        for w, keep, floor in zip(self.windows, self.keeps, self.floors):
+            oldest = max(keep, end - (w - keep) + 1)
+            if w and oldest < end and oldest < floor:
+                raise StandinError(f"trim to {end}: position {oldest} may be overwritten (floor {floor})")
+        self._abandon()
+        self.tokens = [t for t in self.tokens if t.pos < end]
+        self.floors = [min(f, end) for f in self.floors]
 
 
 ContiguousStandin.kvcache_layout = "op-contiguous"   # type: ignore[attr-defined]
@@ -347,6 +373,160 @@ class ContiguousServesEmptyStep(ContiguousStandin):
         return super().update_and_fetch(layer_id, k, v, position)
 
 
+# --- issue 33: caches shaped like the field's, each declaring the relaxation it needs (SPEC 8.7) -------
+
+class _WindowOffByOne:
+    """A planted defect: a ring window that keeps one position too many (OP-ATTEND)."""
+    windows: list[int]
+
+    def _visible(self, layer: int, seq_of: list[int], positions: list[int]) -> np.ndarray:
+        saved = self.windows[layer]
+        self.windows[layer] = saved + 1 if saved else 0
+        try:
+            return super()._visible(layer, seq_of, positions)   # type: ignore[misc]
+        finally:
+            self.windows[layer] = saved
+
+
+class ContiguousTrusting(ContiguousStandin):
+    """Validates nothing of a call, as a cache whose only caller is model code (HF's `update`, mlx-lm's
+    `update_and_fetch`): layer ids index as Python does (-1 is the last layer, True layer 1), K and V are
+    stored as they come. Declares `trusted-args`."""
+
+    def _check_arrays(self, layer_id: Any, k: Any, v: Any, position: Any) -> tuple[int, list[int]]:
+        layer = range(self.cfg["n_layers"])[layer_id]
+        return layer, [int(p) for p in np.asarray(position).reshape(-1).tolist()]
+
+
+class ContiguousGrowing(ContiguousStandin):
+    """No capacity: every step is served, as HF's DynamicCache and mlx-lm's KVCache grow. Declares
+    `unbounded`."""
+    bounded = False
+
+
+SIZES = ("n_kv_heads", "head_dim", "v_head_dim", "batch_size")
+
+
+class ContiguousLazy(ContiguousStandin):
+    """Knows no sizes until its first update: K and V of that update set batch, heads and the widths, and
+    every later update must have them (as HF's lazily initialised layers and mlx-lm's caches). Declares
+    `lazy-shapes`: the config it gets has no sizes (given some, it ignores them)."""
+
+    def __init__(self, cfg: dict[str, Any]) -> None:
+        super().__init__({**cfg, **{key: 1 for key in SIZES}})
+        self.learnt = False
+
+    def update_and_fetch(self, layer_id: Any, k: Any, v: Any, position: Any) -> Any:
+        if not self.learnt:
+            k_shape, v_shape = np.shape(k), np.shape(v)
+            if len(k_shape) != 4 or len(v_shape) != 4 or k_shape[:3] != v_shape[:3] or 0 in k_shape + v_shape:
+                raise StandinError(f"k {k_shape} / v {v_shape}: no shapes to learn")
+            self.cfg = {**self.cfg, "batch_size": k_shape[0], "n_kv_heads": k_shape[1], "head_dim": k_shape[3],
+                        "v_head_dim": v_shape[3]}
+            self.learnt = True
+        return super().update_and_fetch(layer_id, k, v, position)
+
+    def reset(self) -> None:
+        super().reset()
+        self.learnt = False
+
+
+def _quantized(values: Any) -> np.ndarray:
+    """4 bits per element over each row's own range (scale and offset kept in float32), as quantized caches
+    store K and V: an element is off by at most (max - min) / 30."""
+    x = np.asarray(values, dtype=np.float32)
+    low, high = x.min(axis=-1, keepdims=True), x.max(axis=-1, keepdims=True)
+    scale = np.where(high > low, (high - low) / 15, 1).astype(np.float32)
+    return (low + np.rint((x - low) / scale) * scale).astype(np.float32)
+
+
+class ContiguousQuantized(ContiguousStandin):
+    """Stores K and V quantized to 4 bits per element (a row of width 32 is off by up to 31/30), and serves
+    only widths of 32 and more (refused at creation below). Declares `lossy=1.5` and `min_head_dim=32`."""
+    narrowest = 32
+
+    def __init__(self, cfg: dict[str, Any]) -> None:
+        super().__init__(cfg)
+        if cfg["head_dim"] < self.narrowest or cfg["v_head_dim"] < self.narrowest:
+            raise StandinError(f"widths below {self.narrowest}: head_dim {cfg['head_dim']}, v_head_dim "
+                               f"{cfg['v_head_dim']}")
+
+    def _write(self, layer: int, tokens: list[Token], k: Any, v: Any) -> None:
+        super()._write(layer, tokens, _quantized(k), _quantized(v))
+
+
+class ContiguousRollsPastCapacity(ContiguousStandin):
+    """Accepts a step past the capacity (lenient OP-CAP) and keeps only the newest `capacity` tokens, so a
+    flat layer's query silently misses in-window tokens it accepted (as HF StaticCache's sliding layers
+    with a window above max_cache_len roll): wrong, by SAFE-OP-COMPLETE."""
+    bounded = False
+
+    def _write(self, layer: int, tokens: list[Token], k: Any, v: Any) -> None:
+        super()._write(layer, tokens, k, v)
+        while len(self.tokens) > self.cfg["capacity"]:
+            self.tokens.pop(0)
+
+
+class ContiguousGrowingRolls(ContiguousRollsPastCapacity):
+    """The same rolling, declared `unbounded`: the steps past the capacity are in scope, and wrong."""
+
+
+# --- issue 33: regression stand-ins for the suite's three false alarms -----------------------------------
+
+class ContiguousLaxCapBroadcastsWidth(ContiguousStandin):
+    """Two leniencies: past the capacity it grows (lenient OP-CAP, harmless), and a K of width 1 is broadcast
+    to the head width (lenient OP-ARGS, harmful: its rows are no token's). A break after both is the width's,
+    not the capacity's (the suite charged it to the earlier OP-CAP)."""
+    bounded = False
+
+    def update_and_fetch(self, layer_id: Any, k: Any, v: Any, position: Any) -> Any:
+        shape = np.shape(k)
+        if len(shape) == 4 and shape[3] == 1 and self.cfg["head_dim"] > 1:
+            k = np.broadcast_to(k, shape[:3] + (self.cfg["head_dim"],)).copy()
+        return super().update_and_fetch(layer_id, k, v, position)
+
+
+class ContiguousFloat16(ContiguousStandin):
+    """Stores K and V as float16, exact only up to 2048: wrong once labels pass it. A refused call before
+    that changes nothing - the suite charged the wrong answer to it (OP-ATOMIC) because the refused call
+    used up token numbers, so the program without it labelled every later token lower."""
+
+    def _write(self, layer: int, tokens: list[Token], k: Any, v: Any) -> None:
+        super()._write(layer, tokens, np.asarray(k).astype(np.float16), np.asarray(v).astype(np.float16))
+
+
+class ContiguousRefusalGrowsK(ContiguousStandin):
+    """A V it refuses after it appended the step's K (mlx-lm concatenates K, then V): K is one row longer
+    than V, unseen by `used` (it counts whole tokens), and the next answer's K and V differ in length, its
+    mask attending every K row. Past the capacity it grows (lenient OP-CAP): the suite charged the K/V
+    mismatch to that lenient step."""
+    bounded = False
+
+    def __init__(self, cfg: dict[str, Any]) -> None:
+        super().__init__(cfg)
+        self.extra_k: dict[int, list[np.ndarray]] = {}   # layer -> K rows whose V was refused
+
+    def update_and_fetch(self, layer_id: Any, k: Any, v: Any, position: Any) -> Any:
+        c = self.cfg
+        if type(layer_id) is int and 0 <= layer_id < c["n_layers"] and np.shape(k) == \
+                (c["batch_size"], c["n_kv_heads"], np.shape(position)[0], c["head_dim"]) and \
+                np.shape(v)[3:] != (c["v_head_dim"],):
+            self.extra_k.setdefault(layer_id, []).extend(np.asarray(k, dtype=np.float32)[:, :, i]
+                                                         for i in range(np.shape(k)[2]))
+            raise StandinError("v width")
+        k_hist, v_hist, spec = super().update_and_fetch(layer_id, k, v, position)
+        extra = self.extra_k.get(int(layer_id), [])
+        if extra:
+            k_hist = np.concatenate([k_hist, np.stack(extra, axis=2)], axis=2)
+            spec = Spec("EXPLICIT", np.concatenate([spec.mask, np.ones((spec.mask.shape[0], len(extra)), bool)],
+                                                   axis=1))   # the history is every K row
+        return k_hist, v_hist, spec
+
+    def reset(self) -> None:
+        super().reset()
+        self.extra_k = {}
+
+
 # --- issue 35: defects a smaller configuration than the suite's first shows (the shrinker must find it) ---
 
 class ContiguousRingOneTooWide(ContiguousStandin):
@@ -465,10 +645,12 @@ class ContiguousBroadcastsBatch(_Broadcasts):
         return k.shape[0] == v.shape[0] == 1 < self.cfg["batch_size"]
 
 
-def _factory(cls: type) -> Any:
+def _factory(cls: type, scope: Optional[list[str]] = None) -> Any:
     def make(cfg: dict[str, Any]) -> Any:
         return cls(cfg)
     make.kvcache_layout = cls.kvcache_layout   # type: ignore[attr-defined]
+    if scope is not None:
+        make.kvcache_scope = scope   # type: ignore[attr-defined]
     return make
 
 
@@ -483,6 +665,22 @@ contiguous_bool_layer = _factory(ContiguousBoolLayer)
 contiguous_reset_keeps_length = _factory(ContiguousResetKeepsLength)
 contiguous_refuses_exact_fit = _factory(ContiguousRefusesExactFit)
 contiguous_serves_empty_step = _factory(ContiguousServesEmptyStep)
+
+# issue 33: each declares its relaxation; the `_off_by_one` twins carry one planted defect besides; the
+# `_undeclared` ones are the same caches without the declaration (they must still fail)
+RELAXED = {"trusting": (ContiguousTrusting, ["trusted-args"]), "growing": (ContiguousGrowing, ["unbounded"]),
+           "lazy": (ContiguousLazy, ["lazy-shapes"]),
+           "quantized": (ContiguousQuantized, ["lossy=1.5", "min_head_dim=32"])}
+for _name, (_cls, _scope) in RELAXED.items():
+    _broken = type(f"{_cls.__name__}OffByOne", (_WindowOffByOne, _cls), {})
+    globals()[f"contiguous_{_name}"] = _factory(_cls, _scope)
+    globals()[f"contiguous_{_name}_off_by_one"] = _factory(_broken, _scope)
+    globals()[f"contiguous_{_name}_undeclared"] = _factory(_cls)
+contiguous_rolls_past_capacity = _factory(ContiguousRollsPastCapacity)
+contiguous_growing_rolls = _factory(ContiguousGrowingRolls, ["unbounded"])
+contiguous_lax_cap_broadcasts_width = _factory(ContiguousLaxCapBroadcastsWidth)
+contiguous_float16 = _factory(ContiguousFloat16)
+contiguous_refusal_grows_k = _factory(ContiguousRefusalGrowsK)
 contiguous_ring_one_too_wide = _factory(ContiguousRingOneTooWide)
 contiguous_reset_keeps_flat_rows = _factory(ContiguousResetKeepsFlatRows)
 contiguous_ignores_max_write = _factory(ContiguousIgnoresMaxWrite)

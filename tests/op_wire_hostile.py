@@ -62,7 +62,7 @@ def contiguous_without_positions(cfg: dict[str, Any]) -> Any:
 
 
 contiguous_without_positions.kvcache_layout = "op-contiguous"   # type: ignore[attr-defined]
-contiguous_without_positions.kvcache_scope = ("flat", "ring", "max_write", "batch", "mla", "steps")   # type: ignore[attr-defined]
+contiguous_without_positions.kvcache_scope = ("flat", "ring", "max_write", "batch", "mla", "steps", "trim", "sinks")   # type: ignore[attr-defined]
 
 
 def main() -> int:

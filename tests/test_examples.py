@@ -146,7 +146,8 @@ def test_the_op_skeleton_with_its_window_one_too_wide_is_not_conforming(tmp_path
 
 UNDECLARED_OP = ("from kvcache_spec.examples.tiny_op_cache import TinyOpCache\n"
                  "def make_op(config):\n"
-                 "    return TinyOpCache(config)\n")
+                 "    return TinyOpCache(config)\n"
+                 "make_op.kvcache_scope = TinyOpCache.kvcache_scope\n")
 HINT = ('it builds op-contiguous caches (update_and_fetch, used), not sequence ones: '
         'kvcache_layout = "op-contiguous" on the factory')
 

@@ -94,3 +94,21 @@ def test_mixed_kinds_are_refused() -> None:
     with pytest.raises(TypeError, match="OP-ARGS"):
         cache.update_and_fetch(0, torch.from_numpy(k), v, column([0]))
     assert cache._state() == before
+
+
+def test_torch_in_torch_out_with_sinks_and_a_trim() -> None:
+    """OP-SINKS, OP-TRIM with torch tensors: the same answers as numpy through a trim and past it."""
+    config = CacheConfig(n_layers=2, n_kv_heads=1, head_dim=2, capacity=12,
+                         layers=(LayerPolicy.ring(3, 1), LayerPolicy.flat()), max_write=2)
+    by_numpy, by_torch = ContiguousReferenceCache(config), ContiguousReferenceCache(config)
+    for start, q_len in ((0, 2), (2, 2), (4, 1), (3, 2)):   # after 5 tokens a trim of 2: the step at 3 follows
+        if start == 3:
+            by_numpy.trim(2)
+            by_torch.trim(2)
+        positions = list(range(start, start + q_len))
+        for layer in (0, 1):
+            k, v = labelled(positions, layer, 1, 1, 2, 2)
+            answer = by_numpy.update_and_fetch(layer, k, v, column(positions))
+            _same_answer(answer, by_torch.update_and_fetch(layer, torch.from_numpy(k), torch.from_numpy(v),
+                                                           torch.tensor(column(positions))))
+    assert by_numpy.used(0) == by_torch.used(0) == 5

@@ -178,8 +178,10 @@ def test_an_op_scope_without_positions_is_partial_in_the_report_and_in_the_hello
     sequence_whole = scopes.parse(["flat", "ring", "max_write"], "test")
     assert sequence_whole.full_for("sequence") and sequence_whole.full_for("cell")
     assert not sequence_whole.full_for("op-contiguous")
-    assert scopes.parse(["flat", "ring", "max_write", "batch", "mla", "positions", "steps"], "test").full_for(
-        "op-contiguous")
+    assert scopes.parse(["flat", "ring", "max_write", "batch", "mla", "positions", "steps", "trim", "sinks"],
+                        "test").full_for("op-contiguous")
+    assert not scopes.parse(["flat", "ring", "max_write", "batch", "mla", "positions", "steps"], "test").full_for(
+        "op-contiguous")   # nor without the additive features trim and sinks
     assert not scopes.parse(["flat", "ring", "max_write", "mla", "positions", "steps"], "test").full_for(
         "op-contiguous")   # batch 1 only is a partial scope too
     assert not scopes.parse(["flat", "ring", "mla", "positions", "steps"], "test").full_for("op-cell")
@@ -188,7 +190,8 @@ def test_an_op_scope_without_positions_is_partial_in_the_report_and_in_the_hello
     spec = "python:tests.op_wire_hostile:contiguous_without_positions"
     assert cli.main(["--target", spec, "--strict", "--json", str(tmp_path / "report.json")]) == 0
     verdict = capsys.readouterr().out.strip().splitlines()[-1]
-    assert verdict == "  CONFORMING (strict) within the scope flat,ring,max_write,batch,mla,steps only", verdict
+    assert verdict == "  CONFORMING (strict) within the scope flat,ring,max_write,batch,mla,steps,trim,sinks only", \
+        verdict
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["scope"]["full"] is False
     # OP-POS is not owed (only `positions` defines it: it was INCOMPLETE before), and no sequence
@@ -197,7 +200,8 @@ def test_an_op_scope_without_positions_is_partial_in_the_report_and_in_the_hello
     assert report["scope"]["unexercised"] == {"families": {}, "rules": [], "bug_classes": []}
     server = Server(spec)
     hello = server.handle({"id": 1, "method": "hello", "params": {"versions": [1]}})
-    assert hello is not None and hello["result"]["scope"] == ["flat", "ring", "max_write", "batch", "mla", "steps"]
+    assert hello is not None and hello["result"]["scope"] == ["flat", "ring", "max_write", "batch", "mla", "steps",
+                                                              "trim", "sinks"]
 
 
 def test_the_exhaustive_op_checker_takes_a_cmd_target(capsys: pytest.CaptureFixture[str]) -> None:

@@ -49,8 +49,10 @@ def to_kvcache(cfg: JsonConfig) -> Any:
 def describe(cfg: JsonConfig) -> str:
     """A short human name: 'cap 20, ring(4) x2, max_write 2' - with 'max_seqs 3' for a cell config
     (its max_seqs decides which ids exist: two configs differing only there are not one)."""
-    parts = [f"ring({entry.get('window')})" if entry.get("kind") == "ring" else str(entry.get("kind"))
-             for entry in cfg.get("layers", [])] or ["no layers"]
+    parts = [(f"ring({entry.get('window')}" + (f", keep {entry['keep']!r})" if "keep" in entry else ")")
+              if entry.get("kind") == "ring" else str(entry.get("kind")) + (f"(keep {entry['keep']!r})"
+                                                                            if "keep" in entry else ""))
+             for entry in cfg.get("layers", [])] or ["no layers"]   # an op ring's sinks (OP-SINKS)
     text = f"cap {cfg.get('capacity')!r}, " + "+".join(parts)
     if len(cfg.get("layers", [])) == 1 and cfg.get("n_layers", 1) != 1:
         text += f" x{cfg['n_layers']}"

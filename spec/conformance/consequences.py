@@ -83,6 +83,12 @@ SAFETY: tuple[Safety, ...] = (
            "V this very update_and_fetch wrote for it on this layer, batch row and head.",
            "A query's own token is always inside its window and its sequence; attention without it is wrong "
            "whatever came before (a reset that kept a stale length left a ring query attending nothing)."),
+    Safety("SAFE-OP-COMPLETE", "OP-ATTEND",
+           "(Op face) A query attends every token its sequence holds in its span (at a position not after its own, "
+           "inside its window) that every layer got from a well-formed update_and_fetch the target accepted, and "
+           "that no verb the target accepted removed since (the query's own call's tokens up to it included).",
+           "A cache that accepted a step owes every later query what it accepted: silently dropping an in-window "
+           "token (a ring that rolls past a bound it never refused) is wrong attention, whatever came before."),
     Safety("SAFE-OP-KEEP", "OP-ATTEND",
            "(Op face, cell cache) A forward never lowers the seq_len of a sequence with no token in it.",
            "A sequence's tokens are its own: a write of other sequences that takes one of its cells makes its "

@@ -28,10 +28,11 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Optional
 
-from ..arguments import of_face
+from ..arguments import Clause, of_face
 from ..rules import RULES
 from .configs import JsonConfig
-from .malform import CLAUSE_PREFIX, cases, config_cases
+from . import scope as scopes
+from .malform import CLAUSE_PREFIX, CONFIG, cases, config_cases, malformation
 
 # Rules no call on one cache's faces can observe, and why.
 OUT_OF_SCOPE: dict[str, str] = {
@@ -53,7 +54,17 @@ CONFIG_VALIDATION = ("CFG-TYPE", "CFG-CAPACITY", "CFG-LAYERS", "CFG-POLICY", "CF
 # owed. Measured: the op stand-ins without `positions` exercise no OP-POS; without `steps` or
 # `declarations` every rule is still exercised.
 FEATURE_RULES: dict[str, tuple[str, ...]] = {"positions": ("OP-POS",), "batch": ("OP-BATCH",),
-                                             "max_write": ("OP-MAX-WRITE",)}
+                                             "max_write": ("OP-MAX-WRITE",), "trim": ("OP-TRIM",),
+                                             "sinks": ("OP-SINKS",)}
+# A scope relaxation (scope.py; SPEC 8.7) -> the rules it leaves unowed, per op layout: `trusted-args` is
+# sent no malformed call (OP-ARGS has no other refusal), `unbounded` no capacity (a contiguous cache's
+# OP-CAP). A contiguous cache declaring both, and neither `positions`, `steps` nor `max_write`, is sent
+# no call the spec refuses at all: OP-ATOMIC has nothing to judge (RELAXED_ATOMIC).
+RELAXATION_RULES: dict[str, dict[str, tuple[str, ...]]] = {
+    "trusted-args": {"op-contiguous": ("OP-ARGS",), "op-cell": ("OP-ARGS",)},
+    "unbounded": {"op-contiguous": ("OP-CAP",)},
+}
+RELAXED_ATOMIC = (frozenset({"trusted-args", "unbounded"}), frozenset({"positions", "steps", "max_write"}))
 # An optional method -> the rule only it can show.
 OPTIONAL_RULES = {"depth": "DEPTH", "retained_from": "RETAINED"}
 
@@ -77,7 +88,7 @@ def _layout_rule(rule_id: str, layout: str) -> str:
     if layout.startswith("op-") or rule_id.startswith(OP_PREFIX):
         binds = layout.startswith("op-") == rule_id.startswith(OP_PREFIX) or rule_id == "SCOPE-BORDER"
         other_kind = layout == "op-contiguous" and rule_id in ("OP-FORK", "OP-RM") or \
-            layout == "op-cell" and rule_id == "OP-MAX-WRITE"   # cells have no rings to bound
+            layout == "op-cell" and rule_id in ("OP-MAX-WRITE", "OP-TRIM", "OP-SINKS")   # no rings to bound, trim, sinks
         if binds and other_kind:
             return f"a rule of the other op cache: this run drives the {layout} layout"
         return "" if binds else f"a rule of another face: this run drives the {layout} layout"
@@ -87,10 +98,23 @@ def _layout_rule(rule_id: str, layout: str) -> str:
     return "a rule of the cell layout: this run drives a sequence cache" if rule_id.startswith(CELL_PREFIX) else ""
 
 
+def _relaxed_rule(rule_id: str, layout: str, relaxed: frozenset[str], features: Optional[frozenset[str]]) -> str:
+    """Why a declared relaxation leaves the rule unowed ('' when it does not)."""
+    for name in sorted(relaxed):
+        if rule_id in RELAXATION_RULES.get(name, {}).get(layout, ()):
+            return f"the target's scope declares {name!r}: the rule is not owed"
+    needed, absent = RELAXED_ATOMIC
+    if rule_id == "OP-ATOMIC" and layout == "op-contiguous" and needed <= relaxed and \
+            features is not None and not features & absent:
+        return (f"the target's scope declares {', '.join(sorted(needed))} and leaves out {', '.join(sorted(absent))}: "
+                "no call it is sent is one the spec refuses")
+    return ""
+
+
 def in_scope(config_validation: bool, optional: frozenset[str], layout: str = "sequence",
-             features: Optional[frozenset[str]] = None) -> dict[str, str]:
+             features: Optional[frozenset[str]] = None, relaxed: frozenset[str] = frozenset()) -> dict[str, str]:
     """The rules a run must exercise -> '' ; the rules outside its scope -> why. `features`: the
-    target's declared scope (scope.py; None: every feature)."""
+    target's declared scope (scope.py; None: every feature); `relaxed`: its declared relaxations."""
     scope: dict[str, str] = {}
     for rule in RULES:
         left_out = [name for name, rules in FEATURE_RULES.items()
@@ -101,6 +125,8 @@ def in_scope(config_validation: bool, optional: frozenset[str], layout: str = "s
             scope[rule.id] = _layout_rule(rule.id, layout)
         elif left_out:
             scope[rule.id] = f"the target's scope leaves out {left_out[0]!r}: the op engine does not judge it"
+        elif _relaxed_rule(rule.id, layout, relaxed, features):
+            scope[rule.id] = _relaxed_rule(rule.id, layout, relaxed, features)
         elif rule.id in CONFIG_VALIDATION and not config_validation:
             scope[rule.id] = "config validation: a python: target gets a kvcache.CacheConfig, which validates itself"
         elif any(rule.id == shown and method not in optional for method, shown in OPTIONAL_RULES.items()):
@@ -111,13 +137,25 @@ def in_scope(config_validation: bool, optional: frozenset[str], layout: str = "s
     return scope
 
 
+def not_owed(clause: Clause, relaxed: frozenset[str]) -> str:
+    """The relaxation under which a configuration clause is not owed ('' when it is): a size a `lazy-shapes`
+    target is never given, the capacity an `unbounded` one may ignore (the op engine does not judge them)."""
+    if scopes.LAZY_SHAPES in relaxed and clause.argument in scopes.SIZE_KEYS:
+        return scopes.LAZY_SHAPES
+    if scopes.UNBOUNDED in relaxed and clause.argument == "capacity":
+        return scopes.UNBOUNDED
+    return ""
+
+
 def clause_scope(layout: str, scope: dict[str, str], optional: frozenset[str],
-                 features: Optional[frozenset[str]] = None,
+                 features: Optional[frozenset[str]] = None, relaxed: frozenset[str] = frozenset(),
                  configs: Optional[Iterable[JsonConfig]] = None) -> dict[str, str]:
-    """The argument cases (spec/arguments.py, derived by malform.py) a run must break -> '' ; the others ->
-    why: a case of a rule outside the scope, of a scope feature the target leaves out, of an optional
-    method the target does not have. Counted per case - each variant of a clause the run's configurations
-    derive (`configs`) - not per clause: a clause counts as broken only when every case of it was."""
+    """The argument and configuration cases (spec/arguments.py, derived by malform.py) a run must break ->
+    '' ; the others -> why: a case of a rule outside the scope, of a scope feature the target leaves out, of
+    an optional method the target does not have, a malformation a `trusted-args` target is never sent, a
+    configuration key a `lazy-shapes` target is not given or an `unbounded` one may ignore. Counted per case
+    - each variant of a clause the run's configurations derive (`configs`) - not per clause: a clause
+    counts as broken only when every case of it was."""
     out: dict[str, str] = {}
     derived = {case.name: case.clause for cfg in configs for case in cases(layout, cfg)} if configs is not None \
         else {clause.id: clause for clause in of_face(layout)}
@@ -126,6 +164,10 @@ def clause_scope(layout: str, scope: dict[str, str], optional: frozenset[str],
     for name, clause in sorted(derived.items()):
         if scope.get(clause.rule):
             out[name] = f"its rule {clause.rule} is out of scope: {scope[clause.rule]}"
+        elif "trusted-args" in relaxed and malformation(clause):
+            out[name] = "the target's scope declares 'trusted-args': no malformed call is sent"
+        elif clause.kind == CONFIG and not_owed(clause, relaxed):
+            out[name] = f"the target's scope declares {not_owed(clause, relaxed)!r}: this key is not owed"
         elif clause.feature and features is not None and clause.feature not in features:
             out[name] = f"the target's scope leaves out {clause.feature!r}: the op engine does not judge it"
         elif clause.call in OPTIONAL_RULES and clause.call not in optional:

@@ -22,7 +22,7 @@ from typing import Any, Callable, Optional
 
 from .configs import JsonConfig
 from .engine import RunResult, Step
-from .targets import FACE_METHODS, OPTIONAL_METHODS, PythonTarget, Target, TargetCrash
+from .targets import FACE_METHODS, FEATURE_METHODS, OPTIONAL_METHODS, PythonTarget, Target, TargetCrash
 
 RunProgram = Callable[..., RunResult]
 
@@ -97,7 +97,7 @@ def _faces(cache: Any) -> list[str]:
     """The layouts whose every method (but the optional ones) `cache` has."""
     return [name for name, methods in FACE_METHODS.items()
             if all(callable(getattr(cache, method, None)) for method in methods
-                   if method not in OPTIONAL_METHODS and method != "faces")]
+                   if method not in OPTIONAL_METHODS and method not in FEATURE_METHODS and method != "faces")]
 
 
 def layout_hint(target: Target) -> Optional[str]:

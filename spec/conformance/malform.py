@@ -201,9 +201,44 @@ def case_of(step: dict[str, Any]) -> Optional[Case]:
     return None if clause is None else Case(clause, str(step.get("variant", "")), q_len if type(q_len) is int else 1)
 
 
+def malformation(clause: Clause) -> bool:
+    """Whether breaking `clause` is a malformed call - a value no model code passes: a wrong shape, dtype or
+    rank, q_len 0, an id or an int out of its range, a position outside [0, 2**31 - 2] - rather than a call
+    the state refuses (positions that do not continue the history or repeat one, a step longer than
+    max_write) or an invalid configuration (OP-CONFIG stays owed). The scope relaxation `trusted-args`
+    (scope.py) leaves exactly these out."""
+    return clause.rule != "OP-MAX-WRITE" and clause.kind != CONFIG and \
+        not (clause.kind == POSITIONS and not clause.id.endswith(".range"))
+
+
+def sendable(program: list[dict[str, Any]], relaxed: frozenset[str]) -> list[dict[str, Any]]:
+    """The program as a target with these scope relaxations is sent it: under `trusted-args` no malformed
+    call (`malformation`); under `lazy-shapes` no call of a malformed shape (DIM, TENSOR) on a layer not
+    served since the cache was created or reset - its first update is where it learns its sizes."""
+    trusted, lazy = "trusted-args" in relaxed, "lazy-shapes" in relaxed
+    if not (trusted or lazy):
+        return program
+    out: list[dict[str, Any]] = []
+    served: set[Any] = set()
+    for step in program:
+        case = case_of(step)
+        if case is not None and trusted and malformation(case.clause):
+            continue
+        if step.get("op") == "reset":
+            served = set()
+        elif step.get("op") == "fetch":
+            if case is not None and lazy and case.clause.kind in (DIM, TENSOR) and step.get("layer") not in served:
+                continue
+            if case is None:
+                served.add(step.get("layer"))
+        out.append(step)
+    return out
+
+
 def faces() -> set[str]:
     return {face for clause in CLAUSES for face in clause.faces}
 
 
-__all__ = ["CLAUSE_PREFIX", "CONFIG", "MULTI_TOKEN", "Case", "DIM", "ID", "INT", "LIST", "POSITIONS", "TENSOR", "case_of", "cases", "config_case", "config_cases", "config_of", "dim_value", "op_base_config",
-           "dim_values", "id_value", "int_value", "malformed_positions", "sizes_of", "step_bound", "tokens_of"]
+__all__ = ["CLAUSE_PREFIX", "CONFIG", "MULTI_TOKEN", "Case", "DIM", "ID", "INT", "LIST", "POSITIONS", "TENSOR", "case_of",
+           "cases", "config_case", "config_cases", "config_of", "dim_value", "dim_values", "id_value", "int_value",
+           "malformation", "malformed_positions", "op_base_config", "sendable", "sizes_of", "step_bound", "tokens_of"]

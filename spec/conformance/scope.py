@@ -17,17 +17,35 @@ it another way (a sliding-window layer served as full history: silently wrong at
 `wrong` SCOPE-BORDER finding; one that accepts it and happens to answer as the spec is `lenient`
 (declare the feature, or refuse the configuration); one that dies on it is a `crash`.
 
+A feature above is *additive*: declaring it says the target implements that part, and a scope without it
+owes less. A **relaxation** has the other polarity: declaring it says the target owes less than the spec,
+and the whole spec (no declaration) declares none. The op face's relaxations (SPEC.md section 8.7):
+
+- `trusted-args`: the cache's caller is model code: the suite sends no malformed call (a clause of the
+  argument contract broken, spec/arguments.py) and OP-ARGS is not owed;
+- `unbounded` (contiguous): no capacity: steps past the config's capacity are served, OP-CAP is not owed;
+- `lazy-shapes`: sizes (n_kv_heads, head_dim, v_head_dim, batch_size) are learnt from the first update:
+  the config the target gets has none, each layer's first update is well-formed, OP-CONFIG for sizes is
+  not owed;
+- `lossy=<tol>`: stored K and V may differ from what was written by up to `tol` (a float > 0): rows are
+  read by nearest match;
+- `min_head_dim=<N>`: the target serves only head_dim and v_head_dim >= N: the suite drives a twin of
+  each narrower configuration with its widths raised to N (the originals lie outside the scope).
+
 Where a scope comes from (the first that applies):
 - the CLI: `kvcache conformance --scope flat` (or `flat,max_write`, `all`);
 - a `cmd:` target's `hello` answer: `"scope": ["flat"]` (spec/PROTOCOL.md, "Scope");
 - a `python:` target's factory attribute `kvcache_scope` (a list or tuple of feature names);
 - otherwise the whole spec: every feature (targets written before scopes existed).
-Unknown feature names in a declaration are ignored (a newer target talking to an older harness).
+Unknown feature names are an error on the CLI and in `kvcache_scope` (a typo must not silently widen
+what is owed); in a `cmd:` target's hello they are ignored and reported (a newer target talking to an
+older harness).
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Optional
@@ -53,14 +71,33 @@ OP_FEATURES: dict[str, str] = {
     "positions": "placing by the `position` argument (a cache that appends at its used length leaves it out)",
     "steps": "a forward as one step across layers (a cache of independent per-layer histories leaves it out)",
     "declarations": "a verb drops a begin_step declaration no layer has used yet (upstream's cell cache keeps it)",
+    # additive: the target implements them (absent: its programs send no trim, its configs carry no keep)
+    "trim": "the trim(n) verb: drop the newest n tokens of every layer (OP-TRIM)",
+    "sinks": "ring layers with attention sinks (a policy's keep > 0, OP-SINKS)",
 }
 EVERY_FEATURE: dict[str, str] = {**FEATURES, **OP_FEATURES}
+# Relaxations (SPEC.md section 8.7): the target owes LESS when it declares one; absent means owed. Not
+# members of EVERY_FEATURE: `all` (the whole spec) declares none of them.
+TRUSTED_ARGS, UNBOUNDED, LAZY_SHAPES, LOSSY, MIN_HEAD_DIM = \
+    "trusted-args", "unbounded", "lazy-shapes", "lossy", "min_head_dim"
+RELAXATIONS: dict[str, str] = {
+    TRUSTED_ARGS: "the caller is model code: no malformed call is sent, OP-ARGS is not owed",
+    UNBOUNDED: "no capacity (contiguous): steps past the config's capacity are served, OP-CAP is not owed",
+    LAZY_SHAPES: "sizes are learnt from the first update: the config carries none, OP-CONFIG for sizes is not owed",
+    LOSSY: "lossy=<tol>: stored K/V may differ from what was written by up to tol (a float > 0)",
+    MIN_HEAD_DIM: "min_head_dim=<N>: only head_dim and v_head_dim >= N are served (configs are drawn that wide)",
+}
+FLAG_RELAXATIONS = (TRUSTED_ARGS, UNBOUNDED, LAZY_SHAPES)   # the relaxations without a value
+# The configuration keys a lazy-shapes target is not given (the sizes it learns from the first update),
+# and the scope features a config needs by those sizes alone (it cannot refuse them at creation).
+SIZE_KEYS = ("n_kv_heads", "head_dim", "v_head_dim", "batch_size")
+SIZE_FEATURES = frozenset({"mla", "batch", MIN_HEAD_DIM})
 # The features that make up the whole of each layout's face: a scope holding them all is the whole spec
 # for that layout (an op target without `positions` is partial, a sequence target needs no `mla`).
 LAYOUT_FEATURES: dict[str, frozenset[str]] = {
     "sequence": frozenset(FEATURES),
     "cell": frozenset(FEATURES),
-    "op-contiguous": frozenset({"flat", "ring", "max_write", "batch", "mla", "positions", "steps"}),
+    "op-contiguous": frozenset({"flat", "ring", "max_write", "batch", "mla", "positions", "steps", "trim", "sinks"}),
     "op-cell": frozenset({"flat", "ring", "mla", "positions", "steps", "declarations"}),
 }
 
@@ -70,7 +107,13 @@ def features_per_layout() -> str:
     """Each layout's features, as `--scope` accepts them: 'sequence: flat, ring, max_write; cell: ...'."""
     return "; ".join(f"{layout}: " + ", ".join([name for name in EVERY_FEATURE if name in features]
                                                + ([f"{MAX_SEQS}=N"] if layout == "cell" else []))
-                     for layout, features in LAYOUT_FEATURES.items())
+                     for layout, features in LAYOUT_FEATURES.items()) + \
+        "; relaxations (op faces; declaring one owes less): " + ", ".join(relaxation_names())
+
+
+def relaxation_names() -> list[str]:
+    """The relaxations as a declaration spells them ('lossy=<tol>')."""
+    return [*FLAG_RELAXATIONS, f"{LOSSY}=<tol>", f"{MIN_HEAD_DIM}=<N>"]
 
 def needs(cfg: JsonConfig) -> frozenset[str]:
     """The features a (valid) configuration needs: its layer kinds, and max_write when it is set."""
@@ -82,6 +125,8 @@ def needs(cfg: JsonConfig) -> frozenset[str]:
         wanted.add("mla")
     if cfg.get("batch_size", 1) != 1:   # an op config's batch rows (absent from the other layouts' configs)
         wanted.add("batch")
+    if any(isinstance(entry, dict) and entry.get("keep", 0) != 0 for entry in cfg.get("layers", [])):
+        wanted.add("sinks")   # a ring with attention sinks (OP-SINKS)
     return frozenset(wanted)
 
 
@@ -101,29 +146,54 @@ class Scope:
     source: str = "not declared: the whole spec"
     ignored: tuple[str, ...] = ()   # unknown names in the declaration
     max_seqs: Optional[int] = None   # the one max_seqs served ("max_seqs=64"); None: every max_seqs
+    relaxed: frozenset[str] = frozenset()   # the FLAG_RELAXATIONS declared
+    lossy: Optional[float] = None            # lossy=<tol>: the tolerance on stored K/V; None: exact
+    min_head_dim: Optional[int] = None       # min_head_dim=<N>: the narrowest width served; None: every width
 
     def full_for(self, layout: str) -> bool:
-        """Whether the scope is the whole spec for `layout` (targets.LAYOUTS): every feature of its face."""
-        return self.features >= LAYOUT_FEATURES[layout] and self.max_seqs is None
+        """Whether the scope is the whole spec for `layout` (targets.LAYOUTS): every feature of its face,
+        and no relaxation."""
+        return self.features >= LAYOUT_FEATURES[layout] and self.max_seqs is None and not self.relaxations()
+
+    def relaxes(self, name: str) -> bool:
+        """Whether the scope declares the relaxation `name` (a FLAG_RELAXATIONS member, LOSSY or MIN_HEAD_DIM)."""
+        return name in self.relaxations()
+
+    def relaxations(self) -> frozenset[str]:
+        return self.relaxed | frozenset(name for name, value in ((LOSSY, self.lossy), (MIN_HEAD_DIM, self.min_head_dim))
+                                        if value is not None)
+
+    def narrow(self, cfg: JsonConfig) -> bool:
+        """A configuration narrower than the scope's min_head_dim (a width below N)."""
+        return self.min_head_dim is not None and any(
+            type(cfg.get(key)) is int and cfg[key] < self.min_head_dim for key in ("head_dim", "v_head_dim"))
 
     def missing(self, cfg: JsonConfig) -> frozenset[str]:
         """The features `cfg` needs that the scope leaves out (empty: the config is inside). A cell
-        config whose max_seqs is not the scope's fixed one misses "max_seqs"."""
+        config whose max_seqs is not the scope's fixed one misses "max_seqs"; one narrower than the
+        scope's min_head_dim misses "min_head_dim"."""
         other = self.max_seqs is not None and MAX_SEQS in cfg and not _same_int(cfg[MAX_SEQS], self.max_seqs)
-        return (needs(cfg) - self.features) | (frozenset({MAX_SEQS}) if other else frozenset())
+        return (needs(cfg) - self.features) | (frozenset({MAX_SEQS}) if other else frozenset()) | \
+            (frozenset({MIN_HEAD_DIM}) if self.narrow(cfg) else frozenset())
 
     def covers(self, cfg: JsonConfig) -> bool:
         return not self.missing(cfg)
 
     def names(self) -> list[str]:
         fixed = [] if self.max_seqs is None else [f"{MAX_SEQS}={self.max_seqs}"]
-        return [name for name in EVERY_FEATURE if name in self.features] + fixed
+        relaxed = [name for name in FLAG_RELAXATIONS if name in self.relaxed] + \
+            ([] if self.lossy is None else [f"{LOSSY}={self.lossy:g}"]) + \
+            ([] if self.min_head_dim is None else [f"{MIN_HEAD_DIM}={self.min_head_dim}"])
+        return [name for name in EVERY_FEATURE if name in self.features] + fixed + relaxed
 
     def family(self, cfg: JsonConfig) -> str:
         """The family a configuration outside the scope is listed under: its features, and its max_seqs
         when that is what puts it outside ('flat, max_seqs 3')."""
         name = family(cfg)
-        return name + (f", max_seqs {cfg[MAX_SEQS]!r}" if MAX_SEQS in self.missing(cfg) else "")
+        missing = self.missing(cfg)
+        return name + (f", max_seqs {cfg[MAX_SEQS]!r}" if MAX_SEQS in missing else "") + \
+            (f", head_dim {cfg.get('head_dim')!r} below {MIN_HEAD_DIM} {self.min_head_dim}"
+             if MIN_HEAD_DIM in missing else "")
 
     def __str__(self) -> str:
         return ",".join(self.names()) or "nothing"
@@ -145,6 +215,35 @@ def parse_text(text: str, source: str) -> Scope:
     return parse([part.strip() for part in text.split(",") if part.strip()], source)
 
 
+def _value_items(items: list[str], name: str) -> tuple[list[str], Optional[str]]:
+    """The items without `name=value` ones, and that value (one value only; a bare `name` is no value)."""
+    given = {item for item in items if item == name or item.startswith(name + "=")}
+    if not given:
+        return items, None
+    values = {item.split("=", 1)[1].strip() if "=" in item else "" for item in given}
+    if len(values) != 1 or "" in values:
+        raise ScopeError(f"{name} takes one value: {name}=<{'tol' if name == LOSSY else 'N'}>, got {sorted(given)}"[:200])
+    return [item for item in items if item not in given], values.pop()
+
+
+def _tolerance(text: str) -> float:
+    """lossy=<tol>: a finite float above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise ScopeError(f"{LOSSY}={text}: the tolerance is a finite number above 0 (lossy=0.5)"[:200])
+    return value
+
+
+def _min_head_dim(text: str) -> int:
+    """min_head_dim=<N>: an int >= 1."""
+    if not (text.isdigit() and text.isascii() and int(text) >= 1):
+        raise ScopeError(f"{MIN_HEAD_DIM}={text}: the narrowest width is an int >= 1 (min_head_dim=32)"[:200])
+    return int(text)
+
+
 def parse(value: Any, source: str) -> Scope:
     """A declared scope: a list (or tuple) of feature names; `all` stands for every feature, and
     `max_seqs=N` (N an int from 1 to 64) fixes the one max_seqs served.
@@ -161,10 +260,17 @@ def parse(value: Any, source: str) -> Scope:
     fixed = {item for item in items if item.startswith(MAX_SEQS + "=")}
     items = [item for item in items if item not in fixed]
     max_seqs = _fixed_max_seqs(fixed) if fixed else None
-    if "all" in items:
+    items, tolerance = _value_items(items, LOSSY)
+    items, narrowest = _value_items(items, MIN_HEAD_DIM)
+    relaxed = frozenset(item for item in items if item in FLAG_RELAXATIONS)
+    items = [item for item in items if item not in relaxed]
+    if "all" in items or (not items and (relaxed or tolerance is not None or narrowest is not None)):
+        # relaxations alone relax the whole spec: `--scope trusted-args` leaves out no feature
         items = [name for name in items if name != "all"] + list(EVERY_FEATURE)
     known = frozenset(item for item in items if item in EVERY_FEATURE)
-    return Scope(known, source, tuple(sorted({item for item in items if item not in EVERY_FEATURE})), max_seqs)
+    return Scope(known, source, tuple(sorted({item for item in items if item not in EVERY_FEATURE})), max_seqs,
+                 relaxed, None if tolerance is None else _tolerance(tolerance),
+                 None if narrowest is None else _min_head_dim(narrowest))
 
 
 def _fixed_max_seqs(items: set[str]) -> int:
@@ -181,7 +287,13 @@ def _fixed_max_seqs(items: set[str]) -> int:
 def from_factory(factory: Any) -> Scope:
     """A python: target's scope: its factory's `kvcache_scope` attribute, or the whole spec."""
     declared = getattr(factory, "kvcache_scope", None)
-    return FULL if declared is None else parse(declared, "the factory's kvcache_scope")
+    if declared is None:
+        return FULL
+    scope = parse(declared, "the factory's kvcache_scope")
+    if scope.ignored:   # a typo must not silently widen what the target owes (as on --scope)
+        raise ScopeError(f"unknown feature(s) {', '.join(scope.ignored)}; choose from all or, per layout, "
+                         f"{features_per_layout()}"[:400])
+    return scope
 
 
 def with_twins(configs: Iterable[JsonConfig], scope: Scope) -> tuple[JsonConfig, ...]:
@@ -191,14 +303,35 @@ def with_twins(configs: Iterable[JsonConfig], scope: Scope) -> tuple[JsonConfig,
     the suite has (capacity 1, window 1, broadcast, ...), not only over the configurations that happen
     to have 64 ids; the originals stay outside the scope, checked refused at creation."""
     configs = list(configs)
-    if scope.max_seqs is None:
+    if scope.max_seqs is None and scope.min_head_dim is None:
         return tuple(configs)
     out = list(configs)
     for cfg in configs:
-        twin = {**cfg, MAX_SEQS: scope.max_seqs}
-        if scope.missing(cfg) == {MAX_SEQS} and twin not in out:
+        missing = scope.missing(cfg)
+        if not missing or not missing <= {MAX_SEQS, MIN_HEAD_DIM}:
+            continue
+        twin = dict(cfg)
+        if MAX_SEQS in missing:
+            twin[MAX_SEQS] = scope.max_seqs
+        if MIN_HEAD_DIM in missing:
+            twin = widened(twin, scope.min_head_dim or 1)
+        if twin not in out:
             out.append(twin)
     return tuple(out)
+
+
+def widened(cfg: JsonConfig, narrowest: int) -> JsonConfig:
+    """The twin of an op configuration with its widths raised to `narrowest` (min_head_dim=N): head_dim
+    N at least, and a value width of its own kept apart (MLA: v_head_dim N + 1 where it was wider)."""
+    head: int = cfg["head_dim"]
+    value: int = cfg.get("v_head_dim", head)
+    new_head = max(head, narrowest)
+    new_value = new_head if value == head else max(value, narrowest)
+    if value != head and new_value == new_head:
+        new_value += 1
+    layers = [{**entry, "head_dim": new_head} if isinstance(entry, dict) and "head_dim" in entry else entry
+              for entry in cfg.get("layers", [])]
+    return {**cfg, "head_dim": new_head, "v_head_dim": new_value, "layers": layers}
 
 
 def split(configs: Iterable[JsonConfig], scope: Scope) -> tuple[list[JsonConfig], list[JsonConfig]]:
@@ -299,6 +432,8 @@ def summary(scope: Scope, configs: Iterable[JsonConfig], layout: str) -> dict[st
                               "configs_driven": len(inside), "configs_outside": len(outside)}
     if scope.max_seqs is not None:
         report["max_seqs"] = scope.max_seqs
+    if scope.relaxations():
+        report["relaxations"] = [name for name in scope.names() if name.split("=")[0] in RELAXATIONS]
     if scope.ignored:
         report["ignored_features"] = list(scope.ignored)
     if not full:
@@ -314,6 +449,9 @@ def notes(report: dict[str, Any]) -> list[str]:
     lines = [f"scope: [{','.join(report['features'])}] only ({report['source']}): "
              f"{report['configs_driven']} suite configurations driven, {report['configs_outside']} outside the "
              f"scope were only checked to be refused at creation ({BORDER_RULE})"]
+    if report.get("relaxations"):
+        lines.append(f"scope: relaxations declared ({', '.join(report['relaxations'])}): what they relax is not "
+                     "owed (SPEC.md section 8.7)")
     for name, described in left["families"].items():
         lines.append(f"scope: configuration family {name} not exercised: {'; '.join(described)}")
     if left["rules"]:

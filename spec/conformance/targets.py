@@ -178,12 +178,15 @@ FACE_METHODS: dict[str, dict[str, tuple[str, ...]]] = {
              "next_pos": ("seq_id",), "free_cells": (), "used_end": (), "live": (), "can_extend": ("n",),
              "capacity": (), "clear": (), "faces": ()},
     # the op face (spec/op_model.py; PROTOCOL.md, "Op-face targets"): upstream's method names, arguments in order
-    "op-contiguous": {"update_and_fetch": ("layer_id", "k", "v", "position"), "used": ("layer_id",), "reset": ()},
+    "op-contiguous": {"update_and_fetch": ("layer_id", "k", "v", "position"), "used": ("layer_id",), "reset": (),
+                      "trim": ("n",)},
     "op-cell": {"update_and_fetch": ("layer_id", "k", "v", "position"), "begin_step": ("seq_ids",),
                 "seq_cp": ("src", "dst", "upto"), "seq_rm": ("seq", "p0", "p1"), "seq_len": ("seq",),
                 "free_cells": (), "reset": ()},
 }
 OPTIONAL_PARAMS = ("upto", "p1")
+# The methods a scope feature adds (scope.py): called only on a target that declares the feature.
+FEATURE_METHODS = {"trim": "trim"}
 
 
 class Target(abc.ABC):

@@ -4,14 +4,14 @@ from typing import Any
 
 
 class TinyOpCache:   # one sequence; each layer keeps its whole history, a ring layer attends a window of it
-    kvcache_layout = "op-contiguous"   # the suite reads this: judge me as an op-face contiguous cache
+    kvcache_layout, kvcache_scope = "op-contiguous", "flat ring max_write batch mla positions steps".split()   # no trim
 
     def __init__(self, config: dict[str, Any]) -> None:   # the JSON config (SPEC.md 8.5): raise to refuse it
         sizes = [config[key] for key in ("capacity", "n_layers", "batch_size", "n_kv_heads", "head_dim", "v_head_dim")]
         layers, max_write = config["layers"], config["max_write"]   # max_write: None, or the longest step
         if not all(type(n) is int and n >= 1 for n in sizes + ([] if max_write is None else [max_write])) \
                 or len(layers) not in (1, sizes[1]) or not all(type(p["window"]) is int and p["window"] >= 0 and
-                    p["kind"] == ("ring" if p["window"] else "flat") for p in layers):
+                    p["kind"] == ("ring" if p["window"] else "flat") and not p.get("keep") for p in layers):
             raise ValueError(f"OP-CONFIG: {config}")   # a layer: {"kind": "flat", "window": 0} or a ring, window >= 1
         self.capacity, self.n_layers, self.shapes = sizes[0], sizes[1], [(*sizes[2:4], 0, d) for d in sizes[4:]]
         self.windows = [p["window"] or self.capacity for p in layers] * (self.n_layers // len(layers))   # flat: all

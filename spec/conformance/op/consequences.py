@@ -11,9 +11,9 @@ import numpy as np
 from ... import op_model
 from ..consequences import Consequences
 from ..engine import OVER_STRICT, Finding, Step
-from ..malform import POSITIONS, case_of, malformed_positions
+from ..malform import POSITIONS, case_of, int_value, malformed_positions
 from ..targets import Outcome
-from .engine import OpEngine, _row, allowed_rows, as_array
+from .engine import KV_LENGTHS, OpEngine, _row, allowed_rows, as_array
 from .engine import _show as _show_op
 
 
@@ -49,6 +49,11 @@ class OpConsequences(Consequences):
             if step.served:
                 self.wrote(list(step.seqs), list(step.positions), list(step.uids))
         self.lens: dict[int, int] = {seq: m.seq_len(seq) for seq in m.seqs_in_play()} if self.cell else {}
+        # SAFE-OP-COMPLETE: the tokens each sequence is owed - every layer served them in well-formed calls
+        # the target accepted, and nothing it accepted removed them since - and whether the step in progress
+        # is well-formed so far
+        self.owed: dict[Any, set[int]] = {seq: set(tokens) for seq, tokens in m.held.items()}
+        self.step_clean = True
         # a target whose scope leaves out `positions` does not read them: no position of its is judged
         self.judge_positions = "positions" in engine.scope_features()
 
@@ -73,7 +78,8 @@ class OpConsequences(Consequences):
         method, args, answer = self.call
         if method == "update_and_fetch" and self.engine.fetched is not None:
             positions, uids = self.engine.fetched
-            self.served_fetch(args["layer_id"], positions, uids, answer, _one_token_each(args, len(positions)))
+            self.served_fetch(args["layer_id"], positions, uids, answer, _one_token_each(args, len(positions)),
+                              _well_formed(self.engine, args, len(positions)))
         else:
             self.verb(method, args, answer)
 
@@ -81,6 +87,9 @@ class OpConsequences(Consequences):
         op = step["op"]
         if op == "fetch":
             self.fetch(step)
+            return
+        if op == "trim":
+            self.trim(step)
             return
         method, args = {"begin": ("begin_step", {"seq_ids": step.get("seqs")}),
                         "cp": ("seq_cp", {"src": step.get("src"), "dst": step.get("dst"), "upto": step.get("upto")}),
@@ -97,7 +106,67 @@ class OpConsequences(Consequences):
                 self.readable.setdefault(args["dst"], set()).update(self.readable.get(args["src"], set()))
             elif method == "reset":
                 self.readable, self.declared, self.step_positions, self.served = {}, [], None, set()
+            elif method == "trim":
+                self.trimmed(args["n"])
+            self.owed_after_verb(method, args)
         self.lens = self.seq_lens()
+
+    def trim(self, step: Step) -> None:
+        """trim(n), as the lockstep sends it (a target without the `trim` feature is sent none); a malformed
+        n is the lockstep's too (one more than the record holds)."""
+        if "trim" not in self.engine.scope_features():
+            return
+        n = step.get("n")
+        case = case_of(step)
+        if case is not None and case.clause.call == "trim":
+            n = int_value(case.clause, case.variant, above=len(self.committed()) + 1)
+        args = {"n": n}
+        self.steps.append({**step, "n": n})
+        self.verb("trim", args, self._ask("trim", args))
+
+    def committed(self) -> set[int]:
+        """The tokens the record holds past an open step (a contiguous cache's whole steps)."""
+        pending = set(self.step_uids) if self.step_positions is not None else set()
+        return {uid for uid in self.readable.get(0, set()) if uid not in pending}
+
+    def trimmed(self, n: Any) -> None:
+        """An accepted trim (OP-TRIM): the open step is gone, and so are the newest n tokens of the rest; a
+        query attending one of them later attends a token no sequence holds (SAFE-OP-ISOLATION). A trim of
+        no count the record can read (negative, not an int) removes nothing: what the target did then
+        shows in its later answers."""
+        kept = self.committed()
+        if type(n) is int and n >= 0:
+            end = len(kept) - n
+            kept = {uid for uid in kept if type(pos := self.position.get(uid)) is int and pos < end}
+        self.readable[0] = kept
+        self.step_positions, self.step_uids, self.served = None, [], set()
+
+    def owed_after_verb(self, method: str, args: dict[str, Any]) -> None:
+        """SAFE-OP-COMPLETE's record past an accepted verb: a fork owes dst what src is owed below upto, a
+        removal owes nothing in its range, a reset nothing at all; a verb whose arguments the harness cannot
+        read (a malformed one the target accepted) leaves its sequences owed nothing."""
+        if method == "reset":
+            self.owed = {}
+            return
+        if method == "trim":   # the tokens a trim dropped are owed no more; those it kept still are
+            self.owed[0] = self.owed.get(0, set()) & self.readable.get(0, set())
+            return
+        ints = [args.get(name) for name in ("seq", "p0", "src", "dst") if name in args]
+        bounds = [args.get(name) for name in ("p1", "upto") if name in args]
+        if not all(type(value) is int and value >= 0 for value in ints) or \
+                not all(value is None or type(value) is int for value in bounds):
+            for name in ("seq", "src", "dst"):
+                self.owed.pop(args.get(name), None)
+            return
+        if method == "seq_cp":
+            upto = args["upto"]
+            self.owed[args["dst"]] = {uid for uid in self.owed.get(args["src"], set())
+                                      if upto is None or _before(self.position.get(uid), upto)}
+        elif method == "seq_rm":
+            p0, p1 = args["p0"], args["p1"]
+            self.owed[args["seq"]] = {uid for uid in self.owed.get(args["seq"], set())
+                                      if not (type(pos := self.position.get(uid)) is int and pos >= p0
+                                              and (p1 is None or pos < p1))}
 
     def fetch(self, step: Step) -> None:
         engine, layer = self.engine, step.get("layer")
@@ -110,16 +179,20 @@ class OpConsequences(Consequences):
             positions = malformed_positions(case.variant, positions + [positions[-1] + 1], newest) or positions
             q = len(positions)
         continuing = self.step_positions is not None and layer not in self.served and positions == self.step_positions
+        before = (engine.next_uid, self.step_positions, self.step_uids, self.served, self.step_clean)
         if continuing:
             uids = list(self.step_uids)
         else:
             shapes = engine.shapes(q, case)
             uids = engine.fresh_uids(max([q] + [s[-2] for s in (shapes.k, shapes.v) if len(s) >= 2]))
-            self.step_positions, self.step_uids, self.served = positions, uids, set()
+            self.step_positions, self.step_uids, self.served, self.step_clean = positions, uids, set(), True
         args, _ = engine.arguments(layer, positions, uids, case)
         concrete: Step = {"op": "fetch", "layer": layer, "positions": positions, **(case.tag() if case else {})}
         self.steps.append(concrete)
-        self.served_fetch(layer, positions, uids[:q], self._ask("update_and_fetch", args), _one_token_each(args, q))
+        answer = self._ask("update_and_fetch", args)
+        if not answer.ok and not continuing:   # a refused call began no step and used up no token number
+            engine.next_uid, self.step_positions, self.step_uids, self.served, self.step_clean = before
+        self.served_fetch(layer, positions, uids[:q], answer, _one_token_each(args, q), _well_formed(engine, args, q))
 
     def finish(self) -> None:
         """Past a step served on some layers only: its other layers are served, as the runner's forward
@@ -145,19 +218,23 @@ class OpConsequences(Consequences):
         return out
 
     def served_fetch(self, layer: Any, positions: list[Any], uids: list[int], answer: Outcome,
-                     judged: bool = True) -> None:
-        """An update_and_fetch answered: its tokens are written; SAFE-OP-ISOLATION on its rows (when it
-        named a layer and its queries are its positions' tokens: `judged`), SAFE-OP-KEEP on the sequences
-        it has no token of."""
+                     judged: bool = True, well_formed: bool = False) -> None:
+        """An update_and_fetch answered: its tokens are written; SAFE-OP-ISOLATION and SAFE-OP-COMPLETE on
+        its rows (when it named a layer and its queries are its positions' tokens: `judged`), SAFE-OP-KEEP on
+        the sequences it has no token of."""
         if not answer.ok:
             self.lens = self.seq_lens()
             return
         seqs = self.seqs_of(len(uids))
         self.wrote(seqs, positions, uids)
+        self.step_clean = self.step_clean and well_formed
         if type(layer) is int and 0 <= layer < self.engine.mcfg.n_layers:
             self.served.add(layer)
             if judged:
-                self.isolation(layer, seqs, positions, uids, answer.value)
+                self.isolation(layer, seqs, positions, uids, answer.value, well_formed)
+            if len(self.served) == self.engine.mcfg.n_layers and self.step_clean:
+                for seq, uid in zip(seqs, uids):   # the step is on every layer: owed from now on
+                    self.owed.setdefault(seq, set()).add(uid)
         before, self.lens = self.lens, self.seq_lens()
         for seq, was in before.items():
             now = self.lens.get(seq)
@@ -172,7 +249,8 @@ class OpConsequences(Consequences):
         lens = {seq: self._int("seq_len", {"seq": seq}) for seq in seqs}
         return {seq: n for seq, n in lens.items() if n is not None}
 
-    def isolation(self, layer: int, seqs: list[Any], positions: list[Any], uids: list[int], value: Any) -> None:
+    def isolation(self, layer: int, seqs: list[Any], positions: list[Any], uids: list[int], value: Any,
+                  well_formed: bool = False) -> None:
         engine = self.engine
         k_value, v_value, spec = value   # a shape the driver cannot follow ends the drive, said in the report
         k_hist, v_hist = as_array(k_value), as_array(v_value)
@@ -180,6 +258,10 @@ class OpConsequences(Consequences):
         allowed = allowed_rows(spec, q, k_hist.shape[2])
         if isinstance(allowed, str):
             raise ValueError(allowed)
+        if v_hist.ndim == k_hist.ndim == 4 and v_hist.shape[2] != k_hist.shape[2] and allowed.any():
+            raise self._broken("SAFE-OP-ISOLATION", f"update_and_fetch on layer {layer} answered {KV_LENGTHS}: "
+                                                    f"k_hist {k_hist.shape[2]} rows, v_hist {v_hist.shape[2]}: an "
+                                                    "attended row's K has no V, or V another token's")
         for b in range(k_hist.shape[0]):
             for h in range(k_hist.shape[1]):
                 k_uids = engine.labels.uid_of(k_hist[b, h], layer, b, h, 0)
@@ -210,6 +292,40 @@ class OpConsequences(Consequences):
                         if self.judge_positions and type(pos) is int and type(own) is int and pos > own:
                             raise self._broken("SAFE-OP-ISOLATION", f"{where}: token {uid} at position {pos}, "
                                                                     "after the query's")
+                    if placed and i < len(uids):
+                        attended = {int(u) for u in k_uids[allowed[i]]}
+                        for uid in self.owed_to(layer, seqs, positions, uids if well_formed else [], i):
+                            if uid not in attended:
+                                raise self._broken("SAFE-OP-COMPLETE", f"query {i} (sequence {seqs[i]}, position "
+                                                                       f"{positions[i]}, batch {b}, head {h}) on "
+                                                                       f"layer {layer} does not attend token {uid} "
+                                                                       f"at position {self.position.get(uid)}: the "
+                                                                       "target accepted it, nothing removed it, and "
+                                                                       "it lies in the query's span")
+
+    def owed_to(self, layer: int, seqs: list[Any], positions: list[Any], uids: list[int], i: int) -> list[int]:
+        """SAFE-OP-COMPLETE: the tokens query i of a call must attend on `layer`, whatever came before - its
+        sequence's owed tokens and the call's own tokens up to it, at positions OP-POS allows in its span (not
+        after it, inside its window). Two such tokens at one position owe neither (a re-placed position the
+        target accepted: which one it keeps is not the harness's to say). Positions a target's scope does not read
+        (no `positions`) are not judged, but on a flat layer every earlier token is in the span."""
+        seq, own, window = seqs[i], positions[i], self.engine.mcfg.windows[layer]
+        keep = self.engine.mcfg.keep(layer)   # OP-SINKS: the first keep positions are in every span
+        if not self.judge_positions and window:
+            return []
+        mine = [uid for j, uid in enumerate(uids[:i + 1]) if seqs[j] == seq]
+        candidates = sorted(self.owed.get(seq, set()) | set(mine))
+        at: dict[Any, int] = {}
+        for uid in candidates:
+            at[self.position.get(uid)] = at.get(self.position.get(uid), 0) + 1
+        out = []
+        for uid in candidates:
+            pos = self.position.get(uid)
+            if type(pos) is not int or not 0 <= pos <= op_model.MAX_POSITION or at[pos] > 1:
+                continue   # a position OP-POS refuses (-1, a free-cell marker upstream) is no span's
+            if not self.judge_positions or (pos <= own and (window == 0 or pos > own - (window - keep) or pos < keep)):
+                out.append(uid)
+        return out
 
     def check_table(self, context: str) -> None:
         """Nothing more at the end: every answer was judged as it came."""
@@ -218,6 +334,21 @@ class OpConsequences(Consequences):
 def drive_on(engine: Any, program: list[Step], entry: Finding) -> None:
     """The engine's drive past a lenient or over-strict entry (engine.Drive)."""
     OpConsequences(engine, entry).drive(Consequences.rest(program, entry))
+
+
+def _before(pos: Any, upto: int) -> bool:
+    return type(pos) is int and pos < upto
+
+
+def _well_formed(engine: OpEngine, args: dict[str, Any], q: int) -> bool:
+    """Whether an update_and_fetch call is well-formed in its layer, K and V: a layer id in range, K and V of
+    the config's shapes and q tokens, float32 (its tokens are then owed to later queries: SAFE-OP-COMPLETE)."""
+    cfg = engine.mcfg
+    k, v = as_array(args["k"]), as_array(args["v"])
+    layer = args["layer_id"]
+    return type(layer) is int and 0 <= layer < cfg.n_layers and k.dtype == np.float32 and v.dtype == np.float32 \
+        and k.shape == (cfg.batch_size, cfg.n_kv_heads, q, cfg.head_dim) \
+        and v.shape == (cfg.batch_size, cfg.n_kv_heads, q, cfg.v_head_dim)
 
 
 def _one_token_each(args: dict[str, Any], q: int) -> bool:

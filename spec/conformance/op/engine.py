@@ -31,8 +31,8 @@ from ...rules import RULES
 from .. import scope as scopes
 from ..configs import JsonConfig, describe
 from ..engine import CRASH, LENIENT, OVER_STRICT, WRONG, Caller, Drive, Finding, RunResult, Step, Stop
-from ..malform import (CLAUSE_PREFIX, DIM, INT, POSITIONS, TENSOR, Case, case_of, config_case, dim_value,
-                       malformed_positions, sizes_of)
+from ..malform import (CLAUSE_PREFIX, DIM, ID, INT, POSITIONS, TENSOR, Case, case_of, config_case, dim_value,
+                       int_value, malformed_positions, sendable, sizes_of)
 from ..targets import Outcome, Target
 from ..wire import Unreadable
 
@@ -44,15 +44,23 @@ LABEL_LIMIT = 1 << 24   # float32 holds every integer below it exactly
 # What this process's op engines checked: queries (one per query token, batch row and head of an answer).
 # A measure for throughput (docs/upstream-findings.md), read by whoever runs the suite.
 CHECKED = {"queries": 0, "answers": 0}
+# The words a consequence names K and V of different lengths by (consequences.py): what a refused call left
+# behind is charged to it (`OpEngine._recharge`).
+KV_LENGTHS = "K and V of different lengths"
 
 
 class Labels:
-    """The label of each element: 1 + a mixed-radix number of (uid, layer, batch, head, dim, is_v)."""
+    """The label of each element: 1 + a mixed-radix number of (uid, layer, batch, head, is_v, dim).
 
-    def __init__(self, cfg: op_model.OpConfig) -> None:
+    The dim is the lowest digit, so two rows of different (token, layer, batch row, head, K or V) differ by
+    at least the row width W in every element: a row is read by exact match, or - for a target declaring
+    `lossy=<tol>` (SPEC 8.7) - by nearest match within tol."""
+
+    def __init__(self, cfg: op_model.OpConfig, tolerance: Optional[float] = None) -> None:
         # one more than each valid value, so a malformed step (a head too many, a wider V) still gets labels
         self.radix = (cfg.n_layers + 1, cfg.batch_size + 1, cfg.n_kv_heads + 1,
                       max(cfg.head_dim, cfg.v_head_dim) + 1)
+        self.tolerance = tolerance
 
     def array(self, uids: list[int], layer: int, shape: tuple[int, ...], is_v: int) -> np.ndarray:
         """[B, H, q, W] labels for the step's tokens `uids` (uid -1 pads a row past them)."""
@@ -61,18 +69,31 @@ class Labels:
         h = np.arange(shape[1]).reshape(1, -1, 1, 1) % H
         u = np.array([(uids[i] if i < len(uids) else -1) for i in range(shape[2])], dtype=np.int64).reshape(1, 1, -1, 1)
         d = np.arange(shape[3]).reshape(1, 1, 1, -1) % W
-        value = 1 + ((((u * L + layer % L) * B + b) * H + h) * W + d) * 2 + is_v
+        value = 1 + (((((u * L + layer % L) * B + b) * H + h) * 2 + is_v) * W + d)
         value = np.where(u < 0, 0, value)
         return value.astype(np.float32)
 
     def uid_of(self, values: np.ndarray, layer: int, b: int, h: int, is_v: int) -> np.ndarray:
-        """Per row of values [rows, W]: the uid whose full label vector it holds, or -1."""
+        """Per row of values [rows, W]: the uid whose full label vector it holds (within the tolerance, the
+        nearest), or -1."""
         L, B, H, W = self.radix
-        first = values[:, 0].astype(np.int64) - 1 if values.shape[1] else np.full(values.shape[0], -1)
-        uid = first // (2 * W * H * B * L)
-        expected = 1 + ((((uid.reshape(-1, 1) * L + layer) * B + b) * H + h) * W + np.arange(values.shape[1])) * 2 + is_v
-        ok = (uid >= 0) & np.all(values == expected.astype(np.float32), axis=1) & (values[:, 0] >= 1)
-        return np.where(ok, uid, -1)
+        if not values.shape[1]:
+            return np.full(values.shape[0], -1)
+        first = values[:, 0].astype(np.float64) - 1
+        guess = (np.rint(first / W).astype(np.int64) if self.tolerance is not None else
+                 first.astype(np.int64) // W) // (2 * H * B * L)
+        best, nearest = np.full(values.shape[0], -1), np.full(values.shape[0], np.inf)
+        for uid in ((guess - 1, guess, guess + 1) if self.tolerance is not None else (guess,)):
+            expected = 1 + (((((uid.reshape(-1, 1) * L + layer) * B + b) * H + h) * 2 + is_v) * W
+                            + np.arange(values.shape[1]))
+            if self.tolerance is None:
+                ok = (uid >= 0) & np.all(values == expected.astype(np.float32), axis=1) & (values[:, 0] >= 1)
+                return np.where(ok, uid, -1)
+            with np.errstate(invalid="ignore"):
+                distance = np.max(np.abs(values.astype(np.float64) - expected), axis=1)
+            closer = (uid >= 0) & (distance <= self.tolerance) & (distance < nearest)
+            best, nearest = np.where(closer, uid, best), np.where(closer, distance, nearest)
+        return best
 
 
 def as_array(value: Any) -> np.ndarray:
@@ -120,8 +141,12 @@ class OpEngine(Caller):
         self.rejected_config = made if isinstance(made, op_model.Rejected) else None
         self.mcfg = made if isinstance(made, op_model.OpConfig) else \
             op_model.OpConfig(kind, 1, (0,), 1, 1, 1, 1, 1)
+        self.relaxed = self.declared_scope().relaxations()   # the scope's relaxations (SPEC 8.7)
+        if scopes.UNBOUNDED in self.relaxed and kind == op_model.CONTIGUOUS:
+            self.mcfg = replace(self.mcfg, bounded=False)
         self.model = op_model.OpModel(self.mcfg)
-        self.labels = Labels(self.mcfg)
+        self.labels = Labels(self.mcfg, self.declared_scope().lossy)
+        self.rejudging = False   # a run that re-judges a consequence (`_recharged`): not re-judged again
         self.index = -1
         self.next_uid = 0
         self.refused_at: Optional[int] = None   # the step of the last refused call
@@ -137,8 +162,45 @@ class OpEngine(Caller):
     def show(self, args: dict[str, Any]) -> str:
         return _show(args)
 
+    def declared_scope(self) -> scopes.Scope:
+        """The scope the run judges by: the override (--scope), else the target's declaration."""
+        return self.scope or self.target.scope
+
     def scope_features(self) -> frozenset[str]:
-        return (self.scope or self.target.scope).features
+        return self.declared_scope().features
+
+    def _create(self, rule: str) -> Outcome:
+        """Create the cache. A target declaring `lazy-shapes` gets the config without the sizes it learns
+        from its first update (SPEC 8.7): what a library's own config holds."""
+        if scopes.LAZY_SHAPES not in self.relaxed:
+            return super()._create(rule)
+        full = self.cfg
+        self.cfg = {key: value for key, value in full.items() if key not in scopes.SIZE_KEYS}
+        if isinstance(self.cfg.get("layers"), list):
+            self.cfg["layers"] = [{key: value for key, value in entry.items() if key not in ("n_kv_heads", "head_dim")}
+                                  if isinstance(entry, dict) else entry for entry in self.cfg["layers"]]
+        try:
+            return super()._create(rule)
+        finally:
+            self.cfg = full
+
+    def _not_owed(self) -> str:
+        """Why creating this configuration is not judged under the declared relaxations ('' when it is): an
+        invalid config whose fault is only a size a lazy-shapes target never gets, or only the capacity an
+        unbounded one may ignore; a valid one outside the scope by its sizes alone, which a lazy-shapes
+        target cannot tell at creation (SCOPE-BORDER)."""
+        lazy, unbounded = scopes.LAZY_SHAPES in self.relaxed, scopes.UNBOUNDED in self.relaxed
+        if self.rejected_config is not None and (lazy or unbounded):
+            mended = {**self.cfg, **({key: 1 for key in scopes.SIZE_KEYS if key in self.cfg} if lazy else {}),
+                      **({"capacity": 1} if unbounded else {})}
+            if isinstance(op_model.make_config(mended, self.kind), op_model.OpConfig):
+                return (f"config validation of {self.rejected_config.why} not judged: the scope declares "
+                        f"{'lazy-shapes' if lazy else 'unbounded'}")
+        outside = self.declared_scope().missing(self.cfg)
+        if self.rejected_config is None and lazy and outside and outside <= scopes.SIZE_FEATURES:
+            return (f"{scopes.BORDER_RULE} of configurations outside the scope by their sizes alone "
+                    f"({', '.join(sorted(outside))}) not judged: a lazy-shapes target gets no sizes at creation")
+        return ""
 
     def _call(self, method: str, args: dict[str, Any], rule: str) -> Outcome:
         outcome = super()._call(method, args, rule)
@@ -148,11 +210,18 @@ class OpEngine(Caller):
 
     # --- creation ----------------------------------------------------------------------------------
     def start(self) -> bool:
-        """Create the cache; False when the program has nothing more to run (a config refused as it must be)."""
+        """Create the cache; False when the program has nothing more to run (a config refused as it must be,
+        or one the declared relaxations do not judge)."""
+        not_owed = self._not_owed()
+        if not_owed:
+            self.result.skipped.add(f"scope: {not_owed}")
+            return False
         created = self._create("OP-CONFIG")
         if self.rejected_config is not None:
             rule = self.rejected_config.rule
             self.result.exercised.add(rule)
+            if self.rejected_config.case == "keep":
+                self.result.exercised.add("OP-SINKS")
             case = config_case("op-" + self.kind, self.cfg)   # the configuration clause it breaks
             if created.ok:
                 raise self._fail(LENIENT, rule, f"create accepted a config the spec rejects ({rule}: "
@@ -196,6 +265,7 @@ class OpEngine(Caller):
 
     # --- the program -------------------------------------------------------------------------------
     def run(self, program: list[Step]) -> RunResult:
+        program = sendable(program, self.relaxed)   # the suite's own programs come filtered already
         self.program = program
         try:
             if self.start():
@@ -203,6 +273,8 @@ class OpEngine(Caller):
                     concrete = self.run_step(step)
                     if concrete is None:   # a step outside the declared scope: the rest is not judged
                         break
+                    if concrete is NOT_SENT:   # a verb of a feature outside the scope (trim): left out
+                        continue
                     self.result.steps.append(concrete)
         except _Unjudged:
             pass
@@ -214,10 +286,55 @@ class OpEngine(Caller):
             if entry.kind in (LENIENT, OVER_STRICT) and entry.step_index >= 0 and not self.nested \
                     and not self.outside and entry.step_index == len(self.result.steps) - 1:
                 self.drive_on(program, entry)
+                self._recharge(program, entry)
             self.result.finding = self._after_refusal(self.capacity_refusal(entry))
         if self.outside:
             self.result.finding = self.border_finding(self.result.finding, len(program))
         return self.result
+
+    # --- charging a consequence to the step that causes it -------------------------------------------
+    def _recharge(self, program: list[Step], entry: Finding) -> None:
+        """A consequence past `entry` (the drive's) is charged to the step that causes it, not to the entry
+        by default: K and V of different lengths that a refused call before the entry left are that call's
+        (wrong OP-ATOMIC), and a break that goes away once every later malformed step is made well-formed
+        is the later step's (the rerun without the entry reports it, past that step)."""
+        consequence = self.result.consequence
+        if consequence is None or self.rejudging:
+            return
+        refused = self.refused_at
+        if KV_LENGTHS in consequence.message and refused is not None and refused < entry.step_index:
+            without = self.program[:refused] + self.program[refused + 1:]
+            again = self._rejudge(without, entry.step_index - 1)
+            if again is None or KV_LENGTHS not in again.message:
+                self.result.consequence = Finding(
+                    WRONG, "OP-ATOMIC", f"the refused call of step {refused} left K and V of different lengths, "
+                    f"seen past the {entry.kind} {entry.rule} step {entry.step_index}: {consequence.message}",
+                    consequence.step_index)
+            return
+        rest = program[entry.step_index + 1:]
+        mended = [_well_formed_step(step, self.mcfg.n_layers) for step in rest]
+        if mended == rest:
+            return
+        again = self._rejudge(program[:entry.step_index + 1] + [step for step in mended if step is not None],
+                              entry.step_index)
+        if again is not None and (again.rule, again.safety) == (consequence.rule, consequence.safety):
+            return
+        self.result.skipped.add(f"consequences past a {consequence.after} step: a break that goes away once every "
+                                f"later malformed step is made well-formed is not charged to it (the later step's "
+                                f"own run reports it)")
+        self.result.consequence, self.result.consequence_steps = None, []
+
+    def _rejudge(self, program: list[Step], entry_index: int) -> Optional[Finding]:
+        """The consequence of `program` past its step `entry_index` (a second run, on a fresh cache, that
+        charges nothing further); None when that step is no lenient or over-strict entry there, or nothing
+        past it breaks."""
+        engine = OpEngine(self.target, self.cfg, self.kind, self.scope, drive=self.drive)
+        engine.rejudging = True
+        again = engine.run(program)
+        self.result.calls += again.calls
+        if again.finding is None or again.finding.step_index != entry_index:
+            return None
+        return again.consequence
 
     def _after_refusal(self, finding: Finding) -> Finding:
         """OP-ATOMIC: a finding on a call served after a refused one is the refusal's doing when the same
@@ -230,6 +347,11 @@ class OpEngine(Caller):
         again = OpEngine(self.target, self.cfg, self.kind, self.scope, nested=True).run(without)
         self.result.calls += again.calls
         if again.finding is not None:
+            return finding
+        # evidence that the refusal changed state: the same calls after it (positions and token numbers, as
+        # `fetch` keeps them: a refused call uses up none) answered otherwise than without it
+        after = [_sent(step) for step in self.result.steps[refused + 1:finding.step_index + 1]]
+        if after != [_sent(step) for step in again.steps[refused:]]:
             return finding
         return Finding(finding.kind, "OP-ATOMIC", f"{finding.message} - and without the refused call of step "
                                                   f"{refused} this call is served as the spec says: that refusal "
@@ -263,6 +385,8 @@ class OpEngine(Caller):
             self.model.reset()
             self._accepted("reset", {}, "OP-STEP")
             return dict(step)
+        if op == "trim":
+            return self.trim(step)
         verdicts = {"begin": ("begin_step", {"seq_ids": step.get("seqs")}, "OP-STEP"),
                     "cp": ("seq_cp", {"src": step.get("src"), "dst": step.get("dst"), "upto": step.get("upto")},
                            "OP-FORK"),
@@ -350,6 +474,32 @@ class OpEngine(Caller):
         self.observe(f"after the refused {method}({_show(args)}) (the target: {concrete['refused_with']})",
                      "OP-ATOMIC")
 
+    def trim(self, step: Step) -> Optional[Step]:
+        """trim(n) (OP-TRIM), sent only to a target whose scope has the `trim` feature: for another the
+        step is left out of the program (it means nothing to that target), said in the skipped notes."""
+        if "trim" not in self.scope_features() or self.kind != op_model.CONTIGUOUS:
+            self.result.skipped.add(f"scope: trim steps not sent: the target's scope leaves out 'trim' "
+                                    f"({scopes.OP_FEATURES['trim']})")
+            return NOT_SENT
+        case = case_of(step)
+        n = step.get("n")
+        if case is not None and case.clause.call == "trim":   # a malformed n, resolved against the tokens held
+            n = int_value(case.clause, case.variant, above=len(self.model.held.get(0, {})) + 1)
+        args = {"n": n}
+        concrete: Step = {**step, "n": n}
+        self.current = concrete
+        before = self.model.abandoned
+        self.before_call = self.model.snapshot()
+        rejected = self.model.trim(n)
+        if rejected is not None:
+            self._refused("trim", args, rejected, concrete)
+            return concrete
+        if self.model.abandoned != before and self._excused("steps", "a step abandoned partway"):
+            return None
+        self._accepted("trim", args, "OP-STEP" if self.model.abandoned != before else "OP-TRIM")
+        self.result.exercised.add("OP-TRIM")
+        return concrete
+
     # --- update_and_fetch --------------------------------------------------------------------------
     def _positions(self, step: Step) -> list[Any]:
         if "positions" in step:
@@ -399,6 +549,7 @@ class OpEngine(Caller):
         continuing = pending is not None and pending.positions is not None and layer not in pending.served and \
             (self.kind == op_model.CELL or len(pending.uids) == q)
         shapes = self.shapes(q, case)
+        first_uid = self.next_uid
         uids = list(pending.uids) if continuing and pending is not None else \
             self.fresh_uids(max([q] + [s[-2] for s in (shapes.k, shapes.v) if len(s) >= 2]))
         args, shapes = self.arguments(layer, positions, uids, case)
@@ -408,6 +559,10 @@ class OpEngine(Caller):
         verdict = self.model.fetch(layer, shapes, positions, uids[:q])
         if isinstance(verdict, op_model.Rejected):
             self._refused("update_and_fetch", args, verdict, concrete)
+            # refused (a call the target served is a lenient entry: its tokens are written): it uses up no token
+            # number, so the program without it labels every later token alike, and a run without it
+            # (OP-ATOMIC, `_after_refusal`) sends exactly the same calls after it
+            self.next_uid = first_uid
             return concrete
         if self.model.abandoned != before and self._excused("steps", "a step abandoned partway"):
             return None
@@ -534,14 +689,44 @@ class OpEngine(Caller):
                                                              f"the spec says {attends[i]} (token numbers in the order "
                                                              f"written)")
         self.result.exercised.add("OP-ATTEND")
+        if cfg.keep(layer):
+            self.result.exercised.add("OP-SINKS")
         CHECKED["queries"] += q * cfg.batch_size * cfg.n_kv_heads
         CHECKED["answers"] += 1
         if cfg.batch_size > 1:
             self.result.exercised.add("OP-BATCH")   # batch rows kept apart
 
 
+NOT_SENT: Step = {"op": "not sent"}   # run_step's answer for a step the target's scope leaves out
+
+
 class _Unjudged(Exception):
     """The target's declared scope excuses this step: the program ends here unjudged."""
+
+
+def _well_formed_step(step: Step, n_layers: int) -> Optional[Step]:
+    """A program step with its malformation undone (None: a malformed verb, dropped): a fetch loses its
+    case and explicit positions (the next ones are taken), a layer id out of range is taken modulo n_layers
+    (a bool as its int), as Python's indexing would."""
+    case = case_of(step)
+    if case is None:
+        return step
+    if step.get("op") != "fetch":
+        return None
+    mended = {key: value for key, value in step.items() if key not in ("clause", "variant", "case", "positions")}
+    layer = mended.get("layer")
+    if isinstance(layer, int):
+        mended["layer"] = int(layer) % n_layers
+    elif case.clause.kind == ID:
+        return None
+    if case.clause.kind in (DIM, TENSOR, INT, POSITIONS):
+        mended["n"] = 1 if case.clause.kind == DIM and "q_len" in case.clause.id else int(mended.get("n", 1))
+    return mended
+
+
+def _sent(step: Step) -> Step:
+    """A concrete step as the calls it sends (what a target's refusal wrote into it aside)."""
+    return {key: value for key, value in step.items() if key not in ("refused_with",)}
 
 
 def _case(rejected: op_model.Rejected) -> str:

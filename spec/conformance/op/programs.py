@@ -26,9 +26,11 @@ from ..malform import Case, cases, config_cases, id_value, int_value, step_bound
 
 def op_config(capacity: int, windows: tuple[int, ...] = (0,), n_layers: Optional[int] = None, heads: int = 1,
               head_dim: int = 2, v_head_dim: Optional[int] = None, batch: int = 1,
-              sizing: str = "dynamic", max_write: Optional[int] = None) -> JsonConfig:
-    """A JSON op config; the layer entries repeat the shape so the shared shrinker can read them."""
-    layers = [layer("ring" if w else "flat", w, heads, head_dim) for w in windows]
+              sizing: str = "dynamic", max_write: Optional[int] = None, keep: int = 0) -> JsonConfig:
+    """A JSON op config; the layer entries repeat the shape so the shared shrinker can read them. `keep`:
+    the sinks of every ring layer (OP-SINKS; said only when not 0)."""
+    layers = [{**layer("ring" if w else "flat", w, heads, head_dim), **({"keep": keep} if keep and w else {})}
+              for w in windows]
     return {**config(capacity, layers, n_layers, max_write=max_write), "n_kv_heads": heads, "head_dim": head_dim,
             "v_head_dim": head_dim if v_head_dim is None else v_head_dim, "batch_size": batch, "sizing": sizing}
 
@@ -44,6 +46,9 @@ CONTIGUOUS_CONFIGS: tuple[JsonConfig, ...] = (
     op_config(10, (3, 0), max_write=3),
     op_config(9, (4,), max_write=2, sizing="static"),
     op_config(8, (2, 0), max_write=3),
+    # OP-SINKS: a ring with sinks beside a flat layer; sinks with max_write (the ring's floor moves by it)
+    op_config(10, (4, 0), keep=1),
+    op_config(9, (3,), keep=1, max_write=2, sizing="static"),
 )
 CELL_CONFIGS: tuple[JsonConfig, ...] = (
     op_config(8, (0,), n_layers=2),
@@ -59,9 +64,25 @@ CELL_CONFIGS: tuple[JsonConfig, ...] = (
 BAD_OP_CONFIGS: tuple[tuple[str, JsonConfig], ...] = tuple((case.name, cfg) for case, cfg in config_cases("op-cell"))
 
 
+def _bad(name: str, **change: Any) -> tuple[str, JsonConfig]:
+    return name, {**op_config(4, (0,)), **change}
+
+
+# OP-SINKS: keep at or above the window (no position left for the window part), negative, not an int. Sent
+# only to a target with `sinks`: for another, every config with a keep lies outside its scope (refused at
+# creation, SCOPE-BORDER), and these are among them.
+BAD_SINK_CONFIGS: tuple[tuple[str, JsonConfig], ...] = (
+    _bad("keep at the window", layers=[{**layer("ring", 2), "keep": 2}]),
+    _bad("keep above the window", layers=[{**layer("ring", 2), "keep": 3}]),
+    _bad("keep -1", layers=[{**layer("ring", 2), "keep": -1}]),
+    _bad("keep true", layers=[{**layer("ring", 2), "keep": True}]),
+    _bad("a flat layer with a keep", layers=[{**layer("flat"), "keep": 1}]),
+)
+
+
 def bad_contiguous_configs(validates_configs: bool) -> list[JsonConfig]:
     """The invalid configs a target must refuse (an op target builds its own config from the JSON)."""
-    return [cfg for _, cfg in config_cases("op-contiguous")]
+    return [cfg for _, cfg in config_cases("op-contiguous")] + [cfg for _, cfg in BAD_SINK_CONFIGS]
 
 
 def bad_cell_configs(validates_configs: bool) -> list[JsonConfig]:
@@ -101,6 +122,41 @@ def begin(*seqs: Any) -> Step:
 RESET: Step = {"op": "reset"}
 
 
+def trim(n: Any, **extra: Any) -> Step:
+    """Contiguous: trim(n) (OP-TRIM); sent only to a target with the `trim` feature (the engine leaves it out
+    of another's program)."""
+    return {"op": "trim", "n": n, **extra}
+
+
+def trim_programs(cfg: JsonConfig) -> list[tuple[str, list[Step]]]:
+    """OP-TRIM's edges: a speculative rollback, a trim of 0, of everything, twice, in the middle of a step,
+    past what a ring retains (refused) and just within it (owed), and each malformed n."""
+    cap, layers = cfg["capacity"], cfg["n_layers"]
+    rings = [entry for entry in cfg["layers"] if entry["kind"] == "ring"]
+    out: list[tuple[str, list[Step]]] = [
+        ("draft rejected: trim then decode", forward(cfg, min(3, cap)) + [trim(1)] + forward(cfg, 1) * 2),
+        ("trim 0", forward(cfg, 2) + [trim(0)] + forward(cfg, 1)),
+        ("trim everything", forward(cfg, 2) + [trim(2)] + forward(cfg, 2)),
+        ("trim, decode, trim again", forward(cfg, 2) + [trim(1)] + forward(cfg, 1) + [trim(2)] + forward(cfg, 1)),
+        ("trim at capacity", forward(cfg, cap) + [trim(1)] + forward(cfg, 1)),
+    ]
+    if layers > 1:
+        out.append(("trim in the middle of a step", forward(cfg, 2) + [fetch(0, 1), trim(1)] + forward(cfg, 1)))
+    if rings:   # decodes past the window, then trims of each size: the ring refuses what it may have dropped,
+        # and gives back up to max_write tokens, down to its sinks, or everything
+        window = max(entry["window"] for entry in rings)
+        decodes = min(cap - 1, window + (cfg.get("max_write") or 1) + 1)
+        keep = max(entry.get("keep", 0) for entry in rings)
+        sizes = [*range(1, min(decodes, (cfg.get("max_write") or 1) + 2) + 1), decodes - keep, decodes]
+        for n in sorted(set(sizes)):
+            out.append((f"decodes past the window, trim {n}", forward(cfg, 1) * decodes + [trim(n)]
+                        + forward(cfg, 1) * 2))
+    for case in cases("op-contiguous", cfg):
+        if case.clause.call == "trim":
+            out.append((f"malformed {case.name}", forward(cfg, 2) + [trim(None, **case.tag())] + forward(cfg, 1)))
+    return out
+
+
 def edge_contiguous_programs(cfg: JsonConfig) -> list[tuple[str, list[Step]]]:
     cap, layers = cfg["capacity"], cfg["n_layers"]
     out: list[tuple[str, list[Step]]] = [
@@ -116,7 +172,10 @@ def edge_contiguous_programs(cfg: JsonConfig) -> list[tuple[str, list[Step]]]:
     max_write = cfg.get("max_write")
     if max_write is not None:   # OP-MAX-WRITE: an exact fit is served (one token more is a clause's case below)
         out.append(("a step of exactly max_write", forward(cfg, 1) + forward(cfg, max_write) + forward(cfg, 1)))
+    out += trim_programs(cfg)
     for case in cases("op-contiguous", cfg):   # one program per malformation (malform.py)
+        if case.clause.call == "trim":
+            continue   # trim_programs'
         out.append((f"malformed {case.name}", forward(cfg, 1) + malformed_call(cfg, case) + forward(cfg, 1) * 2))
     if layers > 1:
         out += [("stopped step", [fetch(0, 2), fetch(0, 1)] + [fetch(l, 1) for l in range(1, layers)] + forward(cfg, 1)),
@@ -179,9 +238,24 @@ def random_contiguous_program(cfg: JsonConfig, rng: random.Random, size: int) ->
             program.append(fetch(rng.randrange(layers), rng.choice([1, 2])))   # a partial or a repeated layer
         elif roll < 0.75:
             program.append(RESET)
-        else:
-            program += malformed_call(cfg, rng.choice(cases("op-contiguous", cfg)))
-    return program
+        else:   # trim's cases are with_trims' (drawn apart, so the other draws are what they were)
+            program += malformed_call(cfg, rng.choice([case for case in cases("op-contiguous", cfg)
+                                                       if case.clause.call != "trim"]))
+    return with_trims(cfg, program, random.Random(hash(rng.getstate())))
+
+
+def with_trims(cfg: JsonConfig, program: list[Step], side: random.Random) -> list[Step]:
+    """OP-TRIM: the program with trims between its steps (a few, of 0 to 3 tokens, one in five malformed),
+    drawn from `side`, a generator of their own: the program's other steps are what they were before trim
+    existed, for every target (one without `trim` is sent none of them)."""
+    malformed = [case for case in cases("op-contiguous", cfg) if case.clause.call == "trim"]
+    out: list[Step] = []
+    for step in program:
+        out.append(step)
+        if side.random() < 0.15:
+            out.append(trim(None, **side.choice(malformed).tag()) if side.random() < 0.2 else
+                       trim(side.choice([0, 1, 1, 1, 2, 3])))
+    return out
 
 
 def random_cell_program(cfg: JsonConfig, rng: random.Random, size: int) -> list[Step]:
@@ -213,6 +287,8 @@ def malformed_call(cfg: JsonConfig, case: Case, cell: bool = False, seq: int = 0
     the last: the rule refuses it on every layer, and a refusal changes nothing. Sequence `seq` owns the
     tokens; a fork copies it to seq + 1."""
     clause, variant, tag = case.clause, case.variant, case.tag()
+    if clause.call == "trim":   # n resolved when the step runs (its `above` is one more than held)
+        return [trim(None, **tag)]
     if clause.call == "update_and_fetch" and clause.kind == INT:   # a step longer than max_write
         bound = step_bound(cfg)
         assert bound is not None, "derived only where max_write bounds a step (malform.cases)"

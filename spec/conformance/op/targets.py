@@ -18,7 +18,8 @@ from ..configs import JsonConfig
 
 def config_for(module: Any, cfg: JsonConfig, dtype: Any, **extra: Any) -> Any:
     """`module.CacheConfig` for a JSON op config (programs.op_config), nothing checked here."""
-    layers = tuple(module.LayerPolicy(kind=module.LayerKind(entry["kind"]), window=entry["window"])
+    layers = tuple(module.LayerPolicy(kind=module.LayerKind(entry["kind"]), window=entry["window"],
+                                      **({"keep": entry["keep"]} if "keep" in entry else {}))   # OP-SINKS
                    for entry in cfg["layers"])
     return module.CacheConfig(n_layers=cfg["n_layers"], n_kv_heads=cfg["n_kv_heads"], head_dim=cfg["head_dim"],
                               capacity=cfg["capacity"], sizing=module.CacheSizing(cfg.get("sizing", "dynamic")),

@@ -23,6 +23,8 @@ The declared scopes follow what upstream documents (scope.py, OP_FEATURES):
 - Neither declares `max_write`: upstream's Python CacheConfig has no such field (a ring layer keeps its
   whole history), so a config that sets it is refused here, at creation (SCOPE-BORDER). The contiguous
   cache declares `batch` (it serves batch rows); the cell cache needs none (it refuses batch_size != 1).
+- Neither declares `trim` or `sinks`: upstream's caches have no trim verb and its LayerPolicy no keep, so
+  a config with sinks is refused here, at creation (SCOPE-BORDER).
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ def _config(cfg: JsonConfig) -> Any:
 
     if cfg.get("max_write") is not None:   # upstream's Python CacheConfig cannot carry it
         raise ValueError(f"SCOPE-BORDER: upstream's CacheConfig has no max_write (got {cfg['max_write']!r})")
+    if any(entry.get("keep", 0) != 0 for entry in cfg["layers"]):   # nor sinks (OP-SINKS)
+        raise ValueError("SCOPE-BORDER: upstream's LayerPolicy has no keep (attention sinks)")
 
     return config_for(importlib.import_module(MODULE), cfg, torch.float32)
 

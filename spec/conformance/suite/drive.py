@@ -13,6 +13,7 @@ from .. import scope as scopes
 from ..configs import JsonConfig, describe
 from ..coverage import clause_scope, in_scope
 from ..engine import LENIENT, OVER_STRICT, WRONG, Finding, Step
+from ..malform import sendable
 from ..targets import HarnessInterrupted, SubprocessTarget, Target, parse_target, safety_alarm
 from .account import SuiteResult
 from .plan import CRASH_SHRINK_BUDGET, PROFILES, Options, declared_scope, interleaved
@@ -83,7 +84,9 @@ class SuiteRun(Shrinking):
         go unchecked, and a wrong answer there would hide behind the lenient one. Dropping the step (as
         the shrinker does: arguments are relative) checks the rest; each continuation is one step
         shorter, so at most len(program) of them run, and a continuation counts in `continued`, not in
-        `programs`."""
+        `programs`. A target declaring `trusted-args` or `lazy-shapes` is sent the program without the calls
+        those relaxations leave out (malform.sendable)."""
+        program = sendable(program, self.scope.relaxations())
         finding = self.one_run(cfg, program, counted=True)
         while (self.options.continue_past_lenient and finding is not None
                and finding.kind in (LENIENT, OVER_STRICT)
@@ -149,11 +152,12 @@ class SuiteRun(Shrinking):
             target.kill()
         finally:
             result.seconds = time.monotonic() - self.started
-            result.scope = in_scope(target.validates_configs, target.optional, drive.name, self.scope.features)
+            relaxed = self.scope.relaxations()
+            result.scope = in_scope(target.validates_configs, target.optional, drive.name, self.scope.features, relaxed)
             _scope_coverage(result, outside)
             # the edge programs break every clause; a run without them is judged on its rules only
             result.clauses = clause_scope(drive.name, result.scope, target.optional, self.scope.features,
-                                          configs) if edges else {}
+                                          relaxed, configs) if edges else {}
             if isinstance(target, SubprocessTarget) and result.seconds > 0:
                 result.requests_per_second = (target.requests - requests_before) / result.seconds
         return result

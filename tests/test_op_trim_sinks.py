@@ -1,0 +1,276 @@
+"""The op face's trim verb and attention sinks (OP-TRIM, OP-SINKS; SPEC.md section 8.6): the model rule by
+rule, the reference's contracts (numpy here, torch in tests/test_op_torch.py), the suite on the reference
+and on tests/op_standin.py's stand-in (CONFORMING, strict, within `trim` and `sinks`), each stand-in of
+tests/op_trim_standins.py found with a minimal program, and the scope features `trim` and `sinks`."""
+
+from __future__ import annotations
+
+import json
+from itertools import count
+from typing import Any, Optional
+
+import numpy as np
+import pytest
+
+from kvcache import KVCacheError, TrimError
+from kvcache.op import CacheConfig, CellReferenceCache, ContiguousReferenceCache, LayerPolicy
+from kvcache_spec import op_model
+from kvcache_spec.conformance import layouts, scope as scopes
+from kvcache_spec.conformance.op.programs import CONTIGUOUS_CONFIGS, op_config, random_contiguous_program, \
+    trim_programs
+from kvcache_spec.conformance.suite import CONFORMING, NOT_CONFORMING, replay, report_json, run_suite
+from kvcache_spec.conformance.targets import PythonTarget
+
+REFERENCE = "python:kvcache_spec.conformance.op.targets:contiguous"
+STANDINS = "python:tests.op_trim_standins:{}"
+
+# --- the model ------------------------------------------------------------------------------------------
+
+
+def _model(*layers: dict[str, Any], max_write: Optional[int] = None, kind: str = op_model.CONTIGUOUS) -> Any:
+    return op_model.make_config({"capacity": 30, "n_layers": len(layers), "n_kv_heads": 1, "head_dim": 1,
+                                 "batch_size": 1, "layers": list(layers), "max_write": max_write}, kind)
+
+
+UIDS = count()
+
+
+def _steps(m: op_model.OpModel, *sizes: int) -> list[list[list[int]]]:
+    """Contiguous steps of these sizes on every layer: each layer's attends (as positions) of the last."""
+    attends: list[list[list[int]]] = []
+    for q in sizes:
+        start, uids = m.used(0), [next(UIDS) for _ in range(q)]
+        shapes = op_model.Shapes((1, 1, q, 1), (1, 1, q, 1), (q, 1))
+        answers = [m.fetch(layer, shapes, list(range(start, start + q)), uids) for layer in range(m.cfg.n_layers)]
+        where = {**m.held.get(0, {})}
+        attends = [[sorted(where[u] for u in query) for query in answer] for answer in answers]   # type: ignore[union-attr]
+    return attends
+
+
+def _owed(m: op_model.OpModel) -> list[int]:
+    return [n for n in range(m.used(0) + 1) if m.snapshot().trim(n) is None]
+
+
+RING4 = {"kind": "ring", "window": 4}
+
+
+def test_OP_SINKS_a_query_attends_its_sinks_and_the_rest_of_its_window() -> None:
+    """OP-SINKS: q < keep or q > p - (w - keep); the window holds w positions, the sinks among them; a step of
+    several tokens keeps them for each of its queries; keep 0 is the plain window."""
+    m = op_model.OpModel(_model({**RING4, "keep": 2}, RING4, {**RING4, "keep": 0}))
+    sinks, plain, zero = _steps(m, 3, 3, 2)
+    assert sinks == [[0, 1, 5, 6], [0, 1, 6, 7]]        # positions 6 and 7 of the last step
+    assert plain == zero == [[3, 4, 5, 6], [4, 5, 6, 7]]
+
+
+@pytest.mark.parametrize("keep", [4, 5, -1, True, 1.0, None])
+def test_OP_SINKS_a_keep_not_below_the_window_is_refused(keep: Any) -> None:
+    """OP-CONFIG, OP-SINKS: keep >= w (no position left for the window: mlx-lm's keep >= max_size), negative,
+    or not an int; a flat layer with a keep; the cell cache keeps no sinks."""
+    made = _model({**RING4, "keep": keep})
+    assert isinstance(made, op_model.Rejected) and (made.rule, made.case) == ("OP-CONFIG", "keep")
+    assert isinstance(_model({"kind": "flat", "window": 0, "keep": 1}), op_model.Rejected)
+    assert isinstance(_model({**RING4, "keep": 1}, kind=op_model.CELL), op_model.Rejected)
+    assert isinstance(_model({**RING4, "keep": 3}), op_model.OpConfig)
+
+
+def test_OP_TRIM_n_is_an_int_in_zero_to_held() -> None:
+    """OP-TRIM: bool, float, negative and more than held are refused, changing nothing; 0 and all are served."""
+    m = op_model.OpModel(_model({"kind": "flat", "window": 0}))
+    _steps(m, 3)
+    before = m.snapshot()
+    assert [m.trim(n).case for n in (True, 1.0, None, -1, 4)] == \
+        ["n type", "n type", "n type", "n negative", "n above held"]   # type: ignore[union-attr]
+    assert m.held == before.held and m.trim(0) is None and m.used(0) == 3
+    assert m.trim(1) is None and m.used(0) == 2 and _steps(m, 1) == [[[0, 1, 2]]]
+    assert m.trim(3) is None and m.used(0) == 0 and _steps(m, 1) == [[[0]]]
+
+
+def test_OP_TRIM_a_ring_gives_back_only_what_no_later_query_needs() -> None:
+    """OP-TRIM: the floor F = max(F, end - (w - k - 1 + max_write)) at each step begun, min(F, L - n) at a
+    trim; owed iff [max(k, L - n - (w - k) + 1), L - n) lies at or above F (mlx-lm's is_trimmable, exact)."""
+    ring = op_model.OpModel(_model(RING4))
+    _steps(ring, 1, 1, 1)
+    assert _owed(ring) == [0, 1, 2, 3] and ring.floors == [0]
+    _steps(ring, 1)
+    assert _owed(ring) == [0, 4] and ring.floors == [1]
+    sinks = op_model.OpModel(_model({**RING4, "keep": 1}))
+    _steps(sinks, 1, 1, 1, 1, 1, 1)
+    assert _owed(sinks) == [0, 5, 6]   # down to the sink, or to nothing
+    spec = op_model.OpModel(_model(RING4, max_write=2))
+    _steps(spec, 2, 2, 2, 2)
+    assert _owed(spec) == [0, 1, 2, 8] and spec.trim(2) is None and _owed(spec) == [0, 6]   # the floor stays
+    window_one = op_model.OpModel(_model({"kind": "ring", "window": 1}))
+    _steps(window_one, 3, 1)
+    assert _owed(window_one) == [0, 1, 2, 3, 4]   # a window of 1 needs no history
+    refused = spec.trim(1)
+    assert refused is not None and refused.case == "ring dropped"
+
+
+def test_OP_TRIM_in_the_middle_of_a_step_abandons_it_first() -> None:
+    """OP-TRIM, OP-STEP: a trim is a mutating verb: the open step goes, then n counts the tokens before it;
+    a refused trim leaves the open step as it was."""
+    m = op_model.OpModel(_model({"kind": "flat", "window": 0}, RING4))
+    _steps(m, 2)
+    m.fetch(0, op_model.Shapes((1, 1, 1, 1), (1, 1, 1, 1), (1, 1)), [2], [next(UIDS)])
+    assert (m.used(0), m.used(1)) == (3, 2)
+    assert m.trim(3) is not None and m.step is not None and m.step.served == {0}
+    assert m.trim(0) is None and m.step is None and (m.used(0), m.used(1)) == (2, 2) and m.abandoned == 1
+
+
+# --- the reference ------------------------------------------------------------------------------------
+
+
+def _reference(*layers: LayerPolicy, max_write: Optional[int] = None) -> ContiguousReferenceCache:
+    return ContiguousReferenceCache(CacheConfig(len(layers), 1, 2, 30, layers=layers, max_write=max_write))
+
+
+def _decode(cache: ContiguousReferenceCache, steps: int) -> Any:
+    answer = None
+    for _ in range(steps):
+        p = cache.used(cache.config.n_layers - 1)
+        for layer in range(cache.config.n_layers):
+            k = np.full((1, 1, 1, 2), p, np.float32)
+            answer = cache.update_and_fetch(layer, k, k, np.array([[p]]))
+    return answer
+
+
+@pytest.mark.parametrize("n, error, argument", [(True, TypeError, "n"), (1.0, TypeError, "n"), (-1, ValueError, "n"),
+                                                (7, ValueError, "n"), (4, TrimError, "n")])
+def test_the_reference_refuses_a_trim_typed_and_changes_nothing(n: Any, error: type, argument: str) -> None:
+    """OP-TRIM, OP-ATOMIC: a typed error naming n and the rule (a ring's refusal is also a RuntimeError, as
+    its state decides it); nothing a later call observes changes."""
+    cache = _reference(LayerPolicy.flat(), LayerPolicy.ring(3))
+    _decode(cache, 6)
+    before = cache._state()
+    with pytest.raises(error) as raised:
+        cache.trim(n)
+    assert isinstance(raised.value, KVCacheError) and (raised.value.rule, raised.value.argument) == ("OP-TRIM", argument)
+    assert isinstance(raised.value, RuntimeError) == (error is TrimError)
+    assert cache._state() == before
+
+
+def test_the_reference_trims_agree_with_the_model_on_every_ring() -> None:
+    """OP-TRIM: for each ring (window, keep, max_write), after each length, the reference serves exactly the
+    trims the model owes (its max_write rings are laid out as rings: the layout's rewind agrees)."""
+    for window, keep, max_write in ((4, 0, None), (4, 1, None), (4, 0, 2), (3, 2, 2), (1, 0, None), (5, 0, 1)):
+        for length in range(9):
+            owed = op_model.OpModel(_model({"kind": "ring", "window": window, "keep": keep}, max_write=max_write))
+            _steps(owed, *[1] * length)
+            for n in range(length + 1):
+                cache = _reference(LayerPolicy.ring(window, keep), max_write=max_write)
+                _decode(cache, length)
+                try:
+                    cache.trim(n)
+                    served = True
+                except TrimError:
+                    served = False
+                assert served == (owed.snapshot().trim(n) is None), (window, keep, max_write, length, n)
+                if served:
+                    assert cache.used(0) == length - n
+
+
+def test_the_reference_masks_sinks_and_refuses_a_keep_at_the_window() -> None:
+    """OP-SINKS: the answer's mask attends the sinks and the window's newest w - k; keep >= w is an OP-CONFIG
+    error; the cell cache keeps no sinks."""
+    cache = _reference(LayerPolicy.ring(4, 1), max_write=2)
+    k_hist, _, spec = _decode(cache, 7)
+    rows = k_hist[0, 0, :, 0][np.asarray(spec.mask)[0]]
+    assert sorted(rows.tolist()) == [0.0, 4.0, 5.0, 6.0]
+    for keep in (4, 5, -1, True):
+        with pytest.raises(KVCacheError, match="OP-CONFIG"):
+            LayerPolicy.ring(4, keep)
+    with pytest.raises(KVCacheError, match="OP-CONFIG"):
+        CellReferenceCache(CacheConfig(1, 1, 2, 8, layers=(LayerPolicy.ring(4, 1),)))
+
+
+# --- the suite ----------------------------------------------------------------------------------------
+
+
+def _report(spec: str, profile: str = "quick", strict: bool = True) -> dict[str, Any]:
+    return report_json(run_suite(PythonTarget(spec), profile), strict, False)
+
+
+@pytest.mark.parametrize("spec", [REFERENCE, "python:tests.op_standin:contiguous"])
+def test_the_reference_and_the_standin_are_conforming_strict_within_trim_and_sinks(spec: str) -> None:
+    """OP-TRIM, OP-SINKS: CONFORMING (strict) in the whole scope, both rules exercised, the trim clause's
+    every malformation sent, and among the programs trims a ring refuses and trims it owes past a wrap."""
+    report = _report(spec)
+    assert report["verdict"] == CONFORMING and report["coverage"]["complete"], report["semantic"]["findings"][:1]
+    assert {"OP-TRIM", "OP-SINKS"} <= set(report["coverage"]["rules"]["exercised"])
+    assert {"trim", "sinks"} <= set(report["scope"]["features"]) and report["scope"]["full"]
+
+
+def test_the_programs_trim_past_a_wrapped_ring_both_ways() -> None:
+    """The edge programs of each ring config trim after the ring wrapped: some of those trims are owed (served),
+    some refused (OP-TRIM ring dropped), on every ring wider than 1 (a window of 1 needs no history: it gives
+    back anything, as does a ring of one position past its sinks), and the reference agrees with the spec on every one."""
+    for cfg in CONTIGUOUS_CONFIGS:
+        if not any(entry["kind"] == "ring" for entry in cfg["layers"]):
+            continue
+        cases = []
+        for name, program in trim_programs(cfg):
+            if name.startswith("decodes past the window"):
+                result = layouts.run_any(PythonTarget(REFERENCE), cfg, program)
+                assert result.finding is None, (name, result.finding)
+                cases += [step.get("case") for step in result.steps if step["op"] == "trim"]
+        wide = any(entry["window"] - entry.get("keep", 0) > 1 for entry in cfg["layers"])
+        assert None in cases and ("OP-TRIM ring dropped" in cases) == wide, (cfg, cases)
+
+
+STANDIN_FINDS = {
+    # (class, rule) found; how many steps its shortest program has at most; found without --strict
+    "trim_lowers_length_only": (("wrong", "OP-ATTEND"), 3, True),
+    "ring_trim_past_wrap": (("wrong", "OP-ATTEND"), 8, True),    # a consequence past the lenient trim
+    "negative_trim": (("wrong", "OP-ATTEND"), 3, True),          # past the lenient trim(-1)
+    "sinks_dropped_by_multi_token_step": (("wrong", "OP-ATTEND"), 4, True),
+    "keep_at_window_served": (("lenient", "OP-CONFIG"), 0, False),
+}
+
+
+@pytest.mark.parametrize("name", sorted(STANDIN_FINDS))
+def test_each_trim_and_sinks_standin_is_found_with_a_minimal_program_that_replays(name: str) -> None:
+    """OP-TRIM, OP-SINKS: each defect of a real cache (tests/op_trim_standins.py) is found, its program short,
+    replayed the same, and served by the correct stand-in; the wrong ones fail a run without --strict."""
+    (kind_rule, longest, plain) = STANDIN_FINDS[name]
+    spec = STANDINS.format(name)
+    report = _report(spec)
+    found = [f for f in report["semantic"]["findings"] if (f["class"], f["rule"]) == kind_rule]
+    assert report["verdict"] == NOT_CONFORMING and found, [(f["class"], f["rule"]) for f in
+                                                           report["semantic"]["findings"]]
+    first = min(found, key=lambda f: len(f["steps"]))
+    assert len(first["steps"]) <= longest, first["steps"]
+    json.dumps(first)
+    again = replay(spec, first["config"], first["steps"])
+    assert again is not None and (again["class"], again["rule"]) == kind_rule
+    assert replay("python:tests.op_standin:contiguous", first["config"], first["steps"]) is None
+    assert (_report(spec, strict=False)["verdict"] == NOT_CONFORMING) == plain
+    if name in ("ring_trim_past_wrap", "negative_trim"):   # the harm past a trim the spec refuses, served
+        assert any(f["after"] == "lenient OP-TRIM in trim" and f["safety"] == "SAFE-OP-ISOLATION" for f in found)
+
+
+# --- the scope features ---------------------------------------------------------------------------------
+
+
+def test_a_target_without_trim_is_sent_no_trim_and_owes_no_op_trim() -> None:
+    """Scope feature `trim`: the trims of a program are left out for a target without it (its other steps
+    judged as they are), the skipped notes say so, and OP-TRIM is out of its scope."""
+    cfg = op_config(8, (0,), n_layers=2)
+    program = random_contiguous_program(cfg, __import__("random").Random(3), 30)
+    assert any(step["op"] == "trim" for step in program)
+    target = PythonTarget("python:kvcache_spec.examples.tiny_op_cache:TinyOpCache")   # declares no trim
+    result = layouts.run_any(target, cfg, program)
+    assert result.finding is None and not any(step["op"] == "trim" for step in result.steps)
+    assert any("'trim'" in note for note in result.skipped)
+    report = _report("python:kvcache_spec.examples.tiny_op_cache:TinyOpCache")
+    assert "'trim'" in report["coverage"]["rules"]["out_of_scope"]["OP-TRIM"]
+    assert "'sinks'" in report["coverage"]["rules"]["out_of_scope"]["OP-SINKS"]
+
+
+def test_a_config_with_sinks_needs_the_sinks_feature() -> None:
+    """Scope feature `sinks`: a keep > 0 needs it; keep 0 does not; a target without it must refuse such a
+    config at creation (the README's tiny cache does, and is CONFORMING strict: tests/test_examples.py)."""
+    assert scopes.needs(op_config(8, (4, 0), keep=1)) == {"flat", "ring", "sinks"}
+    assert scopes.needs({**op_config(8, (4,)), "layers": [{**RING4, "keep": 0}]}) == {"ring"}
+    assert not scopes.parse(["flat", "ring"], "test").covers(op_config(8, (4, 0), keep=1))
+    assert "sinks" in scopes.LAYOUT_FEATURES["op-contiguous"] and "sinks" not in scopes.LAYOUT_FEATURES["op-cell"]
