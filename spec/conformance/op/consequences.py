@@ -126,7 +126,9 @@ class OpConsequences(Consequences):
 
     def committed(self) -> set[int]:
         """The tokens the record holds past an open step (a contiguous cache's whole steps)."""
-        pending = set(self.step_uids) if self.step_positions is not None else set()
+        # a step served on every layer is whole, not open (the record keeps its positions until the next one)
+        open_step = self.step_positions is not None and len(self.served) < self.engine.mcfg.n_layers
+        pending = set(self.step_uids) if open_step else set()
         return {uid for uid in self.readable.get(0, set()) if uid not in pending}
 
     def trimmed(self, n: Any) -> None:
