@@ -167,7 +167,8 @@ def config_of(case: Case) -> JsonConfig:
     if key == "layers":
         if variant == "count":
             return {**op_base_config(), "n_layers": 3, "layers": [layer("flat", 0, 1, 2)] * 2}
-        return {**op_base_config(), "layers": [] if variant == "empty" else layer("flat", 0, 1, 2)}
+        # not a list: one bare policy where the list of them belongs
+        return {**op_base_config(), "layers": [] if variant == "empty" else {"kind": "flat", "window": 0}}
     if key == "layers.kind":
         base = op_base_config(2)
         return {**base, "layers": [{**base["layers"][0], "kind": _config_value(variant, "ring")}]}
