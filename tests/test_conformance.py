@@ -260,8 +260,9 @@ def test_every_rule_is_in_scope_or_says_why_not() -> None:
     assert sorted(rule for rule, why in scope.items() if why and rule not in cell_rules + op_rules) == [
         "ET-MAP", "PROTO-COMMIT", "REG-KEYS", "REG-SESSION", "THREADS"]
     ops = in_scope(config_validation=True, optional=frozenset(), layout="op-cell")
-    assert all(not ops[rule] for rule in op_rules if rule != "OP-MAX-WRITE") and ops["CELL-MASK"] and \
-        ops["REWIND-SOUND"] and "other op cache" in ops["OP-MAX-WRITE"]   # cells have no rings to bound
+    contiguous_only = ("OP-MAX-WRITE", "OP-TRIM", "OP-SINKS")   # cells have no rings to bound, no trim, no sinks
+    assert all(not ops[rule] for rule in op_rules if rule not in contiguous_only) and ops["CELL-MASK"] and \
+        ops["REWIND-SOUND"] and all("other op cache" in ops[rule] for rule in contiguous_only)
     cells = in_scope(config_validation=True, optional=frozenset(), layout="cell")
     assert all(not cells[rule] for rule in cell_rules) and cells["REWIND-SOUND"] and not cells["ARG-INT"]
     bare = in_scope(config_validation=False, optional=frozenset())
