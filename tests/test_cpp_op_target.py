@@ -2,8 +2,9 @@
 compiled with g++ and judged over the protocol, as a C++ `update_and_fetch` cache would be checked.
 
 - spec/cpp/example/serve_op_contiguous.cpp: a contiguous cache shaped like upstream's Python reference
-  (no positions, no steps); correct, it conforms strictly inside its scope; with its window one too wide,
-  the suite and the exhaustive checker catch it.
+  (no positions, no steps), with attention sinks and the driver's optional trim; correct, it conforms
+  strictly inside its scope; with its window one too wide, the suite and the exhaustive checker catch it;
+  with its trim ignoring a ring's floor (it keeps every row), the suite finds only the lenient trim.
 - spec/cpp/example/serve_mlx_shaped.cpp: a stand-in shaped like the MLX runtime's cache (batch-1 pools that
   grow from empty, max_write, positions read off the step) behind at most 30 lines of glue. Correct, it is
   CONFORMING (strict) within its declared scope - no INCOMPLETE from batch, no over-strict finding for its
@@ -39,6 +40,7 @@ MLX_BUGS = {
 }
 CRASHES = "MLXS_BUG_ABORTS_PAST_CAPACITY"   # an assert where a refusal belongs: the process dies
 BUILDS = {"contiguous": (CONTIGUOUS, ()), "contiguous_window": (CONTIGUOUS, ("KVCACHE_EXAMPLE_WINDOW_OFF_BY_ONE",)),
+          "contiguous_trim_floor": (CONTIGUOUS, ("KVCACHE_EXAMPLE_TRIM_IGNORES_FLOOR",)),
           "mlx": (MLX, ()), **{bug: (MLX, (bug,)) for bug in (*MLX_BUGS, CRASHES)}}
 
 
@@ -75,9 +77,9 @@ def test_the_cpp_op_target_conforms_within_its_scope_and_its_broken_window_is_ca
     correct, broken = binaries["contiguous"], binaries["contiguous_window"]
     code, judged = _judge(correct, tmp_path)
     assert code == 0 and capsys.readouterr().out.strip().splitlines()[-1] == \
-        "  CONFORMING (strict) within the scope flat,ring,batch,mla only"
+        "  CONFORMING (strict) within the scope flat,ring,batch,mla,trim,sinks only"
     assert judged["verdict"] == CONFORMING and not judged["coverage"]["incomplete"]
-    assert {"OP-ATTEND", "OP-MASK", "OP-HIST", "OP-ARGS", "OP-CAP", "OP-ATOMIC", "OP-BATCH"} <= \
+    assert {"OP-ATTEND", "OP-MASK", "OP-HIST", "OP-ARGS", "OP-CAP", "OP-ATOMIC", "OP-BATCH", "OP-TRIM", "OP-SINKS"} <= \
         set(judged["coverage"]["rules"]["exercised"])
 
     code, judged = _judge(broken, tmp_path)
@@ -89,6 +91,20 @@ def test_the_cpp_op_target_conforms_within_its_scope_and_its_broken_window_is_ca
     shortest = json.loads(capsys.readouterr().out)["findings"]
     assert [(f["class"], f["rule"], len(f["steps"])) for f in shortest] == [("wrong", "OP-ATTEND", 5)]
     assert op_checker.main(["--target", f"cmd:{correct}", "--depth", "5"]) == 0
+
+
+def test_a_cpp_trim_past_a_rings_floor_is_found_lenient_and_harmless(binaries: dict[str, Path], tmp_path: Path) -> None:
+    """OP-TRIM through the driver's optional trim: a cache that keeps every row and serves a trim the spec
+    refuses (past a ring's floor) is lenient - NOT CONFORMING under --strict only - and, keeping every row,
+    answers right past it (no wrong consequence), at quick and pre-merge."""
+    for profile in ("quick", "pre-merge"):
+        code, judged = _judge(binaries["contiguous_trim_floor"], tmp_path, "--profile", profile)
+        kinds = {(f["class"], f["rule"]) for f in judged["semantic"]["findings"]}
+        assert code == 1 and kinds == {("lenient", "OP-TRIM")}, kinds
+        first = min(judged["semantic"]["findings"], key=lambda f: len(f["steps"]))
+        assert first["steps"][-1]["op"] == "trim" and len(first["steps"]) <= 3, first["steps"]
+    report = tmp_path / "plain.json"
+    assert cli.main(["--target", f"cmd:{binaries['contiguous_trim_floor']}", "--json", str(report)]) == 0
 
 
 def test_the_mlx_glue_is_at_most_30_lines() -> None:
@@ -108,7 +124,8 @@ def test_the_mlx_shaped_cache_is_conforming_strictly_within_its_scope(
     assert "'batch'" in rules["out_of_scope"]["OP-BATCH"] and not rules["not_exercised"]
     scope = judged["scope"]
     assert scope["features"] == ["flat", "ring", "max_write", "positions", "steps"] and not scope["full"]
-    assert set(scope["unexercised"]["families"]) == {"flat+batch", "flat+mla"}
+    assert set(scope["unexercised"]["families"]) == {"flat+batch", "flat+mla", "flat+ring+sinks", "ring+max_write+sinks"}
+    assert "'trim'" in rules["out_of_scope"]["OP-TRIM"] and "'sinks'" in rules["out_of_scope"]["OP-SINKS"]
 
 
 @pytest.mark.parametrize("bug", sorted(MLX_BUGS))
@@ -147,6 +164,8 @@ def test_the_op_driver_refuses_what_a_cpp_signature_cannot_receive_and_the_borde
         ("update_and_fetch", {"layer_id": True, "k": k, "v": k, "position": position}),
         ("update_and_fetch", {"layer_id": 0, "k": k, "v": k, "position": position}),
         ("used", {"layer_id": 0}),
+        ("trim", {"n": 1}),                                          # no trim given to run_main
+        ("create", {"config": {**config, "layers": [{"kind": "ring", "window": 2, "keep": 1}]}}),   # no sinks
     ])
     hello = replies[0]["result"]
     assert hello["layout"] == "op-contiguous" and hello["scope"] == ["flat", "ring", "max_write", "positions", "steps"]
@@ -157,6 +176,12 @@ def test_the_op_driver_refuses_what_a_cpp_signature_cannot_receive_and_the_borde
     assert answer["k_hist"] == {"dtype": "float32", "shape": [1, 1, 1, 1], "data": [7]} and \
         answer["attend"] == {"kind": "NONE", "mask": None}
     assert replies[7] == {"id": 8, "result": 1}
+    assert replies[8]["error"]["kind"] == "unsupported" and replies[9]["error"]["rule"] == "SCOPE-BORDER"
+    trims = _session(binaries["contiguous"], [("create", {"config": config}), ("trim", {"n": True}), ("trim", {"n": 0.0}),
+                                              ("trim", {"n": -1}), ("trim", {"n": 0}), ("used", {"layer_id": 0})])
+    assert "trim" in trims[0]["result"]["scope"] and trims[1] == {"id": 2, "result": None}
+    assert [r["error"]["rule"] for r in trims[2:5]] == ["OP-TRIM"] * 3   # true and 0.0 by the driver, -1 the cache
+    assert trims[5:] == [{"id": 6, "result": None}, {"id": 7, "result": 0}]
     vectors = subprocess.run([str(binaries["mlx"]), "--vectors", "x.json"], capture_output=True, text=True, timeout=20)
     assert vectors.returncode == 2 and "no golden vectors" in vectors.stderr
     # --help is usage, not a vectors file (issue 35: it exited 2 as `--vectors`)

@@ -237,3 +237,17 @@ def test_k_and_v_of_different_lengths_left_by_a_refused_call_are_charged_to_it()
     # without the refused call, the lenient step alone breaks nothing
     alone = replay(spec, cfg, steps[:1] + steps[2:])
     assert alone is not None and (alone["class"], alone["rule"]) == ("lenient", "OP-CAP"), alone
+
+
+# the three regression stand-ins through a whole run: no cause is charged to a step that did not cause it
+WHOLE_RUN = {"contiguous_lax_cap_broadcasts_width": {("lenient", "OP-CAP", ""), ("lenient", "OP-ARGS", ""),
+                                                     ("wrong", "OP-ATTEND", "lenient OP-ARGS in update_and_fetch")},
+             "contiguous_float16": {("wrong", "OP-ATTEND", "")},
+             "contiguous_refusal_grows_k": {("lenient", "OP-CAP", ""), ("wrong", "OP-ATOMIC", "")}}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(WHOLE_RUN))
+def test_each_false_alarm_standin_is_charged_right_through_a_whole_run(name: str) -> None:
+    report = _report(name)
+    assert {(f["class"], f["rule"], f["after"]) for f in report["semantic"]["findings"]} == WHOLE_RUN[name]

@@ -16,6 +16,7 @@ from kvcache import KVCacheError, TrimError
 from kvcache.op import CacheConfig, CellReferenceCache, ContiguousReferenceCache, LayerPolicy
 from kvcache_spec import op_model
 from kvcache_spec.conformance import layouts, scope as scopes
+from kvcache_spec.conformance.op import checker as op_checker
 from kvcache_spec.conformance.op.programs import CONTIGUOUS_CONFIGS, op_config, random_contiguous_program, \
     trim_programs
 from kvcache_spec.conformance.suite import CONFORMING, NOT_CONFORMING, replay, report_json, run_suite
@@ -274,3 +275,25 @@ def test_a_config_with_sinks_needs_the_sinks_feature() -> None:
     assert scopes.needs({**op_config(8, (4,)), "layers": [{**RING4, "keep": 0}]}) == {"ring"}
     assert not scopes.parse(["flat", "ring"], "test").covers(op_config(8, (4, 0), keep=1))
     assert "sinks" in scopes.LAYOUT_FEATURES["op-contiguous"] and "sinks" not in scopes.LAYOUT_FEATURES["op-cell"]
+
+
+# --- the exhaustive checker -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("sinks", [False, True])
+def test_the_exhaustive_checker_passes_the_reference_and_finds_each_trim_standin_shortest(sinks: bool) -> None:
+    """OP-TRIM, OP-SINKS: every program to depth 6 over the alphabet with trims (a target with `trim`), on the
+    flat + ring(2) config and, with --sinks, a ring(3, keep 1) + flat one: the reference and the stand-in pass,
+    each broken stand-in is found with a short program (a state a trim reached is extended even when the model
+    holds what it held before: a target may have kept the trimmed rows)."""
+    config = op_checker.SINKS_CONFIG if sinks else None
+    for correct in (REFERENCE, "python:tests.op_standin:contiguous"):
+        passed = op_checker.check(PythonTarget(correct), 6, config)
+        assert not passed.findings and passed.states > 20, passed.summary()
+    expected = {"trim_lowers_length_only": ("wrong", "OP-ATTEND"), "ring_trim_past_wrap": ("lenient", "OP-TRIM"),
+                "negative_trim": ("lenient", "OP-TRIM")}
+    if sinks:
+        expected["sinks_dropped_by_multi_token_step"] = ("wrong", "OP-ATTEND")
+    for name, key in expected.items():
+        found = op_checker.check(PythonTarget(STANDINS.format(name)), 6, config).findings
+        assert key in found and len(found[key][1]) <= 4, (name, {k: len(v[1]) for k, v in found.items()})

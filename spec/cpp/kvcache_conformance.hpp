@@ -1206,11 +1206,14 @@ int run_main(int argc, char** argv, const char* name, typename Driver<Cache, Con
 //         });
 //
 // The cache needs `reset()` and `used(int layer)` (the harness observes every layer after each call).
+// A cache with the trim verb (OP-TRIM) passes a fifth callable, `[](MyCache& cache, int n) { cache.trim(n); }`:
+// without it the hello leaves `trim` out of the scope whatever `scope` says.
 // Tensors cross exactly: elements are doubles here, which hold every float32 and every label the harness
 // sends. The driver refuses by itself only what a C++ signature cannot receive (a layer id that is not
 // an int, a config field that is not one: OP-ARGS / OP-CONFIG) and the configurations outside the
 // declared scope (SCOPE-BORDER: batch_size > 1 without `batch`, max_write set without `max_write`,
-// v_head_dim != head_dim without `mla`, a layer kind left out) before the factory runs; everything else
+// v_head_dim != head_dim without `mla`, a keep > 0 without `sinks`, a layer kind left out) before the
+// factory runs; everything else
 // reaches the cache. A std::exception from the factory or the fetch is a rejection; its rule is the
 // message's leading "RULE-ID:" when it has one. A crash (a signal, an exit) is the harness's to report:
 // it restarts the target and goes on. The op face has no golden vectors, so there is no --vectors mode.
@@ -1262,6 +1265,7 @@ struct Fetched {
 struct Policy {
   std::string kind;  // "flat" or "ring"
   int window = 0;
+  int keep = 0;      // a ring's attention sinks (OP-SINKS): 0 when the config says none
 };
 
 // The op config (spec/PROTOCOL.md, "Op-face targets"), every field as sent: the cache validates it.
@@ -1286,7 +1290,9 @@ inline std::vector<int32_t> int32s(const Tensor& position) {
 // The op face's scope features (spec/SPEC.md section 8.4); full() is the whole contiguous face.
 struct Scope {
   std::vector<std::string> features;
-  static Scope full() { return Scope{{"flat", "ring", "max_write", "batch", "mla", "positions", "steps"}}; }
+  static Scope full() {
+    return Scope{{"flat", "ring", "max_write", "batch", "mla", "positions", "steps", "trim", "sinks"}};
+  }
   Scope without(const std::string& feature) const {
     Scope left;
     for (const std::string& f : features)
@@ -1323,9 +1329,11 @@ class Driver {
  public:
   using Factory = std::function<std::unique_ptr<Cache>(const Config&)>;
   using Fetch = std::function<Fetched(Cache&, int, const Tensor&, const Tensor&, const Tensor&)>;
+  using Trim = std::function<void(Cache&, int)>;   // optional: trim(n), OP-TRIM
 
-  Driver(std::string name, Scope scope, Factory factory, Fetch fetch)
-      : name_(std::move(name)), scope_(std::move(scope)), factory_(std::move(factory)), fetch_(std::move(fetch)) {}
+  Driver(std::string name, Scope scope, Factory factory, Fetch fetch, Trim trim = nullptr)
+      : name_(std::move(name)), scope_(trim ? std::move(scope) : scope.without("trim")), factory_(std::move(factory)),
+        fetch_(std::move(fetch)), trim_(std::move(trim)) {}
 
   Response handle(const std::string& method, const Json& params) {
     try {
@@ -1346,6 +1354,7 @@ class Driver {
   Scope scope_;
   Factory factory_;
   Fetch fetch_;
+  Trim trim_;
   std::unique_ptr<Cache> cache_;
 
   // A JSON int a C++ int holds (a bool, a float, 2^31 are not), else nullopt.
@@ -1378,9 +1387,11 @@ class Driver {
     for (const Json& entry : layers->array) {
       const Json* kind = entry.get("kind");
       std::optional<int> window = as_int(entry.get("window"));
-      if (!kind || !kind->is(Json::Type::String) || !window)
-        throw std::invalid_argument("OP-CONFIG: a layer policy is {kind, window}");
-      c.layers.push_back(Policy{kind->string, *window});
+      const Json* keep_json = entry.get("keep");
+      std::optional<int> keep = keep_json ? as_int(keep_json) : std::optional<int>(0);
+      if (!kind || !kind->is(Json::Type::String) || !window || !keep)
+        throw std::invalid_argument("OP-CONFIG: a layer policy is {kind, window, keep}, ints");
+      c.layers.push_back(Policy{kind->string, *window, *keep});
     }
     return c;
   }
@@ -1392,6 +1403,8 @@ class Driver {
     if (c.batch_size != 1 && !scope_.has("batch")) return "batch";
     if (c.max_write && !scope_.has("max_write")) return "max_write";
     if (c.v_head_dim != c.head_dim && !scope_.has("mla")) return "mla";
+    for (const Policy& p : c.layers)
+      if (p.keep != 0 && !scope_.has("sinks")) return "sinks";
     return "";
   }
 
@@ -1509,6 +1522,13 @@ class Driver {
     }
     if (method == "used") return Response::result(Json::of(static_cast<long long>(cache_->used(layer_id(params)))));
     if (method == "reset") { cache_->reset(); return Response::result(Json::null()); }
+    if (method == "trim") {
+      if (!trim_) return Response::error("unsupported", "", "trim is not implemented");
+      std::optional<int> n = as_int(params.get("n"));
+      if (!n) throw std::invalid_argument("OP-TRIM: n is not a C++ int");   // true, 0.0: no C++ int to hand over
+      trim_(*cache_, *n);
+      return Response::result(Json::null());
+    }
     return Response::error("protocol", "", "unknown method " + method);
   }
 };
@@ -1516,7 +1536,7 @@ class Driver {
 // Serve the op protocol on stdin/stdout. `scope`: the op features the cache implements.
 template <class Cache>
 int run_main(int argc, char** argv, const char* name, Scope scope, typename Driver<Cache>::Factory factory,
-             typename Driver<Cache>::Fetch fetch) {
+             typename Driver<Cache>::Fetch fetch, typename Driver<Cache>::Trim trim = nullptr) {
   if (argc >= 2) {
     const std::string arg = argv[1];
     const char* usage = " - an op-face cache served over spec/PROTOCOL.md on stdin/stdout.\n"
@@ -1532,7 +1552,7 @@ int run_main(int argc, char** argv, const char* name, Scope scope, typename Driv
               << "or --help\n";
     return 2;
   }
-  Driver<Cache> driver(name, std::move(scope), std::move(factory), std::move(fetch));
+  Driver<Cache> driver(name, std::move(scope), std::move(factory), std::move(fetch), std::move(trim));
   std::ios::sync_with_stdio(false);
   return driver.serve(std::cin, std::cout);
 }

@@ -1,24 +1,26 @@
 """An exhaustive checker of an op-face target over a small configuration: every program up to a depth.
 
 Where the suite samples programs, this explores them all: breadth first over a small alphabet of
-steps (forwards of one or two sequences, a step stopped partway, forks, removals, reset, and the
-malformed calls of OP-POS, OP-FORK and OP-STEP), each program run on a fresh cache by the op engine
-(every query's attended tokens checked, every observation compared with the op model).
+steps (forwards of one or two sequences, a step stopped partway, forks, removals, reset, trims for a
+target with the `trim` feature, and the malformed calls of OP-POS, OP-FORK, OP-STEP and OP-TRIM), each
+program run on a fresh cache by the op engine (every query's attended tokens checked, every observation
+compared with the op model).
 
 What it may skip: a program is not extended when an earlier one (shorter, or as long and first in the
-alphabet's order) reached the same op-model state - the same tokens, up to their numbering, and the same
-step in progress - *with the same record of what the model let go*. The model forgets what a reset
-cleared, what a refused call carried, what an abandoned step wrote and what a removal dropped; a target
-need not (it may keep rows across a reset, or keep a refused call's rows), so each such event, with the
-state it happened in, is part of the key (`Visit`): every program that continues after a reset, a
-refusal, an abandoned step or a removal is reached. Deduplicating by the model's state alone assumed the
-target's state is a function of it - the very thing under test. What stays assumed: a target's state
-is a function of what it was given and kept (not, say, of how many calls it has served). A depth bound
-is stated, not hidden: the result says how many states and programs it checked, and how many states it
-left unexpanded at the bound.
+alphabet's order) reached the same op-model state - the same tokens, up to their numbering, the same
+step in progress, the same trim floors and positions written past the held ones - *with the same record
+of what the model let go*. The model forgets what a reset cleared, what a refused call carried, what an
+abandoned step wrote and what a removal dropped; a target need not (it may keep rows across a reset, or
+keep a refused call's rows), so each such event, with the state it happened in, is part of the key
+(`Visit`): every program that continues after a reset, a refusal, an abandoned step or a removal is
+reached. Deduplicating by the model's state alone assumed the target's state is a function of it - the
+very thing under test. What stays assumed: a target's state is a function of what it was given and kept
+(not, say, of how many calls it has served). A depth bound is stated, not hidden: the result says how
+many states and programs it checked, and how many states it left unexpanded at the bound.
 
     python -m kvcache_spec.conformance.op.checker --target python:kvcache_spec.conformance.op.targets:cell
     python -m kvcache_spec.conformance.op.checker --target cmd:./my_op_server      (spec/PROTOCOL.md)
+    python -m kvcache_spec.conformance.op.checker --target python:kvcache_spec.conformance.op.targets:contiguous --sinks
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from ..engine import Finding, Step
 from ..malform import INT32_LIMIT
 from .consequences import drive_on
 from .engine import OpEngine
-from .programs import RESET, at, begin, cp, fetch, op_config, rm
+from .programs import RESET, at, begin, cp, fetch, op_config, rm, trim
 from ..targets import Target, TargetCrash, TargetError, parse_target
 
 # Small configurations: two layers (so a step can stop partway), a flat and a windowed layer.
@@ -43,13 +45,19 @@ CHECK_CONFIGS = {
     "op-cell": op_config(3, (0, 2)),
     "op-contiguous": op_config(3, (0, 2)),
 }
+# OP-SINKS (--sinks): a ring of 3 keeping 1 sink beside a flat layer; 5 tokens reach past its window part.
+SINKS_CONFIG = op_config(5, (3, 0), keep=1)
 
 
-def alphabet(kind: str, cfg: dict[str, Any]) -> list[Step]:
-    """The steps a program is made of: each layer with next positions, and the calls around them."""
+def alphabet(kind: str, cfg: dict[str, Any], trims: bool = False) -> list[Step]:
+    """The steps a program is made of: each layer with next positions, and the calls around them; with
+    `trims` (a contiguous target with the `trim` feature) trims of 0, 1 and 2 tokens and a negative one."""
     layers = [fetch(layer) for layer in range(cfg["n_layers"])]
     if kind == "op-contiguous":
-        return layers + [fetch(0, 2), at(0, [0]), at(0, [-1]), RESET]
+        sinks = any(entry.get("keep") for entry in cfg["layers"])   # a two-token step on every layer, then
+        return layers + [fetch(0, 2), at(0, [0]), at(0, [-1]), RESET] + \
+            [fetch(layer, 2) for layer in range(1, cfg["n_layers"]) if sinks] + \
+            ([trim(0), trim(1), trim(2), trim(-1)] if trims else [])
     return layers + [begin(0), begin(1), begin(0, 1), begin(0, 0), begin(0, 0, 0), cp(0, 1), cp(1, 0, 1), rm(0), rm(1, 1),
                      at(0, [0]), at(0, [INT32_LIMIT]), RESET]
 
@@ -72,8 +80,10 @@ def _canonical(step: Step) -> Hashable:
                         if key not in ("refused_with",)))
 
 
-def state_key(model: op_model.OpModel) -> Hashable:
-    """The op model's state up to the numbering of tokens: what each sequence holds, and the open step."""
+def state_key(model: op_model.OpModel, steps: Optional[list[Step]] = None) -> Hashable:
+    """The op model's state up to the numbering of tokens: what each sequence holds, and the open step;
+    with a program's concrete `steps`, also the positions written past the held ones since the last reset
+    (a trim gives them back: a target that kept their rows differs there, so such a state is extended)."""
     owners: dict[int, set[int]] = {}
     positions: dict[int, int] = {}
     for seq, tokens in model.held.items():
@@ -83,7 +93,14 @@ def state_key(model: op_model.OpModel) -> Hashable:
     held = tuple(sorted((positions[uid], tuple(sorted(seqs))) for uid, seqs in owners.items()))
     step = model.step
     open_step = None if step is None else (step.seqs, step.positions, tuple(sorted(step.served)))
-    return held, open_step
+    written = 0
+    for concrete in steps or []:
+        if concrete["op"] == "reset":
+            written = 0
+        elif concrete["op"] == "fetch" and "case" not in concrete:
+            written = max([written] + [p + 1 for p in concrete.get("positions", []) if type(p) is int])
+    # the floors decide which trims are owed (OP-TRIM)
+    return held, open_step, tuple(model.floors), written
 
 
 @dataclass
@@ -122,7 +139,7 @@ def check(target: Target, depth: int, cfg: Optional[dict[str, Any]] = None) -> C
     cfg = cfg or CHECK_CONFIGS[layout]
     kind = op_model.CELL if layout == "op-cell" else op_model.CONTIGUOUS
     result = CheckResult(target.name, layout, depth)
-    letters = alphabet(layout, cfg)
+    letters = alphabet(layout, cfg, trims="trim" in target.scope.features)
     start = OpEngine(target, cfg, kind)
     seen: set[Hashable] = set()
     frontier: deque[Visit] = deque([Visit([], state_key(start.model), frozenset(), 0)])
@@ -137,8 +154,8 @@ def check(target: Target, depth: int, cfg: Optional[dict[str, Any]] = None) -> C
                 result.findings.setdefault(run.finding.key(), (run.finding, run.steps))
                 continue
             gone = let_go(prefix.state, prefix.abandoned, engine, letter)
-            visit = Visit(program, state_key(engine.model), prefix.let_go | ({gone} if gone is not None else set()),
-                          engine.model.abandoned)
+            visit = Visit(program, state_key(engine.model, run.steps),
+                          prefix.let_go | ({gone} if gone is not None else set()), engine.model.abandoned)
             if (visit.state, visit.let_go) in seen:
                 continue
             seen.add((visit.state, visit.let_go))
@@ -156,6 +173,8 @@ def main(argv: Optional[list[str]] = None) -> int:
                         help="an op-face target: python:MODULE:FACTORY, or cmd:COMMAND (spec/PROTOCOL.md)")
     parser.add_argument("--depth", type=int, default=4)
     parser.add_argument("--timeout", type=float, default=5.0, help="seconds per request of a cmd: target")
+    parser.add_argument("--sinks", action="store_true",
+                        help="op-contiguous: check a ring with an attention sink (OP-SINKS) beside a flat layer")
     args = parser.parse_args(argv)
     try:
         target = parse_target(args.target, timeout=args.timeout)
@@ -167,7 +186,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         if target.layout not in CHECK_CONFIGS:
             print(f"{args.target}: layout {target.layout!r} is not an op-face layout", file=sys.stderr)
             return 2
-        result = check(target, args.depth)
+        result = check(target, args.depth, SINKS_CONFIG if args.sinks and target.layout == "op-contiguous" else None)
     finally:
         target.close()
     print(json.dumps(result.summary(), indent=1))

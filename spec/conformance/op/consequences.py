@@ -126,22 +126,25 @@ class OpConsequences(Consequences):
 
     def committed(self) -> set[int]:
         """The tokens the record holds past an open step (a contiguous cache's whole steps)."""
-        # a step served on every layer is whole, not open (the record keeps its positions until the next one)
         open_step = self.step_positions is not None and len(self.served) < self.engine.mcfg.n_layers
-        pending = set(self.step_uids) if open_step else set()
+        pending = set(self.step_uids) if open_step else set()   # a step every layer served is held
         return {uid for uid in self.readable.get(0, set()) if uid not in pending}
 
     def trimmed(self, n: Any) -> None:
-        """An accepted trim (OP-TRIM): the open step is gone, and so are the newest n tokens of the rest; a
-        query attending one of them later attends a token no sequence holds (SAFE-OP-ISOLATION). A trim of
-        no count the record can read (negative, not an int) removes nothing: what the target did then
-        shows in its later answers."""
-        kept = self.committed()
-        if type(n) is int and n >= 0:
-            end = len(kept) - n
-            kept = {uid for uid in kept if type(pos := self.position.get(uid)) is int and pos < end}
-        self.readable[0] = kept
-        self.step_positions, self.step_uids, self.served = None, [], set()
+        """An accepted trim (OP-TRIM): the newest n tokens of the whole steps are gone; a query attending one
+        of them later attends a token no sequence holds (SAFE-OP-ISOLATION). What is certainly gone only,
+        whatever the caller did: past a step served partway nothing is (a cache of per-layer histories drops
+        each layer's own newest n, which differ there), nor past a trim of no count the record can read
+        (negative, not an int) - what the target did then shows in its later answers."""
+        partway = self.step_positions is not None and 0 < len(self.served) < self.engine.mcfg.n_layers
+        whole = self.committed()
+        # SAFE-OP-COMPLETE: what the trim certainly kept, the positions below L - n (a cache of per-layer
+        # histories trimmed partway keeps them too); past a count it cannot read, nothing
+        self.kept_below = len(whole) - n if type(n) is int and n >= 0 else 0
+        if type(n) is int and n >= 0 and not partway:
+            end = len(whole) - n
+            gone = {uid for uid in whole if type(pos := self.position.get(uid)) is int and pos >= end}
+            self.readable[0] = self.readable.get(0, set()) - gone
 
     def owed_after_verb(self, method: str, args: dict[str, Any]) -> None:
         """SAFE-OP-COMPLETE's record past an accepted verb: a fork owes dst what src is owed below upto, a
@@ -150,8 +153,8 @@ class OpConsequences(Consequences):
         if method == "reset":
             self.owed = {}
             return
-        if method == "trim":   # the tokens a trim dropped are owed no more; those it kept still are
-            self.owed[0] = self.owed.get(0, set()) & self.readable.get(0, set())
+        if method == "trim":   # owed still: what the trim certainly kept (trimmed)
+            self.owed[0] = {uid for uid in self.owed.get(0, set()) if _before(self.position.get(uid), self.kept_below)}
             return
         ints = [args.get(name) for name in ("seq", "p0", "src", "dst") if name in args]
         bounds = [args.get(name) for name in ("p1", "upto") if name in args]

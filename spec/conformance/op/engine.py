@@ -150,6 +150,7 @@ class OpEngine(Caller):
         self.index = -1
         self.next_uid = 0
         self.refused_at: Optional[int] = None   # the step of the last refused call
+        self.refusals: list[int] = []           # the steps of every call the target refused, as the spec does
         self.current: Optional[Step] = None     # the step running, with its concrete arguments
         self.declared: tuple[int, ...] = ()     # the owners of the last accepted begin_step
         # `judged` is the last call that is not an observation; with the last update_and_fetch's positions
@@ -297,25 +298,26 @@ class OpEngine(Caller):
         """A consequence past `entry` (the drive's) is charged to the step that causes it, not to the entry
         by default: K and V of different lengths that a refused call before the entry left are that call's
         (wrong OP-ATOMIC), and a break that goes away once every later malformed step is made well-formed
-        is the later step's (the rerun without the entry reports it, past that step)."""
+        is the later step's (the rerun without the entry reports it, past that step). Each is judged on the
+        program up to the consequence's step."""
         consequence = self.result.consequence
         if consequence is None or self.rejudging:
             return
-        refused = self.refused_at
-        if KV_LENGTHS in consequence.message and refused is not None and refused < entry.step_index:
-            without = self.program[:refused] + self.program[refused + 1:]
-            again = self._rejudge(without, entry.step_index - 1)
-            if again is None or KV_LENGTHS not in again.message:
-                self.result.consequence = Finding(
-                    WRONG, "OP-ATOMIC", f"the refused call of step {refused} left K and V of different lengths, "
-                    f"seen past the {entry.kind} {entry.rule} step {entry.step_index}: {consequence.message}",
-                    consequence.step_index)
-            return
-        rest = program[entry.step_index + 1:]
+        upto = program[:consequence.step_index + 1]
+        if KV_LENGTHS in consequence.message:
+            for refused in reversed([r for r in self.refusals if r < entry.step_index]):
+                again = self._rejudge(upto[:refused] + upto[refused + 1:], entry.step_index - 1)
+                if again is None or KV_LENGTHS not in again.message or again.step_index != consequence.step_index - 1:
+                    self.result.consequence = Finding(
+                        WRONG, "OP-ATOMIC", f"the refused call of step {refused} left K and V of different lengths, "
+                        f"seen past the {entry.kind} {entry.rule} step {entry.step_index}: {consequence.message}",
+                        consequence.step_index)
+                    return
+        rest = upto[entry.step_index + 1:]
         mended = [_well_formed_step(step, self.mcfg.n_layers) for step in rest]
         if mended == rest:
             return
-        again = self._rejudge(program[:entry.step_index + 1] + [step for step in mended if step is not None],
+        again = self._rejudge(upto[:entry.step_index + 1] + [step for step in mended if step is not None],
                               entry.step_index)
         if again is not None and (again.rule, again.safety) == (consequence.rule, consequence.safety):
             return
@@ -467,6 +469,7 @@ class OpEngine(Caller):
             raise self._fail(LENIENT, rejected.rule, f"{method}({_show(args)}) accepted a call the spec refuses "
                                                      f"({rejected.rule}: {rejected.why})")
         self.refused_at = self.index
+        self.refusals.append(self.index)
         # what the target found wrong, in its words: an OP-ATOMIC finding's cause is the target's reason
         # to refuse (the V width it could not take), which need not be the spec's (a re-placed position)
         concrete["refused_with"] = _reason(got.error)
@@ -481,6 +484,9 @@ class OpEngine(Caller):
             self.result.skipped.add(f"scope: trim steps not sent: the target's scope leaves out 'trim' "
                                     f"({scopes.OP_FEATURES['trim']})")
             return NOT_SENT
+        pending = self.model.step
+        if pending is not None and pending.served and self._excused("steps", "a trim in the middle of a step"):
+            return None   # a cache of per-layer histories has no step to abandon: its layers differ here
         case = case_of(step)
         n = step.get("n")
         if case is not None and case.clause.call == "trim":   # a malformed n, resolved against the tokens held

@@ -11,7 +11,7 @@ static mlxs::Array array(const op::Tensor& t) { return {{t.shape.begin(), t.shap
 
 int main(int argc, char** argv) {
   return op::run_main<mlxs::SequenceCache>(
-      argc, argv, "MLX-shaped sequence cache", op::Scope::full().without("batch").without("mla"),
+      argc, argv, "MLX-shaped sequence cache", op::Scope::full().without("batch").without("mla").without("sinks"),
       [](const op::Config& c) {   // JSON max_write null (no bound) is MLX's max_write = capacity
         mlxs::CacheConfig cfg{c.capacity, c.n_layers, c.n_kv_heads, c.head_dim, 0, c.max_write.value_or(c.capacity), {}};
         for (const op::Policy& p : c.layers)

@@ -7,10 +7,13 @@
 // It is shaped like upstream's Python ContiguousReferenceCache: each layer is its own history that
 // appends at its used length, `position` is not read, and a ring layer keeps every row and applies its
 // window through the mask. So its scope leaves out `positions`, `steps` and `max_write` (SPEC.md 8.4),
-// and the suite says so in its verdict. It serves batch rows and an MLA value width of its own.
-// Build with -DKVCACHE_EXAMPLE_WINDOW_OFF_BY_ONE for a broken variant the suite must catch.
+// and the suite says so in its verdict. It serves batch rows, an MLA value width of its own, attention sinks
+// (a ring's `keep`) and the trim verb (SPEC.md 8.6), refusing a trim past a ring's floor even though it keeps
+// every row. Build with -DKVCACHE_EXAMPLE_WINDOW_OFF_BY_ONE or -DKVCACHE_EXAMPLE_TRIM_IGNORES_FLOOR for a
+// broken variant the suite must catch.
 // (spec/cpp/example/serve_mlx_shaped.cpp is the other shape: the MLX runtime's, positions and rings.)
 
+#include <algorithm>
 #include <memory>
 #include <stdexcept>
 #include <vector>
@@ -21,17 +24,38 @@ namespace op = kvcache_conformance::op;
 
 class ContiguousCache {
  public:
-  explicit ContiguousCache(const op::Config& c) : c_(c), k_(c.n_layers > 0 ? c.n_layers : 0), v_(k_.size()) {
+  explicit ContiguousCache(const op::Config& c)
+      : c_(c), k_(c.n_layers > 0 ? c.n_layers : 0), v_(k_.size()), floor_(k_.size()) {
     if (c.n_layers < 1 || c.n_kv_heads < 1 || c.head_dim < 1 || c.v_head_dim < 1 || c.batch_size < 1 || c.capacity < 1)
       throw std::invalid_argument("OP-CONFIG: every size is an int >= 1");
     if (c.layers.size() != 1 && c.layers.size() != static_cast<size_t>(c.n_layers))
       throw std::invalid_argument("OP-CONFIG: layers must be one policy, or one per layer");
     for (const op::Policy& p : c.layers)
-      if (!((p.kind == "flat" && p.window == 0) || (p.kind == "ring" && p.window >= 1)))
-        throw std::invalid_argument("OP-CONFIG: a layer policy is flat (window 0) or ring (window >= 1)");
+      if (!((p.kind == "flat" && p.window == 0 && p.keep == 0) || (p.kind == "ring" && p.window >= 1 &&
+                                                                  p.keep >= 0 && p.keep < p.window)))
+        throw std::invalid_argument("OP-CONFIG: a layer policy is flat (window 0) or ring (window >= 1, keep below)");
   }
   int used(int layer) const { return static_cast<int>(k_.at(checked(layer)).size()); }
-  void reset() { for (size_t l = 0; l < k_.size(); ++l) k_[l].clear(), v_[l].clear(); }
+  void reset() { for (size_t l = 0; l < k_.size(); ++l) k_[l].clear(), v_[l].clear(), floor_[l] = 0; }
+
+  // OP-TRIM: drop the newest n tokens of every layer, unless a ring layer's floor - what a ring of the
+  // spec's least size could have overwritten - reaches a position the next query attends.
+  void trim(int n) {   // each layer is its own history: each drops its own newest n
+    for (size_t l = 0; l < k_.size(); ++l) {
+      const long long end = static_cast<long long>(k_[l].size()) - n;
+      if (n < 0 || end < 0) throw std::invalid_argument("OP-TRIM: n must lie in [0, held]");
+#ifndef KVCACHE_EXAMPLE_TRIM_IGNORES_FLOOR
+      const op::Policy& p = policy(static_cast<int>(l));
+      const long long first = std::max<long long>(p.keep, end - (p.window - p.keep) + 1);   // the next query's oldest
+      if (p.window > 0 && first < end && first < floor_[l])
+        throw std::runtime_error("OP-TRIM: a ring layer may have dropped a position the next query attends");
+#endif
+    }
+    for (size_t l = 0; l < k_.size(); ++l) {
+      const long long end = static_cast<long long>(k_[l].size()) - n;
+      k_[l].resize(end), v_[l].resize(end), floor_[l] = std::min(floor_[l], end);
+    }
+  }
 
   // Every check first, then the append (OP-ATOMIC); the answer is the layer's whole history and an
   // EXPLICIT mask: query i attends the rows up to its own, and on a ring only the newest `window`.
@@ -43,6 +67,8 @@ class ContiguousCache {
       throw std::invalid_argument("OP-ARGS: k, v, position are not [B, Hkv, q_len, D], [B, Hkv, q_len, Dv], [q_len, 1]");
     const long long before = static_cast<long long>(k_[layer].size()), rows = before + q;
     if (rows > c_.capacity) throw std::invalid_argument("OP-CAP: the step does not fit the capacity");
+    const op::Policy& p = policy(layer);   // the floor: a ring keeps at least window - keep - 1 rows besides its sinks
+    if (p.window > 0) floor_[layer] = std::max(floor_[layer], rows - (p.window - p.keep - 1));
     for (long long i = 0; i < q; ++i) {   // a row holds every batch row and head of one token
       k_[layer].emplace_back(), v_[layer].emplace_back();
       for (long long bh = 0; bh < B * H; ++bh) {
@@ -53,13 +79,14 @@ class ContiguousCache {
     op::Fetched out{history(k_[layer], B * H, D, "float32"), history(v_[layer], B * H, Dv, "float32"),
                     op::Mask::Explicit, {}};
     out.k_hist.shape = {B, H, rows, D}, out.v_hist.shape = {B, H, rows, Dv};
-    long long window = c_.layers.size() == 1 ? c_.layers[0].window : c_.layers[layer].window;
+    long long window = p.window, keep = p.keep;
 #ifdef KVCACHE_EXAMPLE_WINDOW_OFF_BY_ONE
     if (window > 0) window += 1;
 #endif
     std::vector<bool> mask;
     for (long long own = before; own < rows; ++own)
-      for (long long r = 0; r < rows; ++r) mask.push_back(r <= own && (window == 0 || r > own - window));
+      for (long long r = 0; r < rows; ++r)
+        mask.push_back(r <= own && (window == 0 || r < keep || r > own - (window - keep)));   // sinks and window
     out.mask = op::Tensor::of("bool", std::vector<long long>{q, rows}, mask);
     return out;
   }
@@ -70,6 +97,7 @@ class ContiguousCache {
     if (layer < 0 || layer >= c_.n_layers) throw std::out_of_range("OP-ARGS: layer_id must be in [0, n_layers)");
     return layer;
   }
+  const op::Policy& policy(int layer) const { return c_.layers.size() == 1 ? c_.layers[0] : c_.layers[layer]; }
   // [rows][B*H][width] -> [B*H][rows][width], as a tensor's flat data
   static op::Tensor history(const Rows& rows, long long bh, long long width, const char* dtype) {
     std::vector<double> data;
@@ -79,6 +107,7 @@ class ContiguousCache {
   }
   op::Config c_;
   std::vector<Rows> k_, v_;
+  std::vector<long long> floor_;   // per layer: positions below it (sinks aside) a ring may have dropped
 };
 
 int main(int argc, char** argv) {
@@ -88,5 +117,6 @@ int main(int argc, char** argv) {
       [](const op::Config& c) { return std::make_unique<ContiguousCache>(c); },
       [](ContiguousCache& cache, int layer, const op::Tensor& k, const op::Tensor& v, const op::Tensor& position) {
         return cache.update_and_fetch(layer, k, v, position);
-      });
+      },
+      [](ContiguousCache& cache, int n) { cache.trim(n); });
 }
