@@ -8,15 +8,17 @@ compared with the op model).
 
 What it may skip: a program is not extended when an earlier one (shorter, or as long and first in the
 alphabet's order) reached the same op-model state - the same tokens, up to their numbering, the same
-step in progress, the same trim floors and positions written past the held ones - *with the same record
-of what the model let go*. The model forgets what a reset cleared, what a refused call carried, what an
+step in progress, the same trim floors and positions written past the held ones - *with the same last
+thing the model let go*. The model forgets what a reset cleared, what a refused call carried, what an
 abandoned step wrote and what a removal dropped; a target need not (it may keep rows across a reset, or
-keep a refused call's rows), so each such event, with the state it happened in, is part of the key
-(`Visit`): every program that continues after a reset, a refusal, an abandoned step or a removal is
-reached. Deduplicating by the model's state alone assumed the target's state is a function of it - the
-very thing under test. What stays assumed: a target's state is a function of what it was given and kept
-(not, say, of how many calls it has served). A depth bound is stated, not hidden: the result says how
-many states and programs it checked, and how many states it left unexpanded at the bound.
+keep a refused call's rows), so the last such event, with the state it happened in (a refusal: the call
+alone), is part of the key (`Visit`): every program that continues after a reset, a refusal, an abandoned
+step or a removal is run, up to the next such event. Deduplicating by the model's state alone assumed the
+target's state is a function of it - the very thing under test. What stays assumed: a target's state is
+a function of what it was given and kept since the last thing let go (a defect that needs two of them,
+say rows kept across a reset *and* a refused call's, may be reached only through a longer program), not,
+say, of how many calls it has served. A depth bound is stated, not hidden: the result says how many
+states and programs it checked, and how many states it left unexpanded at the bound.
 
     python -m kvcache_spec.conformance.op.checker --target python:kvcache_spec.conformance.op.targets:cell
     python -m kvcache_spec.conformance.op.checker --target cmd:./my_op_server      (spec/PROTOCOL.md)
@@ -105,7 +107,7 @@ def state_key(model: op_model.OpModel, steps: Optional[list[Step]] = None) -> Ha
 
 @dataclass
 class Visit:
-    """A program explored, the op-model state it reached, and what the model let go on the way."""
+    """A program explored, the op-model state it reached, and the last thing the model let go on the way."""
     program: list[Step]
     state: Hashable
     let_go: frozenset[Hashable]
@@ -155,7 +157,7 @@ def check(target: Target, depth: int, cfg: Optional[dict[str, Any]] = None) -> C
                 continue
             gone = let_go(prefix.state, prefix.abandoned, engine, letter)
             visit = Visit(program, state_key(engine.model, run.steps),
-                          prefix.let_go | ({gone} if gone is not None else set()), engine.model.abandoned)
+                          frozenset({gone}) if gone is not None else prefix.let_go, engine.model.abandoned)
             if (visit.state, visit.let_go) in seen:
                 continue
             seen.add((visit.state, visit.let_go))
