@@ -15,6 +15,7 @@ import sys
 # extra -> (import name, distribution name) of every package it brings that the code imports itself.
 EXTRAS: dict[str, tuple[tuple[str, str], ...]] = {
     "verify": (("hypothesis", "hypothesis"), ("crosshair", "crosshair-tool"), ("z3", "z3-solver")),
+    "llamacpp": (("llama_cpp", "llama-cpp-python"), ("gguf", "gguf")),
 }
 
 

@@ -487,3 +487,42 @@ def execute_step(config: CellConfig, state: CellState, forward: Forward, layer: 
             problems.append(f"CELL-DATA-SOUND: token {i} (seq {seq_id}, position {q}) misses its "
                             f"(position, content) {entry}")
     return tuple(cells_now), problems
+
+
+# --- a cell cache seen only through its outputs (CELL-RECOMPUTE, SPEC.md section 7.8) -------------------------
+# Such a target (llama.cpp) shows no K/V: per token of a decode it answers an output vector. Which tokens each
+# query attends is the op face's cell table (`op_model.OpModel`, caller-chosen ids; OP-FORK, OP-RM, OP-POS,
+# OP-CAP); what the output must be is decided here: the target's own recompute over the rows the spec names.
+
+RECOMPUTE_ATOL = 1e-3    # CELL-RECOMPUTE: |got - want| <= atol + rtol * max|want|, elementwise (float32 logits)
+RECOMPUTE_RTOL = 1e-3
+
+Entry = tuple[int, int, int]   # (position, token, uid): one token a sequence holds; uids are never reused
+
+
+def recompute_rows(entries: Sequence[Entry], q: int) -> tuple[Entry, ...]:
+    """CELL-RECOMPUTE: the rows a query at position q recomputes over - its sequence's entries at positions
+    <= q (the query itself last), in position order. The windows are not applied here: the recompute applies
+    them, as the decode must (a query at q on a window-w layer attends positions [q - w + 1, q] of these)."""
+    return tuple(sorted(entry for entry in entries if entry[0] <= q))
+
+
+def recompute_decidable(n_layers: int, rows: Sequence[Entry], written_over: dict[int, tuple[int, ...]]) -> bool:
+    """CELL-RECOMPUTE: whether a fresh recompute over `rows` is the oracle of the query (the last row). With one
+    layer a token's output is a function of the rows it attends only. With more, a row's upper-layer K/V also
+    depend on the rows *it* attended when it was written (`written_over[uid]`: the uids then below it in its
+    sequence), so the recompute is the oracle only where every row was written over exactly the rows now
+    below it (no middle removal under it since, no fork that changed it)."""
+    if n_layers == 1:
+        return True
+    uids = [uid for _, _, uid in rows]
+    return all(written_over.get(uid) == tuple(uids[:i]) for i, uid in enumerate(uids))
+
+
+def outputs_agree(got: Sequence[float], want: Sequence[float],
+                  atol: float = RECOMPUTE_ATOL, rtol: float = RECOMPUTE_RTOL) -> bool:
+    """CELL-RECOMPUTE's tolerance: the same length, every element within atol + rtol * max|want|."""
+    if len(got) != len(want) or not want:
+        return False
+    bound = atol + rtol * max(abs(w) for w in want)
+    return all(abs(g - w) <= bound for g, w in zip(got, want))

@@ -197,7 +197,8 @@ class OpModel:
     def trim(self, n: Any) -> Optional[Rejected]:
         """Contiguous: drop the newest n tokens of every layer (OP-TRIM). An open step is abandoned first
         (OP-STEP); n counts the tokens held before it. Refused when a ring layer may have dropped a position
-        the next query (at L - n) attends."""
+        the next query (at L - n) attends. A trim served here may still be the target's choice (`trim_owed`,
+        asked before it): a target that refuses such a trim keeps its state."""
         if not _is_int(n):
             return Rejected("OP-TRIM", f"n {n!r} is not an int", case="n type")
         held = len(self.held.get(0, {}))
@@ -216,6 +217,13 @@ class OpModel:
         self.held = {0: {uid: pos for uid, pos in self.held.get(0, {}).items() if pos < end}} if end else {}
         self.floors = [min(floor, end) for floor in self.floors]
         return None
+
+    def trim_owed(self, n: Any) -> bool:
+        """OP-TRIM, asked before trim(n) of a valid n the spec does not refuse: whether the target must serve it
+        (n == 0, or every ring layer still retains everything: its floor at most its keep) rather than choose
+        (a ring that has dropped rows no later query needs may give back nothing: mlx-lm's is_trimmable)."""
+        return n == 0 or all(floor <= self.cfg.keep(layer) for layer, floor in enumerate(self.floors)
+                             if self.cfg.windows[layer])
 
     def first_attended(self, layer: int, position: int) -> int:
         """The oldest position past the sinks that a query at `position` attends on `layer` (OP-SINKS)."""
@@ -268,6 +276,35 @@ class OpModel:
         self.held.pop(seq, None)
         if kept:
             self.held[seq] = kept
+        return None
+
+    # --- llama.cpp's further verbs, on the face of a cell cache seen through its outputs (SPEC.md 7.8) ---
+    def seq_keep(self, seq: Any) -> Optional[Rejected]:
+        """CELL-KEEP: every other sequence's tokens are gone; seq keeps its own (shared ones too)."""
+        if not _is_int(seq) or not 0 <= seq < MAX_SEQS:
+            return Rejected("CELL-KEEP", f"seq {seq!r} is not an int in [0, {MAX_SEQS})")
+        self._abandon_started()
+        self.held = {seq: self.held[seq]} if self.held.get(seq) else {}
+        return None
+
+    def seq_add(self, seq: Any, p0: Any, p1: Any, delta: Any) -> Optional[Rejected]:
+        """CELL-SHIFT: seq's tokens at positions in [p0, p1) move by delta, for seq only (a sequence sharing one
+        keeps it where it was); refused when a moved position leaves [0, MAX_POSITION] or meets one seq holds."""
+        if not _is_int(seq) or not 0 <= seq < MAX_SEQS:
+            return Rejected("CELL-SHIFT", f"seq {seq!r} is not an int in [0, {MAX_SEQS})")
+        if not _is_int(p0) or p0 < 0 or p1 is not None and (not _is_int(p1) or p1 < p0) or not _is_int(delta):
+            return Rejected("CELL-SHIFT", f"p0 {p0!r}, p1 {p1!r}, delta {delta!r}: not p0 >= 0, p1 None or >= p0, "
+                                          "delta an int")
+        tokens = self.held.get(seq, {})
+        moved = {uid: pos + delta for uid, pos in tokens.items() if pos >= p0 and (p1 is None or pos < p1)}
+        if any(not 0 <= pos <= MAX_POSITION for pos in moved.values()):
+            return Rejected("CELL-SHIFT", f"a position moved by {delta} leaves [0, {MAX_POSITION}]")
+        after = {**tokens, **moved}
+        if len(set(after.values())) != len(after):
+            return Rejected("CELL-SHIFT", f"a position moved by {delta} meets one sequence {seq} holds")
+        self._abandon_started()
+        if after:
+            self.held[seq] = after
         return None
 
     def _abandon_started(self) -> None:

@@ -124,7 +124,8 @@ RULES: tuple[Rule, ...] = (
     # --- conformance scope
     Rule("SCOPE-BORDER",
          "An implementation that declares a partial scope (layer kinds, the max_write field, one fixed max_seqs "
-         "for a cell cache, the narrowest width min_head_dim of an op target) refuses at creation every valid "
+         "for a cell cache, the narrowest width min_head_dim of an op target, one fixed keep=N of its ring layers) "
+         "refuses at creation every valid "
          "configuration outside it, but a lazy-shapes target those outside by their sizes alone.",
          "A flat-only cache that accepts a sliding-window layer and serves it as full history gives silently "
          "wrong attention; a refusal at build time is loud and costs nothing."),
@@ -248,6 +249,31 @@ RULES: tuple[Rule, ...] = (
     Rule("CELL-ATOMIC", "A refusal or a typed error of the cell layout changes nothing (every query answers as before).",
          "A half-applied verb leaves the table and the backend's pools disagreeing silently.",
          "A declare_step refused after part of the forward was admitted; a seq_rm that raised after freeing cells."),
+    # --- a cell cache seen only through its outputs (SPEC.md section 7.8): the op face's cell verbs, and a decode
+    Rule("CELL-RECOMPUTE",
+         "A cell cache observed through its outputs answers, for every token of a decode, the output the same target "
+         "computes when it recomputes that token from nothing over exactly the rows the spec says it attends: its "
+         "sequence's (token, position) entries at positions up to its own, each once, decoded as one sequence into a "
+         "fresh state; equal to a float tolerance. With more than one layer the check binds where every one of those "
+         "rows was written over the entries now below it.",
+         "Runtimes such as llama.cpp expose no K/V rows: with one layer a token's output is a function of exactly the "
+         "(token, position) rows it attends, so the target's own recompute over the spec's set is the oracle.",
+         "A token attending a removed cell, another sequence's cell, two cells at one position, or missing one of its "
+         "own (llama.cpp's seq_cp onto a live destination; a sliding layer rewound below what it still holds)."),
+    Rule("CELL-KEEP",
+         "seq_keep(s) (s an int in [0, 63)) removes every token of every other sequence; s keeps its own, the ones it "
+         "shares too.",
+         "llama.cpp's seq_keep ends every sequence but one (a chosen beam) in one call; a cell s shares must survive it.",
+         "A kept sequence losing a cell it shared with a removed one; another sequence left holding cells."),
+    Rule("CELL-SHIFT",
+         "seq_add(s, p0, p1, delta) moves s's tokens at positions in [p0, p1) (to the end when p1 is None) by delta, for "
+         "s only: a sequence sharing one keeps it where it was; s's later queries attend them at their new positions. p0 "
+         "an int >= 0, p1 None or an int >= p0, delta an int; a move that takes a position out of [0, 2**31 - 2] or "
+         "onto one s holds is refused.",
+         "A context shift (seq_rm of the oldest, then seq_add of the rest by minus that many) keeps a long "
+         "conversation inside the cache; RoPE makes a key's position part of what it is.",
+         "A shift that moves a shared cell for every owner, keys left at their old positions, or two tokens of one "
+         "sequence shifted onto one position."),
 )
 
 
@@ -324,7 +350,9 @@ OP_RULES: tuple[Rule, ...] = (
     Rule("OP-CONFIG",
          "capacity > 0, n_layers > 0, layers of size 1 or n_layers, policies valid, n_kv_heads, head_dim, v_head_dim "
          ">= 1, batch_size >= 1, every size an int (not bool). A target declaring lazy-shapes (section 8.7) is given "
-         "no sizes and owes no refusal of them; one declaring unbounded owes none of the capacity.",
+         "no sizes and owes no refusal of them; one declaring unbounded owes none of the capacity; one declaring "
+         "trusted-args is sent no invalid config and owes none of these refusals (a valid config outside its scope "
+         "stays refused: SCOPE-BORDER).",
          "A cache built from a nonsensical config fails later, far from the cause.",
          "A zero-layer or zero-head cache that accepts steps it cannot serve."),
     Rule("OP-MAX-WRITE",
@@ -348,10 +376,13 @@ OP_RULES: tuple[Rule, ...] = (
          "changing nothing, when a ring layer may have dropped a position the query at L - n would attend: each "
          "ring layer of window w, keep k retains at least its sinks and the positions >= its floor F, where F "
          "starts at 0, becomes max(F, end - (w - k - 1 + max_write)) (max_write null counts 0) when a step ending "
-         "at end is served on it, and min(F, L - n) at a trim; the trim is owed iff every position in "
-         "[max(k, L - n - (w - k) + 1), L - n) is >= F on every ring layer.",
+         "at end begins (is served on its first layer), and min(F, L - n) at a trim. The trim is refused iff a position "
+         "in [max(k, L - n - (w - k) + 1), L - n) is below F on a ring layer; else it is owed iff n == 0 or F <= k on "
+         "every ring layer (it still retains everything), and otherwise optional: the target serves it (then judged "
+         "by its answers) or refuses it, changing nothing.",
          "Speculative decoding rolls back its rejected draft tokens (HF's crop, mlx-lm's trim); a ring that has "
-         "overwritten a row the next query attends cannot give it back, and says so (mlx-lm's is_trimmable).",
+         "overwritten a row the next query attends cannot give it back, and says so; one that has dropped rows no later "
+         "query needs may give back nothing (mlx-lm's is_trimmable: offset < max_size).",
          "A trim that only lowers the length (the rows come back); a trim past a wrapped ring that then serves "
          "overwritten rows; a negative trim that grows the cache over rows never written."),
 )

@@ -391,7 +391,15 @@ class _WindowOffByOne:
 class ContiguousTrusting(ContiguousStandin):
     """Validates nothing of a call, as a cache whose only caller is model code (HF's `update`, mlx-lm's
     `update_and_fetch`): layer ids index as Python does (-1 is the last layer, True layer 1), K and V are
-    stored as they come. Declares `trusted-args`."""
+    stored as they come; a config is taken as given (an invalid one builds a cache of one flat layer, as a
+    library builds whatever model config it is handed). Declares `trusted-args`."""
+
+    def __init__(self, cfg: dict[str, Any]) -> None:
+        try:
+            super().__init__(cfg)
+        except StandinError:
+            super().__init__({**cfg, "capacity": 4, "n_layers": 1, "layers": [{"kind": "flat", "window": 0}],
+                              **{key: 1 for key in ("n_kv_heads", "head_dim", "v_head_dim", "batch_size")}})
 
     def _check_arrays(self, layer_id: Any, k: Any, v: Any, position: Any) -> tuple[int, list[int]]:
         layer = range(self.cfg["n_layers"])[layer_id]
@@ -440,9 +448,28 @@ def _quantized(values: Any) -> np.ndarray:
     return (low + np.rint((x - low) / scale) * scale).astype(np.float32)
 
 
+def _across_tokens(values: np.ndarray) -> np.ndarray:
+    """4 bits per element over each channel's range across the rows of a history ([B, H, rows, W]; hqq's
+    axis 0): an element is off by up to the channel's spread across tokens / 30."""
+    x = np.asarray(values, dtype=np.float32)
+    if not x.shape[2]:
+        return x
+    low, high = x.min(axis=2, keepdims=True), x.max(axis=2, keepdims=True)
+    scale = np.where(high > low, (high - low) / 15, 1).astype(np.float32)
+    return (low + np.rint((x - low) / scale) * scale).astype(np.float32)
+
+
+def _fp8(values: Any) -> np.ndarray:
+    """float8 e4m3's precision: 3 mantissa bits, so an element is off by up to 1/16 of itself."""
+    x = np.asarray(values, dtype=np.float32)
+    mantissa, exponent = np.frexp(x)
+    return np.ldexp(np.rint(mantissa * 16) / 16, exponent).astype(np.float32)
+
+
 class ContiguousQuantized(ContiguousStandin):
-    """Stores K and V quantized to 4 bits per element (a row of width 32 is off by up to 31/30), and serves
-    only widths of 32 and more (refused at creation below). Declares `lossy=1.5` and `min_head_dim=32`."""
+    """Stores K and V quantized to 4 bits per element over each row (a row of width 32 of the lossy row codes,
+    1s and 2s, is exact; of the exact labels, off by up to 31/30), and serves only widths of 32 and more
+    (refused at creation below). Declares `lossy=0.25` and `min_head_dim=32`."""
     narrowest = 32
 
     def __init__(self, cfg: dict[str, Any]) -> None:
@@ -453,6 +480,27 @@ class ContiguousQuantized(ContiguousStandin):
 
     def _write(self, layer: int, tokens: list[Token], k: Any, v: Any) -> None:
         super()._write(layer, tokens, _quantized(k), _quantized(v))
+
+
+class ContiguousQuantizedChannels(ContiguousQuantized):
+    """Quantizes each channel across the tokens of the history it answers (as hqq's axis 0 does): its error
+    scales with the spread of a channel across tokens, which grows with the token number for the exact
+    labels and stays 1 for the lossy row codes. Declares `lossy=0.25` and `min_head_dim=32`."""
+
+    def _write(self, layer: int, tokens: list[Token], k: Any, v: Any) -> None:
+        ContiguousStandin._write(self, layer, tokens, k, v)
+
+    def _answer(self, layer: int, seq_of: list[int], positions: list[int]) -> tuple[np.ndarray, np.ndarray, Spec]:
+        k, v, spec = super()._answer(layer, seq_of, positions)
+        return _across_tokens(k), _across_tokens(v), spec
+
+
+class ContiguousFp8(ContiguousQuantized):
+    """Stores K and V at float8's relative precision (1/16 of each value: hundreds off for the exact labels of
+    later tokens, nothing for row codes of 1s and 2s). Declares `lossy=0.25` and `min_head_dim=32`."""
+
+    def _write(self, layer: int, tokens: list[Token], k: Any, v: Any) -> None:
+        ContiguousStandin._write(self, layer, tokens, _fp8(k), _fp8(v))
 
 
 class ContiguousRollsPastCapacity(ContiguousStandin):
@@ -670,7 +718,9 @@ contiguous_serves_empty_step = _factory(ContiguousServesEmptyStep)
 # `_undeclared` ones are the same caches without the declaration (they must still fail)
 RELAXED = {"trusting": (ContiguousTrusting, ["trusted-args"]), "growing": (ContiguousGrowing, ["unbounded"]),
            "lazy": (ContiguousLazy, ["lazy-shapes"]),
-           "quantized": (ContiguousQuantized, ["lossy=1.5", "min_head_dim=32"])}
+           "quantized": (ContiguousQuantized, ["lossy=0.25", "min_head_dim=32"]),
+           "quantized_channels": (ContiguousQuantizedChannels, ["lossy=0.25", "min_head_dim=32"]),
+           "fp8": (ContiguousFp8, ["lossy=0.25", "min_head_dim=32"])}
 for _name, (_cls, _scope) in RELAXED.items():
     _broken = type(f"{_cls.__name__}OffByOne", (_WindowOffByOne, _cls), {})
     globals()[f"contiguous_{_name}"] = _factory(_cls, _scope)

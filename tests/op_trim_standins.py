@@ -113,7 +113,77 @@ class KeepAtWindowServed(ContiguousStandin):
             raise StandinError("keep")
 
 
+class RingTrimOnlyUnwrapped(ContiguousStandin):
+    """mlx-lm's RotatingKVCache.is_trimmable (offset < max_size) made exact: once a ring layer may have dropped
+    a row (its floor above its keep) it gives back nothing but trim(0), a trim SPEC 8.6 leaves optional
+    there. Valid: CONFORMING (strict) - the suite follows the refusal."""
+
+    def trim(self, n: Any) -> None:
+        if n != 0 and any(w and floor > keep for w, keep, floor in zip(self.windows, self.keeps, self.floors)):
+            raise StandinError(f"trim {n!r}: the ring has wrapped (not trimmable)")
+        super().trim(n)
+
+
+class RingTrimRefusedEarly(ContiguousStandin):
+    """Refuses every trim but trim(0) once a ring layer holds window - 1 tokens (one token before is_trimmable
+    says no): the ring has dropped nothing yet, so the trim is owed - over-strict OP-TRIM."""
+
+    def trim(self, n: Any) -> None:
+        if n != 0 and any(w and self.used(0) >= w - 1 for w in self.windows):
+            raise StandinError(f"trim {n!r}: refused one token early")
+        super().trim(n)
+
+
+class RingTrimRefusalLowersLength(ContiguousStandin):
+    """Refuses a trim the spec leaves optional after dropping the tokens anyway (mlx-lm's trim_prompt_cache
+    trims what it can, then answers less than asked): a refusal that changed the cache - wrong OP-ATOMIC."""
+
+    def trim(self, n: Any) -> None:
+        wrapped = any(w and floor > keep for w, keep, floor in zip(self.windows, self.keeps, self.floors))
+        super().trim(n)
+        if n != 0 and wrapped:
+            raise StandinError(f"trim {n!r}: trimmed, then said no")
+
+
+class TrimsWhatItCan(ContiguousStandin):
+    """mlx-lm's trim_prompt_cache: trims min(n, held) and answers how many, a short answer being the refusal -
+    after it trimmed. Validates no n (its caller, model code, never trims more than it holds): CONFORMING
+    under `trusted-args`, which sends no n outside [0, held]."""
+
+    def trim(self, n: Any) -> None:
+        held = len([t for t in self.tokens if not self.step or t not in self.step["tokens"]])
+        super().trim(min(n, held) if type(n) is int and n >= 0 else 0)
+        if n != min(n, held):
+            raise StandinError(f"trimmed {held} of {n}")
+
+
+class KeepFour(ContiguousStandin):
+    """Builds every ring with keep 4, as mlx-lm's make_prompt_cache does: a config whose ring layers ask for
+    another keep is refused at creation. Declares `keep=4` (CONFORMING: those configs lie outside)."""
+
+    def __init__(self, cfg: dict[str, Any]) -> None:
+        if any(entry.get("kind") == "ring" and entry.get("keep", 0) != 4 for entry in cfg["layers"]):
+            raise StandinError("SCOPE-BORDER: rings of keep 4 only")
+        super().__init__(cfg)
+
+
+class KeepFourServesOthers(ContiguousStandin):
+    """The same cache, accepting any ring and serving it with keep 4 (where its window allows): a config
+    outside the declared keep=4 served another way - wrong SCOPE-BORDER."""
+
+    def __init__(self, cfg: dict[str, Any]) -> None:
+        layers = [{**entry, "keep": 4} if entry.get("kind") == "ring" and entry["window"] > 4 else entry
+                  for entry in cfg["layers"]]
+        super().__init__({**cfg, "layers": layers})
+
+
 trim_lowers_length_only = _factory(TrimLowersLengthOnly)
+keep_four = _factory(KeepFour, ["all", "keep=4"])
+keep_four_serves_others = _factory(KeepFourServesOthers, ["all", "keep=4"])
+trims_what_it_can = _factory(TrimsWhatItCan, ["all", "trusted-args"])
+ring_trim_only_unwrapped = _factory(RingTrimOnlyUnwrapped)
+ring_trim_refused_early = _factory(RingTrimRefusedEarly)
+ring_trim_refusal_lowers_length = _factory(RingTrimRefusalLowersLength)
 ring_trim_past_wrap = _factory(RingTrimPastWrap)
 negative_trim = _factory(NegativeTrim)
 sinks_dropped_by_multi_token_step = _factory(SinksDroppedByMultiTokenStep)

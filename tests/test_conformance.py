@@ -260,11 +260,16 @@ def test_every_rule_is_in_scope_or_says_why_not() -> None:
     assert sorted(rule for rule, why in scope.items() if why and rule not in cell_rules + op_rules) == [
         "ET-MAP", "PROTO-COMMIT", "REG-KEYS", "REG-SESSION", "THREADS"]
     ops = in_scope(config_validation=True, optional=frozenset(), layout="op-cell")
-    contiguous_only = ("OP-MAX-WRITE", "OP-TRIM", "OP-SINKS")   # cells have no rings to bound, no trim, no sinks
+    contiguous_only = ("OP-MAX-WRITE", "OP-TRIM", "OP-SINKS")   # cells have no rings to bound, trim or sink
     assert all(not ops[rule] for rule in op_rules if rule not in contiguous_only) and ops["CELL-MASK"] and \
         ops["REWIND-SOUND"] and all("other op cache" in ops[rule] for rule in contiguous_only)
     cells = in_scope(config_validation=True, optional=frozenset(), layout="cell")
-    assert all(not cells[rule] for rule in cell_rules) and cells["REWIND-SOUND"] and not cells["ARG-INT"]
+    from kvcache_spec.conformance.coverage import RECOMPUTE_ONLY   # the cell layout seen through outputs (7.8)
+    assert all(not cells[rule] for rule in cell_rules if rule not in RECOMPUTE_ONLY) and cells["REWIND-SOUND"] \
+        and not cells["ARG-INT"] and all(cells[rule] for rule in RECOMPUTE_ONLY)
+    recompute = in_scope(config_validation=True, optional=frozenset(), layout="cell-recompute")
+    assert all(not recompute[rule] for rule in RECOMPUTE_ONLY + ("OP-FORK", "OP-RM", "CELL-OWNERS")) \
+        and recompute["CELL-MASK"] and recompute["OP-ATTEND"]
     bare = in_scope(config_validation=False, optional=frozenset())
     assert "no depth()" in bare["DEPTH"] and "no retained_from()" in bare["RETAINED"] and bare["CFG-CAPACITY"]
 

@@ -87,25 +87,42 @@ def test_OP_TRIM_n_is_an_int_in_zero_to_held() -> None:
     assert m.trim(3) is None and m.used(0) == 0 and _steps(m, 1) == [[[0]]]
 
 
+def _answers(m: op_model.OpModel) -> dict[int, str]:
+    """OP-TRIM's three answers for each n in [0, L] (SPEC 8.6)."""
+    return {n: "owed" if m.trim_owed(n) else "optional" if m.snapshot().trim(n) is None else "refused"
+            for n in range(m.used(0) + 1)}
+
+
+def _choice(m: op_model.OpModel) -> list[int]:
+    return [n for n, answer in _answers(m).items() if answer == "optional"]
+
+
 def test_OP_TRIM_a_ring_gives_back_only_what_no_later_query_needs() -> None:
     """OP-TRIM: the floor F = max(F, end - (w - k - 1 + max_write)) at each step begun, min(F, L - n) at a
-    trim; owed iff [max(k, L - n - (w - k) + 1), L - n) lies at or above F (mlx-lm's is_trimmable, exact)."""
+    trim; refused iff a position in [max(k, L - n - (w - k) + 1), L - n) lies below F; owed iff n = 0 or F <= k
+    on every ring layer (nothing dropped: mlx-lm's is_trimmable); optional otherwise."""
     ring = op_model.OpModel(_model(RING4))
     _steps(ring, 1, 1, 1)
-    assert _owed(ring) == [0, 1, 2, 3] and ring.floors == [0]
+    assert _owed(ring) == [0, 1, 2, 3] and ring.floors == [0] and not _choice(ring)
     _steps(ring, 1)
-    assert _owed(ring) == [0, 4] and ring.floors == [1]
+    assert _owed(ring) == [0, 4] and ring.floors == [1] and _choice(ring) == [4]   # to nothing: its choice
     sinks = op_model.OpModel(_model({**RING4, "keep": 1}))
-    _steps(sinks, 1, 1, 1, 1, 1, 1)
-    assert _owed(sinks) == [0, 5, 6]   # down to the sink, or to nothing
+    _steps(sinks, 1, 1, 1)
+    assert not _choice(sinks) and sinks.floors == [1]   # F <= k: nothing dropped, every trim owed
+    _steps(sinks, 1, 1, 1)
+    assert _owed(sinks) == [0, 5, 6] and _choice(sinks) == [5, 6]   # down to the sink, or to nothing
     spec = op_model.OpModel(_model(RING4, max_write=2))
     _steps(spec, 2, 2, 2, 2)
-    assert _owed(spec) == [0, 1, 2, 8] and spec.trim(2) is None and _owed(spec) == [0, 6]   # the floor stays
+    assert _owed(spec) == [0, 1, 2, 8] and _choice(spec) == [1, 2, 8]
+    assert spec.trim(2) is None and _owed(spec) == [0, 6]   # the floor stays
     window_one = op_model.OpModel(_model({"kind": "ring", "window": 1}))
     _steps(window_one, 3, 1)
-    assert _owed(window_one) == [0, 1, 2, 3, 4]   # a window of 1 needs no history
+    assert _owed(window_one) == [0, 1, 2, 3, 4] and _choice(window_one) == [1, 2, 3, 4]   # its history: gone
     refused = spec.trim(1)
     assert refused is not None and refused.case == "ring dropped"
+    flat = op_model.OpModel(_model({"kind": "flat", "window": 0}, RING4))
+    _steps(flat, 1, 1)
+    assert set(_answers(flat).values()) == {"owed"}
 
 
 def test_OP_TRIM_in_the_middle_of_a_step_abandons_it_first() -> None:
@@ -200,6 +217,29 @@ def test_the_reference_and_the_standin_are_conforming_strict_within_trim_and_sin
     assert report["verdict"] == CONFORMING and report["coverage"]["complete"], report["semantic"]["findings"][:1]
     assert {"OP-TRIM", "OP-SINKS"} <= set(report["coverage"]["rules"]["exercised"])
     assert {"trim", "sinks"} <= set(report["scope"]["features"]) and report["scope"]["full"]
+
+
+TRIM_CHOICES = {
+    # a ring that refuses what SPEC 8.6 leaves optional (mlx-lm's is_trimmable): valid
+    "ring_trim_only_unwrapped": None,
+    # refused while the ring dropped nothing: over-strict; a refusal that trimmed anyway: OP-ATOMIC
+    "ring_trim_refused_early": ("over-strict", "OP-TRIM"),
+    "ring_trim_refusal_lowers_length": ("wrong", "OP-ATOMIC"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TRIM_CHOICES))
+def test_a_trim_the_spec_leaves_optional_may_be_refused_and_only_that(name: str) -> None:
+    """OP-TRIM's optional answer: a ring that has dropped rows may refuse a trim no later query needs undone
+    (the suite follows the refusal: CONFORMING, strict); one it owes refused is over-strict, and a refusal
+    that changed the cache is wrong OP-ATOMIC."""
+    report = _report(STANDINS.format(name))
+    expected = TRIM_CHOICES[name]
+    if expected is None:
+        assert report["verdict"] == CONFORMING and report["coverage"]["complete"], report["semantic"]["findings"][:1]
+        return
+    found = {(f["class"], f["rule"]) for f in report["semantic"]["findings"]}
+    assert report["verdict"] == NOT_CONFORMING and expected in found, found
 
 
 def test_the_programs_trim_past_a_wrapped_ring_both_ways() -> None:
@@ -299,3 +339,58 @@ def test_the_exhaustive_checker_passes_the_reference_and_finds_each_trim_standin
     for name, key in expected.items():
         found = op_checker.check(PythonTarget(STANDINS.format(name)), 4, config).findings
         assert key in found and len(found[key][1]) <= 4, (name, {k: len(v[1]) for k, v in found.items()})
+
+
+def test_trusted_args_sends_no_trim_of_an_n_outside_zero_to_held() -> None:
+    """OP-TRIM under the relaxation `trusted-args`: a bad n (negative, more than held, not an int) is a call no
+    model code makes, so none is sent - the negative-trim stand-in is then CONFORMING (strict) - while a trim
+    a ring cannot give back is the state's refusal and still owed (the wrapped-ring stand-in is still found)."""
+    def judged(name: str) -> dict[str, Any]:
+        target = PythonTarget(STANDINS.format(name))
+        target.scope = scopes.parse(["all", "trusted-args"], "test")
+        return report_json(run_suite(target, "quick"), True, False)
+    negative = judged("negative_trim")
+    assert negative["verdict"] == CONFORMING, negative["semantic"]["findings"][:1]
+    assert any("'trusted-args'" in note and "trim" in note for note in negative["skipped"])
+    wrapped = judged("ring_trim_past_wrap")
+    assert {(f["class"], f["rule"]) for f in wrapped["semantic"]["findings"]} >= {("lenient", "OP-TRIM"),
+                                                                                 ("wrong", "OP-ATTEND")}
+
+
+def test_random_trims_are_well_formed_or_tagged_and_trusted_args_gets_only_well_formed_ones() -> None:
+    """OP-TRIM under `trusted-args`: a random program's trim draws n within [0, held] (resolved when it runs,
+    as next positions are) or is a tagged malformation - never an untagged n above held - so `sendable` drops
+    every malformed trim, and a cache that trims what it can (mlx-lm's trim_prompt_cache) is CONFORMING."""
+    import random
+    for cfg in CONTIGUOUS_CONFIGS[:4]:
+        for seed in range(6):
+            program = random_contiguous_program(cfg, random.Random(seed), 40)
+            result = layouts.run_any(PythonTarget(REFERENCE), cfg, program)
+            for step in result.steps:
+                if step["op"] == "trim" and "clause" not in step:
+                    assert type(step["n"]) is int and step.get("case") in (None, "OP-TRIM ring dropped"), step
+    report = _report(STANDINS.format("trims_what_it_can"))
+    assert report["verdict"] == CONFORMING, report["semantic"]["findings"][:1]
+    assert "OP-TRIM" in report["coverage"]["rules"]["exercised"]
+
+
+def test_a_scope_fixing_keep_drives_twins_with_that_keep_and_needs_the_others_refused() -> None:
+    """keep=N (mlx-lm's make_prompt_cache: every ring keeps 4): each ring config gets an in-scope twin whose
+    rings keep N (the window part past the sinks unchanged); configs with another keep lie outside and must be
+    refused at creation (SCOPE-BORDER). A keep above 0 needs `sinks`; the value is an int >= 0."""
+    scope = scopes.parse(["all", "keep=4"], "test")
+    assert "keep=4" in scope.names() and not scope.full_for("op-contiguous")
+    inside, outside = scopes.split(scopes.with_twins(CONTIGUOUS_CONFIGS, scope), scope)
+    rings = [cfg for cfg in inside if any(entry["kind"] == "ring" for entry in cfg["layers"])]
+    assert rings and all(entry.get("keep") == 4 for cfg in rings for entry in cfg["layers"] if entry["kind"] == "ring")
+    assert all(isinstance(op_model.make_config(cfg, op_model.CONTIGUOUS), op_model.OpConfig) for cfg in inside)
+    assert {entry["window"] - 4 for cfg in rings for entry in cfg["layers"] if entry["kind"] == "ring"} >= {1, 3}
+    assert outside and all(scope.missing(cfg) == {"keep"} for cfg in outside)
+    for bad in (["flat", "ring", "keep=4"], ["all", "keep=-1"], ["all", "keep=x"], ["all", "keep"]):
+        with pytest.raises(scopes.ScopeError):
+            scopes.parse(bad, "test")
+    report = _report(STANDINS.format("keep_four"))
+    assert report["verdict"] == CONFORMING and report["coverage"]["complete"], report["semantic"]["findings"][:1]
+    others = _report(STANDINS.format("keep_four_serves_others"))
+    assert others["verdict"] == NOT_CONFORMING
+    assert {f["rule"] for f in others["semantic"]["findings"]} == {"SCOPE-BORDER"}

@@ -41,7 +41,7 @@ def _parser() -> argparse.ArgumentParser:
                                      description="Run the kvcache conformance suite against a target.")
     parser.add_argument("--target", default="reference",
                         help="reference (default), python:MODULE:FACTORY, or cmd:COMMAND (spec/PROTOCOL.md)")
-    parser.add_argument("--layout", choices=("sequence", "cell", "op-contiguous", "op-cell"),
+    parser.add_argument("--layout", choices=("sequence", "cell", "op-contiguous", "op-cell", "cell-recompute"),
                         help="the layout the target implements (default: what it declares - a python: "
                              "factory's kvcache_layout, a cmd: target's hello - else sequence)")
     parser.add_argument("--profile", choices=sorted(PROFILES), default="quick")

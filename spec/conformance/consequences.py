@@ -98,6 +98,12 @@ SAFETY: tuple[Safety, ...] = (
            "read_len <= capacity, "
            "and length x read_len mask bytes of 0 or 1.",
            "The backend indexes the mask and gathers the cells without checks."),
+    Safety("SAFE-ONE-HISTORY", "CELL-RECOMPUTE",
+           "(Cell cache seen through outputs) After a seq_cp onto a destination holding tokens was served, the "
+           "destination's next token attends one history: its output is the recompute over its own rows or over the "
+           "copied ones.",
+           "A query attending two rows at one position (a merged fork) computes attention over a history no "
+           "sequence ever had."),
 )
 BY_ID = {safety.id: safety for safety in SAFETY}
 

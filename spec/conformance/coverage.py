@@ -83,8 +83,21 @@ EVENTS: dict[str, tuple[str, ...]] = {
 }
 
 
+# The rules a cell cache seen through its outputs is judged by (SPEC.md 7.8): the op face's cell verbs, the
+# recompute, next_pos, clear and a declared scope's border.
+RECOMPUTE_ONLY = ("CELL-RECOMPUTE", "CELL-KEEP", "CELL-SHIFT")   # bind the recompute face alone
+RECOMPUTE_RULES = ("CELL-RECOMPUTE", "CELL-KEEP", "CELL-SHIFT", "CELL-OWNERS", "CELL-CLEAR", "OP-FORK", "OP-RM", "OP-POS", "OP-STEP", "OP-CAP",
+                   "OP-ATOMIC", "OP-CONFIG", "OP-BATCH", "SCOPE-BORDER")
+
+
 def _layout_rule(rule_id: str, layout: str) -> str:
     """'' when the rule binds a cache of this layout, else why it does not."""
+    if layout == "cell-recompute":
+        return "" if rule_id in RECOMPUTE_RULES else \
+            "not observable through outputs: this run drives a cell cache seen only through its outputs"
+    if rule_id in RECOMPUTE_ONLY:
+        return (f"a rule of the cell layout seen through its outputs (cell-recompute): this run drives the {layout} "
+                "layout")
     if layout.startswith("op-") or rule_id.startswith(OP_PREFIX):
         binds = layout.startswith("op-") == rule_id.startswith(OP_PREFIX) or rule_id == "SCOPE-BORDER"
         other_kind = layout == "op-contiguous" and rule_id in ("OP-FORK", "OP-RM") or \
@@ -117,8 +130,9 @@ def in_scope(config_validation: bool, optional: frozenset[str], layout: str = "s
     target's declared scope (scope.py; None: every feature); `relaxed`: its declared relaxations."""
     scope: dict[str, str] = {}
     for rule in RULES:
-        left_out = [name for name, rules in FEATURE_RULES.items()
-                    if rule.id in rules and features is not None and name not in features]
+        left_out = [name for name, rules in FEATURE_RULES.items()   # the op face's features (the recompute
+                    if rule.id in rules and features is not None and name not in features   # face has its own)
+                    and layout != "cell-recompute"]
         if rule.id in OUT_OF_SCOPE:
             scope[rule.id] = OUT_OF_SCOPE[rule.id]
         elif _layout_rule(rule.id, layout):
@@ -138,8 +152,11 @@ def in_scope(config_validation: bool, optional: frozenset[str], layout: str = "s
 
 
 def not_owed(clause: Clause, relaxed: frozenset[str]) -> str:
-    """The relaxation under which a configuration clause is not owed ('' when it is): a size a `lazy-shapes`
-    target is never given, the capacity an `unbounded` one may ignore (the op engine does not judge them)."""
+    """The relaxation under which a configuration clause is not owed ('' when it is): any under
+    `trusted-args`, a size a `lazy-shapes` target is never given, the capacity an `unbounded` one may ignore
+    (the op engine does not judge them: op/engine.py, _not_owed)."""
+    if scopes.TRUSTED_ARGS in relaxed:   # model code creates the cache from a config its library built
+        return scopes.TRUSTED_ARGS
     if scopes.LAZY_SHAPES in relaxed and clause.argument in scopes.SIZE_KEYS:
         return scopes.LAZY_SHAPES
     if scopes.UNBOUNDED in relaxed and clause.argument == "capacity":

@@ -8,7 +8,11 @@ of **features**:
 - `max_write`: the config field of that name (a target without it serves only `max_write: null`);
 - `max_seqs=N` (the cell layout): the one `max_seqs` the target serves. Upstream's cell cache (PR #21902)
   fixes it at 64 (`kMaxSeqs`) and its constructor takes no such argument, so it declares
-  `max_seqs=64`: cell configurations with another `max_seqs` lie outside its scope (absent: 64).
+  `max_seqs=64`: cell configurations with another `max_seqs` lie outside its scope (absent: 64);
+- `keep=N` (the contiguous op layout, with `sinks` when N > 0): the one `keep` of every ring layer the target
+  serves. mlx-lm's `make_prompt_cache` builds every ring with keep 4, so it declares `keep=4`: the suite adds
+  a twin of each ring configuration with keep N (its window part past the sinks unchanged), and the
+  configurations with another keep lie outside the scope (refused at creation).
 
 The suite drives only configurations inside the scope, lists what it left unexercised (the
 configuration families and the rules only they exercise), and checks the border: a valid
@@ -22,13 +26,15 @@ owes less. A **relaxation** has the other polarity: declaring it says the target
 and the whole spec (no declaration) declares none. The op face's relaxations (SPEC.md section 8.7):
 
 - `trusted-args`: the cache's caller is model code: the suite sends no malformed call (a clause of the
-  argument contract broken, spec/arguments.py) and OP-ARGS is not owed;
+  argument contract broken, spec/arguments.py) and OP-ARGS is not owed; nor any invalid configuration
+  (OP-CONFIG's refusals are not owed; a valid one outside the scope is still refused, SCOPE-BORDER);
 - `unbounded` (contiguous): no capacity: steps past the config's capacity are served, OP-CAP is not owed;
 - `lazy-shapes`: sizes (n_kv_heads, head_dim, v_head_dim, batch_size) are learnt from the first update:
   the config the target gets has none, each layer's first update is well-formed, OP-CONFIG for sizes is
   not owed;
-- `lossy=<tol>`: stored K and V may differ from what was written by up to `tol` (a float > 0): rows are
-  read by nearest match;
+- `lossy=<tol>`: stored K and V may differ from what was written by up to `tol` (a float in (0, 0.5)) in
+  every element: the suite writes row codes of small integers (1 and 2 but a row's last element) and reads a
+  row as the one code within `tol` of it;
 - `min_head_dim=<N>`: the target serves only head_dim and v_head_dim >= N: the suite drives a twin of
   each narrower configuration with its widths raised to N (the originals lie outside the scope).
 
@@ -62,6 +68,9 @@ BORDER_RULE = "SCOPE-BORDER"
 # it carries a value, and no declaration (the whole spec) means every max_seqs.
 MAX_SEQS = "max_seqs"
 DEFAULT_MAX_SEQS = 64   # a cell config without the field (spec/PROTOCOL.md, "Cell methods")
+# The contiguous op layout's fixed keep: "keep=4" in a declaration (mlx-lm's make_prompt_cache builds every
+# ring with keep 4). Like max_seqs it carries a value: every ring layer of a config in the scope has keep N.
+KEEP = "keep"
 # The op face's parts a target may leave out (op/engine.py; SPEC.md section 8.4): a config needing `mla`
 # lies outside a scope without it; `positions`, `steps` and `declarations` are about programs, so a step
 # whose refusal or effect only they define ends its program unjudged.
@@ -75,7 +84,12 @@ OP_FEATURES: dict[str, str] = {
     "trim": "the trim(n) verb: drop the newest n tokens of every layer (OP-TRIM)",
     "sinks": "ring layers with attention sinks (a policy's keep > 0, OP-SINKS)",
 }
-EVERY_FEATURE: dict[str, str] = {**FEATURES, **OP_FEATURES}
+# The recompute face's part a target may leave out (SPEC.md 7.8): llama.cpp keeps each sequence's positions
+# consecutive, so a decode past next_pos ends its program unjudged.
+RECOMPUTE_FEATURES: dict[str, str] = {
+    "position-gaps": "a decode at a position past the sequence's next one (llama.cpp's positions are consecutive)",
+}
+EVERY_FEATURE: dict[str, str] = {**FEATURES, **OP_FEATURES, **RECOMPUTE_FEATURES}
 # Relaxations (SPEC.md section 8.7): the target owes LESS when it declares one; absent means owed. Not
 # members of EVERY_FEATURE: `all` (the whole spec) declares none of them.
 TRUSTED_ARGS, UNBOUNDED, LAZY_SHAPES, LOSSY, MIN_HEAD_DIM = \
@@ -84,7 +98,7 @@ RELAXATIONS: dict[str, str] = {
     TRUSTED_ARGS: "the caller is model code: no malformed call is sent, OP-ARGS is not owed",
     UNBOUNDED: "no capacity (contiguous): steps past the config's capacity are served, OP-CAP is not owed",
     LAZY_SHAPES: "sizes are learnt from the first update: the config carries none, OP-CONFIG for sizes is not owed",
-    LOSSY: "lossy=<tol>: stored K/V may differ from what was written by up to tol (a float > 0)",
+    LOSSY: "lossy=<tol>: stored K/V may differ from what was written by up to tol in each element (0 < tol < 0.5)",
     MIN_HEAD_DIM: "min_head_dim=<N>: only head_dim and v_head_dim >= N are served (configs are drawn that wide)",
 }
 FLAG_RELAXATIONS = (TRUSTED_ARGS, UNBOUNDED, LAZY_SHAPES)   # the relaxations without a value
@@ -99,6 +113,7 @@ LAYOUT_FEATURES: dict[str, frozenset[str]] = {
     "cell": frozenset(FEATURES),
     "op-contiguous": frozenset({"flat", "ring", "max_write", "batch", "mla", "positions", "steps", "trim", "sinks"}),
     "op-cell": frozenset({"flat", "ring", "mla", "positions", "steps", "declarations"}),
+    "cell-recompute": frozenset({"flat", "ring", "position-gaps"}),
 }
 
 
@@ -106,7 +121,8 @@ LAYOUT_FEATURES: dict[str, frozenset[str]] = {
 def features_per_layout() -> str:
     """Each layout's features, as `--scope` accepts them: 'sequence: flat, ring, max_write; cell: ...'."""
     return "; ".join(f"{layout}: " + ", ".join([name for name in EVERY_FEATURE if name in features]
-                                               + ([f"{MAX_SEQS}=N"] if layout == "cell" else []))
+                                               + ([f"{MAX_SEQS}=N"] if layout == "cell" else [])
+                                               + ([f"{KEEP}=N"] if layout == "op-contiguous" else []))
                      for layout, features in LAYOUT_FEATURES.items()) + \
         "; relaxations (op faces; declaring one owes less): " + ", ".join(relaxation_names())
 
@@ -149,11 +165,13 @@ class Scope:
     relaxed: frozenset[str] = frozenset()   # the FLAG_RELAXATIONS declared
     lossy: Optional[float] = None            # lossy=<tol>: the tolerance on stored K/V; None: exact
     min_head_dim: Optional[int] = None       # min_head_dim=<N>: the narrowest width served; None: every width
+    keep: Optional[int] = None               # keep=<N>: the one keep of every ring layer served; None: every keep
 
     def full_for(self, layout: str) -> bool:
         """Whether the scope is the whole spec for `layout` (targets.LAYOUTS): every feature of its face,
         and no relaxation."""
-        return self.features >= LAYOUT_FEATURES[layout] and self.max_seqs is None and not self.relaxations()
+        return self.features >= LAYOUT_FEATURES[layout] and self.max_seqs is None and self.keep is None and \
+            not self.relaxations()
 
     def relaxes(self, name: str) -> bool:
         """Whether the scope declares the relaxation `name` (a FLAG_RELAXATIONS member, LOSSY or MIN_HEAD_DIM)."""
@@ -168,19 +186,28 @@ class Scope:
         return self.min_head_dim is not None and any(
             type(cfg.get(key)) is int and cfg[key] < self.min_head_dim for key in ("head_dim", "v_head_dim"))
 
+    def other_keep(self, cfg: JsonConfig) -> bool:
+        """A configuration with a ring layer whose keep is not the scope's fixed keep=N (absent: 0)."""
+        return self.keep is not None and any(
+            isinstance(entry, dict) and entry.get("kind") == "ring" and not _same_int(entry.get(KEEP, 0), self.keep)
+            for entry in cfg.get("layers", []))
+
     def missing(self, cfg: JsonConfig) -> frozenset[str]:
         """The features `cfg` needs that the scope leaves out (empty: the config is inside). A cell
         config whose max_seqs is not the scope's fixed one misses "max_seqs"; one narrower than the
-        scope's min_head_dim misses "min_head_dim"."""
+        scope's min_head_dim misses "min_head_dim"; one with a ring layer of another keep than the scope's
+        keep=N misses "keep"."""
         other = self.max_seqs is not None and MAX_SEQS in cfg and not _same_int(cfg[MAX_SEQS], self.max_seqs)
         return (needs(cfg) - self.features) | (frozenset({MAX_SEQS}) if other else frozenset()) | \
-            (frozenset({MIN_HEAD_DIM}) if self.narrow(cfg) else frozenset())
+            (frozenset({MIN_HEAD_DIM}) if self.narrow(cfg) else frozenset()) | \
+            (frozenset({KEEP}) if self.other_keep(cfg) else frozenset())
 
     def covers(self, cfg: JsonConfig) -> bool:
         return not self.missing(cfg)
 
     def names(self) -> list[str]:
-        fixed = [] if self.max_seqs is None else [f"{MAX_SEQS}={self.max_seqs}"]
+        fixed = ([] if self.max_seqs is None else [f"{MAX_SEQS}={self.max_seqs}"]) + \
+            ([] if self.keep is None else [f"{KEEP}={self.keep}"])
         relaxed = [name for name in FLAG_RELAXATIONS if name in self.relaxed] + \
             ([] if self.lossy is None else [f"{LOSSY}={self.lossy:g}"]) + \
             ([] if self.min_head_dim is None else [f"{MIN_HEAD_DIM}={self.min_head_dim}"])
@@ -193,7 +220,7 @@ class Scope:
         missing = self.missing(cfg)
         return name + (f", max_seqs {cfg[MAX_SEQS]!r}" if MAX_SEQS in missing else "") + \
             (f", head_dim {cfg.get('head_dim')!r} below {MIN_HEAD_DIM} {self.min_head_dim}"
-             if MIN_HEAD_DIM in missing else "")
+             if MIN_HEAD_DIM in missing else "") + (f", a ring's keep other than {self.keep}" if KEEP in missing else "")
 
     def __str__(self) -> str:
         return ",".join(self.names()) or "nothing"
@@ -227,13 +254,14 @@ def _value_items(items: list[str], name: str) -> tuple[list[str], Optional[str]]
 
 
 def _tolerance(text: str) -> float:
-    """lossy=<tol>: a finite float above 0."""
+    """lossy=<tol>: a float in (0, 0.5): the row codes' elements are integers, so a tolerance below half of
+    1 reads every row as at most one code."""
     try:
         value = float(text)
     except ValueError:
         value = math.nan
-    if not (math.isfinite(value) and value > 0):
-        raise ScopeError(f"{LOSSY}={text}: the tolerance is a finite number above 0 (lossy=0.5)"[:200])
+    if not (math.isfinite(value) and 0 < value < 0.5):
+        raise ScopeError(f"{LOSSY}={text}: the tolerance is a number above 0 and below 0.5 (lossy=0.25)"[:200])
     return value
 
 
@@ -262,15 +290,26 @@ def parse(value: Any, source: str) -> Scope:
     max_seqs = _fixed_max_seqs(fixed) if fixed else None
     items, tolerance = _value_items(items, LOSSY)
     items, narrowest = _value_items(items, MIN_HEAD_DIM)
+    items, keep = _value_items(items, KEEP)
     relaxed = frozenset(item for item in items if item in FLAG_RELAXATIONS)
     items = [item for item in items if item not in relaxed]
     if "all" in items or (not items and (relaxed or tolerance is not None or narrowest is not None)):
         # relaxations alone relax the whole spec: `--scope trusted-args` leaves out no feature
         items = [name for name in items if name != "all"] + list(EVERY_FEATURE)
     known = frozenset(item for item in items if item in EVERY_FEATURE)
+    fixed_keep = None if keep is None else _fixed_keep(keep)
+    if fixed_keep and "sinks" not in known:
+        raise ScopeError(f"{KEEP}={keep}: a keep above 0 is a ring's sinks; the scope must have 'sinks'"[:200])
     return Scope(known, source, tuple(sorted({item for item in items if item not in EVERY_FEATURE})), max_seqs,
                  relaxed, None if tolerance is None else _tolerance(tolerance),
-                 None if narrowest is None else _min_head_dim(narrowest))
+                 None if narrowest is None else _min_head_dim(narrowest), fixed_keep)
+
+
+def _fixed_keep(text: str) -> int:
+    """keep=<N>: an int >= 0, the keep of every ring layer served (OP-SINKS)."""
+    if not (text.isdigit() and text.isascii()):
+        raise ScopeError(f"{KEEP}={text}: a fixed keep is an int >= 0 (keep=4)"[:200])
+    return int(text)
 
 
 def _fixed_max_seqs(items: set[str]) -> int:
@@ -303,21 +342,35 @@ def with_twins(configs: Iterable[JsonConfig], scope: Scope) -> tuple[JsonConfig,
     the suite has (capacity 1, window 1, broadcast, ...), not only over the configurations that happen
     to have 64 ids; the originals stay outside the scope, checked refused at creation."""
     configs = list(configs)
-    if scope.max_seqs is None and scope.min_head_dim is None:
+    if scope.max_seqs is None and scope.min_head_dim is None and scope.keep is None:
         return tuple(configs)
     out = list(configs)
     for cfg in configs:
         missing = scope.missing(cfg)
-        if not missing or not missing <= {MAX_SEQS, MIN_HEAD_DIM}:
+        if not missing or not missing <= {MAX_SEQS, MIN_HEAD_DIM, KEEP}:
             continue
         twin = dict(cfg)
         if MAX_SEQS in missing:
             twin[MAX_SEQS] = scope.max_seqs
         if MIN_HEAD_DIM in missing:
             twin = widened(twin, scope.min_head_dim or 1)
+        if KEEP in missing:
+            twin = kept(twin, scope.keep or 0)
         if twin not in out:
             out.append(twin)
     return tuple(out)
+
+
+def kept(cfg: JsonConfig, keep: int) -> JsonConfig:
+    """The twin of an op configuration whose every ring layer has keep N (keep=N): the part of its window
+    past the sinks, w - k, stays what it was (ring(w, keep k) becomes ring(w - k + N, keep N)), so the
+    twin keeps the original's edges (a window part of 1, the ring wrapping at the same step)."""
+    layers = [{**entry, "window": entry["window"] - entry.get(KEEP, 0) + keep, KEEP: keep}
+              if isinstance(entry, dict) and entry.get("kind") == "ring" else entry for entry in cfg.get("layers", [])]
+    if keep == 0:
+        layers = [{name: value for name, value in entry.items() if name != KEEP} if isinstance(entry, dict) else entry
+                  for entry in layers]
+    return {**cfg, "layers": layers}
 
 
 def widened(cfg: JsonConfig, narrowest: int) -> JsonConfig:

@@ -165,8 +165,9 @@ def die_with_parent() -> None:
         pass
 
 
-LAYOUTS = ("sequence", "cell", "op-contiguous", "op-cell")   # the layouts a target may implement (PROTOCOL.md)
+LAYOUTS = ("sequence", "cell", "op-contiguous", "op-cell", "cell-recompute")   # the layouts a target may implement (PROTOCOL.md)
 OP_LAYOUTS = ("op-contiguous", "op-cell")   # python: targets only: the op face passes tensors
+JSON_CONFIG_LAYOUTS = OP_LAYOUTS + ("cell-recompute",)   # a python: factory of these gets the JSON config
 # The protocol's methods of each layout and their parameters (PROTOCOL.md, "Methods", "Cell methods");
 # a parameter in OPTIONAL_PARAMS may be left out (null).
 FACE_METHODS: dict[str, dict[str, tuple[str, ...]]] = {
@@ -183,6 +184,10 @@ FACE_METHODS: dict[str, dict[str, tuple[str, ...]]] = {
     "op-cell": {"update_and_fetch": ("layer_id", "k", "v", "position"), "begin_step": ("seq_ids",),
                 "seq_cp": ("src", "dst", "upto"), "seq_rm": ("seq", "p0", "p1"), "seq_len": ("seq",),
                 "free_cells": (), "reset": ()},
+    # a cell cache seen only through its outputs (SPEC.md 7.8; cell/recompute.py): llama.cpp's verbs
+    "cell-recompute": {"decode": ("seq_ids", "positions", "tokens"), "recompute": ("tokens", "positions"),
+                       "seq_cp": ("src", "dst", "upto"), "seq_rm": ("seq", "p0", "p1"), "next_pos": ("seq",),
+                       "seq_keep": ("seq",), "seq_add": ("seq", "p0", "p1", "delta"), "clear": ()},
 }
 OPTIONAL_PARAMS = ("upto", "p1")
 # The methods a scope feature adds (scope.py): called only on a target that declares the feature.
@@ -313,7 +318,7 @@ class PythonTarget(Target):
         self.issued: dict[str, Any] = {}   # plan JSON -> the target's own plan object
         # an op-face factory gets the JSON config (it builds its own config object, so it validates it)
         # and says which tensors it takes: "numpy" (the default) or "torch"
-        self.validates_configs = self.layout in OP_LAYOUTS
+        self.validates_configs = self.layout in JSON_CONFIG_LAYOUTS
         self.tensors = getattr(self.factory, "kvcache_tensors", "numpy")
         if self.tensors not in ("numpy", "torch"):
             raise TargetError(f"{spec}: kvcache_tensors is {self.tensors!r}, not 'numpy' or 'torch'")
@@ -331,7 +336,7 @@ class PythonTarget(Target):
     def _create(self, cfg: JsonConfig) -> Outcome:
         self.cache, self.issued = None, {}
         try:
-            if self.layout in OP_LAYOUTS:
+            if self.layout in JSON_CONFIG_LAYOUTS:   # the op and recompute faces build their own from the JSON
                 self.cache = self.factory(dict(cfg))
                 return Outcome(True)
             config = to_kvcache(cfg)

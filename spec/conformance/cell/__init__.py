@@ -9,7 +9,7 @@ from typing import Any, Optional
 from ..configs import JsonConfig
 from ..engine import RunResult, Step
 from ..layouts import Golden, Layout
-from . import programs
+from . import programs, recompute
 from .consequences import drive_on
 from .engine import CellEngine
 
@@ -26,4 +26,7 @@ def _golden() -> Golden:
 
 
 LAYOUTS = (Layout("cell", programs.CELL_CONFIGS, programs.bad_cell_configs, programs.edge_cell_programs,
-                  programs.random_cell_program, run_program, _golden),)
+                  programs.random_cell_program, run_program, _golden),
+           # the cell layout seen only through its outputs (SPEC.md 7.8): llama.cpp's face
+           Layout("cell-recompute", recompute.CONFIGS, recompute.bad_configs, recompute.edge_programs,
+                  recompute.random_program, recompute.run_program))

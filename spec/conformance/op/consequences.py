@@ -15,6 +15,7 @@ from ..malform import POSITIONS, case_of, int_value, malformed_positions
 from ..targets import Outcome
 from .engine import KV_LENGTHS, OpEngine, _row, allowed_rows, as_array
 from .engine import _show as _show_op
+from .programs import trim_n
 
 
 class OpConsequences(Consequences):
@@ -78,6 +79,9 @@ class OpConsequences(Consequences):
         method, args, answer = self.call
         if method == "update_and_fetch" and self.engine.fetched is not None:
             positions, uids = self.engine.fetched
+            continued = self.step_positions == list(positions) and list(self.step_uids) == list(uids)
+            if answer.ok and not continued:   # the entry began a step of its own: the next layers continue it
+                self.step_positions, self.step_uids, self.served, self.step_clean = list(positions), list(uids), set(), True
             self.served_fetch(args["layer_id"], positions, uids, answer, _one_token_each(args, len(positions)),
                               _well_formed(self.engine, args, len(positions)))
         else:
@@ -116,12 +120,12 @@ class OpConsequences(Consequences):
         n is the lockstep's too (one more than the record holds)."""
         if "trim" not in self.engine.scope_features():
             return
-        n = step.get("n")
+        n = trim_n(step, len(self.committed()))
         case = case_of(step)
         if case is not None and case.clause.call == "trim":
             n = int_value(case.clause, case.variant, above=len(self.committed()) + 1)
         args = {"n": n}
-        self.steps.append({**step, "n": n})
+        self.steps.append({**{key: value for key, value in step.items() if key != "most"}, "n": n})
         self.verb("trim", args, self._ask("trim", args))
 
     def committed(self) -> set[int]:
@@ -141,10 +145,15 @@ class OpConsequences(Consequences):
         # SAFE-OP-COMPLETE: what the trim certainly kept, the positions below L - n (a cache of per-layer
         # histories trimmed partway keeps them too); past a count it cannot read, nothing
         self.kept_below = len(whole) - n if type(n) is int and n >= 0 else 0
+        # and no more than the target says every layer holds (trims partway leave the record's count stale)
+        used = [self._int("used", {"layer_id": layer}) for layer in range(self.engine.mcfg.n_layers)]
+        self.kept_below = min([self.kept_below] + [count for count in used if count is not None])
         if type(n) is int and n >= 0 and not partway:
             end = len(whole) - n
             gone = {uid for uid in whole if type(pos := self.position.get(uid)) is int and pos >= end}
             self.readable[0] = self.readable.get(0, set()) - gone
+        # no later call continues a step the trim came after: its tokens may be gone from the layers it reached
+        self.step_positions, self.step_uids, self.served, self.step_clean = None, [], set(), True
 
     def owed_after_verb(self, method: str, args: dict[str, Any]) -> None:
         """SAFE-OP-COMPLETE's record past an accepted verb: a fork owes dst what src is owed below upto, a

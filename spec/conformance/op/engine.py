@@ -1,7 +1,8 @@
 """The op-face engine: runs a program on an `update_and_fetch` target and on the op model, in lockstep.
 
 Each step's K and V are *labelled*: every element written for (token uid, layer, batch row, head, dim)
-is an exactly representable float32 integer that names all five, and K differs from V. So what a
+is an exactly representable float32 integer that names all five, and K differs from V (for a target
+declaring `lossy=<tol>`, each row a code of small integers naming all but the dim: `Labels`). So what a
 query attends is read off the answer exactly, not within a tolerance: for each query i of the step,
 each batch row and head, the rows its AttendSpec lets it attend (OP-MASK), then the labels found in
 k_hist and v_hist there. That multiset of tokens must be the model's (OP-ATTEND), each row's K and V
@@ -35,6 +36,7 @@ from ..malform import (CLAUSE_PREFIX, DIM, ID, INT, POSITIONS, TENSOR, Case, cas
                        int_value, malformed_positions, sendable, sizes_of)
 from ..targets import Outcome, Target
 from ..wire import Unreadable
+from .programs import trim_n
 
 RULE_WORD = re.compile(r"(?<![A-Z0-9-])[A-Z][A-Z0-9]*(?:-[A-Z0-9]+)+(?![A-Z0-9-])")   # a rule id in a text
 OP_RULES = frozenset(rule.id for rule in RULES if rule.id.startswith("OP-"))
@@ -53,8 +55,12 @@ class Labels:
     """The label of each element: 1 + a mixed-radix number of (uid, layer, batch, head, is_v, dim).
 
     The dim is the lowest digit, so two rows of different (token, layer, batch row, head, K or V) differ by
-    at least the row width W in every element: a row is read by exact match, or - for a target declaring
-    `lossy=<tol>` (SPEC 8.7) - by nearest match within tol."""
+    at least the row width W in every element: a row is read by exact match. A target declaring
+    `lossy=<tol>` (SPEC 8.7) is written *row codes* instead: the row's code c = (((uid L + layer) B + b) H +
+    h) 2 + is_v in binary, lowest bit first, one bit per element as 1 + bit, the last element 1 + the rest
+    of c (c >> (W - 1)), so every element but the last is 1 or 2 whatever the token - a quantizer's range
+    stays 1 - and two rows of different codes differ by at least 1 in some element; a row is read as the
+    code whose elements each lie within tol of it (tol < 0.5: at most one does)."""
 
     def __init__(self, cfg: op_model.OpConfig, tolerance: Optional[float] = None) -> None:
         # one more than each valid value, so a malformed step (a head too many, a wider V) still gets labels
@@ -68,32 +74,52 @@ class Labels:
         b = np.arange(shape[0]).reshape(-1, 1, 1, 1) % B
         h = np.arange(shape[1]).reshape(1, -1, 1, 1) % H
         u = np.array([(uids[i] if i < len(uids) else -1) for i in range(shape[2])], dtype=np.int64).reshape(1, 1, -1, 1)
+        if self.tolerance is not None:   # row codes: bits, the last element the rest
+            code = (((u * L + layer % L) * B + b) * H + h) * 2 + is_v
+            width = shape[3]
+            d = np.arange(width).reshape(1, 1, 1, -1)
+            value = 1 + np.where(d < width - 1, (code >> np.minimum(d, 62)) & 1, code >> max(width - 1, 0))
+            return np.broadcast_to(np.where(u < 0, 0, value), tuple(shape)).astype(np.float32)
         d = np.arange(shape[3]).reshape(1, 1, 1, -1) % W
         value = 1 + (((((u * L + layer % L) * B + b) * H + h) * 2 + is_v) * W + d)
         value = np.where(u < 0, 0, value)
         return value.astype(np.float32)
 
     def uid_of(self, values: np.ndarray, layer: int, b: int, h: int, is_v: int) -> np.ndarray:
-        """Per row of values [rows, W]: the uid whose full label vector it holds (within the tolerance, the
-        nearest), or -1."""
+        """Per row of values [rows, W]: the uid whose full label vector it holds (lossy: whose row code
+        lies within the tolerance of it in every element), or -1."""
         L, B, H, W = self.radix
         if not values.shape[1]:
             return np.full(values.shape[0], -1)
+        if self.tolerance is not None:
+            return self._uid_of_code(values, layer, b, h, is_v)
         first = values[:, 0].astype(np.float64) - 1
-        guess = (np.rint(first / W).astype(np.int64) if self.tolerance is not None else
-                 first.astype(np.int64) // W) // (2 * H * B * L)
-        best, nearest = np.full(values.shape[0], -1), np.full(values.shape[0], np.inf)
-        for uid in ((guess - 1, guess, guess + 1) if self.tolerance is not None else (guess,)):
-            expected = 1 + (((((uid.reshape(-1, 1) * L + layer) * B + b) * H + h) * 2 + is_v) * W
-                            + np.arange(values.shape[1]))
-            if self.tolerance is None:
-                ok = (uid >= 0) & np.all(values == expected.astype(np.float32), axis=1) & (values[:, 0] >= 1)
-                return np.where(ok, uid, -1)
-            with np.errstate(invalid="ignore"):
-                distance = np.max(np.abs(values.astype(np.float64) - expected), axis=1)
-            closer = (uid >= 0) & (distance <= self.tolerance) & (distance < nearest)
-            best, nearest = np.where(closer, uid, best), np.where(closer, distance, nearest)
-        return best
+        guess = first.astype(np.int64) // W // (2 * H * B * L)
+        expected = 1 + (((((guess.reshape(-1, 1) * L + layer) * B + b) * H + h) * 2 + is_v) * W
+                        + np.arange(values.shape[1]))
+        ok = (guess >= 0) & np.all(values == expected.astype(np.float32), axis=1) & (values[:, 0] >= 1)
+        return np.where(ok, guess, -1)
+
+    def _uid_of_code(self, values: np.ndarray, layer: int, b: int, h: int, is_v: int) -> np.ndarray:
+        L, B, H, _ = self.radix
+        tolerance = float(self.tolerance or 0)
+        width = values.shape[1]
+        with np.errstate(invalid="ignore", over="ignore"):
+            x = values.astype(np.float64) - 1
+            finite = np.all(np.isfinite(x), axis=1)
+            digits = np.rint(np.where(np.isfinite(x), x, -1)).clip(-1, 2.0**62)
+            near = np.max(np.abs(x - digits), axis=1) <= tolerance
+        bits = digits[:, :width - 1]
+        ok = finite & near & np.all((bits == 0) | (bits == 1), axis=1) & (digits[:, -1] >= 0)
+        code = np.zeros(values.shape[0], dtype=np.int64)
+        for d in range(min(width - 1, 62)):
+            code |= np.where(ok, bits[:, d], 0).astype(np.int64) << d
+        rest = np.where(ok, digits[:, -1], 0)
+        ok &= rest < 2.0**(62 - min(width - 1, 62))
+        code |= np.where(ok, rest, 0).astype(np.int64) << min(width - 1, 62)
+        own = ((layer * B + b) * H + h) * 2 + is_v
+        uid = code // (2 * H * B * L)
+        return np.where(ok & (code % (2 * H * B * L) == own), uid, -1)
 
 
 def as_array(value: Any) -> np.ndarray:
@@ -189,8 +215,11 @@ class OpEngine(Caller):
         """Why creating this configuration is not judged under the declared relaxations ('' when it is): an
         invalid config whose fault is only a size a lazy-shapes target never gets, or only the capacity an
         unbounded one may ignore; a valid one outside the scope by its sizes alone, which a lazy-shapes
-        target cannot tell at creation (SCOPE-BORDER)."""
+        target cannot tell at creation (SCOPE-BORDER); under `trusted-args` any invalid config (model code
+        creates the cache from a config the library built: OP-CONFIG's refusals are not owed, SPEC 8.7)."""
         lazy, unbounded = scopes.LAZY_SHAPES in self.relaxed, scopes.UNBOUNDED in self.relaxed
+        if self.rejected_config is not None and scopes.TRUSTED_ARGS in self.relaxed:
+            return f"invalid configurations not sent: the scope declares '{scopes.TRUSTED_ARGS}'"
         if self.rejected_config is not None and (lazy or unbounded):
             mended = {**self.cfg, **({key: 1 for key in scopes.SIZE_KEYS if key in self.cfg} if lazy else {}),
                       **({"capacity": 1} if unbounded else {})}
@@ -488,22 +517,50 @@ class OpEngine(Caller):
         if pending is not None and pending.served and self._excused("steps", "a trim in the middle of a step"):
             return None   # a cache of per-layer histories has no step to abandon: its layers differ here
         case = case_of(step)
-        n = step.get("n")
+        held = len(self.model.held.get(0, {}))
+        n = trim_n(step, held)   # a well-formed draw's n, at most what is held
         if case is not None and case.clause.call == "trim":   # a malformed n, resolved against the tokens held
-            n = int_value(case.clause, case.variant, above=len(self.model.held.get(0, {})) + 1)
+            n = int_value(case.clause, case.variant, above=held + 1)
         args = {"n": n}
-        concrete: Step = {**step, "n": n}
+        concrete: Step = {**{key: value for key, value in step.items() if key != "most"}, "n": n}
         self.current = concrete
         before = self.model.abandoned
         self.before_call = self.model.snapshot()
+        owed = self.model.trim_owed(n)
         rejected = self.model.trim(n)
+        if rejected is not None and rejected.case != "ring dropped" and scopes.TRUSTED_ARGS in self.relaxed:
+            # an n no model code passes (the ring's refusal is the state's, and stays): not sent
+            self.result.skipped.add("scope: trims of an n outside [0, held] not sent: the target's scope declares "
+                                    f"'{scopes.TRUSTED_ARGS}'")
+            return NOT_SENT
         if rejected is not None:
             self._refused("trim", args, rejected, concrete)
             return concrete
         if self.model.abandoned != before and self._excused("steps", "a step abandoned partway"):
             return None
+        if not owed:   # the target's choice (a ring that dropped rows): the lockstep follows what it did
+            return self._optional_trim(args, concrete)
         self._accepted("trim", args, "OP-STEP" if self.model.abandoned != before else "OP-TRIM")
         self.result.exercised.add("OP-TRIM")
+        return concrete
+
+    def _optional_trim(self, args: dict[str, Any], concrete: Step) -> Step:
+        """OP-TRIM: a trim a ring layer that dropped rows may refuse (no position the next query attends is
+        gone, but not everything is kept: mlx-lm's is_trimmable). Served, the model has applied it; refused,
+        the model goes back to the state before it, and the target must have changed nothing (OP-ATOMIC)."""
+        got = self._call("trim", args, "OP-TRIM")
+        self.result.exercised.add("OP-TRIM")
+        if got.ok and got.value is not False:
+            self.observe(f"after trim({_show(args)})", "OP-TRIM")
+            return concrete
+        assert self.before_call is not None
+        self.model = self.before_call.snapshot()
+        concrete["refused_with"] = _reason(got.error)
+        self.refused_at = self.index
+        self.refusals.append(self.index)
+        self.result.exercised.add("OP-ATOMIC")
+        self.observe(f"after the refused trim({_show(args)}) (optional: the target: {concrete['refused_with']})",
+                     "OP-ATOMIC")
         return concrete
 
     # --- update_and_fetch --------------------------------------------------------------------------

@@ -128,6 +128,18 @@ def trim(n: Any, **extra: Any) -> Step:
     return {"op": "trim", "n": n, **extra}
 
 
+def trim_most(most: int) -> Step:
+    """A well-formed trim of up to `most` tokens: n = min(most, held), resolved when the step runs (as a
+    fetch's next positions are), so the trim stays one model code makes - a caller never trims more than it
+    holds - in every program the shrinker cuts from it. The report's step holds the concrete n."""
+    return {"op": "trim", "most": most}
+
+
+def trim_n(step: Step, held: int) -> Any:
+    """The n a trim step sends with `held` tokens held: its `most` form's min(most, held), else its n."""
+    return min(int(step["most"]), held) if "most" in step and "n" not in step else step.get("n")
+
+
 def trim_programs(cfg: JsonConfig) -> list[tuple[str, list[Step]]]:
     """OP-TRIM's edges: a speculative rollback, a trim of 0, of everything, twice, in the middle of a step,
     past what a ring retains (refused) and just within it (owed), and each malformed n."""
@@ -245,16 +257,17 @@ def random_contiguous_program(cfg: JsonConfig, rng: random.Random, size: int) ->
 
 
 def with_trims(cfg: JsonConfig, program: list[Step], side: random.Random) -> list[Step]:
-    """OP-TRIM: the program with trims between its steps (a few, of 0 to 3 tokens, one in five malformed),
-    drawn from `side`, a generator of their own: the program's other steps are what they were before trim
-    existed, for every target (one without `trim` is sent none of them)."""
+    """OP-TRIM: the program with trims between its steps (a few, of up to 3 tokens and never more than held,
+    one in five malformed: tagged with its case, so `trusted-args` is sent none), drawn from `side`, a
+    generator of their own: the program's other steps are what they were before trim existed, for every
+    target (one without `trim` is sent none of them)."""
     malformed = [case for case in cases("op-contiguous", cfg) if case.clause.call == "trim"]
     out: list[Step] = []
     for step in program:
         out.append(step)
         if side.random() < 0.15:
             out.append(trim(None, **side.choice(malformed).tag()) if side.random() < 0.2 else
-                       trim(side.choice([0, 1, 1, 1, 2, 3])))
+                       trim_most(side.choice([0, 1, 1, 1, 2, 3])))
     return out
 
 

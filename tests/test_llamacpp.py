@@ -1,0 +1,127 @@
+"""llama.cpp as a cell-recompute target (SPEC.md 7.8; docs/llamacpp-findings.md): each known difference found
+by a minimal program, and nothing found where llama.cpp agrees with the spec. Needs the extra `llamacpp`
+(llama-cpp-python built from its sdist, gguf): without it these tests are skipped, and CI's llamacpp stage
+(.ci/run) installs it and runs them."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from kvcache_spec.conformance.cell import recompute as r
+from kvcache_spec.conformance.targets import SubprocessTarget
+
+pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (the extra `llamacpp`)")
+pytest.importorskip("gguf", reason="gguf is not installed (the extra `llamacpp`)")
+
+MODULE = "kvcache_spec.conformance.cell.llamacpp"
+FLAT, SLIDING, ISWA_LONG = r.recompute_config(256, 0), r.recompute_config(256, 3), r.recompute_config(r.LONG, 4, 0)
+
+
+@pytest.fixture(scope="module", params=["", "--swa-full"])
+def target(request: pytest.FixtureRequest) -> SubprocessTarget:
+    served = SubprocessTarget(f"cmd:{sys.executable} -m {MODULE} {request.param}", timeout=60)
+    yield served   # type: ignore[misc]
+    served.close()
+
+
+def run(target: SubprocessTarget, cfg: dict, program: list) -> r.RunResult:   # type: ignore[type-arg]
+    return r.run_program(target, cfg, program)
+
+
+def test_agreeing_programs_find_nothing(target: SubprocessTarget) -> None:
+    """Isolation in one batch, forks sharing cells, removing a shared cell from one sequence, half-open
+    ranges, a full cache refused, a middle removal: llama.cpp answers as the spec (CELL-RECOMPUTE checked)."""
+    for cfg in (FLAT, SLIDING, r.recompute_config(256, 3, 0)):
+        for name, program in r.edge_programs(cfg)[:12]:
+            if name == "fork onto a live sequence":
+                continue
+            result = run(target, cfg, program)
+            assert result.finding is None, (name, result.finding)
+            assert "CELL-RECOMPUTE" in result.exercised, name
+
+
+@pytest.mark.parametrize("cfg", [FLAT, SLIDING])
+def test_OP_FORK_a_fork_onto_a_live_destination_attends_two_rows_per_position(
+        target: SubprocessTarget, cfg: dict) -> None:   # type: ignore[type-arg]
+    program = [r.decode(0, 0), r.decode(1, 1), r.cp(0, 1), r.decode(1)]
+    result = run(target, cfg, program)
+    assert result.finding is not None and (result.finding.kind, result.finding.rule) == ("lenient", "OP-FORK")
+    consequence = result.consequence
+    assert consequence is not None and consequence.safety == "SAFE-ONE-HISTORY", consequence
+
+
+@pytest.mark.parametrize("step", [r.rm(300), r.rm(-2), r.cp(300, 1), r.cp(0, -2)])
+def test_OP_RM_OP_FORK_an_id_out_of_range_aborts_llama_cpp_a_crash_the_run_survives(
+        target: SubprocessTarget, step: dict) -> None:   # type: ignore[type-arg]
+    result = run(target, FLAT, [step])
+    assert result.finding is not None and result.finding.kind == "crash", result.finding
+    assert "SIGABRT" in result.finding.message
+    after = run(target, FLAT, [r.decode(0, 0), r.decode(0)])   # a fresh process serves the next program
+    assert after.finding is None
+
+
+def test_OP_RM_a_rewind_below_the_sliding_cache_is_accepted_without_swa_full(target: SubprocessTarget) -> None:
+    """After 300 tokens the 256-cell sliding cache no longer holds positions 0-43: seq_rm(0, 40) answers true
+    and next_pos drops to 0 (the dense cache still holds 0-39). With swa_full the sliding cache is as large
+    as the dense one, and the same program is served as the spec says."""
+    program = [r.decode(*[0] * 60) for _ in range(5)] + [r.rm(0, 40), r.decode(0), r.decode(0)]
+    result = run(target, ISWA_LONG, program)
+    if "--swa-full" in target.name:
+        assert result.finding is None, result.finding
+    else:
+        assert result.finding is not None and (result.finding.kind, result.finding.rule) == ("wrong", "OP-RM")
+        assert "next_pos(0) is 0, the spec says 40" in result.finding.message
+
+
+def _repros() -> list[tuple[str, str]]:
+    """docs/llamacpp-findings.md's python blocks: (the setup, each repro)."""
+    import pathlib
+    import re
+    text = (pathlib.Path(__file__).parent.parent / "docs" / "llamacpp-findings.md").read_text()
+    setup, *repros = re.findall(r"```python\n(.*?)```", text, flags=re.DOTALL)
+    return [(setup, repro) for repro in repros]
+
+
+@pytest.mark.parametrize("setup, repro", _repros(), ids=lambda block: block.splitlines()[0][:40])
+def test_each_standalone_repro_of_the_findings_page_shows_its_finding(setup: str, repro: str) -> None:
+    import subprocess
+    expected = [line.split("# expect:", 1)[1].strip() for line in repro.splitlines() if "# expect:" in line]
+    assert expected, "every repro says what it shows"
+    done = subprocess.run([sys.executable, "-c", setup + "\n" + repro], capture_output=True, text=True, timeout=300)
+    for want in expected:
+        if want == "SIGABRT":
+            assert done.returncode == -6 and "not reached" not in done.stdout, (done.returncode, done.stdout)
+        else:
+            assert want in done.stdout, (want, done.stdout, done.stderr[-500:])
+
+
+def test_CELL_SHIFT_a_shift_of_one_sequence_moves_the_cells_it_shares_for_every_owner(target: SubprocessTarget) -> None:
+    program = [r.decode(0, 0, 0), r.cp(0, 1), r.add(1, 0, None, 5), r.decode(0)]
+    result = run(target, FLAT, program)
+    assert result.finding is not None and (result.finding.kind, result.finding.rule) == ("wrong", "CELL-SHIFT")
+    assert "next_pos(0) is 8, the spec says 3" in result.finding.message
+
+
+def test_CELL_SHIFT_a_context_shift_is_served_as_the_spec_says_on_flat_and_mixed_models(
+        target: SubprocessTarget) -> None:
+    program = [r.decode(0, 0, 0, 0, 0, 0), r.rm(0, 1, 3), r.add(0, 3, None, -2), r.decode(0), r.decode(0)]
+    for cfg in (FLAT, r.recompute_config(256, 3, 0)):
+        result = run(target, cfg, program)
+        assert result.finding is None, result.finding
+    assert "CELL-RECOMPUTE" in run(target, FLAT, program).exercised
+
+
+def test_CELL_SHIFT_a_context_shift_on_a_model_of_sliding_layers_only_aborts(target: SubprocessTarget) -> None:
+    """A gemma2 model of one (sliding) layer: the iSWA pair's dense cache holds no layer, and the decode after
+    the shift aborts in ggml (GGML_ASSERT(buffer)) although llama_memory_can_shift answers true."""
+    program = [r.decode(0, 0, 0, 0, 0, 0), r.rm(0, 1, 3), r.add(0, 3, None, -2), r.decode(0)]
+    result = run(target, SLIDING, program)
+    assert result.finding is not None and result.finding.kind == "crash" and "SIGABRT" in result.finding.message
+
+
+@pytest.mark.parametrize("step, rule", [(r.add(0, 0, None, -1), "CELL-SHIFT"), (r.keep(63), "CELL-KEEP")])
+def test_CELL_SHIFT_CELL_KEEP_caller_errors_served(target: SubprocessTarget, step: dict, rule: str) -> None:   # type: ignore[type-arg]
+    result = run(target, FLAT, [r.decode(0, 0, 0), step, r.decode(0)])
+    assert result.finding is not None and (result.finding.kind, result.finding.rule) == ("lenient", rule)
