@@ -120,15 +120,23 @@ class CellReferenceCache:
     # --- queries ----------------------------------------------------------------------------------------
 
     def free_cells(self) -> int:
-        """Cells no sequence holds."""
+        """Cells no sequence holds (mid-step, the open step's placed tokens hold theirs)."""
         return self._cells.free_cells()
+
+    def _admissible(self) -> int:
+        """OP-CAP: the most tokens begin_step admits now - the free cells once the open step, which
+        begin_step abandons, has released its placed tokens' cells."""
+        return self._cells.free_cells() + (0 if self._placed is None else len(self._placed))
 
     @icontract.require(lambda n: _int_error("OP-ARGS", "n", n, 0) is None, "OP-ARGS: n is an int >= 0",
                        error=lambda n: found(_int_error("OP-ARGS", "n", n, 0)), enabled=True)
-    @icontract.ensure(lambda self, n, result: result == (n <= self.free_cells()), "OP-CAP: n tokens fit n free cells")
+    @icontract.ensure(lambda self, n, result: result == (n <= self._admissible()),
+                      "OP-CAP: n tokens fit the cells free once the open step is abandoned: begin_step of n tokens "
+                      "is admitted")
     def can_extend(self, n: int = 1) -> bool:
-        """Whether a step of `n` tokens fits (cache-wide: a shared prefix counts once)."""
-        return self._cells.can_extend(n)
+        """Whether begin_step of `n` tokens is admitted now (cache-wide: a shared prefix counts once; the cells
+        of an open step, which begin_step abandons, count as free)."""
+        return n <= self._admissible()
 
     @icontract.require(lambda seq_id: _id_error("OP-ARGS", "seq_id", seq_id) is None,
                        "OP-ARGS: seq_id is an int in [0, 63)",
@@ -179,7 +187,7 @@ class CellReferenceCache:
             error = _id_error("OP-STEP", f"seq_ids[{index}]", seq_id)
             if error is not None:
                 return error
-        free = self._cells.free_cells() + (0 if self._placed is None else len(self._placed))
+        free = self._admissible()
         if len(seq_ids) > free:
             return CapacityError("OP-CAP", "seq_ids", "more tokens than free cells", tokens=len(seq_ids),
                                  free=free)

@@ -41,7 +41,7 @@ _Method = TypeVar("_Method", bound=Callable[..., Any])
 
 
 # The contracts both caches' update_and_fetch share, on named functions rather than lambdas (icontract and the
-# listing of SPEC.md section 6 read a lambda back from its decorator line, which a shared decorator has not).
+# listing (spec/CONTRACTS.md) read a lambda back from its decorator line, which a shared decorator has not).
 def _fetch_valid(self: Any, layer_id: Any, k: Any, v: Any, position: Any) -> bool:
     return bool(self._fetch_error(layer_id, k, v, position) is None)
 

@@ -218,7 +218,7 @@ def _not_op_config(config: Any) -> ConfigTypeError:
 
 
 # The precondition of both caches' constructors. A named condition, not a lambda: icontract (and the listing of
-# SPEC.md section 6) reads a lambda back from its decorator line, which a shared decorator does not have.
+# spec/CONTRACTS.md) reads a lambda back from its decorator line, which a shared decorator does not have.
 takes_op_config = icontract.require(_is_op_config, "OP-CONFIG: config is a kvcache.op.CacheConfig",
                                     error=_not_op_config, enabled=True)
 

@@ -24,7 +24,7 @@ positions below 3); where a group says so, to a stated depth of calls, every sta
 every check and transition, the states past it counted in the report (pre-merge's capacity 6 with 3
 ids at positions below 6).
 
-States are explored once per class of id renamings (`canonical`, SPEC.md 7.6): a renaming that maps
+States are explored once per class of id renamings (`canonical`, docs/verification.md, "How the cell layout is verified"): a renaming that maps
 live ids to live ids with the same histories and keeps the free ids in increasing order (what the
 lowest-free allocator observes) relates states with the same futures. Cells are not renamed. The
 target's class invariants are checked once per state (`model_checker.invariants_suspended`).
@@ -104,7 +104,7 @@ class CellBounds:
 FLAT, WINDOW, BOTH = (0,), (2,), (0, 2)
 
 #: The state space grows fast with the capacity, the ids and the positions (the counts below are of
-#: canonical states, one per class of id renamings, SPEC.md 7.6; CPU seconds on this 2-core machine at
+#: canonical states, one per class of id renamings, docs/verification.md, "How the cell layout is verified"; CPU seconds on this 2-core machine at
 #: load 5-9, one job). Capacity 3 with 3 ids and positions below 3: 1,901 states flat, 1,901 windowed,
 #: 4,179 flat+windowed (29 s). Capacity 4 with 3 ids, positions below 4, flat: past 50,000 states (cut
 #: at 225 s), so capacity 6 with 3 ids stays out of exhaustive reach on one core; capacities 4-6 with 3
@@ -244,7 +244,7 @@ def _cell_harness(spec: CellConfigSpec, factory: CellFactory) -> CellLockstep:
     return CellLockstep(spec, factory, thorough=False)
 
 
-# --- symmetry over sequence ids (the argument: SPEC.md 7.6) -------------------------------------------
+# --- symmetry over sequence ids (the argument: docs/verification.md, "How the cell layout is verified") -------------------------------------------
 # The canonical form numbers the live ids 0..k-1 in the order of their (history, forward roles) and the
 # free ids k.. in increasing order, and renames the model, the open forward and the target's own tables
 # with it; ties take the least renamed table. Only the reference's representation is renamed.
@@ -302,7 +302,7 @@ def canonical(lock: CellLockstep) -> tuple[tuple[Any, ...], list[int]]:
 def automorphisms(lock: CellLockstep) -> list[dict[int, int]]:
     """The renamings that map the state onto itself (its key is the same under each), as maps of the
     live ids; the identity first. A transition and its image under one of them lead to related states
-    and are checked alike (SPEC.md 7.6), so `transitions` makes one of each such set."""
+    and are checked alike (docs/verification.md, "How the cell layout is verified"), so `transitions` makes one of each such set."""
     signature = _signatures(lock.state)
     if len(set(signature.values())) == len(signature):  # no two ids alike: the identity alone (the common case)
         return [{s: s for s in signature}]
@@ -414,7 +414,7 @@ def _renamed_call(call: Call, pi: dict[int, int]) -> Call:
 def one_per_orbit(calls: Iterator[Call], symmetries: list[dict[int, int]]) -> Iterator[Call]:
     """The calls, but of those that the state's automorphisms map onto each other only the first made.
     Which one is kept does not matter: one state of each class is explored, and every call of an orbit
-    leads to related states (SPEC.md 7.6)."""
+    leads to related states (docs/verification.md, "How the cell layout is verified")."""
     if len(symmetries) == 1:   # the identity alone: the common case
         yield from calls
         return

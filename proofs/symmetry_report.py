@@ -1,5 +1,5 @@
 """What the symmetry over sequence ids buys, per group of a cell profile: every configuration of the
-group searched twice on one job, once per class of id renamings (SPEC.md 7.6) and once in full; states,
+group searched twice on one job, once per class of id renamings (docs/verification.md, "How the cell layout is verified") and once in full; states,
 CPU seconds, states per CPU second and the reduction factor, summed per group.
 
     python -m kvcache_proofs.symmetry_report [--profile quick|pre-merge|deep] [--groups 0,2]

@@ -15,13 +15,23 @@ import sys
 # extra -> (import name, distribution name) of every package it brings that the code imports itself.
 EXTRAS: dict[str, tuple[tuple[str, str], ...]] = {
     "verify": (("hypothesis", "hypothesis"), ("crosshair", "crosshair-tool"), ("z3", "z3-solver")),
+    # the field's caches as op-face targets (spec/conformance/op/hf.py, mlxlm.py): checked when the module loads
+    "hf": (("torch", "torch"), ("transformers", "transformers"), ("optimum.quanto", "optimum-quanto"), ("hqq", "hqq")),
+    "mlx": (("mlx", "mlx"), ("mlx_lm", "mlx-lm")),
     "llamacpp": (("llama_cpp", "llama-cpp-python"), ("gguf", "gguf")),
 }
 
 
 def missing(extra: str) -> list[str]:
     """The distributions of `extra` that cannot be imported here, in EXTRAS' order."""
-    return [dist for module, dist in EXTRAS[extra] if importlib.util.find_spec(module) is None]
+    return [dist for module, dist in EXTRAS[extra] if not _importable(module)]
+
+
+def _importable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:   # a submodule's parent package is missing (optimum for optimum.quanto)
+        return False
 
 
 def missing_line(extra: str, command: str) -> str:

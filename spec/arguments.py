@@ -60,7 +60,7 @@ def _op_dims(argument: str, sizes: tuple[str, ...], others: tuple[str, ...]) -> 
 
 
 CLAUSES: tuple[Clause, ...] = (
-    # --- the op face (SPEC section 8): update_and_fetch(layer_id, k, v, position)
+    # --- the op face (SPEC.md part 5): update_and_fetch(layer_id, k, v, position)
     *_op_dims("k", ("batch_size", "n_kv_heads", "q_len", "head_dim"), ("n_kv_heads", "batch_size", "", "v_head_dim")),
     *_op_dims("v", ("batch_size", "n_kv_heads", "q_len", "v_head_dim"), ("n_kv_heads", "batch_size", "", "head_dim")),
     *_op_dims("position", ("q_len", "1"), ("", "q_len")),
@@ -127,7 +127,7 @@ CLAUSES: tuple[Clause, ...] = (
            variants=("flat with a window", "ring window 0", "negative", "bool", "float", "string", "null")),
     Clause("op.create.batch_size.cell", "OP-BATCH", OP_CELL, "create", "batch_size", CONFIG,
            "a cell cache has batch_size 1", variants=("n+1",)),
-    # --- the sequence face (SPEC section 2.3-2.7): plan, can_extend, rewind, depth, retained_from
+    # --- the sequence face (SPEC.md sections 2.3-2.7): plan, can_extend, rewind, depth, retained_from
     Clause("sequence.plan.layer", "LAYER-RANGE", SEQUENCE, "plan", "layer", ID,
            "plan takes 0 <= layer < n_layers, an int (ARG-INT)", "n_layers"),
     Clause("sequence.plan.position", "ARG-RANGE", SEQUENCE, "plan", "position", INT,
@@ -148,7 +148,7 @@ CLAUSES: tuple[Clause, ...] = (
            "depth takes 0 <= layer < n_layers", "n_layers"),
     Clause("sequence.retained_from.layer", "LAYER-RANGE", SEQUENCE, "retained_from", "layer", ID,
            "retained_from takes 0 <= layer < n_layers", "n_layers"),
-    # --- the cell face (SPEC section 7.2): seq ids, ranges, declare_step, place_step
+    # --- the cell face (SPEC.md part 4): seq ids, ranges, declare_step, place_step
     *(Clause(f"cell.{call}.{argument}", "CELL-SEQ-ID", CELL, call, argument, ID,
              f"{call}'s {argument} is an int in [0, max_seqs)", "max_seqs")
       for call, argument in (("seq_len", "seq_id"), ("next_pos", "seq_id"), ("seq_rm", "seq_id"),

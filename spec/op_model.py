@@ -50,7 +50,7 @@ class OpConfig:
     batch_size: int
     max_write: Optional[int] = None   # OP-MAX-WRITE: the most tokens a step writes (with a ring layer); None = no bound
     keeps: tuple[int, ...] = ()       # OP-SINKS: per layer, the sink positions a ring layer keeps (empty = none)
-    bounded: bool = True   # OP-CAP binds; False for a target declaring `unbounded` (SPEC 8.7): capacity a hint
+    bounded: bool = True   # OP-CAP binds; False for a target declaring `unbounded` (SPEC.md 2.9): capacity a hint
 
     def keep(self, layer: int) -> int:
         return self.keeps[layer] if self.keeps else 0
@@ -170,7 +170,14 @@ class OpModel:
         return uids
 
     def free_cells(self) -> int:
+        """Cells no token holds; mid-step the open step's placed tokens hold theirs."""
         return self.cfg.capacity - len(self.live_uids())
+
+    def can_extend(self, n: int) -> bool:
+        """Cell (OP-CAP): whether begin_step of n tokens is admitted now - the open step's tokens, which
+        begin_step abandons, count as free."""
+        pending = len(self.step.uids) if self.step is not None else 0
+        return n <= self.free_cells() + pending
 
     def seqs_in_play(self) -> list[int]:
         seqs = set(self.held) | (set(self.step.seqs) if self.step else set())
@@ -237,9 +244,9 @@ class OpModel:
         for seq in seq_ids:
             if not _is_int(seq) or not 0 <= seq < MAX_SEQS:
                 return Rejected("OP-STEP", f"seq id {seq!r} is not an int in [0, {MAX_SEQS})")
-        pending = len(self.step.uids) if self.step is not None else 0   # abandoned by this declaration
-        if len(seq_ids) > self.free_cells() + pending:
-            return Rejected("OP-CAP", f"{len(seq_ids)} tokens, {self.free_cells() + pending} free cells")
+        if not self.can_extend(len(seq_ids)):   # the open step's tokens, abandoned by this declaration, count
+            return Rejected("OP-CAP", f"{len(seq_ids)} tokens, {self.free_cells()} free cells and "
+                                      f"{len(self.step.uids) if self.step else 0} of the open step")
         self._abandon()
         self.step = Step(tuple(seq_ids))
         self.dropped_declaration = False
@@ -278,7 +285,7 @@ class OpModel:
             self.held[seq] = kept
         return None
 
-    # --- llama.cpp's further verbs, on the face of a cell cache seen through its outputs (SPEC.md 7.8) ---
+    # --- llama.cpp's further verbs, on the face of a cell cache seen through its outputs (SPEC.md 4.4) ---
     def seq_keep(self, seq: Any) -> Optional[Rejected]:
         """CELL-KEEP: every other sequence's tokens are gone; seq keeps its own (shared ones too)."""
         if not _is_int(seq) or not 0 <= seq < MAX_SEQS:

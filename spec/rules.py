@@ -94,7 +94,8 @@ RULES: tuple[Rule, ...] = (
     Rule("REWIND-GROW", "rewind(new_len) with new_len > length is refused.", "A rewind cannot invent tokens."),
     Rule("REWIND-SOUND",
          "rewind(new_len <= length) succeeds iff every layer can serve the next step at new_len soundly (DATA-SOUND), "
-         "for every admissible T; rewind(length) and rewind(0) always succeed.",
+         "for every admissible T; rewind(length) and rewind(0) always succeed; a successful rewind, rewind(length) included, "
+         "closes the open step (no layer may plan it again).",
          "Rollback after a ring wraps must neither corrupt reads (unsound floor) nor be refused when safe (speculative decoding)."),
     Rule("ATOMIC", "A refused call and a caller error leave the state exactly as it was.",
          "A half-applied rollback is the worst failure: the cache and the pools disagree silently."),
@@ -249,7 +250,7 @@ RULES: tuple[Rule, ...] = (
     Rule("CELL-ATOMIC", "A refusal or a typed error of the cell layout changes nothing (every query answers as before).",
          "A half-applied verb leaves the table and the backend's pools disagreeing silently.",
          "A declare_step refused after part of the forward was admitted; a seq_rm that raised after freeing cells."),
-    # --- a cell cache seen only through its outputs (SPEC.md section 7.8): the op face's cell verbs, and a decode
+    # --- a cell cache seen only through its outputs (SPEC.md section 4.4): the op face's cell verbs, and a decode
     Rule("CELL-RECOMPUTE",
          "A cell cache observed through its outputs answers, for every token of a decode, the output the same target "
          "computes when it recomputes that token from nothing over exactly the rows the spec says it attends: its "
@@ -278,20 +279,21 @@ RULES: tuple[Rule, ...] = (
 
 
 # --- the op face (`update_and_fetch(layer_id, k, v, position) -> (k_hist, v_hist, AttendSpec)`), layout-free:
-# the rules state what each query attends, not where the cache keeps it (SPEC.md section 8).
+# the rules state what each query attends, not where the cache keeps it (SPEC.md part 5).
 OP_RULES: tuple[Rule, ...] = (
     Rule("OP-ATTEND",
          "A query of sequence s at position p on layer l with window w (0 = flat) attends exactly the tokens s holds "
          "on layer l at positions q <= p (and q > p - w when windowed), each once, with the K and the V written for "
          "that token on that layer; nothing of another sequence, nothing removed, nothing never written on l. With "
          "batch_size B > 1 (contiguous) batch row b attends only rows written for batch row b. A target declaring "
-         "lossy=<tol> (section 8.7) may hold K and V that differ from what was written by up to tol.",
+         "lossy=<tol> (section 2.9) may hold K and V that differ from what was written by up to tol.",
          "This is what attention needs; every other OP- rule exists to make it true or to refuse what would break it.",
          "A query that sees another sequence's token, a removed token, a token twice, or a row never written."),
     Rule("OP-MASK",
          "AttendSpec NONE: every query attends every returned row. CAUSAL: torch's is_causal (upper-left): query i "
-         "attends rows 0..i, meaningful only when q_len == rows. EXPLICIT: a bool mask of shape [q_len, rows], "
-         "true = attend, broadcast over batch and heads.",
+         "attends rows 0..i; a cache answers it only when q_len == rows (a fresh full prefill), and a CAUSAL answer "
+         "with q_len != rows is wrong. EXPLICIT: a bool mask of shape [q_len, rows], true = attend, broadcast over "
+         "batch and heads; a mask of another shape or dtype is wrong.",
          "The cache hands back a mask semantic that another function applies; both sides must read it alike.",
          "A CAUSAL over a continuation (upper-left alignment hides the history); a mask of the wrong shape."),
     Rule("OP-HIST",
@@ -302,27 +304,31 @@ OP_RULES: tuple[Rule, ...] = (
          "k is [B, Hkv, q_len, D], v [B, Hkv, q_len, Dv], both floating-point, position [q_len, 1] integers; B == "
          "batch_size, Hkv == "
          "n_kv_heads, D == head_dim, Dv == v_head_dim; q_len >= 1 and equal across k, v and position; layer_id is an "
-         "int (not bool) in [0, n_layers). A target declaring trusted-args (section 8.7) is sent no call that "
+         "int (not bool) in [0, n_layers). A target declaring trusted-args (section 2.9) is sent no call that "
          "breaks this and does not owe its refusal.",
          "A shape the cache does not check is silently broadcast or truncated into the history.",
          "A step whose K, V and positions disagree in length; an MLA value of the key's width."),
     Rule("OP-POS",
          "Every position is an int in [0, 2**31 - 2]; within a step one sequence's positions strictly increase; each is "
-         "newer than every position its sequence already holds on that layer. Contiguous cache: the step's positions "
-         "continue the layer's history with no gap (the first equals the tokens held).",
+         "newer than every position its sequence already holds, not counting an open step this call abandons. "
+         "Contiguous cache: a new step's positions are consecutive and continue that history with no gap (the first "
+         "equals the tokens held).",
          "A re-placed or older position gives a query two tokens at one position; -1 is a free-cell marker.",
          "Re-placed positions; positions colliding with internal markers; a contiguous row that is not its position."),
     Rule("OP-STEP",
-         "Every cache: each layer is served at most once per step, all with the same q_len and positions (a call on a "
-         "layer the open step has not served, with another q_len or other positions, is refused). Cell: "
-         "begin_step(seq_ids) (non-empty, ids ints in [0, 63)) declares each token's owner. Contiguous: a step begins "
-         "at the first layer served, and serving a layer already served begins the next. A step not every layer served "
-         "is abandoned when the next begins, at any mutating verb or at reset: none of its tokens remain on any layer.",
-         "A forward is atomic across layers: otherwise a layer that never wrote a token is later asked to attend it.",
+         "A step is one forward: each layer served at most once by update_and_fetch, every layer with the same q_len and "
+         "positions. Cell: begin_step(seq_ids) (a non-empty list or tuple of ints in [0, 63)) declares each token's "
+         "owner, the first layer served places the tokens, and a forward with no step declared is refused. "
+         "Contiguous: a step begins at the first layer served, and serving a layer already served begins the next. "
+         "A step not every layer served (cell: or declared and served by none) is abandoned when the next begins, at "
+         "begin_step, seq_cp, seq_rm, trim and reset: none of its tokens remain on any layer, and a dropped declaration "
+         "declares nothing. Until then its tokens are held on the layers that served it.",
+         "A forward is atomic across layers: otherwise a layer that never wrote a token is later asked to attend it. "
+         "The ids are upstream's, [0, 63): its owners word is an int64 whose bit 63 is the sign.",
          "A step stopped partway whose cells stay owned; a layer served twice in one step."),
     Rule("OP-FORK",
          "seq_cp(src, dst, upto=None): dst then holds, on every layer, src's tokens at positions < upto (all when None), "
-         "sharing their K/V. src != dst, dst holds nothing, upto None or an int >= 0.",
+         "sharing their K/V. src != dst, dst holds nothing once the open step is abandoned, upto None or an int >= 0.",
          "Merging two histories can put two tokens at one position; upstream says nothing about a live destination.",
          "A fork onto a live destination that then attends two tokens at one position."),
     Rule("OP-RM",
@@ -331,9 +337,11 @@ OP_RULES: tuple[Rule, ...] = (
          "Eviction and truncation are per sequence; a shared prefix belongs to every sequence holding it.",
          "A removal that frees a cell another sequence still attends."),
     Rule("OP-CAP",
-         "Contiguous: tokens held + q_len <= capacity, refused otherwise (STATIC and DYNAMIC agree); a target declaring "
-         "unbounded (section 8.7) has no capacity and serves every such step. Cell: begin_step refuses more tokens "
-         "than free cells.",
+         "Contiguous: a new step is refused when the tokens held once the open step is abandoned, plus q_len, exceed "
+         "capacity (STATIC and DYNAMIC agree); a target declaring unbounded (section 2.9) has no capacity and serves "
+         "every such step. Cell: free_cells() counts the cells no token holds (an open step's placed tokens hold "
+         "theirs); begin_step of n tokens is refused exactly when n exceeds the free cells once the open step is "
+         "abandoned, and can_extend(n) is exactly whether it is admitted.",
          "The cache bounds hard at capacity; admission is decided before anything is written.",
          "A step that overflows after writing part of its rows."),
     Rule("OP-BATCH",
@@ -342,14 +350,15 @@ OP_RULES: tuple[Rule, ...] = (
          "Every sequence of a cell cache shares one token axis, so a second batch row has no meaning there.",
          "Batch rows of a cell cache silently mixed into one history."),
     Rule("OP-ATOMIC",
-         "A refused call changes nothing a later call can observe. Refusals are typed errors with the rule id: a "
-         "malformed argument or config a ValueError or TypeError, a refusal decided by the cache's state (capacity, "
-         "admission, the forward protocol) also a RuntimeError, as upstream raises.",
+         "A refused call changes nothing a later call can observe: every check runs before an open step is abandoned, "
+         "and a refused forward keeps the step's declaration. Refusals are typed errors with the rule id: a malformed "
+         "argument or config a ValueError or TypeError, a refusal decided by the cache's state (capacity, admission, "
+         "the forward protocol) also a RuntimeError, as upstream raises.",
          "A half-applied call leaves history rows the caller does not know about.",
          "K grown by a step whose V was refused; cells claimed by a step that then failed."),
     Rule("OP-CONFIG",
          "capacity > 0, n_layers > 0, layers of size 1 or n_layers, policies valid, n_kv_heads, head_dim, v_head_dim "
-         ">= 1, batch_size >= 1, every size an int (not bool). A target declaring lazy-shapes (section 8.7) is given "
+         ">= 1, batch_size >= 1, every size an int (not bool). A target declaring lazy-shapes (section 2.9) is given "
          "no sizes and owes no refusal of them; one declaring unbounded owes none of the capacity; one declaring "
          "trusted-args is sent no invalid config and owes none of these refusals (a valid config outside its scope "
          "stays refused: SCOPE-BORDER).",

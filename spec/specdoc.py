@@ -1,4 +1,4 @@
-"""Generate the contract listing of SPEC.md from the icontract decorators of `kvcache`, so it cannot drift.
+"""Generate spec/CONTRACTS.md, the contract listing, from the icontract decorators of `kvcache`, so it cannot drift.
 
 The listing is every precondition, postcondition and class invariant of every class and function the
 core modules of `kvcache` define (the optional `kvcache.backends` are not part of the reference). It is
@@ -7,8 +7,11 @@ read from icontract's own bookkeeping - `icontract._checkers.find_checker(functi
 list. Whether a contract survives `python -O` is measured too, by collecting again in a child
 interpreter started with `python -O`.
 
-    python -m kvcache_spec.specdoc            # rewrite the marked section of spec/SPEC.md
+    python -m kvcache_spec.specdoc            # rewrite the marked section of spec/CONTRACTS.md
     python -m kvcache_spec.specdoc --check    # exit 1 when the committed section differs
+
+The behavioural spec, spec/SPEC.md, links to that page and holds no generated text (SPEC_PATH is where its
+executed examples are read from).
 
 Exit codes: 0 in sync (or rewritten), 1 differs, 2 usage or environment error.
 """
@@ -36,6 +39,7 @@ import kvcache
 from .rules import BY_ID
 
 SPEC_PATH = pathlib.Path(__file__).with_name("SPEC.md")
+CONTRACTS_PATH = pathlib.Path(__file__).with_name("CONTRACTS.md")
 BEGIN = "<!-- contracts:begin -->"
 END = "<!-- contracts:end -->"
 
@@ -261,14 +265,14 @@ def replace_section(document: str, listing: str) -> str:
     """`document` with the text between the markers replaced by `listing`."""
     begin, end = document.find(BEGIN), document.find(END)
     if begin < 0 or end < begin:
-        raise ValueError(f"SPEC.md has no {BEGIN} ... {END} section")
+        raise ValueError(f"CONTRACTS.md has no {BEGIN} ... {END} section")
     return document[:begin + len(BEGIN)] + "\n" + listing + document[end:]
 
 
 def committed_section(document: str) -> str:
     begin, end = document.find(BEGIN), document.find(END)
     if begin < 0 or end < begin:
-        raise ValueError(f"SPEC.md has no {BEGIN} ... {END} section")
+        raise ValueError(f"CONTRACTS.md has no {BEGIN} ... {END} section")
     return document[begin + len(BEGIN):end].lstrip("\n")
 
 
@@ -279,20 +283,20 @@ def main(argv: Optional[list[str]] = None) -> int:
         return 2
     try:
         listing = generate()
-        document = SPEC_PATH.read_text()
+        document = CONTRACTS_PATH.read_text()
         committed = committed_section(document)
     except (OSError, ValueError, RuntimeError, subprocess.CalledProcessError) as error:
         print(f"specdoc: {error}", file=sys.stderr)
         return 2
     if args == ["--check"]:
         if committed != listing:
-            print("specdoc: the contract listing in spec/SPEC.md is out of date; "
+            print("specdoc: the contract listing in spec/CONTRACTS.md is out of date; "
                   "run `python -m kvcache_spec.specdoc`", file=sys.stderr)
             return 1
-        print("specdoc: the contract listing in spec/SPEC.md is up to date")
+        print("specdoc: the contract listing in spec/CONTRACTS.md is up to date")
         return 0
-    SPEC_PATH.write_text(replace_section(document, listing))
-    print(f"specdoc: wrote the contract listing into {SPEC_PATH}")
+    CONTRACTS_PATH.write_text(replace_section(document, listing))
+    print(f"specdoc: wrote the contract listing into {CONTRACTS_PATH}")
     return 0
 
 

@@ -29,7 +29,7 @@ so it needs them). The cache need not import kvcache's types:
 
 An **op-face** target (`conformance` only) is a factory with `kvcache_layout = "op-contiguous"` or
 `"op-cell"`: what it is given (the JSON config and its keys, numpy or torch tensors) and what it answers
-(the histories, the AttendSpec forms) is SPEC.md section 8.5.
+(the histories, the AttendSpec forms) is docs/target-contract.md, "The op target contract".
 """
 
 from __future__ import annotations

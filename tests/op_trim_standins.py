@@ -115,7 +115,7 @@ class KeepAtWindowServed(ContiguousStandin):
 
 class RingTrimOnlyUnwrapped(ContiguousStandin):
     """mlx-lm's RotatingKVCache.is_trimmable (offset < max_size) made exact: once a ring layer may have dropped
-    a row (its floor above its keep) it gives back nothing but trim(0), a trim SPEC 8.6 leaves optional
+    a row (its floor above its keep) it gives back nothing but trim(0), a trim SPEC.md OP-TRIM leaves optional
     there. Valid: CONFORMING (strict) - the suite follows the refusal."""
 
     def trim(self, n: Any) -> None:

@@ -1,4 +1,4 @@
-"""The cell checker's symmetry over sequence ids (SPEC.md 7.6) and its contracts once per state, against
+"""The cell checker's symmetry over sequence ids (docs/verification.md, "How the cell layout is verified") and its contracts once per state, against
 the full search: the reduced search explores one state per class of renamings and must reach the same
 classes, give the same verdicts and the same shortest counterexample lengths."""
 

@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvcache import KVCacheError
+from kvcache_spec import op_model
 from kvcache.op import AttendSpec, CacheConfig, CacheSizing, CellReferenceCache, ContiguousReferenceCache, \
     LayerPolicy, MaskKind, attend
 
@@ -428,6 +429,10 @@ def run_cells(config: CacheConfig, ops: list[tuple[Any, ...]]) -> None:
             assert cache.seq_len(s) == len(model.held(s))
         occupied = len({u for held in model.seqs.values() for u in held.values()})
         assert cache.free_cells() == config.capacity - occupied
+        # OP-CAP: can_extend(n) answers what begin_step of n tokens would: the open step's cells count as free
+        open_step = len(model.step) if model.step is not None else 0
+        assert [cache.can_extend(n) for n in range(config.capacity + 2)] == \
+            [n <= config.capacity - occupied + open_step for n in range(config.capacity + 2)]
 
 
 @settings(max_examples=80)
@@ -457,6 +462,44 @@ def test_cell_fork_shares_and_step_rolls_back() -> None:
     assert (cache.seq_len(3), cache.seq_len(4), cache.free_cells()) == (0, 2, 6)
     with pytest.raises(ValueError, match="OP-STEP"):
         cache.update_and_fetch(1, *labelled([8], 1, 1, 1, 1, 1), column([2]))
+
+
+def test_can_extend_free_cells_and_begin_step_agree_mid_step() -> None:
+    """OP-CAP: mid-step the open step's placed tokens hold cells (free_cells() counts them out, seq_len counts
+    them in), yet begin_step abandons that step before it places anything, so its cells count as free for
+    admission: can_extend(n) is exactly whether begin_step of n tokens is admitted - in the reference and in
+    the model (spec/op_model.py), which give the same answers."""
+    config = CacheConfig(n_layers=2, n_kv_heads=1, head_dim=1, capacity=4)
+    op_config = op_model.make_config({"capacity": 4, "n_layers": 2, "layers": [{"kind": "flat", "window": 0}],
+                                      "n_kv_heads": 1, "head_dim": 1, "batch_size": 1}, op_model.CELL)
+    assert isinstance(op_config, op_model.OpConfig)
+    model = op_model.OpModel(op_config)
+    for n_seqs in (0, 1):   # a fresh cache, then one holding a token
+        cache = CellReferenceCache(config)
+        model.reset()
+        if n_seqs:
+            cache.begin_step([0])
+            assert model.begin_step([0]) is None
+            for layer in (0, 1):
+                cache.update_and_fetch(layer, *labelled([0], layer, 1, 1, 1, 1), column([0]))
+                model.fetch(layer, op_model.Shapes((1, 1, 1, 1), (1, 1, 1, 1), (1, 1), ("f", "f", "i")), [0], [0])
+        cache.begin_step([1, 1])
+        assert model.begin_step([1, 1]) is None
+        cache.update_and_fetch(0, *labelled([1, 2], 0, 1, 1, 1, 1), column([0, 1]))   # layer 1 not yet served
+        model.fetch(0, op_model.Shapes((1, 1, 2, 1), (1, 1, 2, 1), (2, 1), ("f", "f", "i")), [0, 1], [1, 2])
+        free = 4 - n_seqs - 2
+        assert (cache.free_cells(), model.free_cells(), cache.seq_len(1), model.seq_len(1)) == (free, free, 2, 2)
+        for n in range(6):
+            fits = n <= free + 2
+            assert cache.can_extend(n) is fits and model.can_extend(n) is fits, n
+        assert model.snapshot().begin_step([2] * (free + 2)) is None
+        refused = model.snapshot().begin_step([2] * (free + 3))
+        assert isinstance(refused, op_model.Rejected) and refused.rule == "OP-CAP"
+        with pytest.raises(ValueError, match="OP-CAP"):
+            cache.begin_step([2] * (free + 3))   # refused: nothing changed, the step is still open
+        assert cache.free_cells() == free
+        cache.begin_step([2] * (free + 2))        # admitted: the open step is abandoned, its cells freed
+        assert (cache.free_cells(), cache.seq_len(1)) == (free + 2, 0)
 
 
 # --- attend against a naive softmax --------------------------------------------------------------------

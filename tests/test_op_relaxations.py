@@ -1,4 +1,4 @@
-"""Issue 33: the scope relaxations real caches need (SPEC.md section 8.7), completeness past a lenient
+"""Issue 33: the scope relaxations real caches need (SPEC.md section 2.9), completeness past a lenient
 step (SAFE-OP-COMPLETE), and the three false alarms of the suite's attribution.
 
 The targets are tests/op_standin.py's caches shaped like the field's: one that validates nothing
@@ -144,7 +144,7 @@ def test_min_head_dim_drives_widened_twins_and_only_them() -> None:
 
 
 def test_lossy_labels_are_row_codes_read_within_the_tolerance() -> None:
-    """SPEC 8.7, lossy=<tol>: each row is its code (((uid L + layer) B + b) H + h) 2 + is_v in bits, 1 + bit per
+    """SPEC.md 2.9, lossy=<tol>: each row is its code (((uid L + layer) B + b) H + h) 2 + is_v in bits, 1 + bit per
     element, the last element 1 + the rest: a range of 1 across tokens and channels whatever the token number,
     read back as the one code within tol (< 0.5) of every element; a K is never read as a V, nor a row of
     another layer, batch row or head."""
@@ -282,3 +282,15 @@ def test_past_a_lenient_step_that_begins_a_step_the_next_layers_continue_it() ->
              {"op": "fetch", "layer": 0, "positions": [8]}, {"op": "fetch", "layer": 1, "positions": [8]}]
     found = replay(STANDIN.format("contiguous_growing_undeclared"), cfg, steps)
     assert found is not None and (found["class"], found["rule"], found.get("after")) == ("lenient", "OP-CAP", None), found
+
+
+def test_trusted_args_owes_no_refusal_of_an_invalid_config() -> None:
+    """OP-CONFIG under `trusted-args` (SPEC.md 2.9): model code creates the cache from a config the library built,
+    so no invalid config is sent - a cell cache's OP-BATCH, only the refusal of batch_size 2 at construction,
+    is then not owed - while OP-CONFIG itself (a valid config accepted) and SCOPE-BORDER stay owed."""
+    relaxed = frozenset({"trusted-args"})
+    cell = in_scope(True, frozenset(), "op-cell", scopes.FULL.features, relaxed)
+    assert "'trusted-args'" in cell["OP-BATCH"] and cell["OP-CONFIG"] == "" and cell["SCOPE-BORDER"] == ""
+    assert in_scope(True, frozenset(), "op-cell", scopes.FULL.features)["OP-BATCH"] == ""
+    contiguous = in_scope(True, frozenset(), "op-contiguous", scopes.FULL.features, relaxed)
+    assert contiguous["OP-CONFIG"] == "" and contiguous["OP-BATCH"] == ""

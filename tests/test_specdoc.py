@@ -1,4 +1,4 @@
-"""spec/SPEC.md stays true: its examples run, its rules are rules.py's, its contract listing is generated."""
+"""spec/SPEC.md stays true: its examples run, its rules are rules.py's; spec/CONTRACTS.md is the generated listing."""
 
 from __future__ import annotations
 
@@ -26,11 +26,12 @@ def test_every_example_in_the_spec_runs() -> None:
 
 
 def _rule_sections(document: str) -> list[tuple[str, str, str]]:
-    """(number, id, text) of every '#### N. ID' section of part 2 (the sequence cache), of part 7's
-    rules (the cell layout, numbered on from part 2) and of part 8's (the op face, numbered on)."""
-    parts = (document[document.index("\n## 2. The rules"):document.index("\n## 3. ")],
-             document[document.index("\n### 7.2 "):document.index("\n### 7.3 ")],
-             document[document.index("\n### 8.2 "):document.index("\n### 8.3 ")])
+    """(number, id, text) of every '#### N. ID' section of part 2 (the sequence cache), of part 4's
+    rules (the cell layout, numbered on from part 2) and of part 5's (the op face, numbered on)."""
+    parts = (document[document.index("\n## 2. The sequence cache"):document.index("\n## 3. ")],
+             document[document.index("\n### 4.2 "):document.index("\n### 4.3 ")],
+             document[document.index("\n### 4.4 "):document.index("\n## 5. ")],
+             document[document.index("\n### 5.2 "):document.index("\n## 6. ")])
     sections: list[tuple[str, str, str]] = []
     for part in parts:
         pieces = re.split(r"^#### (\d+)\. ([A-Z][A-Z0-9-]*)\s*$", part, flags=re.MULTILINE)
@@ -50,21 +51,53 @@ def test_each_rule_section_quotes_its_statement_and_says_why(document: str) -> N
         assert "Why:" in text, f"{rule_id}: no rationale"
 
 
-def test_the_contract_listing_is_the_generated_one(document: str) -> None:
-    committed = specdoc.committed_section(document)
+def test_each_statement_is_stated_once(document: str) -> None:
+    """Each rule found exactly once: no rule's statement is quoted anywhere but in its own section."""
+    for rule in RULES:
+        assert document.count(rule.statement) == 1, f"{rule.id}: its statement appears more than once"
+
+
+def test_the_contents_lists_every_part(document: str) -> None:
+    parts = re.findall(r"^## (\d+)\. (.*)$", document, re.M)
+    contents = document[document.index("\nContents:"):document.index("\n## 1. ")]
+    assert [number for number, _ in parts] == [str(n) for n in range(1, len(parts) + 1)]
+    for number, title in parts:
+        assert f"[{number}. {title}](#" in " ".join(contents.split()), f"the Contents line misses part {number}"
+
+
+def test_every_face_has_executed_examples(document: str) -> None:
+    """Parts 2 (sequence), 4 (cells) and 5 (the op face) each carry examples the doctest run executes."""
+    for begin, end in (("\n## 2. ", "\n## 3. "), ("\n## 4. ", "\n## 5. "), ("\n## 5. ", "\n## 6. ")):
+        part = document[document.index(begin):document.index(end)]
+        assert part.count("\n>>> ") >= 20, begin
+
+
+@pytest.fixture(scope="module")
+def contracts() -> str:
+    return specdoc.CONTRACTS_PATH.read_text()
+
+
+def test_the_contract_listing_is_the_generated_one(contracts: str) -> None:
+    committed = specdoc.committed_section(contracts)
     generated = specdoc.generate()
-    assert committed == generated, "run `python -m kvcache_spec.specdoc` to regenerate spec/SPEC.md"
+    assert committed == generated, "run `python -m kvcache_spec.specdoc` to regenerate spec/CONTRACTS.md"
 
 
-def test_the_listing_has_a_row_per_contract(document: str) -> None:
-    rows = [line for line in specdoc.committed_section(document).splitlines()
+def test_the_spec_holds_no_generated_text_and_links_the_listing(document: str) -> None:
+    """The behavioural spec is read alone: the generated listing is its own page, linked from it."""
+    assert specdoc.BEGIN not in document and specdoc.END not in document
+    assert "](CONTRACTS.md)" in document
+
+
+def test_the_listing_has_a_row_per_contract(contracts: str) -> None:
+    rows = [line for line in specdoc.committed_section(contracts).splitlines()
             if line.startswith("| invariant |") or line.startswith("| pre |") or line.startswith("| post |")]
     assert len(rows) == len(specdoc.collect_contracts()) > 50
 
 
-def test_preconditions_kept_under_python_O_are_the_typed_ones(document: str) -> None:
+def test_preconditions_kept_under_python_O_are_the_typed_ones(contracts: str) -> None:
     """ARG-INT, ARG-RANGE, STEP-T...: input validation stays under -O; postconditions and invariants do not."""
-    for line in specdoc.committed_section(document).splitlines():
+    for line in specdoc.committed_section(contracts).splitlines():
         cells = [cell.strip() for cell in line.split(" | ")]
         if line.startswith("| pre |"):
             assert (cells[-2] == "typed") == (cells[-1].rstrip(" |") == "kept"), line

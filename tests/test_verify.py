@@ -174,7 +174,7 @@ def test_verify_covers_the_cell_layout(tmp_path: Path) -> None:
     assert set(stages) == {"cell-stateful", "cell-checker", "cell-z3"}
     assert stages["cell-z3"]["numbers"]["proofs"] == "3/3"
     assert all(stage["verdict"] == "pass" for stage in stages.values())
-    assert int(stages["cell-checker"]["numbers"]["states"]) > 150   # canonical states (SPEC.md 7.6)
+    assert int(stages["cell-checker"]["numbers"]["states"]) > 150   # canonical states (docs/verification.md, "How the cell layout is verified")
 
 
 def _work(report: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:

@@ -18,8 +18,8 @@ the sequence layout the harness keeps its own truth - the content last written a
 the steps the target accepted, a gap where its length moved past what was written - and executes
 every plan on the target's pools against it; bare commits are not replayed (their forged plans come
 from the model). A consequence counts only when the program without its entry step shows no wrong
-answer or crash (otherwise it is a defect of its own, reported by the lockstep). Stated in SPEC.md,
-section 4.
+answer or crash (otherwise it is a defect of its own, reported by the lockstep). Stated in docs/conformance.md,
+"How the suite judges a program".
 """
 
 

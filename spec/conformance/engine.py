@@ -34,7 +34,7 @@ CLASSES = (WRONG, CRASH, LENIENT, OVER_STRICT)
 
 
 def failing_classes(strict: bool) -> frozenset[str]:
-    """The finding classes that fail a run (SPEC section 4). A wrong answer, a crash and a valid call
+    """The finding classes that fail a run (SPEC.md part 6). A wrong answer, a crash and a valid call
     refused (over-strict: a runner making that call crashes on the refusal) always; a caller error served
     (lenient: many implementations are lenient on purpose) only under --strict."""
     return frozenset({WRONG, CRASH, OVER_STRICT} | ({LENIENT} if strict else set()))

@@ -6,7 +6,7 @@ from typing import Any
 class TinyOpCache:   # one sequence; each layer keeps its whole history, a ring layer attends a window of it
     kvcache_layout, kvcache_scope = "op-contiguous", "flat ring max_write batch mla positions steps".split()   # no trim
 
-    def __init__(self, config: dict[str, Any]) -> None:   # the JSON config (SPEC.md 8.5): raise to refuse it
+    def __init__(self, config: dict[str, Any]) -> None:   # the JSON config (docs/target-contract.md): raise to refuse it
         sizes = [config[key] for key in ("capacity", "n_layers", "batch_size", "n_kv_heads", "head_dim", "v_head_dim")]
         layers, max_write = config["layers"], config["max_write"]   # max_write: None, or the longest step
         if not all(type(n) is int and n >= 1 for n in sizes + ([] if max_write is None else [max_write])) \

@@ -56,7 +56,7 @@ class Labels:
 
     The dim is the lowest digit, so two rows of different (token, layer, batch row, head, K or V) differ by
     at least the row width W in every element: a row is read by exact match. A target declaring
-    `lossy=<tol>` (SPEC 8.7) is written *row codes* instead: the row's code c = (((uid L + layer) B + b) H +
+    `lossy=<tol>` (SPEC.md 2.9) is written *row codes* instead: the row's code c = (((uid L + layer) B + b) H +
     h) 2 + is_v in binary, lowest bit first, one bit per element as 1 + bit, the last element 1 + the rest
     of c (c >> (W - 1)), so every element but the last is 1 or 2 whatever the token - a quantizer's range
     stays 1 - and two rows of different codes differ by at least 1 in some element; a row is read as the
@@ -167,7 +167,7 @@ class OpEngine(Caller):
         self.rejected_config = made if isinstance(made, op_model.Rejected) else None
         self.mcfg = made if isinstance(made, op_model.OpConfig) else \
             op_model.OpConfig(kind, 1, (0,), 1, 1, 1, 1, 1)
-        self.relaxed = self.declared_scope().relaxations()   # the scope's relaxations (SPEC 8.7)
+        self.relaxed = self.declared_scope().relaxations()   # the scope's relaxations (SPEC.md 2.9)
         if scopes.UNBOUNDED in self.relaxed and kind == op_model.CONTIGUOUS:
             self.mcfg = replace(self.mcfg, bounded=False)
         self.model = op_model.OpModel(self.mcfg)
@@ -198,7 +198,7 @@ class OpEngine(Caller):
 
     def _create(self, rule: str) -> Outcome:
         """Create the cache. A target declaring `lazy-shapes` gets the config without the sizes it learns
-        from its first update (SPEC 8.7): what a library's own config holds."""
+        from its first update (SPEC.md 2.9): what a library's own config holds."""
         if scopes.LAZY_SHAPES not in self.relaxed:
             return super()._create(rule)
         full = self.cfg
@@ -216,7 +216,7 @@ class OpEngine(Caller):
         invalid config whose fault is only a size a lazy-shapes target never gets, or only the capacity an
         unbounded one may ignore; a valid one outside the scope by its sizes alone, which a lazy-shapes
         target cannot tell at creation (SCOPE-BORDER); under `trusted-args` any invalid config (model code
-        creates the cache from a config the library built: OP-CONFIG's refusals are not owed, SPEC 8.7)."""
+        creates the cache from a config the library built: OP-CONFIG's refusals are not owed, SPEC.md 2.9)."""
         lazy, unbounded = scopes.LAZY_SHAPES in self.relaxed, scopes.UNBOUNDED in self.relaxed
         if self.rejected_config is not None and scopes.TRUSTED_ARGS in self.relaxed:
             return f"invalid configurations not sent: the scope declares '{scopes.TRUSTED_ARGS}'"
@@ -451,7 +451,7 @@ class OpEngine(Caller):
                          f"{method}({_show(args)}) refused a call the spec serves: {got.error}")
 
     def refused_by(self, method: str, args: dict[str, Any], rule: str, got: Outcome) -> str:
-        """The rule a refusal of a valid call is classed by (SPEC 8.4): the OP- rule its error names, else
+        """The rule a refusal of a valid call is classed by (docs/conformance.md, op-face targets): the OP- rule its error names, else
         the call's own. A call that exactly fills the capacity (the model has applied it) may be OP-CAP's
         refusal: `capacity_refusal` decides, once the drive past it is done."""
         named: Optional[str] = next((str(word) for word in RULE_WORD.findall(str(got.error or ""))

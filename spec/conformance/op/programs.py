@@ -49,6 +49,10 @@ CONTIGUOUS_CONFIGS: tuple[JsonConfig, ...] = (
     # OP-SINKS: a ring with sinks beside a flat layer; sinks with max_write (the ring's floor moves by it)
     op_config(10, (4, 0), keep=1),
     op_config(9, (3,), keep=1, max_write=2, sizing="static"),
+    # the field's setups (docs/hf-findings.md, docs/mlxlm-findings.md): sinks as mlx-lm's make_prompt_cache keeps
+    # them (keep 4); a window wider than the capacity (transformers' StaticCache with max_cache_len < sliding_window)
+    op_config(10, (6,), keep=4),
+    op_config(3, (4,), sizing="static"),
 )
 CELL_CONFIGS: tuple[JsonConfig, ...] = (
     op_config(8, (0,), n_layers=2),
@@ -73,6 +77,7 @@ def _bad(name: str, **change: Any) -> tuple[str, JsonConfig]:
 # creation, SCOPE-BORDER), and these are among them.
 BAD_SINK_CONFIGS: tuple[tuple[str, JsonConfig], ...] = (
     _bad("keep at the window", layers=[{**layer("ring", 2), "keep": 2}]),
+    _bad("keep 4 at the window", layers=[{**layer("ring", 4), "keep": 4}]),   # make_prompt_cache(max_kv_size=4)
     _bad("keep above the window", layers=[{**layer("ring", 2), "keep": 3}]),
     _bad("keep -1", layers=[{**layer("ring", 2), "keep": -1}]),
     _bad("keep true", layers=[{**layer("ring", 2), "keep": True}]),

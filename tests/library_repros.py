@@ -1,0 +1,262 @@
+"""Standalone repros of the real defects the op-face suite finds in transformers' and mlx-lm's caches
+(docs/hf-findings.md, docs/mlxlm-findings.md): each goes through the library's own model code, a tiny
+random-weight model built from a config (no weights downloaded), and answers what a user meets - the error, or
+how far the cached forward's logits are from the same tokens run without a cache. Nothing here uses the suite.
+
+    python tests/library_repros.py          # every repro whose library is installed, one line each
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Callable
+
+SEED = 0
+VOCAB, HIDDEN, HEADS, KV_HEADS, HEAD_DIM = 64, 32, 2, 1, 16
+
+
+# --- transformers ------------------------------------------------------------------------------------------------
+def _hf_model(kind: str, **config: Any) -> Any:
+    import torch
+    transformers = importlib.import_module("transformers")
+
+    torch.manual_seed(SEED)
+    Config = getattr(transformers, f"{kind}Config")
+    Model = getattr(transformers, f"{kind}ForCausalLM")
+    cfg = Config(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=2 * HIDDEN, num_hidden_layers=2,
+                 num_attention_heads=HEADS, num_key_value_heads=KV_HEADS, head_dim=HEAD_DIM,
+                 attn_implementation="sdpa", **config)
+    return Model(cfg).eval()
+
+
+def _hf_tokens(n: int) -> Any:
+    import torch
+
+    return torch.arange(3, 3 + n).reshape(1, n) % VOCAB
+
+
+def hf_static_overflow() -> dict[str, Any]:
+    """StaticLayer.update counts a step before writing it: an overflowing step raises IndexError after
+    `cumulative_length` grew, and every later step raises too, even one that fits."""
+    import torch
+    transformers = importlib.import_module("transformers")
+
+    model = _hf_model("Llama")
+    cache = transformers.StaticCache(config=model.config, max_cache_len=4)
+    ids = _hf_tokens(6)
+    with torch.no_grad():
+        model(ids[:, :3], past_key_values=cache, use_cache=True)
+        out: dict[str, Any] = {"held_before": int(cache.get_seq_length())}
+        try:
+            model(ids[:, 3:5], past_key_values=cache, use_cache=True)   # 3 + 2 > 4: refused
+            out["overflow"] = "accepted"
+        except Exception as error:   # what the user meets
+            out["overflow"] = type(error).__name__
+        out["held_after_refusal"] = int(cache.get_seq_length())
+        try:
+            model(ids[:, 3:4], past_key_values=cache, use_cache=True)   # 3 + 1 <= 4: fits
+            out["fitting_step_after"] = "served"
+        except Exception as error:
+            out["fitting_step_after"] = type(error).__name__
+    return out
+
+
+def _last_logits_gap(model: Any, cache: Any, prefill: int, decode: int) -> float:
+    """The largest difference between the cached decode's logits and the same tokens run at once, no cache."""
+    import torch
+
+    ids = _hf_tokens(prefill + decode)
+    with torch.no_grad():
+        model(ids[:, :prefill], past_key_values=cache, use_cache=True)
+        for i in range(prefill, prefill + decode):
+            cached = model(ids[:, i:i + 1], past_key_values=cache, use_cache=True).logits[0, -1]
+        full = model(ids, use_cache=False).logits[0, -1]
+    return float((cached - full).abs().max())
+
+
+def hf_sliding_window_one() -> dict[str, Any]:
+    """DynamicSlidingWindowLayer(sliding_window=1) never trims (`[-1 + 1:]` is `[0:]`): a decode attends the
+    whole history; a 2-token step after it raises in SDPA."""
+    import torch
+    transformers = importlib.import_module("transformers")
+
+    model = _hf_model("Mistral", sliding_window=1)
+    gap = _last_logits_gap(model, transformers.DynamicCache(config=model.config), prefill=3, decode=1)
+    cache = transformers.DynamicCache(config=model.config)
+    ids = _hf_tokens(5)
+    with torch.no_grad():
+        model(ids[:, :1], past_key_values=cache, use_cache=True)
+        try:
+            model(ids[:, 1:3], past_key_values=cache, use_cache=True)
+            two_token_step = "served"
+        except Exception as error:
+            two_token_step = type(error).__name__
+    return {"decode_logits_gap": gap, "two_token_step": two_token_step}
+
+
+def hf_sliding_crop_before_any_token() -> dict[str, Any]:
+    """DynamicSlidingWindowLayer.crop on a layer that holds nothing (a new cache, or one just reset) reads
+    `self.keys.shape` of keys that are None: AttributeError, even for crop(0)."""
+    transformers = importlib.import_module("transformers")
+
+    model = _hf_model("Mistral", sliding_window=3)
+    cache = transformers.DynamicCache(config=model.config)
+    try:
+        cache.crop(0)
+        return {"crop(0) of a new cache": "served"}
+    except Exception as error:
+        return {"crop(0) of a new cache": type(error).__name__}
+
+
+def hf_static_sliding_past_max_cache_len() -> dict[str, Any]:
+    """StaticCache's sliding layers hold min(sliding_window, max_cache_len) rows: with a window larger than
+    max_cache_len, a decode past max_cache_len silently drops tokens still inside its window."""
+    transformers = importlib.import_module("transformers")
+
+    model = _hf_model("Mistral", sliding_window=4)
+    cache = transformers.StaticCache(config=model.config, max_cache_len=3)
+    return {"decode_logits_gap": _last_logits_gap(model, cache, prefill=3, decode=1)}
+
+
+# --- mlx-lm ------------------------------------------------------------------------------------------------------
+def _mlx_model(kind: str = "llama", **args: Any) -> Any:
+    """A tiny random-weight model of mlx-lm's `kind` (llama has make_cache; qwen2 has none, so make_prompt_cache
+    builds its caches itself)."""
+    mx = importlib.import_module("mlx.core")
+    module = importlib.import_module(f"mlx_lm.models.{kind}")
+
+    mx.random.seed(SEED)
+    model = module.Model(module.ModelArgs(model_type=kind, hidden_size=HIDDEN, num_hidden_layers=2,
+                                          intermediate_size=2 * HIDDEN, num_attention_heads=HEADS, rms_norm_eps=1e-5,
+                                          vocab_size=VOCAB, num_key_value_heads=KV_HEADS, **args))
+    mx.eval(model.parameters())
+    return model
+
+
+def _mlx_tokens(n: int) -> Any:
+    mx = importlib.import_module("mlx.core")
+
+    return (mx.arange(3, 3 + n) % VOCAB).reshape(1, n)
+
+
+def mlx_prompt_cache_small_ring() -> dict[str, Any]:
+    """make_prompt_cache(model, max_kv_size=4) builds RotatingKVCache(max_size=4, keep=4): keep >= max_size.
+    Once the ring is full a decode writes at index keep = 4, past the buffer's end: the token is never stored
+    (no later query attends it; not even its own query does); a multi-token step then raises."""
+    import numpy as np
+    mx = importlib.import_module("mlx.core")
+    cache_module = importlib.import_module("mlx_lm.models.cache")
+
+    model = _mlx_model("qwen2")
+    cache = cache_module.make_prompt_cache(model, max_kv_size=4)
+    ids = _mlx_tokens(8)
+    mx.eval(model(ids[:, :4], cache=cache))
+    before = np.array(cache[0].keys)
+    for i in range(4, 6):
+        mx.eval(model(ids[:, i:i + 1], cache=cache))
+    after = np.array(cache[0].keys)
+    stored = sum(not any(np.array_equal(row, old) for old in before[0, 0]) for row in after[0, 0])
+    out: dict[str, Any] = {"keep": cache[0].keep, "max_size": cache[0].max_size, "decoded_rows_stored": int(stored)}
+    try:
+        mx.eval(model(ids[:, 6:8], cache=cache))
+        out["two_token_step"] = "served"
+    except Exception as error:
+        out["two_token_step"] = type(error).__name__
+    return out
+
+
+def mlx_prompt_cache_prefill_ignores_sinks() -> dict[str, Any]:
+    """RotatingKVCache(max_size=6, keep=4), as make_prompt_cache(max_kv_size=6) builds it: a step longer than the
+    ring gets create_causal_mask(N, offset, window_size=max_size), a plain window that ignores the 4 sinks, while
+    a decode attends the sinks. The same 9 tokens give another last logit prefilled at once than decoded last."""
+    mx = importlib.import_module("mlx.core")
+    cache_module = importlib.import_module("mlx_lm.models.cache")
+
+    model = _mlx_model("qwen2")
+    ids = _mlx_tokens(9)
+    at_once = model(ids, cache=cache_module.make_prompt_cache(model, max_kv_size=6))[0, -1]
+    cache = cache_module.make_prompt_cache(model, max_kv_size=6)
+    model(ids[:, :8], cache=cache)
+    decoded = model(ids[:, 8:], cache=cache)[0, -1]
+    return {"last_logits_gap": float(mx.abs(at_once - decoded).max())}
+
+
+def _mlx_gap(model: Any, cache: list[Any], ids: Any) -> float:
+    mx = importlib.import_module("mlx.core")
+
+    cached = model(ids[:, -1:], cache=cache)[0, -1]
+    full = model(ids)[0, -1]
+    return float(mx.abs(cached - full).max())
+
+
+def mlx_concatenate_trim() -> dict[str, Any]:
+    """ConcatenateKVCache.trim lowers `offset` only: the next update concatenates onto the untrimmed rows, so
+    the trimmed tokens come back into every later attention."""
+    cache_module = importlib.import_module("mlx_lm.models.cache")
+
+    model = _mlx_model()
+    cache = [cache_module.ConcatenateKVCache() for _ in model.layers]
+    ids = _mlx_tokens(6)
+    model(ids[:, :5], cache=cache)
+    trimmed = cache_module.trim_prompt_cache(cache, 2)   # speculative decoding's rollback of 2 rejected tokens
+    mx = importlib.import_module("mlx.core")
+    following = mx.concatenate([ids[:, :3], mx.array([[7]])], axis=1)   # the 3 kept tokens, then another
+    return {"trimmed": trimmed, "decode_logits_gap": _mlx_gap(model, cache, following)}
+
+
+def mlx_rotating_trim_after_wrap() -> dict[str, Any]:
+    """RotatingKVCache says it is trimmable while offset < max_size; a multi-token step grows it past
+    max_size without wrapping, and trim then lowers `offset` and `_idx` over rows in temporal order."""
+    cache_module = importlib.import_module("mlx_lm.models.cache")
+
+    model = _mlx_model()
+    cache = [cache_module.RotatingKVCache(max_size=4) for _ in model.layers]
+    ids = _mlx_tokens(8)
+    model(ids[:, :3], cache=cache)
+    model(ids[:, 3:4], cache=cache)
+    model(ids[:, 4:5], cache=cache)   # wraps: the ring overwrote position 0
+    trimmable = cache_module.can_trim_prompt_cache(cache)
+    return {"trimmable_after_wrap": trimmable}
+
+
+def mlx_negative_trim() -> dict[str, Any]:
+    """KVCache.trim(-n) is min(offset, -n) = -n: offset grows over rows never written."""
+    cache_module = importlib.import_module("mlx_lm.models.cache")
+    mx = importlib.import_module("mlx.core")
+
+    cache = cache_module.KVCache()
+    cache.update_and_fetch(mx.ones((1, 1, 2, 4)), mx.ones((1, 1, 2, 4)))
+    answered = cache.trim(-3)
+    return {"answered": answered, "offset": cache.offset}
+
+
+def mlx_chunked_trim_after_slide() -> dict[str, Any]:
+    """ChunkedKVCache is always trimmable, also after maybe_trim_front dropped its front."""
+    cache_module = importlib.import_module("mlx_lm.models.cache")
+    mx = importlib.import_module("mlx.core")
+
+    cache = cache_module.ChunkedKVCache(2)
+    cache.update_and_fetch(mx.ones((1, 1, 3, 4)), mx.ones((1, 1, 3, 4)))
+    cache.maybe_trim_front()
+    return {"start_position": cache.start_position, "trimmable": cache.is_trimmable()}
+
+
+HF: dict[str, Callable[[], dict[str, Any]]] = {
+    "static overflow": hf_static_overflow, "sliding window 1": hf_sliding_window_one,
+    "sliding crop before any token": hf_sliding_crop_before_any_token,
+    "static sliding past max_cache_len": hf_static_sliding_past_max_cache_len}
+MLX: dict[str, Callable[[], dict[str, Any]]] = {
+    "make_prompt_cache(max_kv_size=4)": mlx_prompt_cache_small_ring,
+    "make_prompt_cache prefill ignores sinks": mlx_prompt_cache_prefill_ignores_sinks,
+    "ConcatenateKVCache.trim": mlx_concatenate_trim,
+    "RotatingKVCache trim after wrap": mlx_rotating_trim_after_wrap, "negative trim": mlx_negative_trim,
+    "ChunkedKVCache trim after slide": mlx_chunked_trim_after_slide}
+
+
+if __name__ == "__main__":
+    for library, repros in (("transformers", HF), ("mlx_lm", MLX)):
+        if importlib.util.find_spec(library) is None:
+            print(f"{library}: not installed")
+            continue
+        for name, repro in repros.items():
+            print(f"{library}: {name}: {repro()}")
