@@ -4,8 +4,9 @@ Each clause names the rule it belongs to (spec/rules.py), the faces (conformance
 take the argument, the call and the argument, and the *kind* of property - which decides the
 malformations the conformance suite derives from it (spec/conformance/malform.py):
 
-- DIM: one dimension of a tensor argument has a size (`size`: a config field, or q_len); broken by
-  0, 1, n-1, n+1 and `other` (the size another argument or dimension has: the MLA mix-up);
+- DIM: one dimension of a tensor argument (or of k and v together: `argument` "k, v") has a size
+  (`size`: a config field, or q_len); broken by 0, 1, n-1, n+1 and `other` (the size another argument
+  or dimension has: the MLA mix-up);
 - TENSOR: a tensor argument's element type and rank; broken by another dtype and another rank;
 - ID: an int (bool is not) in [0, n) (`size` names n); broken by -1, n, a bool, a float, a huge value;
 - INT: an int (bool is not) with a lower bound (`low`, a literal or another argument) and maybe an upper
@@ -14,6 +15,10 @@ malformations the conformance suite derives from it (spec/conformance/malform.py
 - POSITIONS: a list of positions; broken by a repeat, descending order, a position the sequence already
   holds, a gap (only where the clause forbids gaps), a negative and the int32 limit;
 - LIST: a non-empty list; broken by an empty list and by what is not a list.
+- CONFIG: a configuration key the target is created with (`call` "create"), by type (a bool, a float, a
+  string, null where it is not allowed), range (0, a negative), enumeration (an unknown value) and its
+  relation to the other keys (a policy count, a flat layer with a window); each clause lists its own
+  variants, and the suite's invalid configurations are derived from them (malform.config_cases).
 
 The clause text says, in the SPEC's words, what holds; the id is `FACE.call.argument[.property]`.
 """
@@ -23,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-DIM, TENSOR, ID, INT, POSITIONS, LIST = "dim", "tensor", "id", "int", "positions", "list"
+DIM, TENSOR, ID, INT, POSITIONS, LIST, CONFIG = "dim", "tensor", "id", "int", "positions", "list", "config"
 OP_FACES = ("op-contiguous", "op-cell")
 OP_CELL, OP_CONTIGUOUS, SEQUENCE, CELL = ("op-cell",), ("op-contiguous",), ("sequence",), ("cell",)
 
@@ -59,6 +64,13 @@ CLAUSES: tuple[Clause, ...] = (
     *_op_dims("k", ("batch_size", "n_kv_heads", "q_len", "head_dim"), ("n_kv_heads", "batch_size", "", "v_head_dim")),
     *_op_dims("v", ("batch_size", "n_kv_heads", "q_len", "v_head_dim"), ("n_kv_heads", "batch_size", "", "head_dim")),
     *_op_dims("position", ("q_len", "1"), ("", "q_len")),
+    # K and V together: they agree with each other and not with the config or the step (a runner passing the
+    # wrong pair: one token's K and V over a step's positions, a batch of one in a batch-B cache)
+    # (on the token axis it is position that disagrees with them: a contiguous cache may leave position unread)
+    *(Clause(f"op.update_and_fetch.kv.{name}", "OP-ARGS", OP_FACES, "update_and_fetch", "k, v", DIM,
+             f"k and v agree on dimension {axis} and still must be {size}, as position and the config say", size, axis,
+             feature="positions" if name == "q_len" else "")
+      for axis, (name, size) in enumerate((("batch", "batch_size"), ("heads", "n_kv_heads"), ("q_len", "q_len")))),
     Clause("op.update_and_fetch.q_len", "OP-ARGS", OP_FACES, "update_and_fetch", "k, v, position", DIM,
            "q_len >= 1, equal across k, v and position", "q_len", 2, variants=("0",)),
     Clause("op.update_and_fetch.q_len.max_write", "OP-MAX-WRITE", OP_CONTIGUOUS, "update_and_fetch", "k, v, position",
@@ -95,6 +107,26 @@ CLAUSES: tuple[Clause, ...] = (
            "63"),
     Clause("op.seq_rm.p0", "OP-RM", OP_CELL, "seq_rm", "p0", INT, "seq_rm's p0 is an int >= 0"),
     Clause("op.seq_rm.p1", "OP-RM", OP_CELL, "seq_rm", "p1", INT, "seq_rm's p1 is None or an int >= p0", low="p0"),
+    # --- the op faces' configurations (SPEC section 8.5): create(config), per key; each refused (OP-CONFIG)
+    *(Clause(f"op.create.{key}", "OP-CONFIG", OP_FACES, "create", key, CONFIG, f"{key} is an int >= 1 (not bool)",
+             variants=("0", "negative", "bool", "float", "string", "null"))
+      for key in ("capacity", "n_layers", "n_kv_heads", "head_dim", "batch_size")),
+    # v_head_dim absent means head_dim; null is left to the target (a Python API's None default means the same)
+    Clause("op.create.v_head_dim", "OP-CONFIG", OP_FACES, "create", "v_head_dim", CONFIG,
+           "v_head_dim is an int >= 1 (not bool), head_dim when absent",
+           variants=("0", "negative", "bool", "float", "string")),
+    Clause("op.create.max_write", "OP-CONFIG", OP_FACES, "create", "max_write", CONFIG,
+           "max_write is null or an int >= 1 (not bool)", variants=("0", "negative", "bool", "float", "string")),
+    # (no clause for `sizing` or `initial_capacity`: a target may ignore them, SPEC section 8.5)
+    Clause("op.create.layers", "OP-CONFIG", OP_FACES, "create", "layers", CONFIG,
+           "layers is a list of one policy, or of one per layer (n_layers)", variants=("count", "empty", "not a list")),
+    Clause("op.create.layers.kind", "OP-CONFIG", OP_FACES, "create", "layers", CONFIG,
+           'a layer policy\'s kind is "flat" or "ring"', variants=("unknown", "null", "bool")),
+    Clause("op.create.layers.window", "OP-CONFIG", OP_FACES, "create", "layers", CONFIG,
+           "a layer policy's window is an int: 0 for a flat layer, >= 1 for a ring",
+           variants=("flat with a window", "ring window 0", "negative", "bool", "float", "string", "null")),
+    Clause("op.create.batch_size.cell", "OP-BATCH", OP_CELL, "create", "batch_size", CONFIG,
+           "a cell cache has batch_size 1", variants=("n+1",)),
     # --- the sequence face (SPEC.md sections 2.3-2.7): plan, can_extend, rewind, depth, retained_from
     Clause("sequence.plan.layer", "LAYER-RANGE", SEQUENCE, "plan", "layer", ID,
            "plan takes 0 <= layer < n_layers, an int (ARG-INT)", "n_layers"),
@@ -148,6 +180,7 @@ VARIANTS: dict[str, tuple[str, ...]] = {
     INT: ("below", "bool", "float", "above"),
     POSITIONS: ("repeat", "gap", "descending", "held", "negative", "int32"),
     LIST: ("empty", "not a list"),
+    CONFIG: (),   # each configuration clause lists its own
 }
 
 

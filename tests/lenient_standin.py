@@ -18,7 +18,8 @@ import numpy as np
 import kvcache
 from kvcache import op
 from kvcache._errors import KVCacheError
-from kvcache_spec.arguments import BY_ID, Clause
+from kvcache_spec.arguments import BY_ID, CONFIG, Clause
+from kvcache_spec.conformance import malform
 from kvcache_spec.conformance.op import targets as op_targets
 
 # An answer of the right type that is no refusal, per method (the wrapped cache is `inner`).
@@ -56,6 +57,8 @@ class Lenient:
             return method
 
         def lenient(*args: Any, **kwargs: Any) -> Any:
+            if self.clause.argument == "k, v" and not self._joint(*args):   # k and v together, only
+                return method(*args, **kwargs)
             refusal = REFUSALS.get(self.clause.id)
             if refusal is not None and refusal(self.inner, *args):   # a clause the reference keeps by a refusal
                 return _ACCEPTED[name](self.inner)
@@ -66,6 +69,14 @@ class Lenient:
                     raise
                 return _ACCEPTED[name](self.inner)
         return lenient
+
+    def _joint(self, layer_id: Any, k: Any, v: Any, position: Any) -> bool:
+        """A call whose k and v agree on the clause's axis, at a size the config (or position) does not have."""
+        axis, config = self.clause.axis, self.inner.config
+        if np.ndim(k) != 4 or np.ndim(v) != 4 or np.shape(k)[axis] != np.shape(v)[axis]:
+            return False
+        valid = (config.batch_size, config.n_kv_heads, np.shape(position)[0] if np.ndim(position) else -1)[axis]
+        return bool(np.shape(k)[axis] != valid)
 
     # the sequence and cell faces are views of one object: this one, so the lenient call is seen on both
     def as_control(self) -> "Lenient":
@@ -81,10 +92,26 @@ class Lenient:
         return self
 
 
+def accepting_config(clause: Clause, face: str) -> Callable[..., Any]:
+    """The op reference of `face`, accepting every invalid configuration of one configuration clause: it
+    builds its cache from a valid configuration instead (as a cache that reads an unknown kind as flat, or
+    a max_write of 0 as none, does)."""
+    inner = op_targets.contiguous if face == "op-contiguous" else op_targets.cell
+    valid = malform.op_base_config()
+
+    def make(cfg: Any) -> Any:
+        case = malform.config_case(face, cfg)
+        return inner(valid if case is not None and case.clause == clause else cfg)
+    make.kvcache_layout = face   # type: ignore[attr-defined]
+    return make
+
+
 def accepting(clause_id: str) -> Callable[..., Any]:
     """A python: target factory of the face of the clause, lenient on it."""
     clause = BY_ID[clause_id]
     face = clause.faces[0]
+    if clause.kind == CONFIG:
+        return accepting_config(clause, face)
     if face == "sequence":
         def make(config: Any) -> Any:
             return Lenient(kvcache.SequenceCache(config), clause)

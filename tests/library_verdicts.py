@@ -38,8 +38,6 @@ KINDS: dict[str, str] = {
         "real: RotatingKVCache's mask for a step longer than the ring ignores keep (repro mlx_prompt_cache_prefill_ignores_sinks)",
     'concat_trim':
         'real: ConcatenateKVCache.trim lowers offset only (repro mlx_concatenate_trim)',
-    'spec_chunk':
-        "spec cannot say: llama4's chunked attention past its chunk is no flat layer (the op face has no chunked kind)",
     'fp8_saturates':
         "real: fp8's per-tensor scale, frozen at the first update, saturates every later value above the first step's amplitude (a K of 2 after a first step of 1s reads back 1: beyond any tolerance)",
 }
@@ -85,11 +83,7 @@ EXPECTED: dict[str, dict[str, Any]] = {
     }},
     'mlxlm:quantized': {"verdict": 'CONFORMING', "causes": {
     }},
-    'mlxlm:chunked': {"verdict": 'NOT CONFORMING', "causes": {
-        'lenient OP-CAP: lenient OP-CAP: at fetch OP-CAP capacity; flat | cap 1, flat':
-            'spec_chunk',
-        'wrong OP-ATTEND: wrong OP-ATTEND, after lenient OP-CAP in update_and_fetch: at fetch OP-CAP capacity; flat | cap 1, flat':
-            'spec_chunk',
+    'mlxlm:chunked': {"verdict": 'CONFORMING', "causes": {
     }},
     'mlxlm:concatenate': {"verdict": 'NOT CONFORMING', "causes": {
         'wrong OP-ATTEND: wrong OP-ATTEND: at fetch; flat | cap 1, flat':

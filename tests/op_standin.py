@@ -48,14 +48,20 @@ class _Base:
             if type(cfg[name]) is not int or cfg[name] < 1:
                 raise StandinError(f"{name} {cfg[name]!r}")
         layers = cfg["layers"]
-        if len(layers) not in (1, cfg["n_layers"]):
+        if not isinstance(layers, list) or len(layers) not in (1, cfg["n_layers"]):
             raise StandinError("layers")
         for entry in layers:
-            if (entry["kind"], entry["window"] > 0) not in (("flat", False), ("ring", True)):
+            if type(entry["window"]) is not int or (entry["kind"], entry["window"] > 0) not in (("flat", False),
+                                                                                                ("ring", True)):
                 raise StandinError(f"policy {entry}")
             keep = entry.get("keep", 0)   # sinks: a ring's first positions, below its window; no cell sinks
             if type(keep) is not int or not 0 <= keep < max(entry["window"], 1) or keep and self.cell:
                 raise StandinError(f"keep {keep!r}")
+        max_write = cfg.get("max_write")
+        if max_write is not None and (type(max_write) is not int or max_write < 1):
+            raise StandinError(f"max_write {max_write!r}")
+        if cfg.get("sizing", "dynamic") not in ("dynamic", "static"):
+            raise StandinError(f"sizing {cfg.get('sizing')!r}")
         if self.cell and cfg["batch_size"] != 1:
             raise StandinError("batch_size")
         self.cfg = cfg
@@ -569,6 +575,124 @@ class ContiguousRefusalGrowsK(ContiguousStandin):
         self.extra_k = {}
 
 
+# --- issue 35: defects a smaller configuration than the suite's first shows (the shrinker must find it) ---
+
+class ContiguousRingOneTooWide(ContiguousStandin):
+    """A ring layer attends one position more than its window (OP-ATTEND): window 1 and two tokens show it."""
+
+    def _visible(self, layer: int, seq_of: list[int], positions: list[int]) -> np.ndarray:
+        saved = self.windows[layer]
+        self.windows[layer] = saved + 1 if saved else 0
+        try:
+            return super()._visible(layer, seq_of, positions)
+        finally:
+            self.windows[layer] = saved
+
+
+class ContiguousResetKeepsFlatRows(ContiguousStandin):
+    """reset() forgets the ring rows but keeps a flat layer's (OP-ATTEND): each flat answer after it still
+    shows the old rows, attended - one flat layer, one token before the reset and one after show it."""
+
+    def __init__(self, cfg: dict[str, Any]) -> None:
+        super().__init__(cfg)
+        self.stale: list[Token] = []
+
+    def reset(self) -> None:
+        self.stale += [t for t in self.tokens if not self.step or t not in self.step["tokens"]]
+        super().reset()
+
+    def _answer(self, layer: int, seq_of: list[int], positions: list[int]) -> tuple[np.ndarray, np.ndarray, Spec]:
+        k, v, spec = super()._answer(layer, seq_of, positions)
+        old = [t for t in self.stale if layer in t.k] if self.windows[layer] == 0 else []
+        if not old:
+            return k, v, spec
+        k = np.concatenate([np.stack([t.k[layer] for t in old], axis=2), k], axis=2)
+        v = np.concatenate([np.stack([t.v[layer] for t in old], axis=2), v], axis=2)
+        mask = np.concatenate([np.ones((len(positions), len(old)), dtype=bool), spec.mask], axis=1)
+        return k, v, Spec("EXPLICIT", mask)
+
+
+class ContiguousIgnoresMaxWrite(ContiguousStandin):
+    """Serves a step longer than max_write (lenient OP-MAX-WRITE): max_write 1 and a step of 2 show it."""
+
+    def __init__(self, cfg: dict[str, Any]) -> None:
+        super().__init__({**cfg, "max_write": None})
+
+
+class ContiguousSwapsBatchRows(ContiguousStandin):
+    """Answers batch row 0's history for every batch row (OP-ATTEND): batch 2 shows it, one head of width 1."""
+
+    def _answer(self, layer: int, seq_of: list[int], positions: list[int]) -> tuple[np.ndarray, np.ndarray, Spec]:
+        k, v, spec = super()._answer(layer, seq_of, positions)
+        return np.repeat(k[:1], k.shape[0], axis=0), np.repeat(v[:1], v.shape[0], axis=0), spec
+
+
+class ContiguousKeepsVAsWideAsK(ContiguousStandin):
+    """Keeps only head_dim elements of each V row, padding the rest with zeros (OP-ATTEND): an MLA config
+    shows it at head_dim 1 and v_head_dim 2."""
+
+    def _write(self, layer: int, tokens: list[Token], k: Any, v: Any) -> None:
+        cut = np.array(v, dtype=np.float32)
+        cut[..., self.cfg["head_dim"]:] = 0
+        super()._write(layer, tokens, k, cut)
+
+
+class ContiguousKeepsRefusedRows(ContiguousResetKeepsFlatRows):
+    """Refuses a negative position, but only after writing the call's rows (OP-ATOMIC): used() does not count
+    them, yet a flat layer's next answer shows them, attended. Only a program that goes on after the
+    refused call shows it (issue 35: the exhaustive checker skipped every such program)."""
+
+    def reset(self) -> None:
+        ContiguousStandin.reset(self)
+        self.stale = []
+
+    def update_and_fetch(self, layer_id: Any, k: Any, v: Any, position: Any) -> Any:
+        flat = np.asarray(position).reshape(-1).tolist()
+        if flat and min(flat) < 0 and type(layer_id) is int and 0 <= layer_id < self.cfg["n_layers"]:
+            kept = Token(-1, {0})
+            kept.k[layer_id] = np.asarray(k, dtype=np.float32)[:, :, 0].copy()
+            kept.v[layer_id] = np.asarray(v, dtype=np.float32)[:, :, 0].copy()
+            self.stale.append(kept)
+        return super().update_and_fetch(layer_id, k, v, position)
+
+
+class _Broadcasts(ContiguousStandin):
+    """Broadcasts k and v to the step's shape before the checks (as ExecuTorch 1.5.1's cache does by
+    assigning into its buffers), where `broadcasts` says so: a malformed pair is then served (OP-ARGS)."""
+
+    def broadcasts(self, k: np.ndarray, v: np.ndarray, q: int) -> bool:
+        raise NotImplementedError
+
+    def update_and_fetch(self, layer_id: Any, k: Any, v: Any, position: Any) -> Any:
+        c, q = self.cfg, np.shape(position)[0]
+        k, v = np.asarray(k), np.asarray(v)
+        if k.ndim == 4 and v.ndim == 4 and self.broadcasts(k, v, q):
+            k = np.broadcast_to(k, (c["batch_size"], c["n_kv_heads"], q, c["head_dim"]))
+            v = np.broadcast_to(v, (c["batch_size"], c["n_kv_heads"], q, c["v_head_dim"]))
+        return super().update_and_fetch(layer_id, k, v, position)
+
+
+class ContiguousBroadcastsV(_Broadcasts):
+    """Serves V of one token beside K of n (OP-ARGS): the one V row is every token's."""
+
+    def broadcasts(self, k: np.ndarray, v: np.ndarray, q: int) -> bool:
+        return v.shape[2] == 1 and k.shape[2] == q > 1
+
+
+class ContiguousBroadcastsOneToken(_Broadcasts):
+    """Serves K and V of one token over n positions (OP-ARGS)."""
+
+    def broadcasts(self, k: np.ndarray, v: np.ndarray, q: int) -> bool:
+        return k.shape[2] == v.shape[2] == 1 < q
+
+
+class ContiguousBroadcastsBatch(_Broadcasts):
+    """Serves K and V of batch 1 in a batch-B cache (OP-ARGS): batch row 0 is every row."""
+
+    def broadcasts(self, k: np.ndarray, v: np.ndarray, q: int) -> bool:
+        return k.shape[0] == v.shape[0] == 1 < self.cfg["batch_size"]
+
+
 def _factory(cls: type, scope: Optional[list[str]] = None) -> Any:
     def make(cfg: dict[str, Any]) -> Any:
         return cls(cfg)
@@ -607,3 +731,12 @@ contiguous_growing_rolls = _factory(ContiguousGrowingRolls, ["unbounded"])
 contiguous_lax_cap_broadcasts_width = _factory(ContiguousLaxCapBroadcastsWidth)
 contiguous_float16 = _factory(ContiguousFloat16)
 contiguous_refusal_grows_k = _factory(ContiguousRefusalGrowsK)
+contiguous_ring_one_too_wide = _factory(ContiguousRingOneTooWide)
+contiguous_reset_keeps_flat_rows = _factory(ContiguousResetKeepsFlatRows)
+contiguous_ignores_max_write = _factory(ContiguousIgnoresMaxWrite)
+contiguous_swaps_batch_rows = _factory(ContiguousSwapsBatchRows)
+contiguous_keeps_v_as_wide_as_k = _factory(ContiguousKeepsVAsWideAsK)
+contiguous_keeps_refused_rows = _factory(ContiguousKeepsRefusedRows)
+contiguous_broadcasts_v = _factory(ContiguousBroadcastsV)
+contiguous_broadcasts_one_token = _factory(ContiguousBroadcastsOneToken)
+contiguous_broadcasts_batch = _factory(ContiguousBroadcastsBatch)

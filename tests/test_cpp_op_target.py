@@ -184,3 +184,6 @@ def test_the_op_driver_refuses_what_a_cpp_signature_cannot_receive_and_the_borde
     assert trims[5:] == [{"id": 6, "result": None}, {"id": 7, "result": 0}]
     vectors = subprocess.run([str(binaries["mlx"]), "--vectors", "x.json"], capture_output=True, text=True, timeout=20)
     assert vectors.returncode == 2 and "no golden vectors" in vectors.stderr
+    # --help is usage, not a vectors file (issue 35: it exited 2 as `--vectors`)
+    usage = subprocess.run([str(binaries["mlx"]), "--help"], capture_output=True, text=True, timeout=20)
+    assert usage.returncode == 0 and "usage:" in usage.stdout and "cmd:" in usage.stdout

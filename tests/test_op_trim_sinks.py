@@ -323,20 +323,22 @@ def test_a_config_with_sinks_needs_the_sinks_feature() -> None:
 
 @pytest.mark.parametrize("sinks", [False, True])
 def test_the_exhaustive_checker_passes_the_reference_and_finds_each_trim_standin_shortest(sinks: bool) -> None:
-    """OP-TRIM, OP-SINKS: every program to depth 6 over the alphabet with trims (a target with `trim`), on the
+    """OP-TRIM, OP-SINKS: every program to depth 4 over the alphabet with trims (a target with `trim`), on the
     flat + ring(2) config and, with --sinks, a ring(3, keep 1) + flat one: the reference and the stand-in pass,
     each broken stand-in is found with a short program (a state a trim reached is extended even when the model
     holds what it held before: a target may have kept the trimmed rows)."""
     config = op_checker.SINKS_CONFIG if sinks else None
     for correct in (REFERENCE, "python:tests.op_standin:contiguous"):
-        passed = op_checker.check(PythonTarget(correct), 6, config)
+        # depth 4: each stand-in shows at 4 steps or fewer; the checker's key also holds what the model let go
+        # (a reset, a refusal, ...), so it runs more programs per depth than it did (issue 35)
+        passed = op_checker.check(PythonTarget(correct), 4, config)
         assert not passed.findings and passed.states > 20, passed.summary()
     expected = {"trim_lowers_length_only": ("wrong", "OP-ATTEND"), "ring_trim_past_wrap": ("lenient", "OP-TRIM"),
                 "negative_trim": ("lenient", "OP-TRIM")}
     if sinks:
         expected["sinks_dropped_by_multi_token_step"] = ("wrong", "OP-ATTEND")
     for name, key in expected.items():
-        found = op_checker.check(PythonTarget(STANDINS.format(name)), 6, config).findings
+        found = op_checker.check(PythonTarget(STANDINS.format(name)), 4, config).findings
         assert key in found and len(found[key][1]) <= 4, (name, {k: len(v[1]) for k, v in found.items()})
 
 

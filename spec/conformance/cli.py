@@ -50,7 +50,8 @@ def _parser() -> argparse.ArgumentParser:
                              "they are warnings. Wrong, crash and over-strict findings (a valid call refused: a "
                              "runner would crash on it) always fail")
     parser.add_argument("--exact-layout", action="store_true",
-                        help="a non-canonical layout (LAYOUT-CANON, DEPTH) fails the run")
+                        help="a non-canonical layout (LAYOUT-CANON, DEPTH) fails the run (the sequence and cell "
+                             "layouts; the op face has no canonical layout)")
     parser.add_argument("--isolate", action="store_true",
                         help="run a python: target in a subprocess, so a hang or a crash is a finding")
     parser.add_argument("--seed", type=int, default=0)
@@ -60,7 +61,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--junit", metavar="F", help="write a JUnit XML report to F")
     parser.add_argument("--save-findings", metavar="DIR",
                         help="write each finding as a golden-vector file in DIR, replayable without Python "
-                             "(./my_target --vectors DIR/01-....json)")
+                             "(./my_target --vectors DIR/01-....json); the sequence and cell layouts only: an op-face "
+                             "finding replays from the --json report")
     parser.add_argument("--all-causes", action="store_true",
                         help=f"print every distinct cause in full (default: the first {MAX_CAUSES} of each class "
                              "and rule, then how many more there are; the JSON report always has them all)")
@@ -129,6 +131,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         print(f"kvcache conformance: --scope: unknown feature(s) {', '.join(scope.ignored) or '(none given)'}; "
               f"choose from all or, per layout, {scopes.features_per_layout()}", file=sys.stderr)
         return 2
+    args.created_save_dir = bool(args.save_findings) and not Path(args.save_findings).exists()
     if args.save_findings:
         try:
             Path(args.save_findings).mkdir(parents=True, exist_ok=True)
@@ -170,11 +173,21 @@ def _run(target: Target, args: argparse.Namespace, out: TextIO) -> int:
     report = report_json(result, args.strict, args.exact_layout)
     add_layout_hint(report, result.interrupted, target)
     saved = None
-    if args.save_findings and target.layout in OP_LAYOUTS:
+    op_face = target.layout in OP_LAYOUTS
+    report["layout"]["applies"] = not op_face   # the op face has no canonical layout: rows are the cache's own
+    if op_face and args.exact_layout:
+        report["skipped"].append("--exact-layout: the op face has no canonical layout (a cache keeps its rows as it "
+                                 "likes, OP-ATTEND names tokens): it changes nothing here")
+    if args.save_findings and op_face:
         # golden vectors are JSON calls; the op face passes tensors: its findings replay from the JSON report
         report["skipped"].append("--save-findings: the op face has no golden-vector form (its calls carry tensors); "
-                                 "each finding's config and steps in the JSON report replay with "
+                                 "nothing was saved: each finding's config and steps in the JSON report replay with "
                                  "kvcache_spec.conformance.suite.replay(target, config, steps)")
+        if args.created_save_dir:   # made only to check it could be written: not left behind empty
+            try:
+                Path(args.save_findings).rmdir()
+            except OSError:
+                pass
     elif args.save_findings and not result.interrupted:
         saved = save(result, args.save_findings, target, args.parsed_scope)
         report["saved_findings"] = saved
@@ -228,7 +241,7 @@ def summary(report: dict[str, Any], target: str, args: argparse.Namespace, out: 
          f"configurations, {len(families['exercised'])}/{len(families['planned'])} families, "
          f"{len(rules['exercised'])}/{in_scope} rules in scope exercised, "
          f"{len(clauses['exercised'])}/{len(clauses['exercised']) + len(clauses['not_exercised'])} argument "
-         f"clauses broken"
+         f"and configuration cases broken"
          + (f", {coverage['restarts']} target restarts" if coverage["restarts"] else ""))
     for reason in coverage["incomplete"]:
         line(f"  INCOMPLETE: {reason}")
@@ -263,8 +276,9 @@ def summary(report: dict[str, Any], target: str, args: argparse.Namespace, out: 
         line(f"{INDENT}(each finding's pytest test to paste: --pytest, or 'pytest' in the --json report)")
     broken = any(f["class"] in failing_classes(False) for f in report["semantic"]["findings"])
     semantic = "NO" if broken else "yes" if report["semantic"]["conforming"] else "not established (INCOMPLETE)"
-    line(f"  semantic conformance: {semantic}; "
-         f"exact layout: {'canonical' if report['layout']['canonical'] else 'NOT canonical'}")
+    exact = "canonical" if report["layout"]["canonical"] else "NOT canonical"
+    line(f"  semantic conformance: {semantic}"
+         + (f"; exact layout: {exact}" if report["layout"].get("applies", True) else ""))   # none on the op face
     for divergence in report["layout"]["divergences"][:1]:
         line(f"    first layout divergence: {divergence['divergences'][0]}")
     for note in report["skipped"]:

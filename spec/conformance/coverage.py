@@ -26,12 +26,13 @@ call can observe them), the CFG-* validation rules for `python:` targets (they r
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Iterable, Optional
 
-from ..arguments import of_face
+from ..arguments import Clause, of_face
 from ..rules import RULES
 from .configs import JsonConfig
-from .malform import CLAUSE_PREFIX, malformation
+from . import scope as scopes
+from .malform import CLAUSE_PREFIX, CONFIG, cases, config_cases, malformation
 
 # Rules no call on one cache's faces can observe, and why.
 OUT_OF_SCOPE: dict[str, str] = {
@@ -151,23 +152,46 @@ def in_scope(config_validation: bool, optional: frozenset[str], layout: str = "s
     return scope
 
 
+def not_owed(clause: Clause, relaxed: frozenset[str]) -> str:
+    """The relaxation under which a configuration clause is not owed ('' when it is): any under
+    `trusted-args`, a size a `lazy-shapes` target is never given, the capacity an `unbounded` one may ignore
+    (the op engine does not judge them: op/engine.py, _not_owed)."""
+    if scopes.TRUSTED_ARGS in relaxed:   # model code creates the cache from a config its library built
+        return scopes.TRUSTED_ARGS
+    if scopes.LAZY_SHAPES in relaxed and clause.argument in scopes.SIZE_KEYS:
+        return scopes.LAZY_SHAPES
+    if scopes.UNBOUNDED in relaxed and clause.argument == "capacity":
+        return scopes.UNBOUNDED
+    return ""
+
+
 def clause_scope(layout: str, scope: dict[str, str], optional: frozenset[str],
-                 features: Optional[frozenset[str]] = None, relaxed: frozenset[str] = frozenset()) -> dict[str, str]:
-    """The argument clauses (spec/arguments.py) of the layout a run must exercise -> '' ; the others -> why:
-    a clause of a rule outside the scope, of a scope feature the target leaves out, of an optional method
-    the target does not have, a malformation a `trusted-args` target is never sent."""
+                 features: Optional[frozenset[str]] = None, relaxed: frozenset[str] = frozenset(),
+                 configs: Optional[Iterable[JsonConfig]] = None) -> dict[str, str]:
+    """The argument and configuration cases (spec/arguments.py, derived by malform.py) a run must break ->
+    '' ; the others -> why: a case of a rule outside the scope, of a scope feature the target leaves out, of
+    an optional method the target does not have, a malformation a `trusted-args` target is never sent, a
+    configuration key a `lazy-shapes` target is not given or an `unbounded` one may ignore. Counted per case
+    - each variant of a clause the run's configurations derive (`configs`) - not per clause: a clause
+    counts as broken only when every case of it was."""
     out: dict[str, str] = {}
-    for clause in of_face(layout):
+    derived = {case.name: case.clause for cfg in configs for case in cases(layout, cfg)} if configs is not None \
+        else {clause.id: clause for clause in of_face(layout)}
+    if configs is not None:   # and each invalid configuration derived from a configuration clause
+        derived.update((case.name, case.clause) for case, _ in config_cases(layout))
+    for name, clause in sorted(derived.items()):
         if scope.get(clause.rule):
-            out[clause.id] = f"its rule {clause.rule} is out of scope: {scope[clause.rule]}"
+            out[name] = f"its rule {clause.rule} is out of scope: {scope[clause.rule]}"
         elif "trusted-args" in relaxed and malformation(clause):
-            out[clause.id] = "the target's scope declares 'trusted-args': no malformed call is sent"
+            out[name] = "the target's scope declares 'trusted-args': no malformed call is sent"
+        elif clause.kind == CONFIG and not_owed(clause, relaxed):
+            out[name] = f"the target's scope declares {not_owed(clause, relaxed)!r}: this key is not owed"
         elif clause.feature and features is not None and clause.feature not in features:
-            out[clause.id] = f"the target's scope leaves out {clause.feature!r}: the op engine does not judge it"
+            out[name] = f"the target's scope leaves out {clause.feature!r}: the op engine does not judge it"
         elif clause.call in OPTIONAL_RULES and clause.call not in optional:
-            out[clause.id] = f"the target has no {clause.call}() (optional)"
+            out[name] = f"the target has no {clause.call}() (optional)"
         else:
-            out[clause.id] = ""
+            out[name] = ""
     return out
 
 
@@ -200,7 +224,7 @@ def shortfall(planned: int, run: int, configs: set[str], created: set[str], scop
         reasons.append(f"rules in scope never exercised: {', '.join(missing)}")
     never_broken = clauses_summary(clauses or {}, exercised)["not_exercised"]
     if never_broken:
-        reasons.append(f"{len(never_broken)} argument clauses in scope never broken by a malformed call: "
+        reasons.append(f"{len(never_broken)} argument and configuration cases in scope never broken (a malformed call, an invalid configuration): "
                        f"{', '.join(never_broken[:4])}" + (" ..." if len(never_broken) > 4 else ""))
     return reasons
 

@@ -157,6 +157,7 @@ class Caller:
         self.result.exercised.add(rule)
         if self.malformed is not None and method == self.malformed.clause.call:   # the target answered it
             self.result.exercised.add(CLAUSE_PREFIX + self.malformed.clause.id)
+            self.result.exercised.add(CLAUSE_PREFIX + self.malformed.name)   # coverage counts each case
         return outcome
 
     def _check_type(self, method: str, args: dict[str, Any], outcome: Outcome, rule: str) -> None:
@@ -260,7 +261,7 @@ class Engine(Caller):
                 if anyway is not None:
                     return anyway, outcome
                 raise self._fail(WRONG, rule, f"{shown} must be refused ({rule}) but the target "
-                                              f"answered {outcome.value!r}")
+                                              f"answered {outcome.value!r}{self._chain_before(method, args)}")
             self.observe(f"after the refused {shown}", "ATOMIC")
             self.open_step_kept(f"the refused {shown}")
         elif method not in ("commit", "clear") and _is_refusal(outcome) and verdict.value is not False:
@@ -270,6 +271,19 @@ class Engine(Caller):
         elif not outcome.ok:
             raise self._fail(OVER_STRICT, rule, f"{shown} is valid but the target raised: {outcome.error}")
         return verdict, outcome
+
+    def _chain_before(self, method: str, args: dict[str, Any]) -> str:
+        """A rewind right after other rewinds says so: a chain and a single rewind that end in the same call
+        are two causes, and must not read as one (the shrinker makes their last calls alike)."""
+        steps = self.result.steps
+        if steps and steps[-1].get("op") == method and steps[-1].get("new_len") == args.get("new_len"):
+            steps = steps[:-1]   # the call itself, already recorded
+        chain: list[str] = []
+        for step in reversed(steps):
+            if step.get("op") != method or method != "rewind":
+                break
+            chain.append(f"rewind({step.get('new_len')!r})")
+        return f", after {', '.join(reversed(chain))}" if chain else ""
 
     # --- the program ---------------------------------------------------------------------------------
     def _border(self) -> frozenset[str]:

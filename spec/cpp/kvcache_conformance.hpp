@@ -1,8 +1,28 @@
 // kvcache_conformance.hpp - header-only C++17 driver for the kvcache conformance suite.
 //
-// Turns any class with the upstream C++ faces of ExecuTorch's off-graph KV cache into a `cmd:`
-// target speaking spec/PROTOCOL.md (version 1) on stdin/stdout, and replays the golden vectors
-// (spec/vectors/kvcache_vectors.json) without Python:
+// Turns a C++ KV cache into a `cmd:` target speaking spec/PROTOCOL.md (version 1) on stdin/stdout. Two
+// drivers, one per kind of cache:
+//
+// The op face (`update_and_fetch(layer, k, v, position)` answering the K/V history and an AttendSpec,
+// as ExecuTorch 1.5.1's caches and the MLX runtime's): op::run_main, one call with a factory from the op
+// config and a fetch converting the tensors (the whole API is in `namespace op`, near the end of this
+// file; spec/PROTOCOL.md, "The C++ op driver"; spec/cpp/example/serve_mlx_shaped.cpp is a whole target):
+//
+//     namespace op = kvcache_conformance::op;
+//     int main(int argc, char** argv) {
+//       return op::run_main<MyCache>(argc, argv, "my op cache", op::Scope::full().without("batch"),
+//           [](const op::Config& c) { return std::make_unique<MyCache>(to_my_config(c)); },
+//           [](MyCache& cache, int layer, const op::Tensor& k, const op::Tensor& v, const op::Tensor& position) {
+//             auto answer = cache.update_and_fetch(layer, op::int32s(position), to_mine(k), to_mine(v));
+//             return op::Fetched{op::Tensor::of("float32", ...), ..., op::Mask::Explicit, mask};
+//           });   // mask: op::Tensor::of("bool", {q_len, rows}, bits), bits[i * rows + j]: query i attends row j
+//     }
+//
+//     ./my_op_target --help               # this usage; with no argument it serves the protocol:
+//     kvcache conformance --target cmd:./my_op_target --strict
+//
+// The plan faces (upstream's SequenceCache and cell cache: plan/commit, place_step): run_main, which
+// also replays the golden vectors (spec/vectors/kvcache_vectors.json) without Python:
 //
 //     #include "kvcache_conformance.hpp"
 //     int main(int argc, char** argv) {
@@ -1518,8 +1538,18 @@ template <class Cache>
 int run_main(int argc, char** argv, const char* name, Scope scope, typename Driver<Cache>::Factory factory,
              typename Driver<Cache>::Fetch fetch, typename Driver<Cache>::Trim trim = nullptr) {
   if (argc >= 2) {
-    std::cerr << argv[0] << ": the op face has no golden vectors (--vectors is the plan faces'); "
-              << "run it as a cmd: target of `kvcache conformance`\n";
+    const std::string arg = argv[1];
+    const char* usage = " - an op-face cache served over spec/PROTOCOL.md on stdin/stdout.\n"
+                        "usage: run it with no argument, as a cmd: target of the suite:\n"
+                        "  kvcache conformance --target cmd:PROGRAM --strict\n"
+                        "The op face has no golden vectors: there is no --vectors mode.\n";
+    if (arg == "--help" || arg == "-h") {
+      std::cout << name << usage;
+      return 0;
+    }
+    std::cerr << argv[0] << ": unknown argument " << arg << " (the op face has no golden vectors; --vectors is "
+              << "the plan faces'); run it with no argument as a cmd: target of `kvcache conformance`, "
+              << "or --help\n";
     return 2;
   }
   Driver<Cache> driver(name, std::move(scope), std::move(factory), std::move(fetch), std::move(trim));

@@ -2,12 +2,23 @@
 
 Where the suite samples programs, this explores them all: breadth first over a small alphabet of
 steps (forwards of one or two sequences, a step stopped partway, forks, removals, reset, trims for a
-target with the `trim` feature, and the malformed calls of OP-POS, OP-FORK, OP-STEP and OP-TRIM), each program run on a fresh cache by the op engine
-(every query's attended tokens checked, every observation compared with the op model). Two programs
-that leave the op model in the same state - the same tokens, up to their numbering, and the same
-step in progress - have the same future on a conforming target, so only the first is extended: the
-state space is searched, not the program tree. A depth bound is stated, not hidden: the result says
-how many states and programs it checked, and how many states it left unexpanded at the bound.
+target with the `trim` feature, and the malformed calls of OP-POS, OP-FORK, OP-STEP and OP-TRIM), each
+program run on a fresh cache by the op engine (every query's attended tokens checked, every observation
+compared with the op model).
+
+What it may skip: a program is not extended when an earlier one (shorter, or as long and first in the
+alphabet's order) reached the same op-model state - the same tokens, up to their numbering, the same
+step in progress, the same trim floors and positions written past the held ones - *with the same last
+thing the model let go*. The model forgets what a reset cleared, what a refused call carried, what an
+abandoned step wrote and what a removal dropped; a target need not (it may keep rows across a reset, or
+keep a refused call's rows), so the last such event, with the state it happened in (a refusal: the call
+alone), is part of the key (`Visit`): every program that continues after a reset, a refusal, an abandoned
+step or a removal is run, up to the next such event. Deduplicating by the model's state alone assumed the
+target's state is a function of it - the very thing under test. What stays assumed: a target's state is
+a function of what it was given and kept since the last thing let go (a defect that needs two of them,
+say rows kept across a reset *and* a refused call's, may be reached only through a longer program), not,
+say, of how many calls it has served. A depth bound is stated, not hidden: the result says how many
+states and programs it checked, and how many states it left unexpanded at the bound.
 
     python -m kvcache_spec.conformance.op.checker --target python:kvcache_spec.conformance.op.targets:cell
     python -m kvcache_spec.conformance.op.checker --target cmd:./my_op_server      (spec/PROTOCOL.md)
@@ -53,6 +64,24 @@ def alphabet(kind: str, cfg: dict[str, Any], trims: bool = False) -> list[Step]:
                      at(0, [0]), at(0, [INT32_LIMIT]), RESET]
 
 
+def let_go(before: Hashable, before_abandoned: int, engine: OpEngine, step: Step) -> Optional[Hashable]:
+    """What the model let go at the program's last step (taken in state `before`), or None: a reset, a
+    refused call, an abandoned step, a removal. A target may keep any of them."""
+    concrete = engine.result.steps[-1] if engine.result.steps else step
+    if "refused_with" in concrete:
+        return ("refused", _canonical(concrete))
+    if engine.model.abandoned != before_abandoned:
+        return ("abandoned", before, _canonical(concrete))
+    if step.get("op") in ("reset", "rm"):
+        return (str(step["op"]), before, _canonical(concrete))
+    return None
+
+
+def _canonical(step: Step) -> Hashable:
+    return tuple(sorted((key, json.dumps(value, sort_keys=True)) for key, value in step.items()
+                        if key not in ("refused_with",)))
+
+
 def state_key(model: op_model.OpModel, steps: Optional[list[Step]] = None) -> Hashable:
     """The op model's state up to the numbering of tokens: what each sequence holds, and the open step;
     with a program's concrete `steps`, also the positions written past the held ones since the last reset
@@ -77,6 +106,15 @@ def state_key(model: op_model.OpModel, steps: Optional[list[Step]] = None) -> Ha
 
 
 @dataclass
+class Visit:
+    """A program explored, the op-model state it reached, and the last thing the model let go on the way."""
+    program: list[Step]
+    state: Hashable
+    let_go: frozenset[Hashable]
+    abandoned: int   # the model's count of abandoned steps (one more at a step: that step abandoned one)
+
+
+@dataclass
 class CheckResult:
     target: str
     layout: str
@@ -96,32 +134,36 @@ class CheckResult:
 
 
 def check(target: Target, depth: int, cfg: Optional[dict[str, Any]] = None) -> CheckResult:
-    """Every program of at most `depth` steps over the alphabet, states deduplicated. Programs are explored
-    shortest first, so the program kept for each (class, rule) is a shortest one over this alphabet."""
+    """Every program of at most `depth` steps over the alphabet, deduplicated by the op model's state with
+    what it let go (the module's docstring). Programs are explored shortest first, so the program kept for
+    each (class, rule) is a shortest one over this alphabet."""
     layout = target.layout
     cfg = cfg or CHECK_CONFIGS[layout]
     kind = op_model.CELL if layout == "op-cell" else op_model.CONTIGUOUS
     result = CheckResult(target.name, layout, depth)
     letters = alphabet(layout, cfg, trims="trim" in target.scope.features)
+    start = OpEngine(target, cfg, kind)
     seen: set[Hashable] = set()
-    frontier: deque[list[Step]] = deque([[]])
+    frontier: deque[Visit] = deque([Visit([], state_key(start.model), frozenset(), 0)])
     while frontier:
         prefix = frontier.popleft()
         for letter in letters:
-            program = prefix + [letter]
+            program = prefix.program + [letter]
             engine = OpEngine(target, cfg, kind, drive=drive_on)
             run = engine.run(program)
             result.programs += 1
             if run.finding is not None:
                 result.findings.setdefault(run.finding.key(), (run.finding, run.steps))
                 continue
-            key = state_key(engine.model, run.steps)
-            if key in seen:
+            gone = let_go(prefix.state, prefix.abandoned, engine, letter)
+            visit = Visit(program, state_key(engine.model, run.steps),
+                          frozenset({gone}) if gone is not None else prefix.let_go, engine.model.abandoned)
+            if (visit.state, visit.let_go) in seen:
                 continue
-            seen.add(key)
+            seen.add((visit.state, visit.let_go))
             result.states += 1
             if len(program) < depth:
-                frontier.append(program)
+                frontier.append(visit)
             else:
                 result.unexpanded += 1
     return result

@@ -32,8 +32,8 @@ from ...rules import RULES
 from .. import scope as scopes
 from ..configs import JsonConfig, describe
 from ..engine import CRASH, LENIENT, OVER_STRICT, WRONG, Caller, Drive, Finding, RunResult, Step, Stop
-from ..malform import (DIM, ID, INT, POSITIONS, TENSOR, Case, case_of, dim_value, int_value, malformed_positions,
-                      sendable, sizes_of)
+from ..malform import (CLAUSE_PREFIX, DIM, ID, INT, POSITIONS, TENSOR, Case, case_of, config_case, dim_value,
+                       int_value, malformed_positions, sendable, sizes_of)
 from ..targets import Outcome, Target
 from ..wire import Unreadable
 from .programs import trim_n
@@ -252,9 +252,12 @@ class OpEngine(Caller):
             self.result.exercised.add(rule)
             if self.rejected_config.case == "keep":
                 self.result.exercised.add("OP-SINKS")
+            case = config_case("op-" + self.kind, self.cfg)   # the configuration clause it breaks
             if created.ok:
                 raise self._fail(LENIENT, rule, f"create accepted a config the spec rejects ({rule}: "
-                                                f"{self.rejected_config.why})")
+                                                f"{self.rejected_config.why}" + (f"; {case.name}" if case else "") + ")")
+            if case is not None:   # refused: the clause is broken (coverage counts it)
+                self.result.exercised |= {CLAUSE_PREFIX + case.clause.id, CLAUSE_PREFIX + case.name}
             return False
         self.outside = (self.scope or self.target.scope).missing(self.cfg)
         if self.outside and not created.ok:
@@ -600,6 +603,8 @@ class OpEngine(Caller):
         elif case is not None and case.clause.kind == INT:   # OP-MAX-WRITE: the step's length (a shrunk one may fit)
             bound = self.mcfg.max_write
             self.malformed = case if bound is not None and len(positions) > bound else None
+        if case is not None and case.q_len != 1:   # the length it was sent at (a shrunk step is shorter)
+            case = replace(case, q_len=len(positions))
         concrete: Step = {"op": "fetch", "layer": layer, "positions": positions, **(case.tag() if case else {})}
         self.current = concrete
         pending = self.model.step
@@ -661,6 +666,8 @@ class OpEngine(Caller):
                 if value is not None:
                     if clause.argument == "k, v, position":   # q_len on every argument's token axis
                         dims["k"][2] = dims["v"][2] = dims["position"][0] = value
+                    elif clause.argument == "k, v":   # k and v agree, not with position or the config
+                        dims["k"][clause.axis] = dims["v"][clause.axis] = value
                     else:
                         dims[clause.argument][clause.axis] = value
                     broken = True

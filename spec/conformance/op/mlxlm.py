@@ -53,6 +53,7 @@ COMMON_SCOPE = ("batch", "mla", "trusted-args", "lazy-shapes")
 PROMPT_CACHE_KEEP = 4            # make_prompt_cache's RotatingKVCache(max_size=max_kv_size, keep=4)
 QUANTIZED_GROUP_SIZE, QUANTIZED_BITS = 64, 8   # QuantizedKVCache's defaults
 QUANTIZED_TOLERANCE = 0.25
+CHUNK = 1 << 16   # the chunked target's attention_chunk_size: past any position a run reaches (see _chunked)
 
 
 def _mx() -> Any:
@@ -195,10 +196,12 @@ def _quantized(cfg: JsonConfig) -> Any:
 
 
 def _chunked(cfg: JsonConfig) -> Any:
-    """llama4's chunked layers, the chunk the config's capacity: within one chunk, chunked attention is causal."""
+    """llama4's chunked layers within one chunk. Chunked attention (a query sees only its own chunk) is no layer
+    kind of the op face, so the chunk is set past every position a run reaches (CHUNK): what is judged is what
+    ChunkedKVCache serves inside a chunk - a flat, growing, trimmable history - and a chunk boundary is never
+    crossed (docs/mlxlm-findings.md, "What the op face cannot say")."""
     module = _cache_module()
-    return MlxTrimmableCaches([module.ChunkedKVCache(cfg["capacity"]) for _ in _only(cfg, "flat")],
-                              _chunk_mask(cfg["capacity"]))
+    return MlxTrimmableCaches([module.ChunkedKVCache(CHUNK) for _ in _only(cfg, "flat")], _chunk_mask(CHUNK))
 
 
 def _llama_sliding(cfg: JsonConfig) -> Any:
@@ -241,8 +244,8 @@ prompt_cache = _factory("prompt_cache", _prompt_cache, ("ring", "sinks", f"keep=
 quantized = _factory("quantized", _quantized, ("flat", "batch", "trusted-args", "lazy-shapes", "unbounded", "trim",
                                                f"lossy={QUANTIZED_TOLERANCE}", f"min_head_dim={QUANTIZED_GROUP_SIZE}"),
                      "QuantizedKVCache(group_size=64, bits=8) per layer (mlx-lm's defaults).")
-chunked = _factory("chunked", _chunked, ("flat", *COMMON_SCOPE, "trim"),
-                   "llama4's ChunkedKVCache(chunk_size=capacity) per layer, with llama4's chunk mask.")
+chunked = _factory("chunked", _chunked, TRIMMABLE,
+                   "llama4's ChunkedKVCache(chunk_size=CHUNK) per layer, with llama4's chunk mask, within one chunk.")
 concatenate = _factory("concatenate", _concatenate, TRIMMABLE, "ConcatenateKVCache per layer.")
 
 TARGETS = ("kv", "llama_sliding", "prompt_cache", "quantized", "chunked", "concatenate")

@@ -21,7 +21,7 @@ from typing import Any, Optional
 from ...arguments import DIM, ID, INT, LIST, POSITIONS
 from ..configs import JsonConfig, config, layer
 from ..engine import Step
-from ..malform import Case, cases, id_value, int_value, step_bound, tokens_of
+from ..malform import Case, cases, config_cases, id_value, int_value, step_bound, tokens_of
 
 
 def op_config(capacity: int, windows: tuple[int, ...] = (0,), n_layers: Optional[int] = None, heads: int = 1,
@@ -63,21 +63,15 @@ CELL_CONFIGS: tuple[JsonConfig, ...] = (
 )
 
 
+# The invalid configurations a target must refuse (OP-CONFIG; OP-BATCH: a cell cache of batch 2), derived
+# from the configuration clauses of spec/arguments.py (malform.config_cases), one per clause and variant.
+BAD_OP_CONFIGS: tuple[tuple[str, JsonConfig], ...] = tuple((case.name, cfg) for case, cfg in config_cases("op-cell"))
+
+
 def _bad(name: str, **change: Any) -> tuple[str, JsonConfig]:
     return name, {**op_config(4, (0,)), **change}
 
 
-BAD_OP_CONFIGS: tuple[tuple[str, JsonConfig], ...] = (
-    _bad("capacity 0", capacity=0),
-    _bad("n_layers 0", n_layers=0),
-    _bad("n_layers true", n_layers=True),
-    _bad("two policies for three layers", n_layers=3, layers=[layer("flat"), layer("flat")]),
-    _bad("ring window 0", layers=[layer("ring", 0)]),
-    _bad("flat with a window", layers=[layer("flat", 2)]),
-    _bad("n_kv_heads 0", n_kv_heads=0),
-    _bad("head_dim 0", head_dim=0, v_head_dim=1),
-    _bad("batch_size 0", batch_size=0),
-)
 # OP-SINKS: keep at or above the window (no position left for the window part), negative, not an int. Sent
 # only to a target with `sinks`: for another, every config with a keep lies outside its scope (refused at
 # creation, SCOPE-BORDER), and these are among them.
@@ -93,11 +87,11 @@ BAD_SINK_CONFIGS: tuple[tuple[str, JsonConfig], ...] = (
 
 def bad_contiguous_configs(validates_configs: bool) -> list[JsonConfig]:
     """The invalid configs a target must refuse (an op target builds its own config from the JSON)."""
-    return [cfg for _, cfg in BAD_OP_CONFIGS + BAD_SINK_CONFIGS]
+    return [cfg for _, cfg in config_cases("op-contiguous")] + [cfg for _, cfg in BAD_SINK_CONFIGS]
 
 
 def bad_cell_configs(validates_configs: bool) -> list[JsonConfig]:
-    return [cfg for _, cfg in BAD_OP_CONFIGS] + [{**op_config(4, (0,)), "batch_size": 2}]   # OP-BATCH
+    return [cfg for _, cfg in config_cases("op-cell")]
 
 
 def fetch(layer_id: Any, n: int = 1, **extra: Any) -> Step:
@@ -321,7 +315,7 @@ def malformed_call(cfg: JsonConfig, case: Case, cell: bool = False, seq: int = 0
     if clause.call == "update_and_fetch":   # a malformed layer id once; on a cell cache any other on every layer
         layer_ids = [id_value(variant, cfg["n_layers"])] if clause.kind == ID else \
             list(range(cfg["n_layers"])) if cell else [0]
-        n = tokens_of(variant) if clause.kind == POSITIONS else 1
+        n = tokens_of(variant) if clause.kind == POSITIONS else case.q_len
         return ([begin(*[seq] * n)] if cell else []) + [fetch(layer_id, n, **tag) for layer_id in layer_ids]
     if clause.kind == LIST:
         return [{"op": "begin", "seqs": [] if variant == "empty" else str(seq), **tag}]

@@ -9,11 +9,12 @@ and its output is a plain JSON step list anyone can replay.
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import replace
 from typing import Any, Callable, Iterator, Optional
 
-from ... import model
+from ... import model, op_model
 from ..configs import JsonConfig, to_model
 from ..engine import CRASH, WRONG, Finding, RunResult, Step
 from .account import (_ALONE, Accounting, Reported, _crash_kind, _group, _op_kind, _rewind_kind, cause)
@@ -22,11 +23,27 @@ from .plan import MAX_CRASHES, MAX_SHRINKS, UNSHRUNK
 Check = Callable[[JsonConfig, list[Step]], Optional[Finding]]
 
 
+# Every smaller value of a small int is tried (smallest first): what makes "no single smaller value shows
+# it" true. A larger one (a position near 2**31) is tried at a few points only.
+SMALL = 64
+
+
+def _below(value: int, low: int) -> list[int]:
+    """The values below `value` down to `low`, smallest first (a few when value is large)."""
+    if value - low <= SMALL:
+        return list(range(low, value))
+    return [v for v in dict.fromkeys([low, low + 1, value // 2, value - 1]) if low <= v < value]
+
+
 def _smaller_values(value: Any) -> list[Any]:
     """Simpler variants of one argument, simplest first."""
-    if isinstance(value, bool) or not isinstance(value, (int, dict)):
+    if isinstance(value, bool) or not isinstance(value, (int, dict, list)):
         return []
+    if isinstance(value, list):   # a declaration's owners: one fewer (a shorter step)
+        return [value[:i] + value[i + 1:] for i in range(len(value))] if len(value) > 1 else []
     if isinstance(value, int):
+        if 0 < value <= SMALL:
+            return list(range(0, value))
         return [v for v in dict.fromkeys([0, 1, value // 2, value - 1]) if abs(v) < abs(value)]
     out: list[Any] = []
     for key, inner in value.items():
@@ -35,87 +52,171 @@ def _smaller_values(value: Any) -> list[Any]:
     return out
 
 
-def shrink(cfg: JsonConfig, program: list[Step], finding: Finding, check: Check,
-           budget: int = 400) -> tuple[JsonConfig, list[Step]]:
-    """Greedy delta debugging: drop chunks, then single steps, then simplify values and the config.
+CASE_TAG = ("clause", "variant", "q_len", "case")   # what names a malformation: not an argument to shrink
 
-    A candidate is kept when it reproduces a finding of the same class and rule.
+
+def _same_step(program: list[Step], index: int) -> range:
+    """The op face's one step around `index`: the run of fetches without explicit positions or a case that
+    share its length ("n") - a contiguous step is one call per layer, of one length."""
+    step = program[index]
+
+    def part(other: Step) -> bool:
+        return other.get("op") == "fetch" and "n" in other and "positions" not in other and \
+            "clause" not in other and other.get("n") == step.get("n")
+    if not part(step):
+        return range(index, index)
+    first, last = index, index
+    while first > 0 and part(program[first - 1]):
+        first -= 1
+    while last + 1 < len(program) and part(program[last + 1]):
+        last += 1
+    return range(first, last + 1)
+
+
+def _shorter_steps(program: list[Step]) -> Iterator[list[Step]]:
+    """Every step one length shorter or less, smallest first: a whole op step's calls (every layer) at once,
+    then each call's arguments alone (an argument of one call: a sequence plan's T, a rewind's length)."""
+    done: set[int] = set()
+    for index in range(len(program)):
+        group = _same_step(program, index)
+        if len(group) > 1 and index not in done:
+            done.update(group)
+            for n in _below(int(program[index]["n"]), 1):
+                yield [{**s, "n": n} if i in group else s for i, s in enumerate(program)]
+    for index in range(len(program)):
+        for key in [key for key in program[index] if key not in CASE_TAG]:
+            for simpler in _smaller_values(program[index][key]):
+                candidate = [dict(s) for s in program]
+                candidate[index][key] = simpler
+                yield candidate
+
+
+def _drop_steps(program: list[Step], same: Callable[[list[Step]], bool], budget_left: Callable[[], bool]) -> list[Step]:
+    """Delta debugging over the steps: chunks, halved down to single steps, until no single step can go."""
+    chunk = max(1, len(program) // 2)
+    while chunk >= 1 and budget_left():
+        start, removed = 0, False
+        while start < len(program) and budget_left():
+            candidate = program[:start] + program[start + chunk:]
+            if candidate and same(candidate):
+                program, removed = candidate, True
+            else:
+                start += chunk
+        if not removed:
+            chunk //= 2
+    return program
+
+
+def shrink(cfg: JsonConfig, program: list[Step], finding: Finding, check: Check,
+           budget: int = 400) -> tuple[JsonConfig, list[Step], bool]:
+    """The finding's minimal counterexample: the same class and rule (and, through `check`, the same
+    call) on a configuration and program none of whose dimensions can be made smaller.
+
+    In turn, until a whole round changes nothing: drop steps (chunks, then single ones); then each
+    dimension of the configuration (`_simpler_configs`: layers, windows, max_write, capacity, batch,
+    heads, widths - every smaller value, smallest first); then each step's length and arguments
+    (`_shorter_steps`). A round that changed nothing tried every single step removed and every single
+    smaller value: the result is minimal in each of them. The third value says whether the budget let
+    that last round finish (else the result is only smaller).
     """
-    want = finding.key()
+    want = finding.key(), _served_as(finding)
     runs = 0
 
     def same(c: JsonConfig, p: list[Step]) -> bool:
         nonlocal runs
         runs += 1
         got = check(c, p)
-        return got is not None and got.key() == want
+        return got is not None and (got.key(), _served_as(got)) == want
+
+    def budget_left() -> bool:
+        return runs < budget
 
     program = program[:finding.step_index + 1]
-    chunk = max(1, len(program) // 2)
-    while chunk >= 1 and runs < budget:
-        start, removed = 0, False
-        while start < len(program) and runs < budget:
-            candidate = program[:start] + program[start + chunk:]
-            if candidate and same(cfg, candidate):
-                program, removed = candidate, True
-            else:
-                start += chunk
-        if not removed:
-            chunk //= 2
-    for index in range(len(program)):
-        for key in list(program[index]):
-            for simpler in _smaller_values(program[index][key]):
-                if runs >= budget:
-                    break
-                candidate = [dict(s) for s in program]
-                candidate[index][key] = simpler
-                if same(cfg, candidate):
-                    program = candidate
-                    break
-    improved = True
-    while improved and runs < budget:
-        improved = False
+    changed = True
+    while changed and budget_left():
+        changed = False
+        shorter = _drop_steps(program, lambda p: same(cfg, p), budget_left)
+        changed, program = len(shorter) < len(program), shorter
         for simpler_cfg in _simpler_configs(cfg):
-            if runs < budget and same(simpler_cfg, program):
-                cfg, improved = simpler_cfg, True
+            if not budget_left():
                 break
-    # a simpler config can make steps superfluous (a step on a layer it no longer has): drop them again
-    index = 0
-    while index < len(program) and runs < budget:
-        candidate = program[:index] + program[index + 1:]
-        if candidate and same(cfg, candidate):
-            program = candidate
-        else:
-            index += 1
-    return cfg, program
+            if same(simpler_cfg, program):
+                cfg, changed = simpler_cfg, True
+                break
+        if changed:
+            continue
+        for candidate in _shorter_steps(program):
+            if not budget_left():
+                break
+            if same(cfg, candidate):
+                program, changed = candidate, True
+                break
+    return cfg, program, not changed and budget_left()
+
+
+SERVED_AS = re.compile(r"serves it another way: (\S+ \S+):")
+
+
+def _served_as(finding: Finding) -> str:
+    """A SCOPE-BORDER finding's own finding (engine.border_finding: "serves it another way: wrong PLAN-READ:"):
+    part of what the shrink keeps, so a smaller config does not trade the way it is served for another."""
+    found = SERVED_AS.search(finding.message)
+    return found.group(1) if found else ""
+
+
+def _with_layers(cfg: JsonConfig, layers: list[dict[str, Any]], n_layers: Optional[int] = None) -> JsonConfig:
+    return {**cfg, "layers": layers, "n_layers": len(layers) if n_layers is None else n_layers}
 
 
 def _simpler_configs(cfg: JsonConfig) -> list[JsonConfig]:
+    """Every configuration one dimension smaller, the plainest first: fewer layers, a ring as a flat layer,
+    a narrower window, no max_write or a smaller one, less capacity, batch, heads, widths - each dimension
+    at every smaller value, smallest first. Only configurations the spec accepts."""
     out: list[JsonConfig] = []
     layers = cfg["layers"]
-    for drop in range(len(layers)) if len(layers) > 1 else []:
-        kept = layers[:drop] + layers[drop + 1:]
-        out.append({**cfg, "layers": kept, "n_layers": len(kept)})
-    if len(layers) == 1 and cfg["n_layers"] > 1:
-        out.append({**cfg, "n_layers": 1})
+    n_layers = cfg["n_layers"]
+    if len(layers) > 1:
+        out += [_with_layers(cfg, layers[:drop] + layers[drop + 1:]) for drop in range(len(layers))]
+    elif isinstance(n_layers, int):
+        out += [{**cfg, "n_layers": n} for n in _below(n_layers, 1)]
     # the simplest family that still fails: a defect that shows on flat layers is not a ring defect
+    flat = [{**entry, "kind": "flat", "window": 0} for entry in layers]
     if any(entry.get("kind") == "ring" for entry in layers):
-        flat = [{**entry, "kind": "flat", "window": 0} for entry in layers]
         out.append({**cfg, "layers": flat, "max_write": None})
-    if cfg.get("max_write") is not None:
-        out.append({**cfg, "max_write": None})
-    # an op-face config's own fields (op/programs.py, op_config): the plainest values first
+    for index, entry in enumerate(layers):
+        if entry.get("kind") == "ring" and isinstance(entry.get("window"), int):
+            out.append({**cfg, "layers": [*layers[:index], flat[index], *layers[index + 1:]]})
+            out += [{**cfg, "layers": [*layers[:index], {**entry, "window": w}, *layers[index + 1:]]}
+                    for w in _below(entry["window"], 1)]
+    max_write = cfg.get("max_write")
+    if isinstance(max_write, int):
+        out += [{**cfg, "max_write": None}] + [{**cfg, "max_write": m} for m in _below(max_write, 1)]
+    if "sizing" in cfg and cfg["sizing"] != "dynamic":
+        out.append({**cfg, "sizing": "dynamic"})
+    out += [{**cfg, "capacity": c} for c in _below(cfg["capacity"], 1)]
+    # an op-face config's own sizes (op/programs.py, op_config; the layer entries repeat heads and head_dim)
     if "v_head_dim" in cfg and cfg["v_head_dim"] != cfg.get("head_dim"):
         out.append({**cfg, "v_head_dim": cfg.get("head_dim")})
-    for name, plain in (("batch_size", 1), ("n_kv_heads", 1), ("sizing", "dynamic")):
-        if name in cfg and cfg[name] != plain:
-            out.append({**cfg, name: plain, **({"layers": [{**entry, "n_kv_heads": 1} for entry in layers]}
-                                                 if name == "n_kv_heads" else {})})
-    for capacity in (cfg["capacity"] // 2, cfg["capacity"] - 1):
-        if capacity >= 1:
-            out.append({**cfg, "capacity": capacity})
-    valid = [c for c in out if isinstance(to_model(c), model.Config)]
-    return valid
+    for name in ("batch_size", "n_kv_heads", "head_dim", "v_head_dim"):
+        value = cfg.get(name)
+        if not isinstance(value, int) or isinstance(value, bool):
+            continue
+        for smaller in _below(value, 1):
+            changed = {**cfg, name: smaller}
+            if name == "head_dim" and cfg.get("v_head_dim") == value:   # an MLA mix-up stays one
+                changed["v_head_dim"] = smaller
+            if name in ("n_kv_heads", "head_dim"):
+                changed["layers"] = [{**entry, name: smaller} for entry in layers]
+            out.append(changed)
+    return [c for c in out if _valid(c)]
+
+
+def _valid(cfg: JsonConfig) -> bool:
+    """A configuration the spec accepts: an op config by the op model (either layout: a shrunk config's
+    batch never grows), another by the sequence model."""
+    if "batch_size" in cfg:
+        return isinstance(op_model.make_config(cfg, op_model.CONTIGUOUS), op_model.OpConfig)
+    return isinstance(to_model(cfg), model.Config)
 
 
 def _one_step_shorter(steps: list[Step]) -> Iterator[list[Step]]:
@@ -131,6 +232,10 @@ def _last_rewind_only(program: list[Step]) -> Optional[list[Step]]:
         return None
     return [step for index, step in enumerate(program) if index not in rewinds[:-1]]
 
+
+
+BUDGET_HIT = ("shrunk until the shrink budget ran out (the profile's shrink_budget, suite/plan.py): smaller, "
+              "but a smaller value of some dimension or a step removed may still show it")
 
 
 class Shrinking(Accounting):
@@ -279,12 +384,12 @@ class Shrinking(Accounting):
             return got
 
         budget = min(self.plan.shrink_budget, self.options.crash_shrink_budget) if crash else self.plan.shrink_budget
-        small_cfg, small = shrink(cfg, program, finding, candidate, budget=budget)
+        small_cfg, small, minimal = shrink(cfg, program, finding, candidate, budget=budget)
         if not crash:
             final = self.run_checked(small_cfg, small, fresh=False, consequence=consequence)
             if final.finding is None or final.finding.key() != finding.key():   # flaky: keep the original
                 return cfg, run, ""
-            return small_cfg, final, ""
+            return small_cfg, final, "" if minimal else BUDGET_HIT
         # the shrunk crash, alone in a fresh process
         final = self.run_checked(small_cfg, small, fresh=True, consequence=consequence)
         if final.finding is not None and final.finding.kind == CRASH:
