@@ -27,6 +27,7 @@ _ACCEPTED: dict[str, Callable[[Any], Any]] = {
     "update_and_fetch": lambda inner: (np.zeros((1, 1, 0, 1), np.float32), np.zeros((1, 1, 0, 1), np.float32),
                                        op.AttendSpec(op.MaskKind.NONE)),
     "begin_step": lambda inner: None, "seq_cp": lambda inner: None, "seq_rm": lambda inner: True,
+    "trim": lambda inner: None,
     "plan": lambda inner: inner.plan(0, inner.length(), 1) if inner.can_extend(1) else None,
     "can_extend": lambda inner: True, "rewind": lambda inner: True, "depth": lambda inner: 0,
     "retained_from": lambda inner: 0, "seq_len": lambda inner: 0, "next_pos": lambda inner: 0,
