@@ -107,13 +107,6 @@ def forward(cfg: JsonConfig, n: int) -> list[Step]:
     return [fetch(layer_id, n) for layer_id in range(cfg["n_layers"])]
 
 
-def prefill(cfg: JsonConfig, n: int) -> list[Step]:
-    """Contiguous: n next tokens in steps of at most what OP-MAX-WRITE lets one step write - a well-formed
-    prefill, as a runner chunks it (a longer step is the clause's own case, tagged as such)."""
-    bound = step_bound(cfg) or max(n, 1)
-    return [step for start in range(0, n, bound) for step in forward(cfg, min(bound, n - start))]
-
-
 def cforward(cfg: JsonConfig, *seqs: int) -> list[Step]:
     """Cell: declare the owners, then every layer with the next positions."""
     return [{"op": "begin", "seqs": list(seqs)}] + [fetch(layer_id) for layer_id in range(cfg["n_layers"])]
@@ -158,14 +151,14 @@ def trim_programs(cfg: JsonConfig) -> list[tuple[str, list[Step]]]:
     cap, layers = cfg["capacity"], cfg["n_layers"]
     rings = [entry for entry in cfg["layers"] if entry["kind"] == "ring"]
     out: list[tuple[str, list[Step]]] = [
-        ("draft rejected: trim then decode", prefill(cfg, min(3, cap)) + [trim(1)] + forward(cfg, 1) * 2),
-        ("trim 0", prefill(cfg, 2) + [trim(0)] + forward(cfg, 1)),
-        ("trim everything", prefill(cfg, 2) + [trim(2)] + prefill(cfg, 2)),
-        ("trim, decode, trim again", prefill(cfg, 2) + [trim(1)] + forward(cfg, 1) + [trim(2)] + forward(cfg, 1)),
-        ("trim at capacity", prefill(cfg, cap) + [trim(1)] + forward(cfg, 1)),
+        ("draft rejected: trim then decode", forward(cfg, min(3, cap)) + [trim(1)] + forward(cfg, 1) * 2),
+        ("trim 0", forward(cfg, 2) + [trim(0)] + forward(cfg, 1)),
+        ("trim everything", forward(cfg, 2) + [trim(2)] + forward(cfg, 2)),
+        ("trim, decode, trim again", forward(cfg, 2) + [trim(1)] + forward(cfg, 1) + [trim(2)] + forward(cfg, 1)),
+        ("trim at capacity", forward(cfg, cap) + [trim(1)] + forward(cfg, 1)),
     ]
     if layers > 1:
-        out.append(("trim in the middle of a step", prefill(cfg, 2) + [fetch(0, 1), trim(1)] + forward(cfg, 1)))
+        out.append(("trim in the middle of a step", forward(cfg, 2) + [fetch(0, 1), trim(1)] + forward(cfg, 1)))
     if rings:   # decodes past the window, then trims of each size: the ring refuses what it may have dropped,
         # and gives back up to max_write tokens, down to its sinks, or everything
         window = max(entry["window"] for entry in rings)
@@ -177,7 +170,7 @@ def trim_programs(cfg: JsonConfig) -> list[tuple[str, list[Step]]]:
                         + forward(cfg, 1) * 2))
     for case in cases("op-contiguous", cfg):
         if case.clause.call == "trim":
-            out.append((f"malformed {case.name}", prefill(cfg, 2) + [trim(None, **case.tag())] + forward(cfg, 1)))
+            out.append((f"malformed {case.name}", forward(cfg, 2) + [trim(None, **case.tag())] + forward(cfg, 1)))
     return out
 
 
