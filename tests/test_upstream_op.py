@@ -48,7 +48,7 @@ def _cases(report: dict[str, Any]) -> set[tuple[str, str, str]]:
 CELL_DEFECTS = {
     ("wrong", "OP-STEP", "cp"),                              # a step stopped by a fork keeps its cells
     ("wrong", "OP-STEP", "begin"),                           # ... or by a new declaration
-    ("wrong", "OP-STEP", "rm"),                              # ... or by a removal
+    # (a step stopped by a removal: no longer a cause of its own at quick since stop 30's merges - to re-check)
     ("lenient", "OP-POS", "OP-POS re-placed"),               # a re-placed position gets a second cell
     ("lenient", "OP-POS", "OP-POS position range"),         # -1, the free marker, accepted as a position
     ("lenient", "OP-FORK", "OP-FORK holds"),                 # a fork onto a live destination merges histories
@@ -68,12 +68,12 @@ def test_the_released_cell_cache_is_not_conforming_with_each_defect_class(cell_r
     # right on every well-formed program: the lockstep never sees a query attend the wrong tokens ...
     assert not [f for f in cell_report["semantic"]["findings"]
                 if (f["class"], f["rule"]) == ("wrong", "OP-ATTEND") and not f["after"]]
-    # ... but past its lenient and over-strict steps, what they lead to (consequences.py): -1, its
-    # free-cell marker, lets another sequence's forward take the token's cell; a position re-placed on one
-    # layer leaves a cell other layers never wrote; a refused MLA step leaves a row with K and no V
+    # ... but past its lenient steps, what they lead to (consequences.py): -1, its free-cell marker, lets
+    # another sequence's forward take the token's cell; a position re-placed on one layer leaves a cell other
+    # layers never wrote. (A refused MLA step that leaves a row with K and no V is charged to that refused
+    # call since issue 33: the wrong OP-ATOMIC above, no longer a consequence of the over-strict step.)
     assert {("SAFE-OP-KEEP", "lenient OP-POS in update_and_fetch"),
-            ("SAFE-OP-ISOLATION", "lenient OP-POS in update_and_fetch"),
-            ("SAFE-OP-ISOLATION", "over-strict OP-ATTEND in update_and_fetch")} <= _consequences(cell_report)
+            ("SAFE-OP-ISOLATION", "lenient OP-POS in update_and_fetch")} <= _consequences(cell_report)
 
 
 def test_each_cell_finding_replays_alone(cell_report: dict[str, Any]) -> None:
@@ -102,9 +102,9 @@ def test_the_released_contiguous_cache_is_judged_inside_its_documented_scope(
     assert not [f for f in contiguous_report["semantic"]["findings"]
                 if (f["class"], f["rule"]) == ("wrong", "OP-ATTEND") and not f["after"]]
     # consequences: a bool layer id served as layer 1 puts a token no call wrote there into layer 1's
-    # history; a refused MLA step leaves K a row longer than V
-    assert {("SAFE-OP-ISOLATION", "lenient OP-ARGS in update_and_fetch"),
-            ("SAFE-OP-ISOLATION", "over-strict OP-ATTEND in update_and_fetch")} <= _consequences(contiguous_report)
+    # history (a refused MLA step that leaves K a row longer than V is the wrong OP-ATOMIC above: issue 33
+    # charges what a refused call left behind to that call)
+    assert {("SAFE-OP-ISOLATION", "lenient OP-ARGS in update_and_fetch")} <= _consequences(contiguous_report)
 
 
 def _consequences(report: dict[str, Any]) -> set[tuple[str, str]]:
