@@ -62,7 +62,7 @@ EXPECTED: dict[str, dict[str, Any]] = {
             'static_overflow',
     }},
     'hf:static_sliding': {"verdict": 'NOT CONFORMING', "causes": {
-        'wrong OP-ATTEND: wrong OP-ATTEND: at fetch; ring | cap 1, ring(4)':
+        'wrong OP-ATTEND: wrong OP-ATTEND: at fetch; ring | cap 1, ring(2)':
             'static_sliding',
     }},
     'hf:quantized_quanto': {"verdict": 'CONFORMING', "causes": {
