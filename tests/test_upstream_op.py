@@ -55,7 +55,7 @@ CELL_DEFECTS = {
     ("lenient", "OP-STEP", "OP-STEP differ"),                # a later layer's positions are ignored
     ("over-strict", "OP-ATOMIC", "fetch"),                   # a refused forward consumed the declaration
     ("over-strict", "OP-ATTEND", "fetch"),                   # MLA values (documented) cannot be stored
-    ("lenient", "OP-CONFIG", "create"),                      # zero layers accepted
+    ("lenient", "OP-CONFIG", "create"),                      # invalid configurations accepted (bool capacity, 0 layers)
 }
 
 
@@ -119,7 +119,7 @@ def test_the_released_contiguous_cache_is_judged_inside_its_documented_scope(
     # documented: `position` is not read, and each layer is its own history - never a finding
     assert not {rule for _, rule, _ in found} & {"OP-POS", "OP-STEP"}, sorted(found)
     assert any("'positions'" in note for note in contiguous_report["skipped"])
-    # the defects: MLA values, a refused V after K grew, a negative layer id, an empty step, zero layers
+    # the defects: MLA values, a refused V after K grew, a negative layer id, an empty step, invalid configs
     assert {("over-strict", "OP-ATTEND", "fetch"), ("lenient", "OP-ARGS", "OP-ARGS q_len 0"),
             ("lenient", "OP-CONFIG", "create")} <= found, sorted(found)
     assert any(kind == "wrong" and rule == "OP-ATOMIC" for kind, rule, _ in found), sorted(found)
