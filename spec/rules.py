@@ -361,7 +361,7 @@ OP_RULES: tuple[Rule, ...] = (
          ">= 1, batch_size >= 1, every size an int (not bool). A target declaring lazy-shapes (section 2.9) is given "
          "no sizes and owes no refusal of them; one declaring unbounded owes none of the capacity; one declaring "
          "trusted-args is sent no invalid config and owes none of these refusals (a valid config outside its scope "
-         "stays refused: SCOPE-BORDER).",
+         "stays refused: SCOPE-BORDER), but those a change of its user-config keys alone makes valid.",
          "A cache built from a nonsensical config fails later, far from the cause.",
          "A zero-layer or zero-head cache that accepts steps it cannot serve."),
     Rule("OP-MAX-WRITE",

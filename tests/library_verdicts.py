@@ -36,6 +36,8 @@ KINDS: dict[str, str] = {
         "real: a sliding layer's crop before any token raises AttributeError (repro hf_sliding_crop_before_any_token)",
     'sinks_prefill':
         "real: RotatingKVCache's mask for a step longer than the ring ignores keep (repro mlx_prompt_cache_prefill_ignores_sinks)",
+    'keep_at_window':
+        "real: make_prompt_cache(max_kv_size <= 4) builds RotatingKVCache(max_size, keep=4) with keep >= max_size, unchecked (the user's --max-kv-size; repro mlx_prompt_cache_small_ring)",
     'concat_trim':
         'real: ConcatenateKVCache.trim lowers offset only (repro mlx_concatenate_trim)',
     'fp8_saturates':
@@ -80,6 +82,8 @@ EXPECTED: dict[str, dict[str, Any]] = {
     'mlxlm:prompt_cache': {"verdict": 'NOT CONFORMING', "causes": {
         'wrong OP-ATTEND: wrong OP-ATTEND: at fetch; ring | cap 1, ring(5, keep 4)':
             'sinks_prefill',
+        'lenient OP-CONFIG: lenient OP-CONFIG: at create; ring | cap 4, ring(4, keep 4)':
+            'keep_at_window',
     }},
     'mlxlm:quantized': {"verdict": 'CONFORMING', "causes": {
     }},

@@ -294,3 +294,36 @@ def test_trusted_args_owes_no_refusal_of_an_invalid_config() -> None:
     assert in_scope(True, frozenset(), "op-cell", scopes.FULL.features)["OP-BATCH"] == ""
     contiguous = in_scope(True, frozenset(), "op-contiguous", scopes.FULL.features, relaxed)
     assert contiguous["OP-CONFIG"] == "" and contiguous["OP-BATCH"] == ""
+
+
+@pytest.mark.parametrize("items", [["user-config=window"], ["trusted-args", "user-config=heads"],
+                                   ["trusted-args", "user-config="], ["trusted-args", "user-config=window+"]])
+def test_user_config_names_known_keys_and_qualifies_trusted_args(items: list[str]) -> None:
+    with pytest.raises(scopes.ScopeError):
+        scopes.parse(items, "test")
+
+
+def test_user_config_keeps_the_invalid_configs_a_user_reaches_owed() -> None:
+    """`user-config=window` (SPEC.md 2.9): mlx-lm's make_prompt_cache takes its ring window from the user's
+    --max-kv-size and builds keep 4 whatever it is. A cache serving keep == window (tests/op_trim_standins.py) is
+    found under `trusted-args` with `user-config=window` - a lenient OP-CONFIG on a ring whose keep is its window -
+    and not under `trusted-args` alone, which sends no invalid configuration. A bad config a window cannot mend
+    (a capacity of 0) stays unsent either way."""
+    target = PythonTarget("python:tests.op_trim_standins:keep_at_window_served")
+
+    def causes(items: list[str]) -> list[tuple[str, str, Any]]:
+        result = run_suite(target, "quick", scope=scopes.parse(items, "test"))
+        return [(got.finding.kind, got.finding.rule, got.config) for got in result.findings.values()]
+
+    trusted = causes(["all", "trusted-args"])
+    assert not any(rule == "OP-CONFIG" for _, rule, _ in trusted), trusted
+    reached = causes(["all", "trusted-args", "user-config=window"])
+    config_causes = [(cls, cfg) for cls, rule, cfg in reached if rule == "OP-CONFIG"]
+    assert len(config_causes) == 1 and config_causes[0][0] == "lenient", reached
+    rings = [entry for entry in config_causes[0][1]["layers"] if entry["kind"] == "ring"]
+    assert rings and all(entry["keep"] == entry["window"] for entry in rings), config_causes
+    capacity_zero = {**CONTIGUOUS_CONFIGS[0], "capacity": 0}
+    assert not any(isinstance(op_model.make_config(variant, op_model.CONTIGUOUS), op_model.OpConfig)
+                   for variant in scopes.user_variants(capacity_zero, frozenset({"window"})))
+    assert any(isinstance(op_model.make_config(variant, op_model.CONTIGUOUS), op_model.OpConfig)
+               for variant in scopes.user_variants(capacity_zero, frozenset({"capacity"})))

@@ -152,11 +152,12 @@ def in_scope(config_validation: bool, optional: frozenset[str], layout: str = "s
     return scope
 
 
-def not_owed(clause: Clause, relaxed: frozenset[str]) -> str:
+def not_owed(clause: Clause, relaxed: frozenset[str], user_config: frozenset[str] = frozenset()) -> str:
     """The relaxation under which a configuration clause is not owed ('' when it is): any under
-    `trusted-args`, a size a `lazy-shapes` target is never given, the capacity an `unbounded` one may ignore
-    (the op engine does not judge them: op/engine.py, _not_owed)."""
-    if scopes.TRUSTED_ARGS in relaxed:   # model code creates the cache from a config its library built
+    `trusted-args` but one of a key its `user-config` names, a size a `lazy-shapes` target is never given, the
+    capacity an `unbounded` one may ignore (the op engine does not judge them: op/engine.py, _not_owed)."""
+    user_set = clause.id.rsplit(".", 1)[-1] in user_config   # op.create.capacity, op.create.layers.window
+    if scopes.TRUSTED_ARGS in relaxed and not user_set:   # model code creates the cache from a config its library built
         return scopes.TRUSTED_ARGS
     if scopes.LAZY_SHAPES in relaxed and clause.argument in scopes.SIZE_KEYS:
         return scopes.LAZY_SHAPES
@@ -167,7 +168,8 @@ def not_owed(clause: Clause, relaxed: frozenset[str]) -> str:
 
 def clause_scope(layout: str, scope: dict[str, str], optional: frozenset[str],
                  features: Optional[frozenset[str]] = None, relaxed: frozenset[str] = frozenset(),
-                 configs: Optional[Iterable[JsonConfig]] = None) -> dict[str, str]:
+                 configs: Optional[Iterable[JsonConfig]] = None,
+                 user_config: frozenset[str] = frozenset()) -> dict[str, str]:
     """The argument and configuration cases (spec/arguments.py, derived by malform.py) a run must break ->
     '' ; the others -> why: a case of a rule outside the scope, of a scope feature the target leaves out, of
     an optional method the target does not have, a malformation a `trusted-args` target is never sent, a
@@ -184,8 +186,8 @@ def clause_scope(layout: str, scope: dict[str, str], optional: frozenset[str],
             out[name] = f"its rule {clause.rule} is out of scope: {scope[clause.rule]}"
         elif "trusted-args" in relaxed and malformation(clause):
             out[name] = "the target's scope declares 'trusted-args': no malformed call is sent"
-        elif clause.kind == CONFIG and not_owed(clause, relaxed):
-            out[name] = f"the target's scope declares {not_owed(clause, relaxed)!r}: this key is not owed"
+        elif clause.kind == CONFIG and not_owed(clause, relaxed, user_config):
+            out[name] = f"the target's scope declares {not_owed(clause, relaxed, user_config)!r}: this key is not owed"
         elif clause.feature and features is not None and clause.feature not in features:
             out[name] = f"the target's scope leaves out {clause.feature!r}: the op engine does not judge it"
         elif clause.call in OPTIONAL_RULES and clause.call not in optional:

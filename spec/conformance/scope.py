@@ -36,7 +36,10 @@ and the whole spec (no declaration) declares none. The op face's relaxations (SP
   every element: the suite writes row codes of small integers (1 and 2 but a row's last element) and reads a
   row as the one code within `tol` of it;
 - `min_head_dim=<N>`: the target serves only head_dim and v_head_dim >= N: the suite drives a twin of
-  each narrower configuration with its widths raised to N (the originals lie outside the scope).
+  each narrower configuration with its widths raised to N (the originals lie outside the scope);
+- `user-config=<key>[+<key>]` (with `trusted-args`): these configuration keys come from the library's user
+  (a command-line flag: mlx-lm's `--max-kv-size` is the ring's window), not from its model code: an invalid
+  configuration that a change of these keys alone makes valid is still sent, and its refusal is owed.
 
 Where a scope comes from (the first that applies):
 - the CLI: `kvcache conformance --scope flat` (or `flat,max_write`, `all`);
@@ -50,11 +53,12 @@ older harness).
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Iterator, Optional
 
 from .configs import JsonConfig, describe
 
@@ -92,14 +96,24 @@ RECOMPUTE_FEATURES: dict[str, str] = {
 EVERY_FEATURE: dict[str, str] = {**FEATURES, **OP_FEATURES, **RECOMPUTE_FEATURES}
 # Relaxations (SPEC.md section 2.9): the target owes LESS when it declares one; absent means owed. Not
 # members of EVERY_FEATURE: `all` (the whole spec) declares none of them.
-TRUSTED_ARGS, UNBOUNDED, LAZY_SHAPES, LOSSY, MIN_HEAD_DIM = \
-    "trusted-args", "unbounded", "lazy-shapes", "lossy", "min_head_dim"
+TRUSTED_ARGS, UNBOUNDED, LAZY_SHAPES, LOSSY, MIN_HEAD_DIM, USER_CONFIG = \
+    "trusted-args", "unbounded", "lazy-shapes", "lossy", "min_head_dim", "user-config"
 RELAXATIONS: dict[str, str] = {
     TRUSTED_ARGS: "the caller is model code: no malformed call is sent, OP-ARGS is not owed",
     UNBOUNDED: "no capacity (contiguous): steps past the config's capacity are served, OP-CAP is not owed",
     LAZY_SHAPES: "sizes are learnt from the first update: the config carries none, OP-CONFIG for sizes is not owed",
     LOSSY: "lossy=<tol>: stored K/V may differ from what was written by up to tol in each element (0 < tol < 0.5)",
     MIN_HEAD_DIM: "min_head_dim=<N>: only head_dim and v_head_dim >= N are served (configs are drawn that wide)",
+    USER_CONFIG: "user-config=<key>[+<key>] (with trusted-args): the user sets these config keys, so an invalid "
+                 "config a change of them alone makes valid is still sent and its refusal owed",
+}
+# The configuration keys a user may set (USER_CONFIG): each a key of the op config, `window` and `keep` those
+# of every ring layer. Brute force over small values decides "a change of these keys alone makes it valid".
+USER_CONFIG_KEYS: dict[str, tuple[Any, ...]] = {
+    "capacity": tuple(range(1, 17)),
+    "max_write": (None, *range(1, 9)),
+    "window": tuple(range(1, 17)),
+    "keep": tuple(range(0, 5)),
 }
 FLAG_RELAXATIONS = (TRUSTED_ARGS, UNBOUNDED, LAZY_SHAPES)   # the relaxations without a value
 # The configuration keys a lazy-shapes target is not given (the sizes it learns from the first update),
@@ -129,7 +143,33 @@ def features_per_layout() -> str:
 
 def relaxation_names() -> list[str]:
     """The relaxations as a declaration spells them ('lossy=<tol>')."""
-    return [*FLAG_RELAXATIONS, f"{LOSSY}=<tol>", f"{MIN_HEAD_DIM}=<N>"]
+    return [*FLAG_RELAXATIONS, f"{LOSSY}=<tol>", f"{MIN_HEAD_DIM}=<N>", f"{USER_CONFIG}=<key>[+<key>]"]
+
+
+def user_variants(cfg: JsonConfig, keys: frozenset[str]) -> Iterator[JsonConfig]:
+    """Every configuration a user reaches from `cfg` by setting the keys `keys` (USER_CONFIG_KEYS) alone:
+    `window` sets every ring layer's window to one value (and a flat layer's to 0, as a window flag leaves
+    full-attention layers alone), `keep` every ring layer's keep. Nothing else of `cfg` changes."""
+    names = sorted(keys)
+    for values in itertools.product(*(USER_CONFIG_KEYS[name] for name in names)):
+        chosen: dict[str, Any] = dict(zip(names, values))
+        out: JsonConfig = {**cfg, **{key: chosen[key] for key in ("capacity", "max_write") if key in chosen}}
+        layers = cfg.get("layers")
+        if isinstance(layers, list) and ("window" in chosen or "keep" in chosen):
+            out["layers"] = [_user_layer(entry, chosen) for entry in layers]
+        yield out
+
+
+def _user_layer(entry: Any, chosen: dict[str, Any]) -> Any:
+    if not isinstance(entry, dict):
+        return entry
+    ring = entry.get("kind") == "ring"
+    out = dict(entry)
+    if "window" in chosen:
+        out["window"] = chosen["window"] if ring else 0
+    if "keep" in chosen and ring:
+        out["keep"] = chosen["keep"]
+    return out
 
 def needs(cfg: JsonConfig) -> frozenset[str]:
     """The features a (valid) configuration needs: its layer kinds, and max_write when it is set."""
@@ -166,6 +206,7 @@ class Scope:
     lossy: Optional[float] = None            # lossy=<tol>: the tolerance on stored K/V; None: exact
     min_head_dim: Optional[int] = None       # min_head_dim=<N>: the narrowest width served; None: every width
     keep: Optional[int] = None               # keep=<N>: the one keep of every ring layer served; None: every keep
+    user_config: frozenset[str] = frozenset()   # user-config=<keys>: config keys the user sets (USER_CONFIG_KEYS)
 
     def full_for(self, layout: str) -> bool:
         """Whether the scope is the whole spec for `layout` (targets.LAYOUTS): every feature of its face,
@@ -210,7 +251,8 @@ class Scope:
             ([] if self.keep is None else [f"{KEEP}={self.keep}"])
         relaxed = [name for name in FLAG_RELAXATIONS if name in self.relaxed] + \
             ([] if self.lossy is None else [f"{LOSSY}={self.lossy:g}"]) + \
-            ([] if self.min_head_dim is None else [f"{MIN_HEAD_DIM}={self.min_head_dim}"])
+            ([] if self.min_head_dim is None else [f"{MIN_HEAD_DIM}={self.min_head_dim}"]) + \
+            ([f"{USER_CONFIG}={'+'.join(sorted(self.user_config))}"] if self.user_config else [])
         return [name for name in EVERY_FEATURE if name in self.features] + fixed + relaxed
 
     def family(self, cfg: JsonConfig) -> str:
@@ -249,7 +291,7 @@ def _value_items(items: list[str], name: str) -> tuple[list[str], Optional[str]]
         return items, None
     values = {item.split("=", 1)[1].strip() if "=" in item else "" for item in given}
     if len(values) != 1 or "" in values:
-        raise ScopeError(f"{name} takes one value: {name}=<{'tol' if name == LOSSY else 'N'}>, got {sorted(given)}"[:200])
+        raise ScopeError(f"{name} takes one value: {name}=<{'tol' if name == LOSSY else 'key' if name == USER_CONFIG else 'N'}>, got {sorted(given)}"[:200])
     return [item for item in items if item not in given], values.pop()
 
 
@@ -291,7 +333,9 @@ def parse(value: Any, source: str) -> Scope:
     items, tolerance = _value_items(items, LOSSY)
     items, narrowest = _value_items(items, MIN_HEAD_DIM)
     items, keep = _value_items(items, KEEP)
+    items, user_keys = _value_items(items, USER_CONFIG)
     relaxed = frozenset(item for item in items if item in FLAG_RELAXATIONS)
+    user_config = frozenset() if user_keys is None else _user_config(user_keys, relaxed)
     items = [item for item in items if item not in relaxed]
     if "all" in items or (not items and (relaxed or tolerance is not None or narrowest is not None)):
         # relaxations alone relax the whole spec: `--scope trusted-args` leaves out no feature
@@ -302,7 +346,20 @@ def parse(value: Any, source: str) -> Scope:
         raise ScopeError(f"{KEEP}={keep}: a keep above 0 is a ring's sinks; the scope must have 'sinks'"[:200])
     return Scope(known, source, tuple(sorted({item for item in items if item not in EVERY_FEATURE})), max_seqs,
                  relaxed, None if tolerance is None else _tolerance(tolerance),
-                 None if narrowest is None else _min_head_dim(narrowest), fixed_keep)
+                 None if narrowest is None else _min_head_dim(narrowest), fixed_keep, user_config)
+
+
+def _user_config(text: str, relaxed: frozenset[str]) -> frozenset[str]:
+    """user-config=<key>[+<key>]: keys of USER_CONFIG_KEYS, and only with trusted-args (without it every invalid
+    configuration is sent already: the declaration would say nothing)."""
+    keys = frozenset(part.strip() for part in text.split("+"))
+    if not keys <= USER_CONFIG_KEYS.keys() or "" in keys:
+        raise ScopeError(f"{USER_CONFIG}={text}: the keys are {'+'.join(USER_CONFIG_KEYS)} joined by '+' "
+                         f"(user-config=window)"[:200])
+    if TRUSTED_ARGS not in relaxed:
+        raise ScopeError(f"{USER_CONFIG}={text} qualifies '{TRUSTED_ARGS}': without it every invalid configuration "
+                         "is sent already"[:200])
+    return keys
 
 
 def _fixed_keep(text: str) -> int:

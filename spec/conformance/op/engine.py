@@ -216,9 +216,10 @@ class OpEngine(Caller):
         invalid config whose fault is only a size a lazy-shapes target never gets, or only the capacity an
         unbounded one may ignore; a valid one outside the scope by its sizes alone, which a lazy-shapes
         target cannot tell at creation (SCOPE-BORDER); under `trusted-args` any invalid config (model code
-        creates the cache from a config the library built: OP-CONFIG's refusals are not owed, SPEC.md 2.9)."""
+        creates the cache from a config the library built: OP-CONFIG's refusals are not owed, SPEC.md 2.9) but
+        one the user reaches by the keys the scope's `user-config` names (a change of them alone makes it valid)."""
         lazy, unbounded = scopes.LAZY_SHAPES in self.relaxed, scopes.UNBOUNDED in self.relaxed
-        if self.rejected_config is not None and scopes.TRUSTED_ARGS in self.relaxed:
+        if self.rejected_config is not None and scopes.TRUSTED_ARGS in self.relaxed and not self._user_reached():
             return f"invalid configurations not sent: the scope declares '{scopes.TRUSTED_ARGS}'"
         if self.rejected_config is not None and (lazy or unbounded):
             mended = {**self.cfg, **({key: 1 for key in scopes.SIZE_KEYS if key in self.cfg} if lazy else {}),
@@ -231,6 +232,13 @@ class OpEngine(Caller):
             return (f"{scopes.BORDER_RULE} of configurations outside the scope by their sizes alone "
                     f"({', '.join(sorted(outside))}) not judged: a lazy-shapes target gets no sizes at creation")
         return ""
+
+    def _user_reached(self) -> bool:
+        """Whether the invalid config is one the target's user reaches: a change of the `user-config` keys alone
+        makes it valid (a ring window of 4 under make_prompt_cache's keep 4 is max_kv_size=4, a user's flag)."""
+        keys = self.declared_scope().user_config
+        return bool(keys) and any(isinstance(op_model.make_config(variant, self.kind), op_model.OpConfig)
+                                  for variant in scopes.user_variants(self.cfg, keys))
 
     def _call(self, method: str, args: dict[str, Any], rule: str) -> Outcome:
         outcome = super()._call(method, args, rule)

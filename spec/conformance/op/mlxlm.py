@@ -236,8 +236,10 @@ TRIMMABLE = ("flat", *COMMON_SCOPE, "unbounded", "trim")
 kv = _factory("kv", _kv, TRIMMABLE, "KVCache per layer (make_prompt_cache without max_kv_size).")
 llama_sliding = _factory("llama_sliding", _llama_sliding, ("flat", "ring", *COMMON_SCOPE, "unbounded", "trim"),
                          "llama's make_cache: KVCache full layers, RotatingKVCache(max_size=sliding_window) sliding ones.")
-prompt_cache = _factory("prompt_cache", _prompt_cache, ("ring", "sinks", f"keep={PROMPT_CACHE_KEEP}", *COMMON_SCOPE, "unbounded",
-                                                       "trim"),
+# Its ring's window is the user's own flag (`mlx_lm.generate --max-kv-size`, passed on unchecked), not model code's:
+# `user-config=window` keeps the invalid windows in what is sent (a window of 4 or less under keep 4).
+prompt_cache = _factory("prompt_cache", _prompt_cache, ("ring", "sinks", f"keep={PROMPT_CACHE_KEEP}", *COMMON_SCOPE,
+                                                       "user-config=window", "unbounded", "trim"),
                         "make_prompt_cache(model, max_kv_size=window): RotatingKVCache(window, keep=4) per layer.")
 # mx.quantize takes widths that are multiples of the group size only: the suite's MLA configs (a value width of
 # head_dim + 1) are outside what it serves, so `mla` is not declared.

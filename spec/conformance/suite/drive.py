@@ -157,7 +157,7 @@ class SuiteRun(Shrinking):
             _scope_coverage(result, outside)
             # the edge programs break every clause; a run without them is judged on its rules only
             result.clauses = clause_scope(drive.name, result.scope, target.optional, self.scope.features,
-                                          relaxed, configs) if edges else {}
+                                          relaxed, configs, self.scope.user_config) if edges else {}
             if isinstance(target, SubprocessTarget) and result.seconds > 0:
                 result.requests_per_second = (target.requests - requests_before) / result.seconds
         return result
