@@ -55,9 +55,9 @@ import torch  # noqa: E402  (the extra is installed: checked just above)
 
 # One intra-op thread. The suite drives tensors of a few dozen elements one call at a time, where torch's thread
 # pool only adds wake-ups: on a loaded 2-core machine one `torch.tril` of a 7 x 7 mask took 765 us with two
-# threads and 1 us with one, and `hf:quantized_quanto` at strict pre-merge took 140 s (127 s CPU) instead of 36 s.
-# What is computed does not depend on it (each element is computed alike; the quantizers' reductions run over
-# groups of 64, far from the row codes' tolerance).
+# threads and 1 us with one, and `hf:quantized_quanto` at strict pre-merge took 140 s (127 s CPU) instead of
+# 36-49 s (32-34 s CPU). The verdicts do not depend on it: elementwise results are the same, and a reduction summed
+# in another order (hqq's optimiser) differs in the last bits, far below the row codes' tolerance.
 torch.set_num_threads(1)
 
 FULL, SLIDING = "full_attention", "sliding_attention"
@@ -93,7 +93,7 @@ def _pretrained_config(cfg: JsonConfig, allowed: frozenset[str]) -> Any:
 @functools.lru_cache(maxsize=None)
 def _model_config(layer_types: tuple[str, ...], window: int | None) -> Any:
     """One config per layout, as a model has one for all its forwards and every cache built for it: neither the
-    caches nor masking_utils write to it, and building one (its validation) was a twentieth of a run."""
+    caches nor masking_utils write to it, and validating a new one per program cost 1.3 s of a run's 1745 caches."""
     transformers = importlib.import_module("transformers")
     return transformers.PreTrainedConfig(num_hidden_layers=len(layer_types), layer_types=list(layer_types),
                                          sliding_window=window, attn_implementation="sdpa")
