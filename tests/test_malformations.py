@@ -34,6 +34,8 @@ def test_the_suite_finds_a_target_that_accepts_a_clauses_malformations(clause: s
     if BY_ID[clause].kind == CONFIG:   # an invalid configuration accepted: lenient at create, naming its case
         breaking = [r for r in kept if (r.finding.kind, r.finding.rule) == ("lenient", BY_ID[clause].rule)
                     and f"; {clause} " in r.finding.message]
+        # an accepted invalid configuration was sent all the same: coverage counts its case as broken
+        assert malform.CLAUSE_PREFIX + clause in result.exercised, sorted(result.exercised)[:20]
     else:   # a step tagged with the clause; or, for a rule no other clause has (OP-MAX-WRITE), a lenient finding
         # of that rule - another program (a trim edge's long prefill) may have shown the cause first, untagged
         only = [c.id for c in CLAUSES if c.rule == BY_ID[clause].rule] == [clause]

@@ -232,6 +232,21 @@ def test_a_scope_without_positions_is_not_judged_on_positions() -> None:
     assert unjudged.finding is None and any("positions" in note for note in unjudged.skipped)
 
 
+def test_a_trim_left_out_by_the_scope_leaves_no_gap_in_a_findings_program() -> None:
+    """A trim step sent to no target without `trim` is left out of the program itself: the finding's step index is
+    its place in what was sent, its program ends with the failing call, and replaying that program shows it
+    (upstream's contiguous cache has no trim; its causes past a trim once lost their failing step)."""
+    target = PythonTarget("python:tests.lenient_standin:op.update_and_fetch.v.q_len")
+    target.scope = scopes.parse(["flat", "ring", "max_write", "batch", "mla", "positions", "steps"], "test")
+    fetch = {"op": "fetch", "layer": 0, "n": 1, "clause": "op.update_and_fetch.v.q_len", "variant": "0"}
+    result = layouts.run_any(target, op_config(1), [{"op": "trim", "n": 0}, fetch])
+    assert result.finding is not None and result.finding.key() == ("lenient", "OP-ARGS"), result.finding
+    assert result.finding.step_index == 0 and [step["op"] for step in result.steps] == ["fetch"], result.steps
+    assert any("'trim'" in note for note in result.skipped)
+    again = layouts.run_any(target, op_config(1), result.steps)
+    assert again.finding is not None and again.finding.message == result.finding.message
+
+
 def test_an_mla_config_is_outside_a_scope_without_mla() -> None:
     assert scopes.needs(op_config(4, v_head_dim=3)) == {"flat", "mla"}
     assert not scopes.parse(["flat"], "test").covers(op_config(4, v_head_dim=3))

@@ -261,11 +261,11 @@ class OpEngine(Caller):
             if self.rejected_config.case == "keep":
                 self.result.exercised.add("OP-SINKS")
             case = config_case("op-" + self.kind, self.cfg)   # the configuration clause it breaks
+            if case is not None:   # sent: the clause is broken (coverage counts it, refused or accepted)
+                self.result.exercised |= {CLAUSE_PREFIX + case.clause.id, CLAUSE_PREFIX + case.name}
             if created.ok:
                 raise self._fail(LENIENT, rule, f"create accepted a config the spec rejects ({rule}: "
                                                 f"{self.rejected_config.why}" + (f"; {case.name}" if case else "") + ")")
-            if case is not None:   # refused: the clause is broken (coverage counts it)
-                self.result.exercised |= {CLAUSE_PREFIX + case.clause.id, CLAUSE_PREFIX + case.name}
             return False
         self.outside = (self.scope or self.target.scope).missing(self.cfg)
         if self.outside and not created.ok:
@@ -303,17 +303,20 @@ class OpEngine(Caller):
 
     # --- the program -------------------------------------------------------------------------------
     def run(self, program: list[Step]) -> RunResult:
-        program = sendable(program, self.relaxed)   # the suite's own programs come filtered already
+        program = list(sendable(program, self.relaxed))   # the suite's own programs come filtered already
         self.program = program
         try:
             if self.start():
-                for self.index, step in enumerate(program):
-                    concrete = self.run_step(step)
+                self.index = 0
+                while self.index < len(program):
+                    concrete = self.run_step(program[self.index])
                     if concrete is None:   # a step outside the declared scope: the rest is not judged
                         break
-                    if concrete is NOT_SENT:   # a verb of a feature outside the scope (trim): left out
+                    if concrete is NOT_SENT:   # a verb of a feature outside the scope (trim): left out of the
+                        del program[self.index]   # program itself, so a step index is its place in what was sent
                         continue
                     self.result.steps.append(concrete)
+                    self.index += 1
         except _Unjudged:
             pass
         except Stop as stop:

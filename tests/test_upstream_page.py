@@ -1,0 +1,59 @@
+"""tests/upstream_page.py renders docs/upstream-findings.md's generated parts from JSON reports: what it
+writes for a report's findings and coverage (no upstream install needed: a report of the JSON's shape)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .upstream_page import main, render, show_program
+
+REMOVAL = [{"op": "begin", "seqs": [2]}, {"op": "fetch", "layer": 0, "positions": [0]},
+           {"op": "rm", "seq": 0, "p0": 0, "p1": None}]
+MALFORMED = [{"op": "begin", "seqs": [True], "clause": "op.begin_step.seq_ids.id", "variant": "bool"},
+             {"op": "cp", "src": 0, "dst": 0, "upto": -1, "clause": "op.seq_cp.upto", "variant": "below"},
+             {"op": "fetch", "layer": -1, "positions": [], "clause": "op.update_and_fetch.layer_id", "variant": "-1"}]
+
+
+def _finding(kind: str, rule: str, steps: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+    return {"class": kind, "rule": rule, "label": f"{kind} {rule}: at {steps[-1]['op'] if steps else 'create'}; flat",
+            "config_name": "cap 1, flat x2", "steps": steps, "programs_hit": 3, "shrunk": True, "note": "",
+            "after": "", **extra}
+
+
+def _report(findings: list[dict[str, Any]], never: list[str]) -> dict[str, Any]:
+    return {"semantic": {"findings": findings},
+            "coverage": {"programs": {"planned": 10, "run": 10, "continued": 4},
+                         "configurations": {"planned": 2, "created": 2},
+                         "families": {"planned": ["flat"], "exercised": ["flat"]},
+                         "rules": {"exercised": ["OP-STEP"], "not_exercised": ["OP-RM"]},
+                         "clauses": {"exercised": ["op.seq_rm.p0 below"], "not_exercised": never}}}
+
+
+def test_a_program_is_written_as_the_page_writes_it() -> None:
+    assert show_program(REMOVAL) == "`begin [2]`; `fetch L0 [0]`; `rm(0, 0)`"
+    assert show_program(MALFORMED) == ("`begin [True] ⟨begin_step.seq_ids.id bool⟩`; "
+                                       "`cp(0, 0, -1) ⟨seq_cp.upto below⟩`; "
+                                       "`fetch L-1 [] ⟨update_and_fetch.layer_id -1⟩`")
+    assert show_program([]) == "`create`"
+
+
+def test_every_finding_is_a_numbered_row_with_its_counts_and_coverage() -> None:
+    cell = _report([_finding("wrong", "OP-STEP", REMOVAL),
+                    _finding("wrong", "OP-ATTEND", MALFORMED, after="lenient OP-STEP in begin_step",
+                             safety="SAFE-OP-ISOLATION", shrunk=False)], ["op.create.n_layers 0"])
+    contiguous = _report([_finding("lenient", "OP-CONFIG", [])], [])
+    page = render([("cell", cell), ("contiguous", contiguous)])
+    block = " ".join(page[:page.index("```", 3)].split())   # the coverage lines, unwrapped
+    assert "cell: 10/10 programs (+4 rerun" in block and "1/2 rules in scope exercised" in block
+    assert "1/2 argument and configuration cases broken; never broken: create.n_layers 0" in block
+    assert "| cell | wrong OP-STEP | 1 | 0 |" in page and "| cell | **total** | **2** | **1** |" in page
+    assert "| contiguous | **total** | **1** | **0** |" in page
+    assert "| 1 | wrong OP-STEP | at rm; flat | cap 1, flat x2 | `begin [2]`; `fetch L0 [0]`; `rm(0, 0)` | 3 |" in page
+    assert ("| 2 | wrong OP-ATTEND, after lenient OP-STEP in begin_step (SAFE-OP-ISOLATION) | at fetch; flat | "
+            "cap 1, flat x2 | **not shrunk**: `begin [True]") in page
+    assert "### contiguous: every distinct cause (1)" in page and "| 1 | lenient OP-CONFIG | at create; flat" in page
+
+
+def test_the_command_wants_two_reports(capsys: Any) -> None:
+    assert main(["only-one.json"]) == 2
+    assert "python -m tests.upstream_page" in capsys.readouterr().err
