@@ -111,12 +111,13 @@ class Labels:
             near = np.max(np.abs(x - digits), axis=1) <= tolerance
         bits = digits[:, :width - 1]
         ok = finite & near & np.all((bits == 0) | (bits == 1), axis=1) & (digits[:, -1] >= 0)
-        code = np.zeros(values.shape[0], dtype=np.int64)
-        for d in range(min(width - 1, 62)):
-            code |= np.where(ok, bits[:, d], 0).astype(np.int64) << d
+        low = min(width - 1, 62)
+        # bit d of the code is element d (0 or 1 where ok): a sum over distinct powers of two is their OR
+        powers = np.int64(1) << np.arange(low, dtype=np.int64)
+        code = np.where(ok[:, None], bits[:, :low], 0).astype(np.int64) @ powers
         rest = np.where(ok, digits[:, -1], 0)
-        ok &= rest < 2.0**(62 - min(width - 1, 62))
-        code |= np.where(ok, rest, 0).astype(np.int64) << min(width - 1, 62)
+        ok &= rest < 2.0**(62 - low)
+        code |= np.where(ok, rest, 0).astype(np.int64) << low
         own = ((layer * B + b) * H + h) * 2 + is_v
         uid = code // (2 * H * B * L)
         return np.where(ok & (code % (2 * H * B * L) == own), uid, -1)
