@@ -106,3 +106,11 @@ def test_mlx_rotating_cache_refuses_a_trim_after_it_wrapped() -> None:
     """Read from the source as a defect, not one: RotatingKVCache is trimmable only while offset < max_size,
     so a ring that wrapped refuses (trim_prompt_cache answers 0 and trims nothing)."""
     assert repros.mlx_rotating_trim_after_wrap() == {"trimmable_after_wrap": False}
+
+
+def test_hf_targets_run_torch_on_one_thread() -> None:
+    """spec/conformance/op/hf.py sets one intra-op thread: the thread pool's wake-ups on tensors of a few dozen
+    elements made the quantized targets' strict pre-merge runs 2-4 times slower on a loaded 2-core machine."""
+    torch = importlib.import_module("torch")
+    importlib.import_module("kvcache_spec.conformance.op.hf")
+    assert torch.get_num_threads() == 1

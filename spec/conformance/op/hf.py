@@ -38,6 +38,7 @@ and is ignored by the growing caches (`unbounded`). The scopes (INTERFACES: issu
 
 from __future__ import annotations
 
+import functools
 import importlib
 from types import SimpleNamespace
 from typing import Any, Callable
@@ -49,6 +50,15 @@ from ..configs import JsonConfig
 _MISSING = missing_line("hf", "kvcache_spec.conformance.op.hf")
 if _MISSING:
     raise ImportError(_MISSING)
+
+import torch  # noqa: E402  (the extra is installed: checked just above)
+
+# One intra-op thread. The suite drives tensors of a few dozen elements one call at a time, where torch's thread
+# pool only adds wake-ups: on a loaded 2-core machine one `torch.tril` of a 7 x 7 mask took 765 us with two
+# threads and 1 us with one, and `hf:quantized_quanto` at strict pre-merge took 140 s (127 s CPU) instead of
+# 36-49 s (32-34 s CPU). The verdicts do not depend on it: elementwise results are the same, and a reduction summed
+# in another order (hqq's optimiser) differs in the last bits, far below the row codes' tolerance.
+torch.set_num_threads(1)
 
 FULL, SLIDING = "full_attention", "sliding_attention"
 COMMON_SCOPE = ("batch", "mla", "trusted-args", "lazy-shapes")
@@ -77,15 +87,20 @@ def _pretrained_config(cfg: JsonConfig, allowed: frozenset[str]) -> Any:
     layer_types, window = _layer_types(cfg)
     if not set(layer_types) <= allowed:
         raise ValueError(f"SCOPE-BORDER: this target serves {sorted(allowed)} layers, the config has {layer_types}")
+    return _model_config(tuple(layer_types), window)
+
+
+@functools.lru_cache(maxsize=None)
+def _model_config(layer_types: tuple[str, ...], window: int | None) -> Any:
+    """One config per layout, as a model has one for all its forwards and every cache built for it: neither the
+    caches nor masking_utils write to it, and validating a new one per program cost 1.3 s of a run's 1745 caches."""
     transformers = importlib.import_module("transformers")
-    return transformers.PreTrainedConfig(num_hidden_layers=len(layer_types), layer_types=layer_types,
+    return transformers.PreTrainedConfig(num_hidden_layers=len(layer_types), layer_types=list(layer_types),
                                          sliding_window=window, attn_implementation="sdpa")
 
 
 def attended_rows(mask: Any, q_len: int, rows: int) -> Any:
     """What torch's SDPA attends, as sdpa_attention.py calls it: a bool [q_len, rows] tensor."""
-    import torch
-
     if mask is None:   # `is_causal = q_length > 1 and attention_mask is None`, upper-left aligned
         full = torch.ones((q_len, rows), dtype=torch.bool)
         return torch.tril(full) if q_len > 1 else full
@@ -109,9 +124,8 @@ class HFCache:
         masking = importlib.import_module("transformers.masking_utils")
         self._mask_for = {FULL: masking.create_causal_mask, SLIDING: masking.create_sliding_window_causal_mask}
 
+    @torch.no_grad()   # as a model's forward runs under generate(): no autograd bookkeeping
     def update_and_fetch(self, layer_id: Any, k: Any, v: Any, position: Any) -> tuple[Any, Any, SimpleNamespace]:
-        import torch
-
         q_len = k.shape[-2]
         embeds = torch.zeros((k.shape[0], q_len, 1), dtype=k.dtype)   # masking_utils reads batch, q_len, dtype
         mask = self._mask_for[self.config.layer_types[layer_id]](
