@@ -125,9 +125,9 @@ def test_the_released_contiguous_cache_is_judged_inside_its_documented_scope(
     assert any(kind == "wrong" and rule == "OP-ATOMIC" for kind, rule, _ in found), sorted(found)
     assert not [f for f in contiguous_report["semantic"]["findings"]
                 if (f["class"], f["rule"]) == ("wrong", "OP-ATTEND") and not f["after"]]
-    # consequences: a bool layer id served as layer 1 puts a token no call wrote there into layer 1's
-    # history (a refused MLA step that leaves K a row longer than V is the wrong OP-ATOMIC above: issue 33
-    # charges what a refused call left behind to that call)
+    # consequences: K and V of different token counts, or a V of width 1, served into the history leave rows
+    # whose K and V are not one token's, and a later query attends them (a refused step that leaves K a row
+    # longer than V is the wrong OP-ATOMIC above: issue 33 charges what a refused call left behind to that call)
     assert {("SAFE-OP-ISOLATION", "lenient OP-ARGS in update_and_fetch")} <= _consequences(contiguous_report)
 
 

@@ -3,9 +3,10 @@ writes for a report's findings and coverage (no upstream install needed: a repor
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-from .upstream_page import main, render, show_program
+from .upstream_page import main, not_on_page, render, show_program
 
 REMOVAL = [{"op": "begin", "seqs": [2]}, {"op": "fetch", "layer": 0, "positions": [0]},
            {"op": "rm", "seq": 0, "p0": 0, "p1": None}]
@@ -57,3 +58,23 @@ def test_every_finding_is_a_numbered_row_with_its_counts_and_coverage() -> None:
 def test_the_command_wants_two_reports(capsys: Any) -> None:
     assert main(["only-one.json"]) == 2
     assert "python -m tests.upstream_page" in capsys.readouterr().err
+
+
+def test_check_names_each_generated_block_the_page_does_not_hold(tmp_path: Any, capsys: Any) -> None:
+    cell = _report([_finding("wrong", "OP-STEP", REMOVAL)], [])
+    contiguous = _report([_finding("lenient", "OP-CONFIG", [])], [])
+    generated = render([("cell", cell), ("contiguous", contiguous)])
+    page = "# A page\n\nProse.\n\n" + generated + "\n## After\n"
+    assert not_on_page(page, generated) == []
+    stale = page.replace("| cell | wrong OP-STEP | 1 | 0 |", "| cell | wrong OP-STEP | 2 | 0 |")
+    stale_blocks = not_on_page(stale, generated)
+    assert [block.splitlines()[0] for block in stale_blocks] == ["| cache | class, rule | causes | of which not shrunk |"]
+    paths = []
+    for name, report in (("cell", cell), ("contiguous", contiguous)):
+        (tmp_path / f"{name}.json").write_text(json.dumps(report))
+        paths.append(str(tmp_path / f"{name}.json"))
+    (tmp_path / "page.md").write_text(page)
+    (tmp_path / "stale.md").write_text(stale)
+    assert main([*paths, "--check", str(tmp_path / "page.md")]) == 0 and capsys.readouterr().out == ""
+    assert main([*paths, "--check", str(tmp_path / "stale.md")]) == 1
+    assert "not on " in capsys.readouterr().out

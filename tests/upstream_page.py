@@ -1,13 +1,15 @@
 """The generated parts of docs/upstream-findings.md, from the two JSON reports of its "How to reproduce".
 
-    python -m tests.upstream_page cell.json contiguous.json [--replay]
+    python -m tests.upstream_page cell.json contiguous.json [--replay] [--check docs/upstream-findings.md]
 
 prints, in Markdown: the coverage block, the counts per class and rule, and every distinct cause of each
 report (`semantic.findings`, in the report's order, numbered as the page's root-cause tables cite them).
 The page's prose - the root causes, what upstream does and why - stays written by hand; this keeps its
 lists mechanical to refresh. With --replay (needs the `upstream` extra), each cause's program is replayed
 on its target (`suite.replay`) and a program that does not show its cause's class and rule again is
-marked **does not replay**: the report's program is then not the evidence it claims to be.
+marked **does not replay**: the report's program is then not the evidence it claims to be. With --check
+PAGE, nothing is printed but the generated parts the page does not hold word for word (exit 1 if any): the
+page is held to the run.
 """
 
 from __future__ import annotations
@@ -136,19 +138,32 @@ def render(reports: list[tuple[str, dict[str, Any]]], replay: bool = False) -> s
     return "\n".join(out) + "\n"
 
 
+def not_on_page(page: str, generated: str) -> list[str]:
+    """The blocks of the generated parts (the coverage block, the counts table, each cause list), split at
+    blank lines, that the page does not hold word for word."""
+    return [block for block in generated.strip().split("\n\n") if block not in page]
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     replay = "--replay" in args
-    paths = [arg for arg in args if arg != "--replay"]
-    if len(paths) != 2:
+    check = args[args.index("--check") + 1] if "--check" in args[:-1] else None
+    paths = [arg for arg in args if arg not in ("--replay", "--check", check)]
+    if len(paths) != 2 or ("--check" in args and check is None):
         print(__doc__.strip().splitlines()[2].strip(), file=sys.stderr)
         return 2
     reports = []
     for name, path in zip(("cell", "contiguous"), paths):
         with open(path, encoding="utf-8") as handle:
             reports.append((name, json.load(handle)))
-    sys.stdout.write(render(reports, replay))
-    return 0
+    generated = render(reports, replay)
+    if check is None:
+        sys.stdout.write(generated)
+        return 0
+    with open(check, encoding="utf-8") as handle:
+        missing = not_on_page(handle.read(), generated)
+    sys.stdout.write("".join(f"not on {check}:\n{block}\n\n" for block in missing))
+    return 1 if missing else 0
 
 
 if __name__ == "__main__":
