@@ -61,6 +61,24 @@ def hf_static_overflow() -> dict[str, Any]:
     return out
 
 
+def hf_static_zero_length() -> dict[str, Any]:
+    """StaticCache(max_cache_len=0) - a user's own argument when building a static cache for torch.compile - is
+    built without a word; the first forward through it then raises a RuntimeError about storage sizes."""
+    import torch
+    transformers = importlib.import_module("transformers")
+
+    model = _hf_model("Llama")
+    cache = transformers.StaticCache(config=model.config, max_cache_len=0)
+    out: dict[str, Any] = {"built": True}
+    with torch.no_grad():
+        try:
+            model(_hf_tokens(1), past_key_values=cache, use_cache=True)
+            out["first_token"] = "served"
+        except Exception as error:   # what the user meets, far from the argument that caused it
+            out["first_token"] = type(error).__name__
+    return out
+
+
 def _last_logits_gap(model: Any, cache: Any, prefill: int, decode: int) -> float:
     """The largest difference between the cached decode's logits and the same tokens run at once, no cache."""
     import torch

@@ -9,6 +9,7 @@ tests/test_library_targets.py holds every target to exactly these.
 
 from __future__ import annotations
 
+import json
 import sys
 from typing import Any
 
@@ -28,6 +29,8 @@ def cause_key(finding: dict[str, Any]) -> str:
 KINDS: dict[str, str] = {
     'static_overflow':
         'real: StaticLayer.update counts a step before writing it (repro hf_static_overflow)',
+    'static_zero':
+        "real (minor): StaticCache(max_cache_len=0), the user's own argument, is built unchecked; the first forward raises (repro hf_static_zero_length)",
     'window1':
         'real: DynamicSlidingWindowLayer(sliding_window=1) never trims (repro hf_sliding_window_one)',
     'static_sliding':
@@ -60,8 +63,8 @@ EXPECTED: dict[str, dict[str, Any]] = {
     'hf:static_full': {"verdict": 'NOT CONFORMING', "causes": {
         "wrong OP-ATOMIC: wrong OP-ATOMIC: at fetch OP-CAP capacity, which the target refused with 'IndexError: index_copy_(): index 1 is out of bounds for dimension 2 with size 1'; flat | cap 1, flat":
             'static_overflow',
-        'wrong OP-ATOMIC: wrong OP-ATOMIC: at fetch; flat | cap 8, flat x2':
-            'static_overflow',
+        'lenient OP-CONFIG: lenient OP-CONFIG: at create; flat | cap 0, flat':
+            'static_zero',
     }},
     'hf:static_sliding': {"verdict": 'NOT CONFORMING', "causes": {
         'wrong OP-ATTEND: wrong OP-ATTEND: at fetch; ring | cap 1, ring(2)':
@@ -105,13 +108,44 @@ def row(target: str) -> str:
     return f"| `{target}` | {expected['verdict']} | {len(kinds)} | {real} | {false} | {len(kinds) - real - false} |"
 
 
-if __name__ == "__main__":
+MESSAGE_CHARS = 300   # a cause's message on the page, cut past this
+
+
+def page_line(target: str, finding: dict[str, Any]) -> str:
+    """A cause's line in the findings page's list: the target, class and rule, the configuration its program was
+    shrunk to, the program, and what the suite saw. tests/test_library_targets.py holds each run's lines on the page."""
+    message = finding["message"] if len(finding["message"]) <= MESSAGE_CHARS else \
+        finding["message"][:MESSAGE_CHARS] + "..."
+    return (f"- `{target.split(':', 1)[1]}`: {finding['class']} {finding['rule']}, {finding['config_name']}, "
+            f"{len(finding['steps'])} steps: `{json.dumps(finding['steps'])}`; {message}")
+
+
+def page_section(reports: dict[str, dict[str, Any]]) -> str:
+    """The page's "every distinct cause, by kind" list for these targets' reports, in KINDS' order."""
+    by_kind: dict[str, list[str]] = {}
+    for target, report in reports.items():
+        for finding in report["semantic"]["findings"]:
+            kind = EXPECTED[target]["causes"].get(cause_key(finding), "unclassed")
+            by_kind.setdefault(kind, []).append(page_line(target, finding))
+    return "\n".join(f"**{kind}** - {KINDS.get(kind, 'not in KINDS: class it')}\n\n" + "\n".join(lines) + "\n"
+                      for kind, lines in sorted(by_kind.items(), key=lambda item: list(KINDS).index(item[0])
+                                                if item[0] in KINDS else len(KINDS)))
+
+
+def _judge(target: str) -> dict[str, Any]:
     from kvcache_spec.conformance.suite import report_json, run_suite
     from kvcache_spec.conformance.targets import PythonTarget
 
+    return report_json(run_suite(PythonTarget(f"python:kvcache_spec.conformance.op.{target}"), PROFILE), True, False)
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--page"]:   # python -m tests.library_verdicts --page hf: the page's list of causes
+        library = sys.argv[2]
+        print(page_section({target: _judge(target) for target in EXPECTED if target.startswith(library + ":")}))
+        sys.exit(0)
     for target in sys.argv[1:]:
-        report = report_json(run_suite(PythonTarget(f"python:kvcache_spec.conformance.op.{target}"), PROFILE),
-                             True, False)
+        report = _judge(target)
         print(f"    {target!r}: {{'verdict': {report['verdict']!r}, 'causes': {{")
         for finding in report["semantic"]["findings"]:
             steps = len(finding["steps"])

@@ -24,7 +24,7 @@ from kvcache_spec.conformance.suite import report_json, run_suite
 from kvcache_spec.conformance.targets import PythonTarget
 
 from . import library_repros as repros
-from .library_verdicts import EXPECTED, PROFILE, cause_key
+from .library_verdicts import EXPECTED, PROFILE, cause_key, page_line
 
 INSTALL = "pip install -e '.[hf,mlx]'"
 try:
@@ -36,6 +36,8 @@ except ImportError as missing:
     pytest.skip(f"the hf and mlx extras are not installed ({missing}): {INSTALL}", allow_module_level=True)
 
 pytestmark = pytest.mark.filterwarnings("ignore::Warning")
+ROOT = Path(__file__).resolve().parent.parent
+PAGES = {"hf": ROOT / "docs" / "hf-findings.md", "mlxlm": ROOT / "docs" / "mlxlm-findings.md"}
 
 
 def judged(target: str) -> tuple[dict[str, Any], float]:
@@ -56,6 +58,10 @@ def test_each_target_gives_its_documented_verdict_and_causes(target: str) -> Non
     found = Counter(cause_key(finding) for finding in report["semantic"]["findings"])
     print(f"\n{target}: {report['verdict']} at strict {PROFILE}, {sum(found.values())} distinct causes, {seconds:.1f} s")
     assert report["verdict"] == expected["verdict"], (report["verdict"], sorted(found))
+    page = PAGES[target.split(":")[0]].read_text()
+    missing = [line for line in (page_line(target, finding) for finding in report["semantic"]["findings"])
+               if line not in page]
+    assert not missing, f"the findings page does not list (python -m tests.library_verdicts --page ...): {missing}"
     assert found == Counter(expected["causes"].keys()), {"new": sorted(set(found) - set(expected["causes"])),
                                                   "gone": sorted(set(expected["causes"]) - set(found)),
                                                   "twice": sorted(key for key, count in found.items() if count > 1)}
@@ -65,6 +71,10 @@ def test_hf_static_layer_overflow_is_not_atomic() -> None:
     out = repros.hf_static_overflow()
     assert out == {"held_before": 3, "overflow": "IndexError", "held_after_refusal": 5,
                    "fitting_step_after": "IndexError"}, out
+
+
+def test_hf_static_cache_of_zero_length_is_accepted() -> None:
+    assert repros.hf_static_zero_length() == {"built": True, "first_token": "RuntimeError"}
 
 
 def test_hf_sliding_window_one_attends_the_whole_history() -> None:

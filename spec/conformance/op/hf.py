@@ -45,6 +45,7 @@ from typing import Any, Callable
 
 from ..._extras import missing_line
 from ..configs import JsonConfig
+from .targets import library_target
 
 # Without the extra, loading a target names it (the CLI's "cannot load" line), rather than every config refused.
 _MISSING = missing_line("hf", "kvcache_spec.conformance.op.hf")
@@ -124,8 +125,11 @@ class HFCache:
         masking = importlib.import_module("transformers.masking_utils")
         self._mask_for = {FULL: masking.create_causal_mask, SLIDING: masking.create_sliding_window_causal_mask}
 
-    @torch.no_grad()   # as a model's forward runs under generate(): no autograd bookkeeping
     def update_and_fetch(self, layer_id: Any, k: Any, v: Any, position: Any) -> tuple[Any, Any, SimpleNamespace]:
+        with torch.no_grad():   # as a model's forward runs under generate(): no autograd bookkeeping
+            return self._forward(layer_id, k, v)
+
+    def _forward(self, layer_id: Any, k: Any, v: Any) -> tuple[Any, Any, SimpleNamespace]:
         q_len = k.shape[-2]
         embeds = torch.zeros((k.shape[0], q_len, 1), dtype=k.dtype)   # masking_utils reads batch, q_len, dtype
         mask = self._mask_for[self.config.layer_types[layer_id]](
@@ -146,17 +150,6 @@ class HFCroppableCache(HFCache):
 
     def trim(self, n: int) -> None:
         self.cache.crop(-n)
-
-
-def _factory(name: str, build: Callable[[JsonConfig], Any], scope: tuple[str, ...], doc: str) -> Callable[[JsonConfig], Any]:
-    def factory(cfg: JsonConfig) -> Any:
-        return build(cfg)
-    factory.__name__ = factory.__qualname__ = name
-    factory.__doc__ = doc
-    factory.kvcache_layout = "op-contiguous"   # type: ignore[attr-defined]
-    factory.kvcache_tensors = "torch"   # type: ignore[attr-defined]
-    factory.kvcache_scope = scope   # type: ignore[attr-defined]
-    return factory
 
 
 def _dynamic(allowed: frozenset[str]) -> Callable[[JsonConfig], Any]:
@@ -188,20 +181,21 @@ def _quantized_scope(backend: str) -> tuple[str, ...]:
             f"min_head_dim={QUANTIZED_MIN_HEAD_DIM}")
 
 
-dynamic_full = _factory("dynamic_full", _dynamic(frozenset({FULL})), ("flat", *COMMON_SCOPE, "unbounded", "trim"),
+_target = functools.partial(library_target, tensors="torch")   # transformers' caches take torch tensors
+dynamic_full = _target("dynamic_full", _dynamic(frozenset({FULL})), ("flat", *COMMON_SCOPE, "unbounded", "trim"),
                         "DynamicCache(config=...) over full-attention layers (Llama's).")
-dynamic_sliding = _factory("dynamic_sliding", _dynamic(frozenset({FULL, SLIDING})),
+dynamic_sliding = _target("dynamic_sliding", _dynamic(frozenset({FULL, SLIDING})),
                            ("flat", "ring", *COMMON_SCOPE, "unbounded", "trim"),
                            "DynamicCache(config=...) over sliding and full layers (Mistral's, Gemma's hybrids).")
-static_full = _factory("static_full", _static(frozenset({FULL})), ("flat", *COMMON_SCOPE),
+static_full = _target("static_full", _static(frozenset({FULL})), ("flat", *COMMON_SCOPE, "user-config=capacity"),
                        "StaticCache(config=..., max_cache_len=capacity) over full-attention layers.")
-static_sliding = _factory("static_sliding", _static(frozenset({SLIDING})), ("ring", *COMMON_SCOPE, "unbounded"),
+static_sliding = _target("static_sliding", _static(frozenset({SLIDING})), ("ring", *COMMON_SCOPE, "unbounded"),
                           "StaticCache(config=..., max_cache_len=capacity) over sliding layers (Mistral's).")
-quantized_quanto = _factory("quantized_quanto", _quantized("quanto"), _quantized_scope("quanto"),
+quantized_quanto = _target("quantized_quanto", _quantized("quanto"), _quantized_scope("quanto"),
                             "QuantizedCache('quanto', config) with its defaults (4 bits, groups of 64, residual 128).")
-quantized_hqq = _factory("quantized_hqq", _quantized("hqq"), _quantized_scope("hqq"),
+quantized_hqq = _target("quantized_hqq", _quantized("hqq"), _quantized_scope("hqq"),
                          "QuantizedCache('hqq', config) with its defaults (4 bits, groups of 64, residual 128).")
-quantized_fp8 = _factory("quantized_fp8", _quantized("fp8"), _quantized_scope("fp8"),
+quantized_fp8 = _target("quantized_fp8", _quantized("fp8"), _quantized_scope("fp8"),
                          "QuantizedCache('fp8', config): float8_e4m3 with a per-tensor scale frozen at the first update.")
 
 TARGETS = ("dynamic_full", "dynamic_sliding", "static_full", "static_sliding", "quantized_quanto", "quantized_hqq",

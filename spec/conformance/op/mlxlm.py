@@ -43,6 +43,7 @@ from typing import Any, Callable, Optional
 
 from ..._extras import missing_line
 from ..configs import JsonConfig
+from .targets import library_target
 
 # Without the extra, loading a target names it (the CLI's "cannot load" line), rather than every config refused.
 _MISSING = missing_line("mlx", "kvcache_spec.conformance.op.mlxlm")
@@ -171,16 +172,6 @@ def _only(cfg: JsonConfig, kind: str) -> list[dict[str, Any]]:
     return policies
 
 
-def _factory(name: str, build: Callable[[JsonConfig], Any], scope: tuple[str, ...], doc: str) -> Callable[[JsonConfig], Any]:
-    def factory(cfg: JsonConfig) -> Any:
-        return build(cfg)
-    factory.__name__ = factory.__qualname__ = name
-    factory.__doc__ = doc
-    factory.kvcache_layout = "op-contiguous"   # type: ignore[attr-defined]
-    factory.kvcache_scope = scope   # type: ignore[attr-defined]
-    return factory
-
-
 def _kv(cfg: JsonConfig) -> Any:
     return MlxTrimmableCaches([_cache_module().KVCache() for _ in _only(cfg, "flat")], _default_mask())
 
@@ -233,21 +224,21 @@ def _prompt_cache(cfg: JsonConfig) -> Any:
 
 
 TRIMMABLE = ("flat", *COMMON_SCOPE, "unbounded", "trim")
-kv = _factory("kv", _kv, TRIMMABLE, "KVCache per layer (make_prompt_cache without max_kv_size).")
-llama_sliding = _factory("llama_sliding", _llama_sliding, ("flat", "ring", *COMMON_SCOPE, "unbounded", "trim"),
+kv = library_target("kv", _kv, TRIMMABLE, "KVCache per layer (make_prompt_cache without max_kv_size).")
+llama_sliding = library_target("llama_sliding", _llama_sliding, ("flat", "ring", *COMMON_SCOPE, "unbounded", "trim"),
                          "llama's make_cache: KVCache full layers, RotatingKVCache(max_size=sliding_window) sliding ones.")
 # Its ring's window is the user's own flag (`mlx_lm.generate --max-kv-size`, passed on unchecked), not model code's:
 # `user-config=window` keeps the invalid windows in what is sent (a window of 4 or less under keep 4).
-prompt_cache = _factory("prompt_cache", _prompt_cache, ("ring", "sinks", f"keep={PROMPT_CACHE_KEEP}", *COMMON_SCOPE,
+prompt_cache = library_target("prompt_cache", _prompt_cache, ("ring", "sinks", f"keep={PROMPT_CACHE_KEEP}", *COMMON_SCOPE,
                                                        "user-config=window", "unbounded", "trim"),
                         "make_prompt_cache(model, max_kv_size=window): RotatingKVCache(window, keep=4) per layer.")
 # mx.quantize takes widths that are multiples of the group size only: the suite's MLA configs (a value width of
 # head_dim + 1) are outside what it serves, so `mla` is not declared.
-quantized = _factory("quantized", _quantized, ("flat", "batch", "trusted-args", "lazy-shapes", "unbounded", "trim",
+quantized = library_target("quantized", _quantized, ("flat", "batch", "trusted-args", "lazy-shapes", "unbounded", "trim",
                                                f"lossy={QUANTIZED_TOLERANCE}", f"min_head_dim={QUANTIZED_GROUP_SIZE}"),
                      "QuantizedKVCache(group_size=64, bits=8) per layer (mlx-lm's defaults).")
-chunked = _factory("chunked", _chunked, TRIMMABLE,
+chunked = library_target("chunked", _chunked, TRIMMABLE,
                    "llama4's ChunkedKVCache(chunk_size=CHUNK) per layer, with llama4's chunk mask, within one chunk.")
-concatenate = _factory("concatenate", _concatenate, TRIMMABLE, "ConcatenateKVCache per layer.")
+concatenate = library_target("concatenate", _concatenate, TRIMMABLE, "ConcatenateKVCache per layer.")
 
 TARGETS = ("kv", "llama_sliding", "prompt_cache", "quantized", "chunked", "concatenate")

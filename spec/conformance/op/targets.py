@@ -11,7 +11,7 @@ module's constructors validate it (OP-CONFIG). The reference declares the whole 
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import Any, Callable, Optional
 
 from ..configs import JsonConfig
 
@@ -48,3 +48,18 @@ def cell(cfg: JsonConfig) -> Any:
 
 contiguous.kvcache_layout = "op-contiguous"   # type: ignore[attr-defined]
 cell.kvcache_layout = "op-cell"   # type: ignore[attr-defined]
+
+
+def library_target(name: str, build: Callable[[JsonConfig], Any], scope: tuple[str, ...], doc: str,
+                   tensors: Optional[str] = None) -> Callable[[JsonConfig], Any]:
+    """A field library's op-face target (hf.py, mlxlm.py): `build` under the name a user types after the colon,
+    declaring the contiguous op layout, the library's scope, and (`tensors`) the tensor kind it is written."""
+    def factory(cfg: JsonConfig) -> Any:
+        return build(cfg)
+    factory.__name__ = factory.__qualname__ = name
+    factory.__doc__ = doc
+    factory.kvcache_layout = "op-contiguous"   # type: ignore[attr-defined]
+    if tensors is not None:
+        factory.kvcache_tensors = tensors   # type: ignore[attr-defined]
+    factory.kvcache_scope = scope   # type: ignore[attr-defined]
+    return factory
