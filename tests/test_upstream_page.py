@@ -1,12 +1,26 @@
 """tests/upstream_page.py renders docs/upstream-findings.md's generated parts from JSON reports: what it
-writes for a report's findings and coverage (no upstream install needed: a report of the JSON's shape)."""
+writes for a report's findings and coverage (no upstream install needed: a report of the JSON's shape). And
+the page held to a fresh run of both upstream caches (needs the `upstream` extra: skipped without it, except
+where KVCACHE_REQUIRE_UPSTREAM=1 - CI's upstream stage - where a missing install fails)."""
 
 from __future__ import annotations
 
 import json
+import time
+from pathlib import Path
 from typing import Any
 
-from .upstream_page import main, not_on_page, render, show_program
+import pytest
+
+from kvcache_spec.conformance.op.upstream import MODULE
+from kvcache_spec.conformance.suite import NOT_CONFORMING, report_json, run_suite
+from kvcache_spec.conformance.targets import PythonTarget
+
+from .upstream_install import import_or_skip
+from .upstream_page import TARGET, main, not_on_page, not_replaying, render, show_program
+
+PAGE = Path(__file__).resolve().parent.parent / "docs" / "upstream-findings.md"
+PROFILE = "pre-merge"   # the page's "How to reproduce": --strict --profile pre-merge, seed 0
 
 REMOVAL = [{"op": "begin", "seqs": [2]}, {"op": "fetch", "layer": 0, "positions": [0]},
            {"op": "rm", "seq": 0, "p0": 0, "p1": None}]
@@ -78,3 +92,24 @@ def test_check_names_each_generated_block_the_page_does_not_hold(tmp_path: Any, 
     assert main([*paths, "--check", str(tmp_path / "page.md")]) == 0 and capsys.readouterr().out == ""
     assert main([*paths, "--check", str(tmp_path / "stale.md")]) == 1
     assert "not on " in capsys.readouterr().out
+
+
+@pytest.mark.slow   # both caches at strict pre-merge, about 40 s; CI's upstream stage runs it (-m "")
+@pytest.mark.filterwarnings("ignore::Warning")   # upstream's ExperimentalWarning on every config
+def test_the_page_holds_a_fresh_run_of_both_upstream_caches() -> None:
+    """The page's coverage block, counts and every cause list are what a run today renders, word for word,
+    and every cause's program shows its cause again on a fresh cache: a change to the suite or the engine
+    that moves a cause fails here until the page is refreshed (python -m tests.upstream_page)."""
+    import_or_skip(MODULE)
+    reports = []
+    for name in ("cell", "contiguous"):
+        started = time.monotonic()
+        report = report_json(run_suite(PythonTarget(TARGET + name), PROFILE), True, False)
+        print(f"\nupstream {name}: {report['verdict']} at strict {PROFILE}, "
+              f"{len(report['semantic']['findings'])} distinct causes, {time.monotonic() - started:.1f} s")
+        assert report["verdict"] == NOT_CONFORMING, name
+        reports.append((name, report))
+    missing = not_on_page(PAGE.read_text(encoding="utf-8"), render(reports))
+    assert missing == [], "refresh docs/upstream-findings.md (python -m tests.upstream_page ...):\n" + \
+        "\n\n".join(missing)
+    assert not_replaying(reports) == []

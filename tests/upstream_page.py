@@ -106,6 +106,13 @@ def replays(name: str, finding: dict[str, Any]) -> bool:
     return (again["class"], again["rule"]) == (finding["class"], finding["rule"])
 
 
+def not_replaying(reports: list[tuple[str, dict[str, Any]]]) -> list[str]:
+    """Each cause whose program does not show its class and rule again on its target (`replays`), as
+    `name #number: class, rule` - the causes --replay marks **does not replay**."""
+    return [f"{name} #{number}: {class_rule(finding)}" for name, report in reports
+            for number, finding in enumerate(report["semantic"]["findings"], 1) if not replays(name, finding)]
+
+
 def cause_rows(name: str, report: dict[str, Any], replay: bool) -> list[str]:
     rows = []
     for number, finding in enumerate(report["semantic"]["findings"], 1):
