@@ -13,7 +13,7 @@ def test_ci_runs_the_readme_test_command_then_the_slow_tests() -> None:
     fresh = re.findall(r"pip install -e '\.\[test\]' && (python -m pytest[^\n]*)", readme)
     assert fresh == ["python -m pytest -q"], fresh
     ci = [line for line in (ROOT / ".ci" / "run").read_text().splitlines() if line.startswith("python -m pytest")]
-    assert ci == [fresh[0], "python -m pytest -q -m slow"], ci
+    assert ci == [fresh[0], "python -m pytest -q -m slow -n 2"], ci   # the slow ones on both cores (pytest-xdist)
     assert "python -m pytest -q -m slow" in readme   # the README says what it leaves out, and how to run it
 
 
