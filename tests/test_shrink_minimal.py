@@ -12,6 +12,7 @@ from typing import Any, Iterator
 import pytest
 
 from kvcache_spec import op_model
+from kvcache_spec.conformance.op.programs import CONTIGUOUS_CONFIGS, op_config
 from kvcache_spec.conformance.suite import replay, report_json, run_suite
 from kvcache_spec.conformance.targets import PythonTarget
 
@@ -98,3 +99,21 @@ def test_a_counterexample_is_minimal_in_every_dimension(name: str) -> None:
         if program:
             shown = replay(spec, cfg, program)
             assert shown is None or (shown["class"], shown["rule"]) != key, f"{what} shows it too"
+
+
+SIZES = ("capacity", "n_layers", "batch_size", "n_kv_heads", "head_dim", "v_head_dim")
+
+
+@pytest.mark.parametrize("cfg", [*CONTIGUOUS_CONFIGS, op_config(4, (0,), v_head_dim=1), op_config(4, (2,), v_head_dim=3),
+                                 op_config(6, (3, 0), head_dim=3, v_head_dim=2, max_write=2)])
+def test_a_simpler_configuration_is_no_larger_in_any_size(cfg: dict[str, Any]) -> None:
+    """The shrinker's moves on a configuration are well-founded: none raises a size, so no two moves undo each
+    other (v_head_dim raised to head_dim, then lowered again, spent whole shrink budgets on upstream's caches)."""
+    from kvcache_spec.conformance.suite.shrink import _simpler_configs
+
+    for simpler in _simpler_configs(cfg):
+        raised = [key for key in SIZES if key in cfg and simpler[key] > cfg[key]]
+        windows = [entry.get("window", 0) for entry in simpler["layers"]]
+        assert not raised and len(simpler["layers"]) <= len(cfg["layers"]), (raised, simpler)
+        assert len(windows) < len(cfg["layers"]) or all(
+            w <= entry.get("window", 0) for w, entry in zip(windows, cfg["layers"])), simpler

@@ -195,8 +195,10 @@ def _simpler_configs(cfg: JsonConfig) -> list[JsonConfig]:
         out.append({**cfg, "sizing": "dynamic"})
     out += [{**cfg, "capacity": c} for c in _below(cfg["capacity"], 1)]
     # an op-face config's own sizes (op/programs.py, op_config; the layer entries repeat heads and head_dim)
-    if "v_head_dim" in cfg and cfg["v_head_dim"] != cfg.get("head_dim"):
-        out.append({**cfg, "v_head_dim": cfg.get("head_dim")})
+    # a value width of its own, made the keys' - only downwards: raising v_head_dim to head_dim would let the next
+    # round lower it again, a cycle that spends the budget (the narrower head_dim below makes that config instead)
+    if _is_size(cfg.get("v_head_dim")) and _is_size(cfg.get("head_dim")) and cfg["v_head_dim"] > cfg["head_dim"]:
+        out.append({**cfg, "v_head_dim": cfg["head_dim"]})
     for name in ("batch_size", "n_kv_heads", "head_dim", "v_head_dim"):
         value = cfg.get(name)
         if not isinstance(value, int) or isinstance(value, bool):
@@ -209,6 +211,10 @@ def _simpler_configs(cfg: JsonConfig) -> list[JsonConfig]:
                 changed["layers"] = [{**entry, name: smaller} for entry in layers]
             out.append(changed)
     return [c for c in out if _valid(c)]
+
+
+def _is_size(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _valid(cfg: JsonConfig) -> bool:
