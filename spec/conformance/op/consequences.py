@@ -1,6 +1,6 @@
 """The op face's consequences: past a lenient or over-strict step, the program goes on with that step
 applied and only the safety properties (../consequences.py, SAFETY) are judged, on the labels of every
-answer's rows (engine.Labels)."""
+answer's rows (answers.Labels)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from ..consequences import Consequences
 from ..engine import OVER_STRICT, Finding, Step
 from ..malform import POSITIONS, case_of, int_value, malformed_positions
 from ..targets import Outcome
-from .engine import KV_LENGTHS, OpEngine, _row, allowed_rows, as_array
-from .engine import _show as _show_op
+from .answers import allowed_rows, as_array, row_text, show_args
+from .engine import KV_LENGTHS, OpEngine
 from .programs import trim_n
 
 
@@ -22,7 +22,7 @@ class OpConsequences(Consequences):
     """The op face's driver. The harness's own record, read off what the target accepted: each token
     (uid) with the sequence that wrote it and its position, and the tokens each sequence may attend (its
     own, and its fork sources' at the fork). Every answer's rows are read from their labels
-    (engine.Labels), so a row names its token, layer, batch row and head exactly."""
+    (answers.Labels), so a row names its token, layer, batch row and head exactly."""
 
     atomic_rule = "OP-ATOMIC"
 
@@ -59,7 +59,7 @@ class OpConsequences(Consequences):
         self.judge_positions = "positions" in engine.scope_features()
 
     def _entry_call(self) -> str:
-        return f"{self.call[0]}({_show_op(self.call[1])})" if self.call is not None else "create"
+        return f"{self.call[0]}({show_args(self.call[1])})" if self.call is not None else "create"
 
     # --- the record ----------------------------------------------------------------------------------
     def wrote(self, seqs: list[Any], positions: list[Any], uids: list[int]) -> None:
@@ -292,8 +292,8 @@ class OpConsequences(Consequences):
                         where = f"query {i} (sequence {seqs[i]}, position {positions[i]}, batch {b}, head {h}) " \
                                 f"on layer {layer} attends row {row}"
                         if uid < 0 or row >= len(v_uids) or v_uids[row] != uid:   # V may have fewer rows than K
-                            v_row = _row(v_hist[b, h, row]) if row < len(v_uids) else "(no row)"
-                            raise self._broken("SAFE-OP-ISOLATION", f"{where}, whose K {_row(k_hist[b, h, row])} / "
+                            v_row = row_text(v_hist[b, h, row]) if row < len(v_uids) else "(no row)"
+                            raise self._broken("SAFE-OP-ISOLATION", f"{where}, whose K {row_text(k_hist[b, h, row])} / "
                                                                     f"V {v_row} are not one token's "
                                                                     "written for this layer, batch row and head")
                         if uid not in self.readable.get(seqs[i], set()):

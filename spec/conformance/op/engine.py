@@ -32,128 +32,23 @@ from ...rules import RULES
 from .. import scope as scopes
 from ..configs import JsonConfig, describe
 from ..engine import CRASH, LENIENT, OVER_STRICT, WRONG, Caller, Drive, Finding, RunResult, Step, Stop
-from ..malform import (CLAUSE_PREFIX, DIM, ID, INT, POSITIONS, TENSOR, Case, case_of, config_case, dim_value,
+from ..malform import (CLAUSE_PREFIX, DIM, INT, POSITIONS, TENSOR, Case, case_of, config_case, dim_value,
                        int_value, malformed_positions, sendable, sizes_of)
 from ..targets import Outcome, Target
 from ..wire import Unreadable
-from .programs import trim_n
+from .answers import Labels, allowed_rows, as_array, mask_kind, refusal_text, row_text, show_args
+from .programs import trim_n, well_formed_step
 
 RULE_WORD = re.compile(r"(?<![A-Z0-9-])[A-Z][A-Z0-9]*(?:-[A-Z0-9]+)+(?![A-Z0-9-])")   # a rule id in a text
 OP_RULES = frozenset(rule.id for rule in RULES if rule.id.startswith("OP-"))
 # The calls the engine makes to observe, not to act: never the entry of a consequence.
 OBSERVATIONS = ("used", "seq_len", "free_cells")
-LABEL_LIMIT = 1 << 24   # float32 holds every integer below it exactly
 # What this process's op engines checked: queries (one per query token, batch row and head of an answer).
 # A measure for throughput (docs/upstream-findings.md), read by whoever runs the suite.
 CHECKED = {"queries": 0, "answers": 0}
 # The words a consequence names K and V of different lengths by (consequences.py): what a refused call left
 # behind is charged to it (`OpEngine._recharge`).
 KV_LENGTHS = "K and V of different lengths"
-
-
-class Labels:
-    """The label of each element: 1 + a mixed-radix number of (uid, layer, batch, head, is_v, dim).
-
-    The dim is the lowest digit, so two rows of different (token, layer, batch row, head, K or V) differ by
-    at least the row width W in every element: a row is read by exact match. A target declaring
-    `lossy=<tol>` (SPEC.md 2.9) is written *row codes* instead: the row's code c = (((uid L + layer) B + b) H +
-    h) 2 + is_v in binary, lowest bit first, one bit per element as 1 + bit, the last element 1 + the rest
-    of c (c >> (W - 1)), so every element but the last is 1 or 2 whatever the token - a quantizer's range
-    stays 1 - and two rows of different codes differ by at least 1 in some element; a row is read as the
-    code whose elements each lie within tol of it (tol < 0.5: at most one does)."""
-
-    def __init__(self, cfg: op_model.OpConfig, tolerance: Optional[float] = None) -> None:
-        # one more than each valid value, so a malformed step (a head too many, a wider V) still gets labels
-        self.radix = (cfg.n_layers + 1, cfg.batch_size + 1, cfg.n_kv_heads + 1,
-                      max(cfg.head_dim, cfg.v_head_dim) + 1)
-        self.tolerance = tolerance
-
-    def array(self, uids: list[int], layer: int, shape: tuple[int, ...], is_v: int) -> np.ndarray:
-        """[B, H, q, W] labels for the step's tokens `uids` (uid -1 pads a row past them)."""
-        L, B, H, W = self.radix
-        b = np.arange(shape[0]).reshape(-1, 1, 1, 1) % B
-        h = np.arange(shape[1]).reshape(1, -1, 1, 1) % H
-        u = np.array([(uids[i] if i < len(uids) else -1) for i in range(shape[2])], dtype=np.int64).reshape(1, 1, -1, 1)
-        if self.tolerance is not None:   # row codes: bits, the last element the rest
-            code = (((u * L + layer % L) * B + b) * H + h) * 2 + is_v
-            width = shape[3]
-            d = np.arange(width).reshape(1, 1, 1, -1)
-            value = 1 + np.where(d < width - 1, (code >> np.minimum(d, 62)) & 1, code >> max(width - 1, 0))
-            return np.broadcast_to(np.where(u < 0, 0, value), tuple(shape)).astype(np.float32)
-        d = np.arange(shape[3]).reshape(1, 1, 1, -1) % W
-        value = 1 + (((((u * L + layer % L) * B + b) * H + h) * 2 + is_v) * W + d)
-        value = np.where(u < 0, 0, value)
-        return value.astype(np.float32)
-
-    def uid_of(self, values: np.ndarray, layer: int, b: int, h: int, is_v: int) -> np.ndarray:
-        """Per row of values [rows, W]: the uid whose full label vector it holds (lossy: whose row code
-        lies within the tolerance of it in every element), or -1."""
-        L, B, H, W = self.radix
-        if not values.shape[1]:
-            return np.full(values.shape[0], -1)
-        if self.tolerance is not None:
-            return self._uid_of_code(values, layer, b, h, is_v)
-        first = values[:, 0].astype(np.float64) - 1
-        guess = first.astype(np.int64) // W // (2 * H * B * L)
-        expected = 1 + (((((guess.reshape(-1, 1) * L + layer) * B + b) * H + h) * 2 + is_v) * W
-                        + np.arange(values.shape[1]))
-        ok = (guess >= 0) & np.all(values == expected.astype(np.float32), axis=1) & (values[:, 0] >= 1)
-        return np.where(ok, guess, -1)
-
-    def _uid_of_code(self, values: np.ndarray, layer: int, b: int, h: int, is_v: int) -> np.ndarray:
-        L, B, H, _ = self.radix
-        tolerance = float(self.tolerance or 0)
-        width = values.shape[1]
-        with np.errstate(invalid="ignore", over="ignore"):
-            x = values.astype(np.float64) - 1
-            finite = np.all(np.isfinite(x), axis=1)
-            digits = np.rint(np.where(np.isfinite(x), x, -1)).clip(-1, 2.0**62)
-            near = np.max(np.abs(x - digits), axis=1) <= tolerance
-        bits = digits[:, :width - 1]
-        ok = finite & near & np.all((bits == 0) | (bits == 1), axis=1) & (digits[:, -1] >= 0)
-        low = min(width - 1, 62)
-        # bit d of the code is element d (0 or 1 where ok): a sum over distinct powers of two is their OR
-        powers = np.int64(1) << np.arange(low, dtype=np.int64)
-        code = np.where(ok[:, None], bits[:, :low], 0).astype(np.int64) @ powers
-        rest = np.where(ok, digits[:, -1], 0)
-        ok &= rest < 2.0**(62 - low)
-        code |= np.where(ok, rest, 0).astype(np.int64) << low
-        own = ((layer * B + b) * H + h) * 2 + is_v
-        uid = code // (2 * H * B * L)
-        return np.where(ok & (code % (2 * H * B * L) == own), uid, -1)
-
-
-def as_array(value: Any) -> np.ndarray:
-    """A numpy array from a numpy array or a torch tensor (torch is never imported here)."""
-    if hasattr(value, "detach") and hasattr(value, "cpu"):
-        value = value.detach().cpu().numpy()
-    return np.asarray(value)
-
-
-def mask_kind(spec: Any) -> str:
-    """An AttendSpec's kind as 'NONE' / 'CAUSAL' / 'EXPLICIT' (an enum member, its value or a string)."""
-    kind = getattr(spec, "kind", None)
-    name = getattr(kind, "name", None)
-    return str(name if isinstance(name, str) else kind).upper()
-
-
-def allowed_rows(spec: Any, q: int, rows: int) -> np.ndarray | str:
-    """OP-MASK: which of `rows` rows each of `q` queries attends under an AttendSpec ([q, rows] bool),
-    or why the spec cannot be read so."""
-    kind = mask_kind(spec)
-    if kind == "NONE":
-        return np.ones((q, rows), dtype=bool)
-    if kind == "CAUSAL":
-        if rows != q:
-            return f"CAUSAL over {q} queries and {rows} rows: torch's is_causal is upper-left aligned and would " \
-                   "hide the history"
-        return np.tril(np.ones((q, rows), dtype=bool))
-    if kind == "EXPLICIT":
-        mask = as_array(getattr(spec, "mask", None))
-        if mask.dtype != np.bool_ or mask.shape != (q, rows):
-            return f"EXPLICIT mask {list(mask.shape)} {mask.dtype}, not bool [{q}, {rows}]"
-        return mask
-    return f"AttendSpec kind {kind!r} is not NONE, CAUSAL or EXPLICIT"
 
 
 class OpEngine(Caller):
@@ -188,7 +83,7 @@ class OpEngine(Caller):
 
     # --- helpers -----------------------------------------------------------------------------------
     def show(self, args: dict[str, Any]) -> str:
-        return _show(args)
+        return show_args(args)
 
     def declared_scope(self) -> scopes.Scope:
         """The scope the run judges by: the override (--scope), else the target's declaration."""
@@ -355,7 +250,7 @@ class OpEngine(Caller):
                         consequence.step_index)
                     return
         rest = upto[entry.step_index + 1:]
-        mended = [_well_formed_step(step, self.mcfg.n_layers) for step in rest]
+        mended = [well_formed_step(step, self.mcfg.n_layers) for step in rest]
         if mended == rest:
             return
         again = self._rejudge(upto[:entry.step_index + 1] + [step for step in mended if step is not None],
@@ -456,11 +351,11 @@ class OpEngine(Caller):
         got = self._call(method, args, rule)
         if not got.ok or got.value is False:
             self._over_strict(method, args, rule, got)
-        self.observe(f"after {method}({_show(args)})", rule)
+        self.observe(f"after {method}({show_args(args)})", rule)
 
     def _over_strict(self, method: str, args: dict[str, Any], rule: str, got: Outcome) -> None:
         raise self._fail(OVER_STRICT, self.refused_by(method, args, rule, got),
-                         f"{method}({_show(args)}) refused a call the spec serves: {got.error}")
+                         f"{method}({show_args(args)}) refused a call the spec serves: {got.error}")
 
     def refused_by(self, method: str, args: dict[str, Any], rule: str, got: Outcome) -> str:
         """The rule a refusal of a valid call is classed by (docs/conformance.md, op-face targets): the OP- rule its error names, else
@@ -507,15 +402,15 @@ class OpEngine(Caller):
             raise _Unjudged()
         got = self._call(method, args, rejected.rule)
         if got.ok and got.value is not False:
-            raise self._fail(LENIENT, rejected.rule, f"{method}({_show(args)}) accepted a call the spec refuses "
+            raise self._fail(LENIENT, rejected.rule, f"{method}({show_args(args)}) accepted a call the spec refuses "
                                                      f"({rejected.rule}: {rejected.why})")
         self.refused_at = self.index
         self.refusals.append(self.index)
         # what the target found wrong, in its words: an OP-ATOMIC finding's cause is the target's reason
         # to refuse (the V width it could not take), which need not be the spec's (a re-placed position)
-        concrete["refused_with"] = _reason(got.error)
+        concrete["refused_with"] = refusal_text(got.error)
         self.result.exercised.add("OP-ATOMIC")
-        self.observe(f"after the refused {method}({_show(args)}) (the target: {concrete['refused_with']})",
+        self.observe(f"after the refused {method}({show_args(args)}) (the target: {concrete['refused_with']})",
                      "OP-ATOMIC")
 
     def trim(self, step: Step) -> Optional[Step]:
@@ -563,15 +458,15 @@ class OpEngine(Caller):
         got = self._call("trim", args, "OP-TRIM")
         self.result.exercised.add("OP-TRIM")
         if got.ok and got.value is not False:
-            self.observe(f"after trim({_show(args)})", "OP-TRIM")
+            self.observe(f"after trim({show_args(args)})", "OP-TRIM")
             return concrete
         assert self.before_call is not None
         self.model = self.before_call.snapshot()
-        concrete["refused_with"] = _reason(got.error)
+        concrete["refused_with"] = refusal_text(got.error)
         self.refused_at = self.index
         self.refusals.append(self.index)
         self.result.exercised.add("OP-ATOMIC")
-        self.observe(f"after the refused trim({_show(args)}) (optional: the target: {concrete['refused_with']})",
+        self.observe(f"after the refused trim({show_args(args)}) (optional: the target: {concrete['refused_with']})",
                      "OP-ATOMIC")
         return concrete
 
@@ -755,8 +650,8 @@ class OpEngine(Caller):
                     for row in seen:
                         if k_uids[row] < 0 or v_uids[row] != k_uids[row]:
                             raise self._fail(WRONG, "OP-ATTEND", f"query {i} (batch {b}, head {h}) attends row {row}, "
-                                                                 f"whose K {_row(k_hist[b, h, row])} / V "
-                                                                 f"{_row(v_hist[b, h, row])} are not one token's, "
+                                                                 f"whose K {row_text(k_hist[b, h, row])} / V "
+                                                                 f"{row_text(v_hist[b, h, row])} are not one token's, "
                                                                  f"written on layer {layer} for this batch row and head")
                     got = sorted(int(u) for u in k_uids[seen])
                     if got != attends[i]:
@@ -779,26 +674,6 @@ class _Unjudged(Exception):
     """The target's declared scope excuses this step: the program ends here unjudged."""
 
 
-def _well_formed_step(step: Step, n_layers: int) -> Optional[Step]:
-    """A program step with its malformation undone (None: a malformed verb, dropped): a fetch loses its
-    case and explicit positions (the next ones are taken), a layer id out of range is taken modulo n_layers
-    (a bool as its int), as Python's indexing would."""
-    case = case_of(step)
-    if case is None:
-        return step
-    if step.get("op") != "fetch":
-        return None
-    mended = {key: value for key, value in step.items() if key not in ("clause", "variant", "case", "positions")}
-    layer = mended.get("layer")
-    if isinstance(layer, int):
-        mended["layer"] = int(layer) % n_layers
-    elif case.clause.kind == ID:
-        return None
-    if case.clause.kind in (DIM, TENSOR, INT, POSITIONS):
-        mended["n"] = 1 if case.clause.kind == DIM and "q_len" in case.clause.id else int(mended.get("n", 1))
-    return mended
-
-
 def _sent(step: Step) -> Step:
     """A concrete step as the calls it sends (what a target's refusal wrote into it aside)."""
     return {key: value for key, value in step.items() if key not in ("refused_with",)}
@@ -816,27 +691,5 @@ def _case(rejected: op_model.Rejected) -> str:
     return rejected.rule
 
 
-def _reason(error: Any) -> str:
-    """A refusal's error, short: its type and first words (a refusal answered False has no error)."""
-    text = " ".join(str(error).split()) if error else "answered False"
-    return text if len(text) <= 90 else text[:87] + "..."
-
-
 def _is_count(value: Any) -> bool:
     return type(value) is int and value >= 0
-
-
-def _row(values: np.ndarray) -> str:
-    return "[" + ", ".join(f"{x:g}" for x in values[:4]) + (", ...]" if len(values) > 4 else "]")
-
-
-def _show(args: dict[str, Any]) -> str:
-    parts = []
-    for name, value in args.items():
-        if isinstance(value, np.ndarray):
-            parts.append(f"{name}={list(value.shape)}" if name != "position" else
-                         f"position={value[:, 0].tolist() if value.ndim == 2 and value.shape[1] == 1 else value.tolist()}")
-        else:
-            parts.append(f"{name}={value!r}")
-    return ", ".join(parts)
-

@@ -18,10 +18,10 @@ from __future__ import annotations
 import random
 from typing import Any, Optional
 
-from ...arguments import DIM, ID, INT, LIST, POSITIONS
+from ...arguments import DIM, ID, INT, LIST, POSITIONS, TENSOR
 from ..configs import JsonConfig, config, layer
 from ..engine import Step
-from ..malform import Case, cases, config_cases, id_value, int_value, step_bound, tokens_of
+from ..malform import Case, case_of, cases, config_cases, id_value, int_value, step_bound, tokens_of
 
 
 def op_config(capacity: int, windows: tuple[int, ...] = (0,), n_layers: Optional[int] = None, heads: int = 1,
@@ -334,3 +334,23 @@ def malformed_call(cfg: JsonConfig, case: Case, cell: bool = False, seq: int = 0
     if clause.argument == "p0":
         return [{**rm(seq, int_value(clause, variant)), **tag}]
     return [{**rm(seq, 2, int_value(clause, variant, low=2)), **tag}]
+
+
+def well_formed_step(step: Step, n_layers: int) -> Optional[Step]:
+    """A program step with its malformation undone (None: a malformed verb, dropped): a fetch loses its
+    case and explicit positions (the next ones are taken), a layer id out of range is taken modulo n_layers
+    (a bool as its int), as Python's indexing would."""
+    case = case_of(step)
+    if case is None:
+        return step
+    if step.get("op") != "fetch":
+        return None
+    mended = {key: value for key, value in step.items() if key not in ("clause", "variant", "case", "positions")}
+    layer = mended.get("layer")
+    if isinstance(layer, int):
+        mended["layer"] = int(layer) % n_layers
+    elif case.clause.kind == ID:
+        return None
+    if case.clause.kind in (DIM, TENSOR, INT, POSITIONS):
+        mended["n"] = 1 if case.clause.kind == DIM and "q_len" in case.clause.id else int(mended.get("n", 1))
+    return mended
