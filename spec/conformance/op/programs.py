@@ -40,6 +40,7 @@ CONTIGUOUS_CONFIGS: tuple[JsonConfig, ...] = (
     op_config(6, (0,), sizing="static"),
     op_config(10, (3, 0)),                                   # a window and a flat layer
     op_config(8, (0,), n_layers=2, heads=2, batch=2),        # batch rows and heads
+    op_config(8, (3,), heads=2, batch=2),                    # batch rows and heads in a ring
     op_config(6, (1,), sizing="static"),                     # window 1
     op_config(8, (0,), n_layers=2, v_head_dim=3),            # MLA: a value width of its own
     # OP-MAX-WRITE, the MLX runtime's rings: max_write = the window (its default), below it, above it
