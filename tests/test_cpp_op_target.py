@@ -124,7 +124,7 @@ def test_the_mlx_shaped_cache_is_conforming_strictly_within_its_scope(
     assert "'batch'" in rules["out_of_scope"]["OP-BATCH"] and not rules["not_exercised"]
     scope = judged["scope"]
     assert scope["features"] == ["flat", "ring", "max_write", "positions", "steps"] and not scope["full"]
-    assert set(scope["unexercised"]["families"]) == {"flat+batch", "flat+mla", "flat+ring+sinks", "ring+sinks", "ring+max_write+sinks"}
+    assert set(scope["unexercised"]["families"]) == {"flat+batch", "ring+batch", "flat+mla", "flat+ring+sinks", "ring+sinks", "ring+max_write+sinks"}
     assert "'trim'" in rules["out_of_scope"]["OP-TRIM"] and "'sinks'" in rules["out_of_scope"]["OP-SINKS"]
 
 
