@@ -1,7 +1,11 @@
 """The op face (`update_and_fetch` -> K/V + AttendSpec, spec/op_model.py): one layout per cache kind of
 upstream's reference (op-contiguous, op-cell). Its engine, programs and consequences; the reference and
 upstream's release as targets (targets.py, upstream.py); the exhaustive checker (checker.py).
-Registered in ../layouts.py by `LAYOUTS`."""
+Registered in ../layouts.py by `LAYOUTS`.
+
+The public API for glue around a library's own cache (docs/your-library.md), re-exported here from where each is
+defined: `library_target` (targets.py; the shipped adapters hf.py and mlxlm.py are built on it), `layer_policies`,
+`attended_rows` with its `without_mask` choices, `explicit_spec` and `LayerLengths` (glue.py), and `JsonConfig`."""
 
 from __future__ import annotations
 
@@ -12,6 +16,11 @@ from ..engine import RunResult, Step
 from ..layouts import Layout, RunProgram
 from ..targets import Target, TargetError
 from . import programs
+from .glue import EVERY_ROW, LOWER_RIGHT, UPPER_LEFT, LayerLengths, attended_rows, explicit_spec, layer_policies
+from .targets import library_target
+
+__all__ = ["EVERY_ROW", "LOWER_RIGHT", "UPPER_LEFT", "JsonConfig", "LayerLengths", "attended_rows", "explicit_spec",
+           "layer_policies", "library_target"]
 
 
 def _runner(kind: str) -> RunProgram:
