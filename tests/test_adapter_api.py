@@ -14,7 +14,7 @@ import pytest
 
 import kvcache_spec.conformance.op as public
 from kvcache_spec.conformance.op import (EVERY_ROW, LOWER_RIGHT, UPPER_LEFT, LayerLengths, attended_rows,
-                                         explicit_spec, layer_policies, library_target)
+                                         explicit_spec, layer_policies, library_target, refuse_outside_scope)
 from kvcache_spec.conformance.engine import WRONG
 from kvcache_spec.conformance.suite import CONFORMING, NOT_CONFORMING, report_json, run_suite
 from kvcache_spec.conformance.targets import PythonTarget
@@ -57,6 +57,22 @@ def test_layer_policies_gives_one_policy_per_layer() -> None:
     assert layer_policies({"n_layers": 2, "layers": [flat, ring]}) == [flat, ring]
     with pytest.raises(ValueError, match="OP-CONFIG: layers"):
         layer_policies({"n_layers": 2, "layers": []})
+
+
+def test_refuse_outside_scope_refuses_what_the_scope_leaves_out() -> None:
+    """SCOPE-BORDER: a ring config for a flat-only scope, a keep without sinks, batch rows without batch are refused
+    naming what is missing; a config inside the scope passes (a lazy-shapes config has no sizes to check)."""
+    ring = {"n_layers": 1, "layers": [{"kind": "ring", "window": 2}], "batch_size": 1, "max_write": None}
+    with pytest.raises(ValueError, match="SCOPE-BORDER: the config needs ring"):
+        refuse_outside_scope(ring, ("flat", "trusted-args"))
+    refuse_outside_scope(ring, ("flat", "ring", "trusted-args"))
+    sinks = {**ring, "layers": [{"kind": "ring", "window": 3, "keep": 1}]}
+    with pytest.raises(ValueError, match="needs sinks"):
+        refuse_outside_scope(sinks, ("ring",))
+    with pytest.raises(ValueError, match="needs batch"):
+        refuse_outside_scope({**ring, "batch_size": 2}, ("ring",))
+    refuse_outside_scope({"n_layers": 1, "layers": [{"kind": "flat", "window": 0}], "max_write": None},
+                         ("flat", "lazy-shapes"))
 
 
 def test_attended_rows_without_a_mask_follows_the_attention_call() -> None:
@@ -167,22 +183,18 @@ class Glue:
                       self.caches[0].drop_first)
 
 
-def _refuse_rings(cfg: dict[str, Any]) -> None:
-    if any(policy["kind"] != "flat" for policy in layer_policies(cfg)):
-        raise ValueError("SCOPE-BORDER: the buffer has no sliding window")
+SCOPE = ("flat", "batch", "mla", "trusted-args", "lazy-shapes")
 
 
 def _build(cfg: dict[str, Any]) -> Glue:
-    _refuse_rings(cfg)
+    refuse_outside_scope(cfg, SCOPE)   # the buffer has no sliding window
     return Glue(cfg, drop_first=False)
 
 
 def _build_dropping(cfg: dict[str, Any]) -> Glue:
-    _refuse_rings(cfg)
+    refuse_outside_scope(cfg, SCOPE)
     return Glue(cfg, drop_first=True)
 
-
-SCOPE = ("flat", "batch", "mla", "trusted-args", "lazy-shapes")
 positioned = library_target("positioned", _build, SCOPE, "A positioned buffer without a length, glued by the page.")
 positioned_dropping = library_target("positioned_dropping", _build_dropping, SCOPE, "The same, losing row 0.")
 

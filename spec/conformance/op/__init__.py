@@ -5,7 +5,8 @@ Registered in ../layouts.py by `LAYOUTS`.
 
 The public API for glue around a library's own cache (docs/your-library.md), re-exported here from where each is
 defined: `library_target` (targets.py; the shipped adapters hf.py and mlxlm.py are built on it), `layer_policies`,
-`attended_rows` with its `without_mask` choices, `explicit_spec` and `LayerLengths` (glue.py), and `JsonConfig`."""
+`refuse_outside_scope`, `attended_rows` with its `without_mask` choices, `explicit_spec` and `LayerLengths`
+(glue.py), and `JsonConfig`."""
 
 from __future__ import annotations
 
@@ -16,11 +17,12 @@ from ..engine import RunResult, Step
 from ..layouts import Layout, RunProgram
 from ..targets import Target, TargetError
 from . import programs
-from .glue import EVERY_ROW, LOWER_RIGHT, UPPER_LEFT, LayerLengths, attended_rows, explicit_spec, layer_policies
+from .glue import (EVERY_ROW, LOWER_RIGHT, UPPER_LEFT, LayerLengths, attended_rows, explicit_spec, layer_policies,
+                   refuse_outside_scope)
 from .targets import library_target
 
 __all__ = ["EVERY_ROW", "LOWER_RIGHT", "UPPER_LEFT", "JsonConfig", "LayerLengths", "attended_rows", "explicit_spec",
-           "layer_policies", "library_target"]
+           "layer_policies", "library_target", "refuse_outside_scope"]
 
 
 def _runner(kind: str) -> RunProgram:

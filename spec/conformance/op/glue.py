@@ -9,6 +9,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from ..configs import JsonConfig
+from ..scope import parse
 
 # How the attention a library calls treats a missing mask (`without_mask` of attended_rows).
 EVERY_ROW = "every-row"        # no mask: every query attends every row (torch SDPA with q_len 1, mlx without "causal")
@@ -30,6 +31,17 @@ def layer_policies(cfg: JsonConfig) -> list[dict[str, Any]]:
         raise ValueError(f"OP-CONFIG: layers is {layers!r}, not a non-empty list")
     entries: list[dict[str, Any]] = list(layers)
     return entries if len(entries) == cfg["n_layers"] else entries * cfg["n_layers"]
+
+
+def refuse_outside_scope(cfg: JsonConfig, scope: Any) -> None:
+    """Raise ValueError("SCOPE-BORDER: ...") when a (valid) config needs what `scope` leaves out - a layer kind,
+    `max_write`, a ring's `keep` (sinks), batch rows or an MLA width, a keep other than `keep=N`, a width under
+    `min_head_dim=N` - as SCOPE-BORDER owes at creation; nothing when it lies inside. `scope` is the target's
+    `kvcache_scope` (the tuple given to library_target). What only the library knows (one sliding window for every
+    layer, a width its kernels refuse) the glue still refuses itself."""
+    missing = parse(scope, "refuse_outside_scope's scope").missing(cfg)
+    if missing:
+        raise ValueError(f"SCOPE-BORDER: the config needs {', '.join(sorted(missing))}, outside the scope {scope}")
 
 
 def _as_numpy(array: Any) -> Any:
