@@ -199,6 +199,7 @@ positioned = library_target("positioned", _build, SCOPE, "A positioned buffer wi
 positioned_dropping = library_target("positioned_dropping", _build_dropping, SCOPE, "The same, losing row 0.")
 
 
+@pytest.mark.slow
 def test_the_pages_recipe_judges_a_cache_without_a_length() -> None:
     """OP-ATTEND: glue written with the public helpers only over a cache that keeps no length is CONFORMING (strict,
     whole coverage), and the same glue over a cache that loses a row is NOT CONFORMING, wrong on OP-ATTEND."""
