@@ -15,8 +15,9 @@ import pytest
 import kvcache_spec.conformance.op as public
 from kvcache_spec.conformance.op import (EVERY_ROW, LOWER_RIGHT, UPPER_LEFT, LayerLengths, attended_rows,
                                          explicit_spec, layer_policies, library_target, refuse_outside_scope)
-from kvcache_spec.conformance.engine import WRONG
-from kvcache_spec.conformance.suite import CONFORMING, NOT_CONFORMING, report_json, run_suite
+from kvcache_spec.conformance.engine import LENIENT, WRONG
+from kvcache_spec.conformance.op.programs import op_config
+from kvcache_spec.conformance.suite import CONFORMING, NOT_CONFORMING, replay, report_json, run_suite
 from kvcache_spec.conformance.targets import PythonTarget
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -162,28 +163,60 @@ class Glue:
     loop builds it), then its update; the positions and used() from LayerLengths."""
 
     def __init__(self, cfg: dict[str, Any], drop_first: bool) -> None:
-        self.rows = cfg["capacity"]
+        self.cfg, self.drop_first, self.rows = cfg, drop_first, cfg["capacity"]
         self.caches = [PositionedBuffer(self.rows, drop_first) for _ in layer_policies(cfg)]
         self.lengths = LayerLengths(cfg["n_layers"])
+        self.written = [0] * cfg["n_layers"]   # the rows ever written (what the stale-row stand-in attends)
 
     def update_and_fetch(self, layer_id: int, k: Any, v: Any, position: Any) -> tuple[Any, Any, Any]:
         start, q_len = self.lengths.position(layer_id), k.shape[2]
         if start + q_len > self.rows:
             raise ValueError("the buffer is full")   # the library's own index error, as an exception
-        mask = np.arange(self.rows)[None, :] <= np.arange(start, start + q_len)[:, None]
         keys, values = self.caches[layer_id].write(list(range(start, start + q_len)), k, v)
+        self.written[layer_id] = max(self.written[layer_id], start + q_len)
         self.lengths.advance(layer_id, q_len)
-        return keys, values, explicit_spec(attended_rows(mask, q_len, self.rows))
+        return keys, values, explicit_spec(attended_rows(self.mask(layer_id, start, q_len), q_len, self.rows))
+
+    def mask(self, layer_id: int, start: int, q_len: int) -> Any:
+        """The caller's causal mask over the buffer: query p attends rows 0..p."""
+        return np.arange(self.rows)[None, :] <= np.arange(start, start + q_len)[:, None]
 
     def used(self, layer_id: int) -> int:
         return self.lengths.used(layer_id)
 
+    def trim(self, n: int) -> None:   # a rollback is the caller's positions moving back; the rows are written over
+        self.lengths.trim(n)
+
     def reset(self) -> None:
-        self.__init__({"capacity": self.rows, "n_layers": len(self.caches), "layers": [{}]},   # type: ignore[misc]
-                      self.caches[0].drop_first)
+        self.__init__(self.cfg, self.drop_first)   # type: ignore[misc]   # a new cache, as a new conversation gets
 
 
-SCOPE = ("flat", "batch", "mla", "trusted-args", "lazy-shapes")
+class LitgptShapedRing(Glue):
+    """litgpt 0.5.13's sliding layers in numpy: a ring of `window` rows written at position % window, answered up to
+    the rows written, under the caller's causal mask cut by column - not by the positions the rows hold. A rollback
+    after the ring wrapped leaves a query attending a rolled-back token's row."""
+
+    def __init__(self, cfg: dict[str, Any], drop_first: bool) -> None:
+        super().__init__(cfg, drop_first)
+        self.ring_rows = [min(self.rows, p["window"]) if p["kind"] == "ring" else 0 for p in layer_policies(cfg)]
+        self.caches = [PositionedBuffer(rows or self.rows) for rows in self.ring_rows]
+
+    def update_and_fetch(self, layer_id: int, k: Any, v: Any, position: Any) -> tuple[Any, Any, Any]:
+        rows = self.ring_rows[layer_id]
+        if not rows:
+            return super().update_and_fetch(layer_id, k, v, position)
+        start, q_len = self.lengths.position(layer_id), k.shape[2]
+        if start + q_len > self.rows:
+            raise ValueError("past max_seq_length")
+        keys, values = self.caches[layer_id].write([p % rows for p in range(start, start + q_len)], k, v)
+        answered = min(start + q_len, rows)
+        self.lengths.advance(layer_id, q_len)
+        mask = np.arange(answered)[None, :] <= np.arange(start, start + q_len)[:, None]
+        return keys[:, :, :answered], values[:, :, :answered], explicit_spec(attended_rows(mask, q_len, answered))
+
+
+SCOPE = ("flat", "batch", "mla", "trim", "trusted-args", "lazy-shapes")
+RING_SCOPE = ("ring", *SCOPE)
 
 
 def _build(cfg: dict[str, Any]) -> Glue:
@@ -195,8 +228,14 @@ def _build_dropping(cfg: dict[str, Any]) -> Glue:
     refuse_outside_scope(cfg, SCOPE)
     return Glue(cfg, drop_first=True)
 
+def _build_ring(cfg: dict[str, Any]) -> Glue:
+    refuse_outside_scope(cfg, RING_SCOPE)
+    return LitgptShapedRing(cfg, drop_first=False)
+
+
 positioned = library_target("positioned", _build, SCOPE, "A positioned buffer without a length, glued by the page.")
 positioned_dropping = library_target("positioned_dropping", _build_dropping, SCOPE, "The same, losing row 0.")
+litgpt_shaped = library_target("litgpt_shaped", _build_ring, RING_SCOPE, "litgpt's sliding layers, in numpy.")
 
 
 @pytest.mark.slow
@@ -208,3 +247,42 @@ def test_the_pages_recipe_judges_a_cache_without_a_length() -> None:
     assert report["verdict"] == CONFORMING and report["coverage"]["complete"], (report["verdict"], report["coverage"])
     result = run_suite(PythonTarget(f"python:{__name__}:positioned_dropping"), "quick")
     assert (WRONG, "OP-ATTEND") in result.findings and result.verdict() == NOT_CONFORMING
+
+
+@pytest.mark.slow
+def test_the_litgpt_shaped_ring_is_found_as_litgpt_was() -> None:
+    """OP-ATTEND: the page's process finds on litgpt's sliding layers in numpy what it found on litgpt - the chunk
+    served from a wrapped ring, the rollback past it - and no other kind of cause than the lenient trim of issue 41
+    (tests/test_trim_kept_rows.py), whichever way OP-TRIM's optional trims are settled."""
+    result = run_suite(PythonTarget(f"python:{__name__}:litgpt_shaped"), "quick")
+    assert (WRONG, "OP-ATTEND") in result.findings, sorted(result.findings)
+    assert set(result.findings) <= {(WRONG, "OP-ATTEND"), (LENIENT, "OP-TRIM")}, sorted(result.findings)
+
+
+class StaleRows(Glue):
+    """A caller whose mask covers every row ever written, and a trim that takes any count back to 0."""
+
+    def mask(self, layer_id: int, start: int, q_len: int) -> Any:
+        return np.arange(self.rows)[None, :] < max(self.written[layer_id], start + q_len)
+
+    def trim(self, n: int) -> None:
+        self.lengths.held = [max(0, held - n) for held in self.lengths.held]
+
+
+def _build_stale(cfg: dict[str, Any]) -> Glue:
+    return StaleRows(cfg, drop_first=False)
+
+
+stale_rows = library_target("stale_rows", _build_stale, ("flat", "trim", "lazy-shapes"), "Attends given-up rows.")
+
+
+def test_a_given_up_token_attended_is_named_so_not_as_never_written() -> None:
+    """SAFE-OP-ISOLATION's words (met on litgpt): past a lenient trim (n one past the held tokens, accepted), a query
+    attending a token its own sequence wrote and gave up is told so - not that the sequence "neither wrote it nor
+    was forked from its writer", which is false."""
+    steps = [{"op": "fetch", "layer": 0, "positions": [p]} for p in range(3)] + \
+        [{"op": "trim", "n": 0, "clause": "op.trim.n", "variant": "above"}, {"op": "fetch", "layer": 0, "positions": [0]}]
+    found = replay(PythonTarget(f"python:{__name__}:stale_rows"), op_config(4, (0,)), steps)
+    assert found is not None and "after the lenient OP-TRIM" in found["message"], found
+    assert "token 1, which sequence 0 wrote and no longer holds" in found["message"], found
+    assert "neither wrote it" not in found["message"], found

@@ -297,6 +297,12 @@ class OpConsequences(Consequences):
                                                                     f"V {v_row} are not one token's "
                                                                     "written for this layer, batch row and head")
                         if uid not in self.readable.get(seqs[i], set()):
+                            if self.writer.get(uid) == seqs[i]:   # its own token, given up since (a contiguous
+                                # cache's trim, a cell cache's seq_rm or reset): "neither wrote it" would be false
+                                raise self._broken("SAFE-OP-ISOLATION", f"{where}: token {uid}, which sequence "
+                                                                        f"{seqs[i]} wrote and no longer holds (a "
+                                                                        "trim, removal or reset the target accepted "
+                                                                        "dropped it)")
                             whose = f"of sequence {self.writer[uid]}" if uid in self.writer else \
                                 "which no call the target accepted wrote"
                             raise self._broken("SAFE-OP-ISOLATION", f"{where}: token {uid}, {whose}; sequence "
