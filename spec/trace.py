@@ -41,7 +41,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
-from .rules import RULES, Rule
+from .rules import DECLARATION_RULES, RULES, Rule
 
 
 MODEL_MODULES = ("model", "cell_model", "op_model")  # the executable model, one module per layout or face
@@ -99,6 +99,13 @@ EXEMPTIONS: dict[tuple[str, str], str] = {
         "A verb of llama.cpp's face only (SPEC.md 4.4): the reference keeps a position per cell and shifts none; the "
         "op model states it (op_model.OpModel.seq_add) and the recompute engine checks targets by it.",
 }
+# The declaration rules (SPEC.md section 6.1) say what the suite sends a target that declares a scope item and
+# what it owes: they bind the suite, not a cache, so neither the model nor the reference has anything to cite.
+EXEMPTIONS.update({(rule_id, column): reason for rule_id in DECLARATION_RULES for column, reason in (
+    ("model", "A declaration rule: it binds the conformance suite (what it sends a target declaring it, and what "
+              "that target owes), spec/conformance/scope.py; the model implements the whole spec and declares nothing."),
+    ("kvcache", "A declaration rule: the reference implements the whole spec and declares nothing; tests/"
+                "test_scope_rules.py checks the suite keeps it."))})
 
 
 def citation_pattern(rule_id: str) -> re.Pattern[str]:

@@ -29,7 +29,7 @@ from __future__ import annotations
 from typing import Any, Iterable, Optional
 
 from ..arguments import Clause, of_face
-from ..rules import RULES
+from ..rules import DECLARATION_RULES, RULES
 from .configs import JsonConfig
 from . import scope as scopes
 from .malform import CLAUSE_PREFIX, CONFIG, cases, config_cases, malformation
@@ -41,6 +41,8 @@ OUT_OF_SCOPE: dict[str, str] = {
     "REG-KEYS": "the builder registry is process-global API, not part of one cache's faces",
     "REG-SESSION": "the cache registry session is process-global API, not part of one cache's faces",
     "THREADS": "thread safety is not observable through a sequential call list",
+    **{rule_id: "a declaration rule: it binds the suite (what it sends a target declaring it, what that target owes), "
+                "not a call of the target" for rule_id in DECLARATION_RULES},
 }
 # The rules of the cell layout (spec/cell_model.py) bind cell caches only.
 CELL_PREFIX = "CELL-"

@@ -444,6 +444,24 @@ def widened(cfg: JsonConfig, narrowest: int) -> JsonConfig:
     return {**cfg, "head_dim": new_head, "v_head_dim": new_value, "layers": layers}
 
 
+# The layouts a relaxation may be declared for (SCOPE-DECLARE): the op faces; `unbounded` the contiguous one only
+# (a cell cache's capacity is its free cells, which admission needs: declaring it away would only silence the
+# refusal of a zero capacity).
+OP_LAYOUTS = ("op-contiguous", "op-cell")
+RELAXATION_LAYOUTS: dict[str, tuple[str, ...]] = {name: OP_LAYOUTS for name in RELAXATIONS}
+RELAXATION_LAYOUTS[UNBOUNDED] = ("op-contiguous",)
+
+
+def check_layout(scope: Scope, layout: str) -> None:
+    """SCOPE-DECLARE: raise ScopeError when the scope declares a relaxation its layout cannot declare."""
+    declared = scope.relaxations() | (frozenset({USER_CONFIG}) if scope.user_config else frozenset())
+    wrong = sorted(name for name in declared if layout not in RELAXATION_LAYOUTS[name])
+    if wrong:
+        allowed = "; ".join(f"{name}: {', '.join(RELAXATION_LAYOUTS[name])}" for name in wrong)
+        raise ScopeError(f"SCOPE-DECLARE: the {layout} layout cannot declare {', '.join(wrong)} (declared for: "
+                         f"{allowed})"[:300])
+
+
 def split(configs: Iterable[JsonConfig], scope: Scope) -> tuple[list[JsonConfig], list[JsonConfig]]:
     """(inside, outside) the scope, each in the given order."""
     inside: list[JsonConfig] = []

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from .. import model
-from ..rules import BY_ID, RULES
+from ..rules import BY_ID, DECLARATION_RULES, RULES
 from . import layouts
 from . import scope as scopes
 from .configs import JsonConfig, describe
@@ -39,6 +39,8 @@ NOT_COVERED: dict[str, str] = {
     "REG-KEYS": "the builder registry is process-global API, not part of one cache's faces",
     "REG-SESSION": "the cache registry session is process-global API, not part of one cache's faces",
     "THREADS": "thread safety is not observable through a sequential call list",
+    **{rule_id: "a declaration rule: it binds the conformance suite, not a call of the target"
+       for rule_id in DECLARATION_RULES},
     # The op face's calls carry K/V tensors, which this JSON form does not (spec/PROTOCOL.md, "Op-face
     # targets"): the op-contiguous and op-cell layouts of the suite check these rules instead.
     **{rule.id: "an op-face rule: its calls carry tensors; the op-face conformance layouts check it"
