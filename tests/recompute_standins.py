@@ -1,4 +1,4 @@
-"""Cell caches seen only through their outputs (layout cell-recompute, SPEC.md 4.4), without llama.cpp.
+"""Cell caches seen only through their outputs (layout cell-recompute, SPEC.md 5.3), without llama.cpp.
 
 `TinyAttentionCells` is a whole one: a tiny numpy transformer (random weights from a fixed seed, rotary
 positions, one attention per layer, flat or sliding by the config) over a cell cache of its own - cells

@@ -264,7 +264,7 @@ def test_every_rule_is_in_scope_or_says_why_not() -> None:
     assert all(not ops[rule] for rule in op_rules if rule not in contiguous_only) and ops["CELL-MASK"] and \
         ops["REWIND-SOUND"] and all("other op cache" in ops[rule] for rule in contiguous_only)
     cells = in_scope(config_validation=True, optional=frozenset(), layout="cell")
-    from kvcache_spec.conformance.coverage import RECOMPUTE_ONLY   # the cell layout seen through outputs (SPEC.md 4.4)
+    from kvcache_spec.conformance.coverage import RECOMPUTE_ONLY   # the cell layout seen through outputs (SPEC.md 5.3)
     assert all(not cells[rule] for rule in cell_rules if rule not in RECOMPUTE_ONLY) and cells["REWIND-SOUND"] \
         and not cells["ARG-INT"] and all(cells[rule] for rule in RECOMPUTE_ONLY)
     recompute = in_scope(config_validation=True, optional=frozenset(), layout="cell-recompute")

@@ -120,3 +120,92 @@ def test_descriptions_cite_rules_first() -> None:
     assert specdoc.cited_rules("the runs hold exactly count rows") == ()
     assert specdoc.cited_rules("NOT-A-RULE: x") == ()
     assert specdoc.cited_rules(None) == ()
+
+
+# --- nothing lost, every reference resolves -------------------------------------------------------------
+
+# Counted on SPEC.md before its second pass (commit aaa14e5, 2,129 lines): 76 '#### N. ID' rule sections and
+# 319 executed statements (`>>> ` lines of the pycon blocks, continuation lines not counted). A shorter
+# document may say things once instead of three times; it may not drop a rule or an executed example.
+RULE_SECTIONS_BEFORE = 76
+EXECUTED_STATEMENTS_BEFORE = 319
+REPO = specdoc.SPEC_PATH.parent.parent
+
+
+def executed_statements(document: str) -> int:
+    """The `>>> ` statements of the document's pycon blocks (what the doctest run executes)."""
+    blocks = re.findall(r"^```pycon\n(.*?)^```", document, flags=re.MULTILINE | re.DOTALL)
+    return sum(line.startswith(">>> ") for block in blocks for line in block.splitlines())
+
+
+def test_no_rule_and_no_executed_example_is_lost(document: str) -> None:
+    assert len(_rule_sections(document)) >= RULE_SECTIONS_BEFORE
+    assert executed_statements(document) >= EXECUTED_STATEMENTS_BEFORE
+    assert executed_statements("```pycon\n>>> a = 1\n... \n>>> a\n1\n\n```\n>>> outside\n") == 2
+
+
+def spec_sections(document: str) -> set[str]:
+    """The numbers SPEC.md's parts and sections are cited by: '6' for '## 6. ...', '6.1' for '### 6.1 ...'."""
+    return set(re.findall(r"^## (\d+)\. ", document, re.M)) | set(re.findall(r"^### (\d+\.\d+) ", document, re.M))
+
+
+def spec_anchors(document: str) -> set[str]:
+    """GitHub's anchors of SPEC.md's headings: lower case, punctuation dropped, spaces to '-'."""
+    return {re.sub(r"[^a-z0-9 _-]", "", title.strip().lower()).replace(" ", "-")
+            for title in re.findall(r"^#{1,4} (.*)$", document, re.M)}
+
+
+# A reference to SPEC.md by number: "SPEC.md 6.1", "SPEC.md section 5.3", "`spec/SPEC.md` section 6.1", "SPEC
+# part 5", "SPEC.md sections 2.3-2.7"; inside SPEC.md itself "section 5.3" and "part 6" mean its own.
+_BY_NUMBER = re.compile(r"SPEC(?:\.md)?`?,?\s+(?:(?:sections?|parts?)\s+)?(\d+(?:\.\d+)?)(?:\s*-\s*(\d+(?:\.\d+)?))?")
+_OWN = re.compile(r"\b(?:[Ss]ections?|[Pp]arts?)\s+(\d+(?:\.\d+)?)(?:(?:\s*-\s*|, | and | or )(\d+(?:\.\d+)?))?")
+_ANCHOR = re.compile(r"SPEC\.md#([A-Za-z0-9_-]+)")
+
+
+def referring_files() -> list[str]:
+    """The repository's code and pages that may cite SPEC.md (the tool's own environments left out)."""
+    patterns = ("README.md", "ARCHITECTURE.md", "pyproject.toml", "docs/*.md", "spec/*.md", "spec/**/*.py",
+                "kvcache/**/*.py", "proofs/**/*.py", "tests/*.py", "spec/cpp/**/*.hpp", "spec/cpp/**/*.cpp", ".ci/*")
+    return sorted({str(path.relative_to(REPO)) for pattern in patterns for path in REPO.glob(pattern)
+                   if path.is_file() and path.name != "test_specdoc.py"})   # its own demonstrations are not references
+
+
+def dangling_references(name: str, text: str, document: str) -> list[str]:
+    """The SPEC.md references in `text` that name no heading of `document`."""
+    flat = re.sub(r"\s*\n\s*(?:#+|//+|\*|>)?\s*", " ", text)   # a reference may wrap onto a comment line
+    numbers = spec_sections(document)
+    found = [match.groups() for match in _BY_NUMBER.finditer(flat)]
+    if name == "spec/SPEC.md":
+        found += [match.groups() for match in _OWN.finditer(flat)]
+    out = [f"{name}: section {number}" for pair in found for number in pair if number and number not in numbers]
+    out += [f"{name}: #{anchor}" for anchor in _ANCHOR.findall(text) if anchor not in spec_anchors(document)]
+    if name == "spec/SPEC.md":
+        out += [f"{name}: #{anchor}" for anchor in re.findall(r"\]\(#([A-Za-z0-9_-]+)\)", text)
+                if anchor not in spec_anchors(document)]
+    return out
+
+
+def test_every_reference_to_a_spec_section_resolves(document: str) -> None:
+    dangling = [problem for name in referring_files()
+                for problem in dangling_references(name, (REPO / name).read_text(errors="replace"), document)]
+    assert dangling == []
+
+
+def test_a_dangling_reference_is_found(document: str) -> None:
+    """The check above can fail: a section, an own part and an anchor that do not exist are each named."""
+    assert dangling_references("spec/arguments.py", "# (SPEC section 8.5)\n# SPEC.md\n# part 5", document) == \
+        ["spec/arguments.py: section 8.5"]
+    assert dangling_references("spec/SPEC.md", "see section 9.4 and [x](#no-such-part)", document) == \
+        ["spec/SPEC.md: section 9.4", "spec/SPEC.md: #no-such-part"]
+    assert dangling_references("README.md", "[scope](spec/SPEC.md#29-conformance-scope)", document) == \
+        ["README.md: #29-conformance-scope"]
+
+
+def test_user_pages_name_no_issue_numbers() -> None:
+    """A user cannot look up this project's issue tracker: its pages say what a thing is, not which issue made it
+    (an upstream issue, '#29045', is a link a user can follow and stays)."""
+    pages = ["README.md", *sorted(str(p.relative_to(REPO)) for p in (REPO / "docs").glob("*.md")),
+             *sorted(str(p.relative_to(REPO)) for p in (REPO / "spec").glob("*.md"))]
+    named = [f"{page}: {match.group(0)}" for page in pages
+             for match in re.finditer(r"\b[Ii]ssues? \d+", (REPO / page).read_text())]
+    assert named == []

@@ -71,7 +71,7 @@ def test_every_rule_is_covered_or_explained(name: str) -> None:
     elsewhere = {rule for rule, why in DOCUMENT["notCovered"].items() if "covers it" in why}
     op_face = {rule.id for rule in RULES if rule.id.startswith("OP-")}   # tensors: the op-face layouts check them
     assert op_face and all("op-face conformance" in DOCUMENT["notCovered"][rule] for rule in op_face)
-    # the cell layout seen through its outputs (SPEC.md 4.4): the target's own outputs, no golden answer
+    # the cell layout seen through its outputs (SPEC.md 5.3): the target's own outputs, no golden answer
     recompute = {"CELL-RECOMPUTE", "CELL-KEEP", "CELL-SHIFT"}
     assert all("seen through its outputs" in DOCUMENT["notCovered"][rule] for rule in recompute)
     assert set(DOCUMENT["notCovered"]) - elsewhere == {"ET-MAP", "REG-KEYS", "REG-SESSION", "THREADS"} | op_face \

@@ -184,7 +184,7 @@ FACE_METHODS: dict[str, dict[str, tuple[str, ...]]] = {
     "op-cell": {"update_and_fetch": ("layer_id", "k", "v", "position"), "begin_step": ("seq_ids",),
                 "seq_cp": ("src", "dst", "upto"), "seq_rm": ("seq", "p0", "p1"), "seq_len": ("seq",),
                 "free_cells": (), "reset": ()},
-    # a cell cache seen only through its outputs (SPEC.md 4.4; cell/recompute.py): llama.cpp's verbs
+    # a cell cache seen only through its outputs (SPEC.md 5.3; cell/recompute.py): llama.cpp's verbs
     "cell-recompute": {"decode": ("seq_ids", "positions", "tokens"), "recompute": ("tokens", "positions"),
                        "seq_cp": ("src", "dst", "upto"), "seq_rm": ("seq", "p0", "p1"), "next_pos": ("seq",),
                        "seq_keep": ("seq",), "seq_add": ("seq", "p0", "p1", "delta"), "clear": ()},

@@ -45,7 +45,7 @@ NOT_COVERED: dict[str, str] = {
     # targets"): the op-contiguous and op-cell layouts of the suite check these rules instead.
     **{rule.id: "an op-face rule: its calls carry tensors; the op-face conformance layouts check it"
        for rule in RULES if rule.id.startswith("OP-")},
-    # A cell cache seen through its outputs (SPEC.md 4.4): its answers are the target's own output vectors and
+    # A cell cache seen through its outputs (SPEC.md 5.3): its answers are the target's own output vectors and
     # recomputes, so no golden answer exists; the cell-recompute layout of the suite checks these rules.
     **{rule_id: "a rule of the cell layout seen through its outputs: its answers are the target's own output "
                 "vectors, with no golden value; the cell-recompute conformance layout checks it"
