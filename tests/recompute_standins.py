@@ -205,6 +205,20 @@ class IgnoresWindow(TinyAttentionCells):
         return super().attended(seq, pos, 0)
 
 
+class IgnoresWindowEverywhere(TinyAttentionCells):
+    """Every sliding layer served as a full one, in the decode and in its own recompute alike: the window is the
+    target's model, which CELL-RECOMPUTE compares but does not decide (SPEC.md 5.3) - this one conforms."""
+
+    def attended(self, seq: int, pos: int, window: int) -> list[dict[str, Any]]:
+        return super().attended(seq, pos, 0)
+
+    def recompute(self, tokens: list[int], positions: list[int]) -> list[float]:
+        outputs = IgnoresWindowEverywhere(self.config).decode([0] * len(tokens), positions, tokens)
+        if outputs is False:
+            raise ValueError("[OP-CAP] more rows than cells")
+        return outputs[-1]   # type: ignore[no-any-return]
+
+
 class StalePosMax(TinyAttentionCells):
     """next_pos is the newest position ever written, not lowered by a removal at the end."""
 
