@@ -209,3 +209,24 @@ def test_user_pages_name_no_issue_numbers() -> None:
     named = [f"{page}: {match.group(0)}" for page in pages
              for match in re.finditer(r"\b[Ii]ssues? \d+", (REPO / page).read_text())]
     assert named == []
+
+
+def test_the_spec_is_at_most_1700_lines(document: str) -> None:
+    """Each fact said once keeps the document readable in one sitting: 2,129 lines before its second pass."""
+    assert len(document.splitlines()) <= 1700
+
+
+def test_the_index_lists_every_rule_under_its_section(document: str) -> None:
+    """Part 8: each rule id once, in the row of the section whose heading it sits under."""
+    index = document[document.index("\n## 8. Index of rules"):]
+    listed = {rule_id: number for number, ids in re.findall(r"^\| \[(\d+\.\d+) [^]]*\]\(#[^)]*\) \| (.*) \|$", index, re.M)
+              for rule_id in ids.split(", ")}
+    where: dict[str, str] = {}
+    section = ""
+    for line in document[:document.index("\n## 8. Index of rules")].splitlines():
+        heading = re.match(r"^### (\d+\.\d+) ", line)
+        section = heading.group(1) if heading else section
+        rule = re.match(r"^#### \d+\. ([A-Z][A-Z0-9-]*)$", line)
+        if rule:
+            where[rule.group(1)] = section
+    assert listed == where and set(listed) == {rule.id for rule in RULES}
