@@ -28,7 +28,8 @@ and the whole spec (no declaration) declares none. The op face's relaxations (SP
 - `trusted-args`: the cache's caller is model code: the suite sends no malformed call (a clause of the
   argument contract broken, spec/arguments.py) and OP-ARGS is not owed; nor any invalid configuration
   (OP-CONFIG's refusals are not owed; a valid one outside the scope is still refused, SCOPE-BORDER);
-- `unbounded` (contiguous): no capacity: steps past the config's capacity are served, OP-CAP is not owed;
+- `unbounded` (op-contiguous only; declared on another layout it is a ScopeError, SCOPE-DECLARE): no capacity:
+  steps past the config's capacity are served, OP-CAP is not owed;
 - `lazy-shapes`: sizes (n_kv_heads, head_dim, v_head_dim, batch_size) are learnt from the first update:
   the config the target gets has none, each layer's first update is well-formed, OP-CONFIG for sizes is
   not owed;
