@@ -107,7 +107,7 @@ CLAUSES: tuple[Clause, ...] = (
            "63"),
     Clause("op.seq_rm.p0", "OP-RM", OP_CELL, "seq_rm", "p0", INT, "seq_rm's p0 is an int >= 0"),
     Clause("op.seq_rm.p1", "OP-RM", OP_CELL, "seq_rm", "p1", INT, "seq_rm's p1 is None or an int >= p0", low="p0"),
-    # --- the op faces' configurations (SPEC section 8.5): create(config), per key; each refused (OP-CONFIG)
+    # --- the op faces' configurations (SPEC.md part 5, OP-CONFIG): create(config), per key; each refused (OP-CONFIG)
     *(Clause(f"op.create.{key}", "OP-CONFIG", OP_FACES, "create", key, CONFIG, f"{key} is an int >= 1 (not bool)",
              variants=("0", "negative", "bool", "float", "string", "null"))
       for key in ("capacity", "n_layers", "n_kv_heads", "head_dim", "batch_size")),
@@ -117,7 +117,7 @@ CLAUSES: tuple[Clause, ...] = (
            variants=("0", "negative", "bool", "float", "string")),
     Clause("op.create.max_write", "OP-CONFIG", OP_FACES, "create", "max_write", CONFIG,
            "max_write is null or an int >= 1 (not bool)", variants=("0", "negative", "bool", "float", "string")),
-    # (no clause for `sizing` or `initial_capacity`: a target may ignore them, SPEC section 8.5)
+    # (no clause for `sizing` or `initial_capacity`: a target may ignore them: spec/PROTOCOL.md, "Op-face targets")
     Clause("op.create.layers", "OP-CONFIG", OP_FACES, "create", "layers", CONFIG,
            "layers is a list of one policy, or of one per layer (n_layers)", variants=("count", "empty", "not a list")),
     Clause("op.create.layers.kind", "OP-CONFIG", OP_FACES, "create", "layers", CONFIG,

@@ -489,7 +489,7 @@ def execute_step(config: CellConfig, state: CellState, forward: Forward, layer: 
     return tuple(cells_now), problems
 
 
-# --- a cell cache seen only through its outputs (CELL-RECOMPUTE, SPEC.md section 4.4) -------------------------
+# --- a cell cache seen only through its outputs (CELL-RECOMPUTE, SPEC.md section 5.3) -------------------------
 # Such a target (llama.cpp) shows no K/V: per token of a decode it answers an output vector. Which tokens each
 # query attends is the op face's cell table (`op_model.OpModel`, caller-chosen ids; OP-FORK, OP-RM, OP-POS,
 # OP-CAP); what the output must be is decided here: the target's own recompute over the rows the spec names.

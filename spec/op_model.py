@@ -50,7 +50,7 @@ class OpConfig:
     batch_size: int
     max_write: Optional[int] = None   # OP-MAX-WRITE: the most tokens a step writes (with a ring layer); None = no bound
     keeps: tuple[int, ...] = ()       # OP-SINKS: per layer, the sink positions a ring layer keeps (empty = none)
-    bounded: bool = True   # OP-CAP binds; False for a target declaring `unbounded` (SPEC.md 2.9): capacity a hint
+    bounded: bool = True   # OP-CAP binds; False for a target declaring `unbounded` (SPEC.md 6.1): capacity a hint
 
     def keep(self, layer: int) -> int:
         return self.keeps[layer] if self.keeps else 0
@@ -285,7 +285,7 @@ class OpModel:
             self.held[seq] = kept
         return None
 
-    # --- llama.cpp's further verbs, on the face of a cell cache seen through its outputs (SPEC.md 4.4) ---
+    # --- llama.cpp's further verbs, on the face of a cell cache seen through its outputs (SPEC.md 5.3) ---
     def seq_keep(self, seq: Any) -> Optional[Rejected]:
         """CELL-KEEP: every other sequence's tokens are gone; seq keeps its own (shared ones too)."""
         if not _is_int(seq) or not 0 <= seq < MAX_SEQS:

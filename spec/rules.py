@@ -122,14 +122,6 @@ RULES: tuple[Rule, ...] = (
          "A cache left in the global registry leaks across requests."),
     Rule("THREADS", "The registries are thread-safe; a SequenceCache is not (one sequence, one runner).",
          "Saying so prevents a future caller from sharing one cache across threads without a lock."),
-    # --- conformance scope
-    Rule("SCOPE-BORDER",
-         "An implementation that declares a partial scope (layer kinds, the max_write field, one fixed max_seqs "
-         "for a cell cache, the narrowest width min_head_dim of an op target, one fixed keep=N of its ring layers) "
-         "refuses at creation every valid "
-         "configuration outside it, but a lazy-shapes target those outside by their sizes alone.",
-         "A flat-only cache that accepts a sliding-window layer and serves it as full history gives silently "
-         "wrong attention; a refusal at build time is loud and costs nothing."),
     # --- the cell layout (many sequences over one pool of per-token cells; spec/cell_model.py)
     Rule("CELL-DATA-SOUND",
          "Every query token of a placed step attends exactly the cells that hold its own sequence's current history "
@@ -250,31 +242,6 @@ RULES: tuple[Rule, ...] = (
     Rule("CELL-ATOMIC", "A refusal or a typed error of the cell layout changes nothing (every query answers as before).",
          "A half-applied verb leaves the table and the backend's pools disagreeing silently.",
          "A declare_step refused after part of the forward was admitted; a seq_rm that raised after freeing cells."),
-    # --- a cell cache seen only through its outputs (SPEC.md section 4.4): the op face's cell verbs, and a decode
-    Rule("CELL-RECOMPUTE",
-         "A cell cache observed through its outputs answers, for every token of a decode, the output the same target "
-         "computes when it recomputes that token from nothing over exactly the rows the spec says it attends: its "
-         "sequence's (token, position) entries at positions up to its own, each once, decoded as one sequence into a "
-         "fresh state; equal to a float tolerance. With more than one layer the check binds where every one of those "
-         "rows was written over the entries now below it.",
-         "Runtimes such as llama.cpp expose no K/V rows: with one layer a token's output is a function of exactly the "
-         "(token, position) rows it attends, so the target's own recompute over the spec's set is the oracle.",
-         "A token attending a removed cell, another sequence's cell, two cells at one position, or missing one of its "
-         "own (llama.cpp's seq_cp onto a live destination; a sliding layer rewound below what it still holds)."),
-    Rule("CELL-KEEP",
-         "seq_keep(s) (s an int in [0, 63)) removes every token of every other sequence; s keeps its own, the ones it "
-         "shares too.",
-         "llama.cpp's seq_keep ends every sequence but one (a chosen beam) in one call; a cell s shares must survive it.",
-         "A kept sequence losing a cell it shared with a removed one; another sequence left holding cells."),
-    Rule("CELL-SHIFT",
-         "seq_add(s, p0, p1, delta) moves s's tokens at positions in [p0, p1) (to the end when p1 is None) by delta, for "
-         "s only: a sequence sharing one keeps it where it was; s's later queries attend them at their new positions. p0 "
-         "an int >= 0, p1 None or an int >= p0, delta an int; a move that takes a position out of [0, 2**31 - 2] or "
-         "onto one s holds is refused.",
-         "A context shift (seq_rm of the oldest, then seq_add of the rest by minus that many) keeps a long "
-         "conversation inside the cache; RoPE makes a key's position part of what it is.",
-         "A shift that moves a shared cell for every owner, keys left at their old positions, or two tokens of one "
-         "sequence shifted onto one position."),
 )
 
 
@@ -286,7 +253,7 @@ OP_RULES: tuple[Rule, ...] = (
          "on layer l at positions q <= p (and q > p - w when windowed), each once, with the K and the V written for "
          "that token on that layer; nothing of another sequence, nothing removed, nothing never written on l. With "
          "batch_size B > 1 (contiguous) batch row b attends only rows written for batch row b. A target declaring "
-         "lossy=<tol> (section 2.9) may hold K and V that differ from what was written by up to tol.",
+         "lossy=<tol> (SCOPE-LOSSY) may hold K and V that differ from what was written by up to tol.",
          "This is what attention needs; every other OP- rule exists to make it true or to refuse what would break it.",
          "A query that sees another sequence's token, a removed token, a token twice, or a row never written."),
     Rule("OP-MASK",
@@ -304,8 +271,8 @@ OP_RULES: tuple[Rule, ...] = (
          "k is [B, Hkv, q_len, D], v [B, Hkv, q_len, Dv], both floating-point, position [q_len, 1] integers; B == "
          "batch_size, Hkv == "
          "n_kv_heads, D == head_dim, Dv == v_head_dim; q_len >= 1 and equal across k, v and position; layer_id is an "
-         "int (not bool) in [0, n_layers). A target declaring trusted-args (section 2.9) is sent no call that "
-         "breaks this and does not owe its refusal.",
+         "int (not bool) in [0, n_layers). A target declaring trusted-args is sent no call that breaks "
+         "this (SCOPE-TRUSTED-ARGS).",
          "A shape the cache does not check is silently broadcast or truncated into the history.",
          "A step whose K, V and positions disagree in length; an MLA value of the key's width."),
     Rule("OP-POS",
@@ -338,8 +305,8 @@ OP_RULES: tuple[Rule, ...] = (
          "A removal that frees a cell another sequence still attends."),
     Rule("OP-CAP",
          "Contiguous: a new step is refused when the tokens held once the open step is abandoned, plus q_len, exceed "
-         "capacity (STATIC and DYNAMIC agree); a target declaring unbounded (section 2.9) has no capacity and serves "
-         "every such step. Cell: free_cells() counts the cells no token holds (an open step's placed tokens hold "
+         "capacity (STATIC and DYNAMIC agree); a target declaring unbounded has no capacity "
+         "(SCOPE-UNBOUNDED). Cell: free_cells() counts the cells no token holds (an open step's placed tokens hold "
          "theirs); begin_step of n tokens is refused exactly when n exceeds the free cells once the open step is "
          "abandoned, and can_extend(n) is exactly whether it is admitted.",
          "The cache bounds hard at capacity; admission is decided before anything is written.",
@@ -358,10 +325,8 @@ OP_RULES: tuple[Rule, ...] = (
          "K grown by a step whose V was refused; cells claimed by a step that then failed."),
     Rule("OP-CONFIG",
          "capacity > 0, n_layers > 0, layers of size 1 or n_layers, policies valid, n_kv_heads, head_dim, v_head_dim "
-         ">= 1, batch_size >= 1, every size an int (not bool). A target declaring lazy-shapes (section 2.9) is given "
-         "no sizes and owes no refusal of them; one declaring unbounded owes none of the capacity; one declaring "
-         "trusted-args is sent no invalid config and owes none of these refusals (a valid config outside its scope "
-         "stays refused: SCOPE-BORDER), but those a change of its user-config keys alone makes valid.",
+         ">= 1, batch_size >= 1, every size an int (not bool). A relaxation may leave some of these refusals "
+         "unowed (SCOPE-TRUSTED-ARGS, SCOPE-USER-CONFIG, SCOPE-UNBOUNDED, SCOPE-LAZY-SHAPES).",
          "A cache built from a nonsensical config fails later, far from the cause.",
          "A zero-layer or zero-head cache that accepts steps it cannot serve."),
     Rule("OP-MAX-WRITE",
@@ -395,7 +360,110 @@ OP_RULES: tuple[Rule, ...] = (
          "A trim that only lowers the length (the rows come back); a trim past a wrapped ring that then serves "
          "overwritten rows; a negative trim that grows the cache over rows never written."),
 )
-RULES = RULES + OP_RULES
+
+# --- a cell cache seen only through its outputs (SPEC.md section 5.3): the op face's cell verbs, and a decode
+RECOMPUTE_RULES: tuple[Rule, ...] = (
+    Rule("CELL-RECOMPUTE",
+         "A cell cache observed through its outputs answers, for every token of a decode, the output the same target "
+         "computes when it recomputes that token from nothing over exactly the rows the spec says it attends: its "
+         "sequence's (token, position) entries at positions up to its own, each once, decoded as one sequence into a "
+         "fresh state; equal to a float tolerance. With more than one layer the check binds where every one of those "
+         "rows was written over the entries now below it. Windows are not applied to that set: the recompute "
+         "applies each layer's window to it as the decode does (on a window-w layer the query at q attends the rows "
+         "at positions >= q - w + 1), so the rule compares the two computations and does not decide the window.",
+         "Runtimes such as llama.cpp expose no K/V rows: with one layer a token's output is a function of exactly the "
+         "(token, position) rows it attends, so the target's own recompute over the spec's set is the oracle.",
+         "A token attending a removed cell, another sequence's cell, two cells at one position, or missing one of its "
+         "own (llama.cpp's seq_cp onto a live destination; a sliding layer rewound below what it still holds)."),
+    Rule("CELL-KEEP",
+         "seq_keep(s) (s an int in [0, 63)) removes every token of every other sequence; s keeps its own, the ones it "
+         "shares too.",
+         "llama.cpp's seq_keep ends every sequence but one (a chosen beam) in one call; a cell s shares must survive it.",
+         "A kept sequence losing a cell it shared with a removed one; another sequence left holding cells."),
+    Rule("CELL-SHIFT",
+         "seq_add(s, p0, p1, delta) moves s's tokens at positions in [p0, p1) (to the end when p1 is None) by delta, for "
+         "s only: a sequence sharing one keeps it where it was; s's later queries attend them at their new positions. p0 "
+         "an int >= 0, p1 None or an int >= p0, delta an int; the move is refused when, after it, a moved token's "
+         "position lies outside [0, 2**31 - 2] or equals the position of a token of s the move left in place (a "
+         "position a moved token vacates may be taken by another moved token).",
+         "A context shift (seq_rm of the oldest, then seq_add of the rest by minus that many) keeps a long "
+         "conversation inside the cache; RoPE makes a key's position part of what it is.",
+         "A shift that moves a shared cell for every owner, keys left at their old positions, or two tokens of one "
+         "sequence shifted onto one position."),
+)
+
+# --- conformance scope (SPEC.md section 6.1): what a target declares it implements, and what it owes less
+SCOPE_RULES: tuple[Rule, ...] = (
+    Rule("SCOPE-BORDER",
+         "An implementation that declares a partial scope (layer kinds, the max_write field, one fixed max_seqs "
+         "for a cell cache, the narrowest width min_head_dim of an op target, one fixed keep=N of its ring layers) "
+         "refuses at creation every valid "
+         "configuration outside it; a lazy-shapes target, given no sizes at creation, owes it only for those outside "
+         "by something besides their sizes (SCOPE-LAZY-SHAPES).",
+         "A flat-only cache that accepts a sliding-window layer and serves it as full history gives silently "
+         "wrong attention; a refusal at build time is loud and costs nothing."),
+    Rule("SCOPE-DECLARE",
+         "A scope is a list of names: features of the target's layout (all: every one), max_seqs=N (an int in "
+         "[1, 64]), keep=N (an int >= 0; N > 0 needs sinks) and relaxations, which only an op layout declares "
+         "(unbounded only op-contiguous). An unknown name, a value missing, repeated or out of its range, user-config "
+         "without trusted-args, or a relaxation the layout cannot declare is an error before anything runs; a cmd: "
+         "target's hello only ignores and reports unknown names.",
+         "A typo that silently widened or narrowed what is owed would make a verdict mean something else than it "
+         "says; a relaxation that relaxes nothing on its layout (unbounded on a cell cache) would still silence "
+         "checks."),
+    Rule("SCOPE-TWINS",
+         "A scope fixing max_seqs=N, keep=N or min_head_dim=N is also driven over the twin of every suite "
+         "configuration outside it by those alone: max_seqs set to N; each ring layer ring(w, keep k) made "
+         "ring(w - k + N, keep N); head_dim raised to max(head_dim, N), and a v_head_dim that differed raised to "
+         "max(v_head_dim, N), plus 1 when that equals the new head_dim. The originals stay outside, checked "
+         "refused at creation (SCOPE-BORDER).",
+         "A cache with upstream's fixed 64 ids, mlx-lm's keep 4 or a quantizer's 32-channel groups must still be "
+         "driven over every layer family and edge the suite has (capacity 1, window 1, a window part of 1, MLA), "
+         "not only over the configurations that happen to fit it."),
+    Rule("SCOPE-TRUSTED-ARGS",
+         "trusted-args: the target is sent no malformed call (a clause of the argument contract broken: a shape, "
+         "dtype or rank, q_len 0, an id or int out of range, a position outside [0, 2**31 - 2], a trim's n outside "
+         "[0, held] or not an int) and no invalid configuration, and owes none of their refusals; what the state "
+         "refuses (positions that do not continue the history, a step past max_write or the capacity, a trim a "
+         "ring cannot give back) and the refusal of a valid configuration outside the scope stay owed.",
+         "Hugging Face's DynamicCache and mlx-lm's KVCache are called by model code only and check nothing: their "
+         "contract, not their bug; what their state refuses is still what keeps attention right."),
+    Rule("SCOPE-USER-CONFIG",
+         "user-config=<key>[+<key>] (keys capacity, max_write, window, keep; with trusted-args): an invalid "
+         "configuration a change of these keys alone makes valid (tried over capacity 1..16, max_write None or "
+         "1..8, window 1..16 on every ring layer at once, keep 0..4) is still sent, and its refusal is owed.",
+         "Some keys come from the library's user, not its model code (mlx-lm's --max-kv-size is every ring's "
+         "window, passed unchecked): a user reaches such a configuration with one flag."),
+    Rule("SCOPE-UNBOUNDED",
+         "unbounded (op-contiguous only): the target has no capacity: a step past the config's capacity is served "
+         "as OP-ATTEND says; OP-CAP is not owed, nor the refusal of a configuration whose only fault is its "
+         "capacity (0 included).",
+         "Growing caches (DynamicCache, mlx-lm's KVCache) have no capacity; a cell cache's capacity is its free "
+         "cells, which admission needs, so it cannot declare one away."),
+    Rule("SCOPE-LAZY-SHAPES",
+         "lazy-shapes: the config holds no n_kv_heads, head_dim, v_head_dim or batch_size; each layer learns them "
+         "from its first update after creation or reset, which is well-formed. Not owed: the refusal of an "
+         "invalid size (OP-CONFIG) and of a configuration outside the scope by its sizes alone. Owed (unless "
+         "trusted-args): the refusal of a later update on that layer whose sizes differ from the first's (OP-ARGS).",
+         "Library caches allocate at their first update, from its tensors: they cannot refuse a size they were "
+         "never told, but can refuse one that contradicts what they learnt."),
+    Rule("SCOPE-LOSSY",
+         "lossy=<tol> (tol a float, 0 < tol < 0.5): stored K and V may differ from what was written by up to tol in "
+         "every element; the suite writes row codes of small integers and reads a row as the one code within tol "
+         "of it.",
+         "Quantized caches store K and V lossily by design; below half of 1 a row still reads as at most one code, "
+         "so which token a query attends stays decidable (OP-ATTEND)."),
+    Rule("SCOPE-MIN-HEAD-DIM",
+         "min_head_dim=<N> (N an int >= 1): the target serves only head_dim and v_head_dim >= N; a configuration "
+         "with a narrower width is outside its scope, refused at creation, and its twin is driven instead "
+         "(SCOPE-TWINS).",
+         "A quantizer groups channels (HF's QuantizedCache 64, mlx-lm's 32): narrower rows cannot be stored, a "
+         "limit of the design, stated up front."),
+)
+RULES = RULES + OP_RULES + RECOMPUTE_RULES + SCOPE_RULES
+# The scope rules that bind the conformance suite (what it sends a target declaring a scope item, and what that
+# target owes) rather than a call of a cache: no model or reference cites them (spec/trace.py, EXEMPTIONS).
+DECLARATION_RULES: tuple[str, ...] = tuple(rule.id for rule in SCOPE_RULES if rule.id != "SCOPE-BORDER")
 
 BY_ID: dict[str, Rule] = {rule.id: rule for rule in RULES}
 assert len(BY_ID) == len(RULES), "rule ids are unique"

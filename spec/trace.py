@@ -41,7 +41,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
-from .rules import RULES, Rule
+from .rules import DECLARATION_RULES, RULES, Rule
 
 
 MODEL_MODULES = ("model", "cell_model", "op_model")  # the executable model, one module per layout or face
@@ -89,16 +89,23 @@ EXEMPTIONS: dict[tuple[str, str], str] = {
         "The reference implements every feature (flat, ring, max_write), so no configuration is outside "
         "its scope; tests/test_scope.py checks the border on partial-scope targets.",
     ("CELL-RECOMPUTE", "kvcache"):
-        "A rule of a cache seen only through its outputs (SPEC.md 4.4): the reference exposes its K/V and masks and "
+        "A rule of a cache seen only through its outputs (SPEC.md 5.3): the reference exposes its K/V and masks and "
         "computes no output, so there is nothing for it to recompute; the conformance engine checks the rule "
         "(spec/conformance/cell/recompute.py) and tests/test_cell_recompute.py checks the engine on stand-ins.",
     ("CELL-KEEP", "kvcache"):
-        "A verb of llama.cpp's face only (SPEC.md 4.4): the reference's cell cache has seq_rm for it; the op model "
+        "A verb of llama.cpp's face only (SPEC.md 5.3): the reference's cell cache has seq_rm for it; the op model "
         "states it (op_model.OpModel.seq_keep) and the recompute engine checks targets by it.",
     ("CELL-SHIFT", "kvcache"):
-        "A verb of llama.cpp's face only (SPEC.md 4.4): the reference keeps a position per cell and shifts none; the "
+        "A verb of llama.cpp's face only (SPEC.md 5.3): the reference keeps a position per cell and shifts none; the "
         "op model states it (op_model.OpModel.seq_add) and the recompute engine checks targets by it.",
 }
+# The declaration rules (SPEC.md section 6.1) say what the suite sends a target that declares a scope item and
+# what it owes: they bind the suite, not a cache, so neither the model nor the reference has anything to cite.
+EXEMPTIONS.update({(rule_id, column): reason for rule_id in DECLARATION_RULES for column, reason in (
+    ("model", "A declaration rule: it binds the conformance suite (what it sends a target declaring it, and what "
+              "that target owes), spec/conformance/scope.py; the model implements the whole spec and declares nothing."),
+    ("kvcache", "A declaration rule: the reference implements the whole spec and declares nothing; tests/"
+                "test_scope_rules.py checks the suite keeps it."))})
 
 
 def citation_pattern(rule_id: str) -> re.Pattern[str]:

@@ -373,7 +373,7 @@ class ContiguousServesEmptyStep(ContiguousStandin):
         return super().update_and_fetch(layer_id, k, v, position)
 
 
-# --- issue 33: caches shaped like the field's, each declaring the relaxation it needs (SPEC.md 2.9) -------
+# --- issue 33: caches shaped like the field's, each declaring the relaxation it needs (SPEC.md 6.1) -------
 
 class _WindowOffByOne:
     """A planted defect: a ring window that keeps one position too many (OP-ATTEND)."""

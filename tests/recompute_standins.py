@@ -1,4 +1,4 @@
-"""Cell caches seen only through their outputs (layout cell-recompute, SPEC.md 4.4), without llama.cpp.
+"""Cell caches seen only through their outputs (layout cell-recompute, SPEC.md 5.3), without llama.cpp.
 
 `TinyAttentionCells` is a whole one: a tiny numpy transformer (random weights from a fixed seed, rotary
 positions, one attention per layer, flat or sliding by the config) over a cell cache of its own - cells
@@ -203,6 +203,20 @@ class IgnoresWindow(TinyAttentionCells):
 
     def attended(self, seq: int, pos: int, window: int) -> list[dict[str, Any]]:
         return super().attended(seq, pos, 0)
+
+
+class IgnoresWindowEverywhere(TinyAttentionCells):
+    """Every sliding layer served as a full one, in the decode and in its own recompute alike: the window is the
+    target's model, which CELL-RECOMPUTE compares but does not decide (SPEC.md 5.3) - this one conforms."""
+
+    def attended(self, seq: int, pos: int, window: int) -> list[dict[str, Any]]:
+        return super().attended(seq, pos, 0)
+
+    def recompute(self, tokens: list[int], positions: list[int]) -> list[float]:
+        outputs = IgnoresWindowEverywhere(self.config).decode([0] * len(tokens), positions, tokens)
+        if outputs is False:
+            raise ValueError("[OP-CAP] more rows than cells")
+        return outputs[-1]   # type: ignore[no-any-return]
 
 
 class StalePosMax(TinyAttentionCells):

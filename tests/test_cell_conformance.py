@@ -56,7 +56,7 @@ def test_a_cell_run_leaves_the_sequence_rules_out_and_a_sequence_run_the_cell_ru
         reference_report: dict[str, Any]) -> None:
     cell_out = reference_report["coverage"]["rules"]["out_of_scope"]
     assert "REWIND-SOUND" in cell_out and "DATA-SOUND" in cell_out and "PLAN-SHAPE" in cell_out
-    from kvcache_spec.conformance.coverage import RECOMPUTE_ONLY   # the cell layout seen through outputs (SPEC.md 4.4)
+    from kvcache_spec.conformance.coverage import RECOMPUTE_ONLY   # the cell layout seen through outputs (SPEC.md 5.3)
     assert not any(rule.startswith("CELL-") and rule not in RECOMPUTE_ONLY for rule in cell_out)
     assert all("seen through its outputs" in cell_out[rule] for rule in RECOMPUTE_ONLY)
     target = parse_target("python:kvcache:SequenceCache")

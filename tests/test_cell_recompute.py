@@ -1,4 +1,4 @@
-"""The cell layout seen only through its outputs (layout cell-recompute, SPEC.md 4.4): the model's
+"""The cell layout seen only through its outputs (layout cell-recompute, SPEC.md 5.3): the model's
 CELL-RECOMPUTE helpers, the engine on a numpy stand-in that conforms, and on stand-ins that each break one
 thing - found through the outputs and next_pos alone, with no K/V in sight."""
 

@@ -1,4 +1,4 @@
-"""llama.cpp as a cell-recompute target (SPEC.md 4.4; docs/llamacpp-findings.md): each known difference found
+"""llama.cpp as a cell-recompute target (SPEC.md 5.3; docs/llamacpp-findings.md): each known difference found
 by a minimal program, and nothing found where llama.cpp agrees with the spec. Needs the extra `llamacpp`
 (llama-cpp-python built from its sdist, gguf): without it these tests are skipped, and CI's llamacpp stage
 (.ci/run) installs it and runs them."""

@@ -1,4 +1,4 @@
-"""Issue 33: the scope relaxations real caches need (SPEC.md section 2.9), completeness past a lenient
+"""Issue 33: the scope relaxations real caches need (SPEC.md section 6.1), completeness past a lenient
 step (SAFE-OP-COMPLETE), and the three false alarms of the suite's attribution.
 
 The targets are tests/op_standin.py's caches shaped like the field's: one that validates nothing
@@ -144,7 +144,7 @@ def test_min_head_dim_drives_widened_twins_and_only_them() -> None:
 
 
 def test_lossy_labels_are_row_codes_read_within_the_tolerance() -> None:
-    """SPEC.md 2.9, lossy=<tol>: each row is its code (((uid L + layer) B + b) H + h) 2 + is_v in bits, 1 + bit per
+    """SPEC.md 6.1, lossy=<tol>: each row is its code (((uid L + layer) B + b) H + h) 2 + is_v in bits, 1 + bit per
     element, the last element 1 + the rest: a range of 1 across tokens and channels whatever the token number,
     read back as the one code within tol (< 0.5) of every element; a K is never read as a V, nor a row of
     another layer, batch row or head."""
@@ -285,7 +285,7 @@ def test_past_a_lenient_step_that_begins_a_step_the_next_layers_continue_it() ->
 
 
 def test_trusted_args_owes_no_refusal_of_an_invalid_config() -> None:
-    """OP-CONFIG under `trusted-args` (SPEC.md 2.9): model code creates the cache from a config the library built,
+    """OP-CONFIG under `trusted-args` (SPEC.md 6.1): model code creates the cache from a config the library built,
     so no invalid config is sent - a cell cache's OP-BATCH, only the refusal of batch_size 2 at construction,
     is then not owed - while OP-CONFIG itself (a valid config accepted) and SCOPE-BORDER stay owed."""
     relaxed = frozenset({"trusted-args"})
@@ -304,7 +304,7 @@ def test_user_config_names_known_keys_and_qualifies_trusted_args(items: list[str
 
 
 def test_user_config_keeps_the_invalid_configs_a_user_reaches_owed() -> None:
-    """`user-config=window` (SPEC.md 2.9): mlx-lm's make_prompt_cache takes its ring window from the user's
+    """`user-config=window` (SPEC.md 6.1): mlx-lm's make_prompt_cache takes its ring window from the user's
     --max-kv-size and builds keep 4 whatever it is. A cache serving keep == window (tests/op_trim_standins.py) is
     found under `trusted-args` with `user-config=window` - a lenient OP-CONFIG on a ring whose keep is its window -
     and not under `trusted-args` alone, which sends no invalid configuration. A bad config a window cannot mend

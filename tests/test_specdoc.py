@@ -26,17 +26,11 @@ def test_every_example_in_the_spec_runs() -> None:
 
 
 def _rule_sections(document: str) -> list[tuple[str, str, str]]:
-    """(number, id, text) of every '#### N. ID' section of part 2 (the sequence cache), of part 4's
-    rules (the cell layout, numbered on from part 2) and of part 5's (the op face, numbered on)."""
-    parts = (document[document.index("\n## 2. The sequence cache"):document.index("\n## 3. ")],
-             document[document.index("\n### 4.2 "):document.index("\n### 4.3 ")],
-             document[document.index("\n### 4.4 "):document.index("\n## 5. ")],
-             document[document.index("\n### 5.2 "):document.index("\n## 6. ")])
-    sections: list[tuple[str, str, str]] = []
-    for part in parts:
-        pieces = re.split(r"^#### (\d+)\. ([A-Z][A-Z0-9-]*)\s*$", part, flags=re.MULTILINE)
-        sections += list(zip(pieces[1::3], pieces[2::3], pieces[3::3]))
-    return sections
+    """(number, id, text) of every '#### N. ID' section, in document order: part 2's (the sequence cache), part
+    4's (the cell layout), part 5's (the op face, then the cell cache seen through its outputs) and section
+    6.1's (conformance scope), numbered on from one part to the next."""
+    pieces = re.split(r"^#### (\d+)\. ([A-Z][A-Z0-9-]*)\s*$", document, flags=re.MULTILINE)
+    return list(zip(pieces[1::3], pieces[2::3], [text.split("\n## ")[0].split("\n### ")[0] for text in pieces[3::3]]))
 
 
 def test_rule_sections_are_the_rules_in_order(document: str) -> None:
@@ -126,3 +120,113 @@ def test_descriptions_cite_rules_first() -> None:
     assert specdoc.cited_rules("the runs hold exactly count rows") == ()
     assert specdoc.cited_rules("NOT-A-RULE: x") == ()
     assert specdoc.cited_rules(None) == ()
+
+
+# --- nothing lost, every reference resolves -------------------------------------------------------------
+
+# Counted on SPEC.md before its second pass (commit aaa14e5, 2,129 lines): 76 '#### N. ID' rule sections and
+# 319 executed statements (`>>> ` lines of the pycon blocks, continuation lines not counted). A shorter
+# document may say things once instead of three times; it may not drop a rule or an executed example.
+RULE_SECTIONS_BEFORE = 76
+EXECUTED_STATEMENTS_BEFORE = 319
+REPO = specdoc.SPEC_PATH.parent.parent
+
+
+def executed_statements(document: str) -> int:
+    """The `>>> ` statements of the document's pycon blocks (what the doctest run executes)."""
+    blocks = re.findall(r"^```pycon\n(.*?)^```", document, flags=re.MULTILINE | re.DOTALL)
+    return sum(line.startswith(">>> ") for block in blocks for line in block.splitlines())
+
+
+def test_no_rule_and_no_executed_example_is_lost(document: str) -> None:
+    assert len(_rule_sections(document)) >= RULE_SECTIONS_BEFORE
+    assert executed_statements(document) >= EXECUTED_STATEMENTS_BEFORE
+    assert executed_statements("```pycon\n>>> a = 1\n... \n>>> a\n1\n\n```\n>>> outside\n") == 2
+
+
+def spec_sections(document: str) -> set[str]:
+    """The numbers SPEC.md's parts and sections are cited by: '6' for '## 6. ...', '6.1' for '### 6.1 ...'."""
+    return set(re.findall(r"^## (\d+)\. ", document, re.M)) | set(re.findall(r"^### (\d+\.\d+) ", document, re.M))
+
+
+def spec_anchors(document: str) -> set[str]:
+    """GitHub's anchors of SPEC.md's headings: lower case, punctuation dropped, spaces to '-'."""
+    return {re.sub(r"[^a-z0-9 _-]", "", title.strip().lower()).replace(" ", "-")
+            for title in re.findall(r"^#{1,4} (.*)$", document, re.M)}
+
+
+# A reference to SPEC.md by number: "SPEC.md 6.1", "SPEC.md section 5.3", "`spec/SPEC.md` section 6.1", "SPEC
+# part 5", "SPEC.md sections 2.3-2.7"; inside SPEC.md itself "section 5.3" and "part 6" mean its own.
+_BY_NUMBER = re.compile(r"SPEC(?:\.md)?`?,?\s+(?:(?:sections?|parts?)\s+)?(\d+(?:\.\d+)?)(?:\s*-\s*(\d+(?:\.\d+)?))?")
+_OWN = re.compile(r"\b(?:[Ss]ections?|[Pp]arts?)\s+(\d+(?:\.\d+)?)(?:(?:\s*-\s*|, | and | or )(\d+(?:\.\d+)?))?")
+_ANCHOR = re.compile(r"SPEC\.md#([A-Za-z0-9_-]+)")
+
+
+def referring_files() -> list[str]:
+    """The repository's code and pages that may cite SPEC.md (the tool's own environments left out)."""
+    patterns = ("README.md", "ARCHITECTURE.md", "pyproject.toml", "docs/*.md", "spec/*.md", "spec/**/*.py",
+                "kvcache/**/*.py", "proofs/**/*.py", "tests/*.py", "spec/cpp/**/*.hpp", "spec/cpp/**/*.cpp", ".ci/*")
+    return sorted({str(path.relative_to(REPO)) for pattern in patterns for path in REPO.glob(pattern)
+                   if path.is_file() and path.name != "test_specdoc.py"})   # its own demonstrations are not references
+
+
+def dangling_references(name: str, text: str, document: str) -> list[str]:
+    """The SPEC.md references in `text` that name no heading of `document`."""
+    flat = re.sub(r"\s*\n\s*(?:#+|//+|\*|>)?\s*", " ", text)   # a reference may wrap onto a comment line
+    numbers = spec_sections(document)
+    found = [match.groups() for match in _BY_NUMBER.finditer(flat)]
+    if name == "spec/SPEC.md":
+        found += [match.groups() for match in _OWN.finditer(flat)]
+    out = [f"{name}: section {number}" for pair in found for number in pair if number and number not in numbers]
+    out += [f"{name}: #{anchor}" for anchor in _ANCHOR.findall(text) if anchor not in spec_anchors(document)]
+    if name == "spec/SPEC.md":
+        out += [f"{name}: #{anchor}" for anchor in re.findall(r"\]\(#([A-Za-z0-9_-]+)\)", text)
+                if anchor not in spec_anchors(document)]
+    return out
+
+
+def test_every_reference_to_a_spec_section_resolves(document: str) -> None:
+    dangling = [problem for name in referring_files()
+                for problem in dangling_references(name, (REPO / name).read_text(errors="replace"), document)]
+    assert dangling == []
+
+
+def test_a_dangling_reference_is_found(document: str) -> None:
+    """The check above can fail: a section, an own part and an anchor that do not exist are each named."""
+    assert dangling_references("spec/arguments.py", "# (SPEC section 8.5)\n# SPEC.md\n# part 5", document) == \
+        ["spec/arguments.py: section 8.5"]
+    assert dangling_references("spec/SPEC.md", "see section 9.4 and [x](#no-such-part)", document) == \
+        ["spec/SPEC.md: section 9.4", "spec/SPEC.md: #no-such-part"]
+    assert dangling_references("README.md", "[scope](spec/SPEC.md#29-conformance-scope)", document) == \
+        ["README.md: #29-conformance-scope"]
+
+
+def test_user_pages_name_no_issue_numbers() -> None:
+    """A user cannot look up this project's issue tracker: its pages say what a thing is, not which issue made it
+    (an upstream issue, '#29045', is a link a user can follow and stays)."""
+    pages = ["README.md", *sorted(str(p.relative_to(REPO)) for p in (REPO / "docs").glob("*.md")),
+             *sorted(str(p.relative_to(REPO)) for p in (REPO / "spec").glob("*.md"))]
+    named = [f"{page}: {match.group(0)}" for page in pages
+             for match in re.finditer(r"\b[Ii]ssues? \d+", (REPO / page).read_text())]
+    assert named == []
+
+
+def test_the_spec_is_at_most_1700_lines(document: str) -> None:
+    """Each fact said once keeps the document readable in one sitting: 2,129 lines before its second pass."""
+    assert len(document.splitlines()) <= 1700
+
+
+def test_the_index_lists_every_rule_under_its_section(document: str) -> None:
+    """Part 8: each rule id once, in the row of the section whose heading it sits under."""
+    index = document[document.index("\n## 8. Index of rules"):]
+    listed = {rule_id: number for number, ids in re.findall(r"^\| \[(\d+\.\d+) [^]]*\]\(#[^)]*\) \| (.*) \|$", index, re.M)
+              for rule_id in ids.split(", ")}
+    where: dict[str, str] = {}
+    section = ""
+    for line in document[:document.index("\n## 8. Index of rules")].splitlines():
+        heading = re.match(r"^### (\d+\.\d+) ", line)
+        section = heading.group(1) if heading else section
+        rule = re.match(r"^#### \d+\. ([A-Z][A-Z0-9-]*)$", line)
+        if rule:
+            where[rule.group(1)] = section
+    assert listed == where and set(listed) == {rule.id for rule in RULES}

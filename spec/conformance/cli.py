@@ -148,6 +148,9 @@ def main(argv: Optional[list[str]] = None) -> int:
         except TargetError as error:
             print(f"kvcache conformance: {error}", file=sys.stderr)
             return 2
+        except scopes.ScopeError as error:   # a declared or overriding scope its layout cannot declare
+            print(f"kvcache conformance: --scope: {error}", file=sys.stderr)
+            return 2
         except HarnessInterrupted as stop:   # outside the run (run_suite itself returns a partial result)
             if target is not None:
                 target.kill()

@@ -29,7 +29,7 @@ from __future__ import annotations
 from typing import Any, Iterable, Optional
 
 from ..arguments import Clause, of_face
-from ..rules import RULES
+from ..rules import DECLARATION_RULES, RULES
 from .configs import JsonConfig
 from . import scope as scopes
 from .malform import CLAUSE_PREFIX, CONFIG, cases, config_cases, malformation
@@ -41,6 +41,8 @@ OUT_OF_SCOPE: dict[str, str] = {
     "REG-KEYS": "the builder registry is process-global API, not part of one cache's faces",
     "REG-SESSION": "the cache registry session is process-global API, not part of one cache's faces",
     "THREADS": "thread safety is not observable through a sequential call list",
+    **{rule_id: "a declaration rule: it binds the suite (what it sends a target declaring it, what that target owes), "
+                "not a call of the target" for rule_id in DECLARATION_RULES},
 }
 # The rules of the cell layout (spec/cell_model.py) bind cell caches only.
 CELL_PREFIX = "CELL-"
@@ -56,7 +58,7 @@ CONFIG_VALIDATION = ("CFG-TYPE", "CFG-CAPACITY", "CFG-LAYERS", "CFG-POLICY", "CF
 FEATURE_RULES: dict[str, tuple[str, ...]] = {"positions": ("OP-POS",), "batch": ("OP-BATCH",),
                                              "max_write": ("OP-MAX-WRITE",), "trim": ("OP-TRIM",),
                                              "sinks": ("OP-SINKS",)}
-# A scope relaxation (scope.py; SPEC.md 2.9) -> the rules it leaves unowed, per op layout: `trusted-args` is
+# A scope relaxation (scope.py; SPEC.md 6.1) -> the rules it leaves unowed, per op layout: `trusted-args` is
 # sent no malformed call (OP-ARGS has no other refusal) and no invalid config (a cell cache's OP-BATCH is
 # only the refusal of batch_size != 1 at construction), `unbounded` no capacity (a contiguous cache's
 # OP-CAP). A contiguous cache declaring both, and neither `positions`, `steps` nor `max_write`, is sent
@@ -84,7 +86,7 @@ EVENTS: dict[str, tuple[str, ...]] = {
 }
 
 
-# The rules a cell cache seen through its outputs is judged by (SPEC.md 4.4): the op face's cell verbs, the
+# The rules a cell cache seen through its outputs is judged by (SPEC.md 5.3): the op face's cell verbs, the
 # recompute, next_pos, clear and a declared scope's border.
 RECOMPUTE_ONLY = ("CELL-RECOMPUTE", "CELL-KEEP", "CELL-SHIFT")   # bind the recompute face alone
 RECOMPUTE_RULES = ("CELL-RECOMPUTE", "CELL-KEEP", "CELL-SHIFT", "CELL-OWNERS", "CELL-CLEAR", "OP-FORK", "OP-RM", "OP-POS", "OP-STEP", "OP-CAP",

@@ -23,12 +23,13 @@ it another way (a sliding-window layer served as full history: silently wrong at
 
 A feature above is *additive*: declaring it says the target implements that part, and a scope without it
 owes less. A **relaxation** has the other polarity: declaring it says the target owes less than the spec,
-and the whole spec (no declaration) declares none. The op face's relaxations (SPEC.md section 2.9):
+and the whole spec (no declaration) declares none. The op face's relaxations (SPEC.md section 6.1):
 
 - `trusted-args`: the cache's caller is model code: the suite sends no malformed call (a clause of the
   argument contract broken, spec/arguments.py) and OP-ARGS is not owed; nor any invalid configuration
   (OP-CONFIG's refusals are not owed; a valid one outside the scope is still refused, SCOPE-BORDER);
-- `unbounded` (contiguous): no capacity: steps past the config's capacity are served, OP-CAP is not owed;
+- `unbounded` (op-contiguous only; declared on another layout it is a ScopeError, SCOPE-DECLARE): no capacity:
+  steps past the config's capacity are served, OP-CAP is not owed;
 - `lazy-shapes`: sizes (n_kv_heads, head_dim, v_head_dim, batch_size) are learnt from the first update:
   the config the target gets has none, each layer's first update is well-formed, OP-CONFIG for sizes is
   not owed;
@@ -75,7 +76,7 @@ DEFAULT_MAX_SEQS = 64   # a cell config without the field (spec/PROTOCOL.md, "Ce
 # The contiguous op layout's fixed keep: "keep=4" in a declaration (mlx-lm's make_prompt_cache builds every
 # ring with keep 4). Like max_seqs it carries a value: every ring layer of a config in the scope has keep N.
 KEEP = "keep"
-# The op face's parts a target may leave out (op/engine.py; SPEC.md section 2.9, SCOPE-BORDER): a config needing `mla`
+# The op face's parts a target may leave out (op/engine.py; SPEC.md section 6.1, SCOPE-BORDER): a config needing `mla`
 # lies outside a scope without it; `positions`, `steps` and `declarations` are about programs, so a step
 # whose refusal or effect only they define ends its program unjudged.
 OP_FEATURES: dict[str, str] = {
@@ -88,13 +89,13 @@ OP_FEATURES: dict[str, str] = {
     "trim": "the trim(n) verb: drop the newest n tokens of every layer (OP-TRIM)",
     "sinks": "ring layers with attention sinks (a policy's keep > 0, OP-SINKS)",
 }
-# The recompute face's part a target may leave out (SPEC.md 4.4): llama.cpp keeps each sequence's positions
+# The recompute face's part a target may leave out (SPEC.md 5.3): llama.cpp keeps each sequence's positions
 # consecutive, so a decode past next_pos ends its program unjudged.
 RECOMPUTE_FEATURES: dict[str, str] = {
     "position-gaps": "a decode at a position past the sequence's next one (llama.cpp's positions are consecutive)",
 }
 EVERY_FEATURE: dict[str, str] = {**FEATURES, **OP_FEATURES, **RECOMPUTE_FEATURES}
-# Relaxations (SPEC.md section 2.9): the target owes LESS when it declares one; absent means owed. Not
+# Relaxations (SPEC.md section 6.1): the target owes LESS when it declares one; absent means owed. Not
 # members of EVERY_FEATURE: `all` (the whole spec) declares none of them.
 TRUSTED_ARGS, UNBOUNDED, LAZY_SHAPES, LOSSY, MIN_HEAD_DIM, USER_CONFIG = \
     "trusted-args", "unbounded", "lazy-shapes", "lossy", "min_head_dim", "user-config"
@@ -444,6 +445,24 @@ def widened(cfg: JsonConfig, narrowest: int) -> JsonConfig:
     return {**cfg, "head_dim": new_head, "v_head_dim": new_value, "layers": layers}
 
 
+# The layouts a relaxation may be declared for (SCOPE-DECLARE): the op faces; `unbounded` the contiguous one only
+# (a cell cache's capacity is its free cells, which admission needs: declaring it away would only silence the
+# refusal of a zero capacity).
+OP_LAYOUTS = ("op-contiguous", "op-cell")
+RELAXATION_LAYOUTS: dict[str, tuple[str, ...]] = {name: OP_LAYOUTS for name in RELAXATIONS}
+RELAXATION_LAYOUTS[UNBOUNDED] = ("op-contiguous",)
+
+
+def check_layout(scope: Scope, layout: str) -> None:
+    """SCOPE-DECLARE: raise ScopeError when the scope declares a relaxation its layout cannot declare."""
+    declared = scope.relaxations() | (frozenset({USER_CONFIG}) if scope.user_config else frozenset())
+    wrong = sorted(name for name in declared if layout not in RELAXATION_LAYOUTS[name])
+    if wrong:
+        allowed = "; ".join(f"{name}: {', '.join(RELAXATION_LAYOUTS[name])}" for name in wrong)
+        raise ScopeError(f"SCOPE-DECLARE: the {layout} layout cannot declare {', '.join(wrong)} (declared for: "
+                         f"{allowed})"[:300])
+
+
 def split(configs: Iterable[JsonConfig], scope: Scope) -> tuple[list[JsonConfig], list[JsonConfig]]:
     """(inside, outside) the scope, each in the given order."""
     inside: list[JsonConfig] = []
@@ -561,7 +580,7 @@ def notes(report: dict[str, Any]) -> list[str]:
              f"scope were only checked to be refused at creation ({BORDER_RULE})"]
     if report.get("relaxations"):
         lines.append(f"scope: relaxations declared ({', '.join(report['relaxations'])}): what they relax is not "
-                     "owed (SPEC.md section 2.9)")
+                     "owed (SPEC.md section 6.1)")
     for name, described in left["families"].items():
         lines.append(f"scope: configuration family {name} not exercised: {'; '.join(described)}")
     if left["rules"]:

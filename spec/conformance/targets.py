@@ -184,7 +184,7 @@ FACE_METHODS: dict[str, dict[str, tuple[str, ...]]] = {
     "op-cell": {"update_and_fetch": ("layer_id", "k", "v", "position"), "begin_step": ("seq_ids",),
                 "seq_cp": ("src", "dst", "upto"), "seq_rm": ("seq", "p0", "p1"), "seq_len": ("seq",),
                 "free_cells": (), "reset": ()},
-    # a cell cache seen only through its outputs (SPEC.md 4.4; cell/recompute.py): llama.cpp's verbs
+    # a cell cache seen only through its outputs (SPEC.md 5.3; cell/recompute.py): llama.cpp's verbs
     "cell-recompute": {"decode": ("seq_ids", "positions", "tokens"), "recompute": ("tokens", "positions"),
                        "seq_cp": ("src", "dst", "upto"), "seq_rm": ("seq", "p0", "p1"), "next_pos": ("seq",),
                        "seq_keep": ("seq",), "seq_add": ("seq", "p0", "p1", "delta"), "clear": ()},
@@ -314,6 +314,10 @@ class PythonTarget(Target):
         self.layout = getattr(self.factory, "kvcache_layout", "sequence")
         if self.layout not in LAYOUTS:
             raise TargetError(f"{spec}: kvcache_layout is {self.layout!r}, not one of {LAYOUTS}")
+        try:
+            scopes.check_layout(self.scope, self.layout)
+        except scopes.ScopeError as error:
+            raise TargetError(f"{spec}: kvcache_scope: {error}") from error
         self.cache: Any = None
         self.issued: dict[str, Any] = {}   # plan JSON -> the target's own plan object
         # an op-face factory gets the JSON config (it builds its own config object, so it validates it)
@@ -468,6 +472,7 @@ class SubprocessTarget(Target):
         try:
             self.scope = scopes.FULL if "scope" not in result else \
                 scopes.parse(result["scope"], "declared in the target's hello")
+            scopes.check_layout(self.scope, self.layout)
         except scopes.ScopeError as error:
             self._kill()
             raise TargetCrash(f"protocol: hello: {error}") from None

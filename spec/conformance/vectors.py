@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from .. import model
-from ..rules import BY_ID, RULES
+from ..rules import BY_ID, DECLARATION_RULES, RULES
 from . import layouts
 from . import scope as scopes
 from .configs import JsonConfig, describe
@@ -39,11 +39,13 @@ NOT_COVERED: dict[str, str] = {
     "REG-KEYS": "the builder registry is process-global API, not part of one cache's faces",
     "REG-SESSION": "the cache registry session is process-global API, not part of one cache's faces",
     "THREADS": "thread safety is not observable through a sequential call list",
+    **{rule_id: "a declaration rule: it binds the conformance suite, not a call of the target"
+       for rule_id in DECLARATION_RULES},
     # The op face's calls carry K/V tensors, which this JSON form does not (spec/PROTOCOL.md, "Op-face
     # targets"): the op-contiguous and op-cell layouts of the suite check these rules instead.
     **{rule.id: "an op-face rule: its calls carry tensors; the op-face conformance layouts check it"
        for rule in RULES if rule.id.startswith("OP-")},
-    # A cell cache seen through its outputs (SPEC.md 4.4): its answers are the target's own output vectors and
+    # A cell cache seen through its outputs (SPEC.md 5.3): its answers are the target's own output vectors and
     # recomputes, so no golden answer exists; the cell-recompute layout of the suite checks these rules.
     **{rule_id: "a rule of the cell layout seen through its outputs: its answers are the target's own output "
                 "vectors, with no golden value; the cell-recompute conformance layout checks it"

@@ -1287,7 +1287,7 @@ inline std::vector<int32_t> int32s(const Tensor& position) {
   return out;
 }
 
-// The op face's scope features (spec/SPEC.md section 2.9, SCOPE-BORDER); full() is the whole contiguous face.
+// The op face's scope features (spec/SPEC.md section 6.1, SCOPE-BORDER); full() is the whole contiguous face.
 struct Scope {
   std::vector<std::string> features;
   static Scope full() {

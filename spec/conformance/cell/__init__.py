@@ -27,6 +27,6 @@ def _golden() -> Golden:
 
 LAYOUTS = (Layout("cell", programs.CELL_CONFIGS, programs.bad_cell_configs, programs.edge_cell_programs,
                   programs.random_cell_program, run_program, _golden),
-           # the cell layout seen only through its outputs (SPEC.md 4.4): llama.cpp's face
+           # the cell layout seen only through its outputs (SPEC.md 5.3): llama.cpp's face
            Layout("cell-recompute", recompute.CONFIGS, recompute.bad_configs, recompute.edge_programs,
                   recompute.random_program, recompute.run_program))

@@ -1,4 +1,4 @@
-"""llama.cpp as a cell-recompute target (SPEC.md 4.4), through llama-cpp-python's low-level bindings.
+"""llama.cpp as a cell-recompute target (SPEC.md 5.3), through llama-cpp-python's low-level bindings.
 
     kvcache conformance --target "cmd:python -m kvcache_spec.conformance.cell.llamacpp" --strict
     kvcache conformance --target "cmd:python -m kvcache_spec.conformance.cell.llamacpp --swa-full" --strict
@@ -136,7 +136,7 @@ class _Llama:
 
 
 class LlamaCppCells:
-    """One llama.cpp context as a cell cache seen through its outputs (the face of SPEC.md 4.4)."""
+    """One llama.cpp context as a cell cache seen through its outputs (the face of SPEC.md 5.3)."""
 
     kvcache_layout = "cell-recompute"
     kvcache_scope = ("flat", "ring")

@@ -1,4 +1,4 @@
-"""The cell layout seen only through its outputs: the layout `cell-recompute` (SPEC.md section 4.4).
+"""The cell layout seen only through its outputs: the layout `cell-recompute` (SPEC.md section 5.3).
 
 A runtime such as llama.cpp keeps a cell cache but shows no K/V: a decode of a batch (each token with its
 sequence id and position) answers one output vector per token. Which rows each token attends is the op

@@ -19,7 +19,7 @@ class Labels:
 
     The dim is the lowest digit, so two rows of different (token, layer, batch row, head, K or V) differ by
     at least the row width W in every element: a row is read by exact match. A target declaring
-    `lossy=<tol>` (SPEC.md 2.9) is written *row codes* instead: the row's code c = (((uid L + layer) B + b) H +
+    `lossy=<tol>` (SPEC.md 6.1) is written *row codes* instead: the row's code c = (((uid L + layer) B + b) H +
     h) 2 + is_v in binary, lowest bit first, one bit per element as 1 + bit, the last element 1 + the rest
     of c (c >> (W - 1)), so every element but the last is 1 or 2 whatever the token - a quantizer's range
     stays 1 - and two rows of different codes differ by at least 1 in some element; a row is read as the

@@ -63,7 +63,7 @@ class OpEngine(Caller):
         self.rejected_config = made if isinstance(made, op_model.Rejected) else None
         self.mcfg = made if isinstance(made, op_model.OpConfig) else \
             op_model.OpConfig(kind, 1, (0,), 1, 1, 1, 1, 1)
-        self.relaxed = self.declared_scope().relaxations()   # the scope's relaxations (SPEC.md 2.9)
+        self.relaxed = self.declared_scope().relaxations()   # the scope's relaxations (SPEC.md 6.1)
         if scopes.UNBOUNDED in self.relaxed and kind == op_model.CONTIGUOUS:
             self.mcfg = replace(self.mcfg, bounded=False)
         self.model = op_model.OpModel(self.mcfg)
@@ -94,7 +94,7 @@ class OpEngine(Caller):
 
     def _create(self, rule: str) -> Outcome:
         """Create the cache. A target declaring `lazy-shapes` gets the config without the sizes it learns
-        from its first update (SPEC.md 2.9): what a library's own config holds."""
+        from its first update (SPEC.md 6.1): what a library's own config holds."""
         if scopes.LAZY_SHAPES not in self.relaxed:
             return super()._create(rule)
         full = self.cfg
@@ -112,7 +112,7 @@ class OpEngine(Caller):
         invalid config whose fault is only a size a lazy-shapes target never gets, or only the capacity an
         unbounded one may ignore; a valid one outside the scope by its sizes alone, which a lazy-shapes
         target cannot tell at creation (SCOPE-BORDER); under `trusted-args` any invalid config (model code
-        creates the cache from a config the library built: OP-CONFIG's refusals are not owed, SPEC.md 2.9) but
+        creates the cache from a config the library built: OP-CONFIG's refusals are not owed, SPEC.md 6.1) but
         one the user reaches by the keys the scope's `user-config` names (a change of them alone makes it valid)."""
         lazy, unbounded = scopes.LAZY_SHAPES in self.relaxed, scopes.UNBOUNDED in self.relaxed
         if self.rejected_config is not None and scopes.TRUSTED_ARGS in self.relaxed and not self._user_reached():

@@ -26,7 +26,7 @@ The config maps onto a `PreTrainedConfig` as a model's does: `num_hidden_layers`
 ("full_attention" / "sliding_attention") and one `sliding_window` (masking_utils reads the config's single
 window, so a config with two ring windows is not one HF can describe: refused at creation). The sizes (heads,
 head_dim, batch) are learnt from the first update (`lazy-shapes`); `capacity` is StaticCache's `max_cache_len`
-and is ignored by the growing caches (`unbounded`). The scopes (INTERFACES: issue 33's features):
+and is ignored by the growing caches (`unbounded`). The scopes (INTERFACES; features and relaxations: SPEC.md section 6.1):
 - every target: `trusted-args` (`Cache.update` validates nothing: model code is its only caller) and
   `lazy-shapes`; `batch` and `mla` (K and V are stored as given, widths apart).
 - DynamicCache: `unbounded` (no capacity; a sliding layer keeps window-1 rows and forgets the rest) and `trim`:
@@ -63,7 +63,7 @@ torch.set_num_threads(1)
 
 FULL, SLIDING = "full_attention", "sliding_attention"
 COMMON_SCOPE = ("batch", "mla", "trusted-args", "lazy-shapes")
-# The quantized backends' tolerance (issue 33's lossy: row codes whose elements are 1 or 2, so a quantizer's error
+# The quantized backends' tolerance (the lossy relaxation: row codes whose elements are 1 or 2, so a quantizer's error
 # stays far below it) and the head widths they serve (docs/hf-findings.md).
 QUANTIZED_MIN_HEAD_DIM = 64   # QuantizedCache's default q_group_size: a group is 64 channels
 QUANTIZED_TOLERANCE = {"quanto": 0.25, "hqq": 0.25, "fp8": 0.25}

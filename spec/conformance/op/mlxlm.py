@@ -27,7 +27,7 @@ refusal. `position` is not read: a cache places a step at its `offset`, which is
 reads, so the scopes leave out `positions` and `steps` (each layer is its own cache object). `used(layer)` is that
 cache's `offset`, the tokens it has been given. The config maps onto the caches' constructors: a ring layer's
 window is RotatingKVCache's max_size, its `keep` the sinks (INTERFACES.md: w is what the ring holds, keep of them
-the first positions). Scope features (issue 33): every target `trusted-args` (update_and_fetch validates nothing:
+the first positions). Scope features (SPEC.md section 6.1): every target `trusted-args` (update_and_fetch validates nothing:
 model code is its only caller) and `lazy-shapes` (a cache learns its shapes from the first update), `batch` and
 `mla`; the growing and rotating caches `unbounded`; `trim` where the cache is trimmable: `trim(n)` is what mlx-lm's
 server and speculative decoding call, `trim_prompt_cache(cache, n)`, which answers how many tokens it trimmed - 0, trimming nothing, when a

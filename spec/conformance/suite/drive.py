@@ -66,6 +66,7 @@ def run_suite(target: Target, profile: str = "quick", seed: int = 0,
     scope = scope or declared_scope(target)
     drive = layouts.of(target, layout)   # known once a cmd: target's hello is read (declared_scope)
     target.layout = drive.name
+    scopes.check_layout(scope, drive.name)   # SCOPE-DECLARE: an override (--scope, --layout) is checked here
     run = SuiteRun(target, plan, SuiteResult(target.name, profile, seed), scope, drive, options,
                    started, plan.safety_seconds if deadline is None else deadline)
     # a fixed max_seqs: the twins of the configs outside it by their max_seqs alone are driven

@@ -6,7 +6,7 @@
 //
 // It is shaped like upstream's Python ContiguousReferenceCache: each layer is its own history that
 // appends at its used length, `position` is not read, and a ring layer keeps every row and applies its
-// window through the mask. So its scope leaves out `positions`, `steps` and `max_write` (SPEC.md 2.9, SCOPE-BORDER),
+// window through the mask. So its scope leaves out `positions`, `steps` and `max_write` (SPEC.md 6.1, SCOPE-BORDER),
 // and the suite says so in its verdict. It serves batch rows, an MLA value width of its own, attention sinks
 // (a ring's `keep`) and the trim verb (SPEC.md part 5: OP-SINKS, OP-TRIM), refusing a trim past a ring's floor even though it keeps
 // every row. Build with -DKVCACHE_EXAMPLE_WINDOW_OFF_BY_ONE or -DKVCACHE_EXAMPLE_TRIM_IGNORES_FLOOR for a
