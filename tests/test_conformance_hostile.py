@@ -280,8 +280,10 @@ def test_sigterm_with_an_in_process_target_is_not_blamed_on_the_target(tmp_path:
     assert process.poll() is None
     sent = time.monotonic()
     process.terminate()
-    _, stderr = process.communicate(timeout=30)
-    assert time.monotonic() - sent < 10 and process.returncode == 3, stderr
+    # Clocks here are safety nets sized for a machine at load 15 on 2 cores (a 30 s net timed out there): the
+    # claim is that the harness stops instead of finishing its profile, which would take minutes at 50 ms a call.
+    _, stderr = process.communicate(timeout=120)
+    assert time.monotonic() - sent < 60 and process.returncode == 3, stderr
     data = json.loads(report.read_text())
     assert data["verdict"] == INCOMPLETE and data["semantic"]["findings"] == []
     assert data["coverage"]["interrupted"] == "SIGTERM" and data["coverage"]["programs"]["run"] >= 1
