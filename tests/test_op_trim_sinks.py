@@ -254,7 +254,7 @@ def _report(spec: str, profile: str = "quick", strict: bool = True) -> dict[str,
 @pytest.mark.parametrize("spec", [REFERENCE, "python:tests.op_standin:contiguous"])
 def test_the_reference_and_the_standin_are_conforming_strict_within_trim_and_sinks(spec: str) -> None:
     """OP-TRIM, OP-SINKS: CONFORMING (strict) in the whole scope, both rules exercised, the trim clause's
-    every malformation sent, and among the programs trims a ring refuses and trims it owes past a wrap."""
+    every malformation sent, and among the programs trims past a wrapped ring, owed and optional."""
     report = _report(spec)
     assert report["verdict"] == CONFORMING and report["coverage"]["complete"], report["semantic"]["findings"][:1]
     assert {"OP-TRIM", "OP-SINKS"} <= set(report["coverage"]["rules"]["exercised"])
