@@ -86,5 +86,5 @@ class CapacityError(ArgumentValueError, RuntimeError):
 
 
 class TrimError(ArgumentValueError, RuntimeError):
-    """A trim a ring layer cannot give back (OP-TRIM): a position the next query attends may be overwritten
-    already. Also a RuntimeError: the cache's state decides it, not the call alone."""
+    """A trim a ring layer cannot give back (OP-TRIM leaves it optional): a position the next query attends is
+    overwritten already. Also a RuntimeError: the cache's state decides it, not the call alone."""

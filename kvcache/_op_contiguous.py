@@ -8,9 +8,9 @@ applied by the mask alone, as upstream's reference does); a ring with sinks (OP-
 history too, its mask attending the sinks and the window. The byte layer is one numpy array per layer
 for K and one for V, [batch_size, n_kv_heads, rows, dim].
 
-`trim(n)` gives back the newest n tokens (OP-TRIM) when no ring layer may have dropped a position the
-next query attends. Each layer's floor (`_floors`) is the spec's, whatever rows this cache happens to
-keep: a cache that keeps more still refuses what the spec refuses.
+`trim(n)` gives back the newest n tokens (OP-TRIM) whenever its rows allow: a ring laid out as a ring
+refuses a trim past the rows it overwrote (the layout's rewind soundness), a trim SPEC.md's OP-TRIM leaves
+optional there; every other layer keeps its whole history and serves any n in [0, held].
 
 Preconditions validate the caller's input, raise a typed `KVCacheError` naming the argument and the rule
 before anything changes (OP-ATOMIC), and stay enabled under `python -O`; postconditions and invariants
@@ -69,8 +69,6 @@ class ContiguousReferenceCache:
         self._depth = tuple(self._layout.depth(layer) for layer in range(config.n_layers))
         self._step: Optional[_OpenStep] = None
         self._pools = KVPools(config, self._depth)
-        # OP-TRIM: per layer, the position below which a ring layer may have dropped rows (its sinks aside)
-        self._floors = [0] * config.n_layers
 
     def __delattr__(self, name: str) -> None:
         """Deleting an attribute would break the invariants behind the API's back, so it is refused.
@@ -97,7 +95,7 @@ class ContiguousReferenceCache:
 
     def _state(self) -> tuple[Any, ...]:
         """Everything a later call can observe, as values (the tests' before/after snapshots)."""
-        return self._layout._state(), self._step, self._pools.snapshot(), tuple(self._floors)
+        return self._layout._state(), self._step, self._pools.snapshot()
 
     # --- validation (before anything changes) -----------------------------------------------------------
 
@@ -164,9 +162,6 @@ class ContiguousReferenceCache:
             self._abandon()
             step = None
         first, q_len = positions[0], len(positions)
-        if step is None:   # OP-TRIM: a step begun may overwrite ring rows: every ring layer's floor moves
-            self._floors = [max(floor, first + q_len - self._retained(layer)) if config.window(layer) else floor
-                            for layer, floor in enumerate(self._floors)]
         plan = self._layout.plan(layer_id, first, q_len)
         assert plan is not None  # OP-CAP was checked
         self._pools.write(layer_id, rows_of(plan.write), k_values, v_values)
@@ -192,32 +187,23 @@ class ContiguousReferenceCache:
         """Forget every token (and an open step); DYNAMIC sizing also frees the rows."""
         self._layout.clear()
         self._step = None
-        self._floors = [0] * self.config.n_layers
         if self.config.sizing is CacheSizing.DYNAMIC:
             self._pools.reset()
 
     # --- trim (OP-TRIM) ---------------------------------------------------------------------------------
 
-    def _retained(self, layer_id: int) -> int:
-        """OP-TRIM: the newest positions beside its sinks a ring layer retains at least: the window's part
-        before the next query (window - keep - 1), and max_write more when a step may write that many."""
-        return self.config.window(layer_id) - self.config.keep(layer_id) - 1 + (self.config.max_write or 0)
-
     def _trim_error(self, n: Any) -> Optional[KVCacheError]:
-        """OP-TRIM: the error of trim(n), else None. n counts the tokens held before an open step."""
+        """OP-TRIM: the error of trim(n), else None. n counts the tokens held before an open step (which
+        the trim abandons: its rows are past the new length, so only the retained marks matter)."""
         if type(n) is not int:
             return ArgumentTypeError("OP-TRIM", "n", "must be an int (bool is not an int here)", value=n,
                                      type=type(n).__name__)
         held = self._step.start if self._step is not None else self._layout.length()
         if not 0 <= n <= held:
             return ArgumentValueError("OP-TRIM", "n", "must lie in [0, tokens held]", value=n, held=held)
-        end = held - n
-        for layer_id in range(self.config.n_layers):
-            window, keep = self.config.window(layer_id), self.config.keep(layer_id)
-            first = max(keep, end - (window - keep) + 1) if window else 0   # the oldest the query at end attends
-            if first < end and first < self._floors[layer_id]:
-                return TrimError("OP-TRIM", "n", "a ring layer may have dropped a position the next query attends",
-                                 n=n, layer_id=layer_id, position=first, floor=self._floors[layer_id])
+        if not self._layout._rewind_safe(held - n):   # an optional trim (a ring that wrapped): refused
+            return TrimError("OP-TRIM", "n", "a ring layer has overwritten a position the next query attends",
+                             n=n, held=held)
         return None
 
     @icontract.require(lambda self, n: self._trim_error(n) is None,
@@ -232,8 +218,6 @@ class ContiguousReferenceCache:
         """Drop the newest n tokens of every layer (speculative decoding's rollback); an open step is
         abandoned first (OP-STEP). Refused, changing nothing, past what a ring layer retains (OP-TRIM)."""
         self._abandon()
-        end = self._layout.length() - n
-        rewound = self._layout.rewind(end)
-        assert rewound  # the ring layouts' retained marks are the floors of ring layers without sinks (REWIND-SOUND)
-        self._floors = [min(floor, end) for floor in self._floors]
+        rewound = self._layout.rewind(self._layout.length() - n)
+        assert rewound  # _trim_error asked the layout the same (REWIND-SOUND)
 

@@ -201,41 +201,38 @@ class OpModel:
         self.held, self.step, self.dropped_declaration = {}, None, False
         self.floors = [0] * self.cfg.n_layers
 
-    def trim(self, n: Any) -> Optional[Rejected]:
-        """Contiguous: drop the newest n tokens of every layer (OP-TRIM). An open step is abandoned first
-        (OP-STEP); n counts the tokens held before it. Refused when a ring layer may have dropped a position
-        the next query (at L - n) attends. A trim served here may still be the target's choice (`trim_owed`,
-        asked before it): a target that refuses such a trim keeps its state."""
+    def trim_answer(self, n: Any) -> Union[Rejected, str]:
+        """OP-TRIM's ordered procedure (the first check that applies decides), asked before trim(n): a Rejected
+        for an n that is no int (bool included), negative, or above the tokens held before an open step (which
+        the trim abandons first); else "owed" when n == 0 (the state a new step at L leaves, owed by OP-STEP)
+        or every ring layer still retains everything (its floor at most its keep), else "optional": a ring may
+        have dropped rows, so the target serves it (judged by its later answers) or refuses it."""
         if not _is_int(n):
             return Rejected("OP-TRIM", f"n {n!r} is not an int", case="n type")
         held = len(self.held.get(0, {}))
         if not 0 <= n <= held:
             return Rejected("OP-TRIM", f"n {n} is not in [0, {held}]: the tokens held",
                             case="n negative" if n < 0 else "n above held")
-        end = held - n
-        for layer in range(self.cfg.n_layers):
-            first = self.first_attended(layer, end)
-            if first < end and first < self.floors[layer]:
-                return Rejected("OP-TRIM", f"layer {layer} (window {self.cfg.windows[layer]}, keep "
-                                           f"{self.cfg.keep(layer)}) may have dropped position {first}, which the "
-                                           f"query at {end} attends (its floor is {self.floors[layer]})",
-                                case="ring dropped")
+        if n == 0 or all(floor <= self.cfg.keep(layer) for layer, floor in enumerate(self.floors)
+                         if self.cfg.windows[layer]):
+            return "owed"
+        return "optional"
+
+    def trim_owed(self, n: Any) -> bool:
+        return self.trim_answer(n) == "owed"
+
+    def trim(self, n: Any) -> Optional[Rejected]:
+        """Contiguous: drop the newest n tokens of every layer (OP-TRIM), an open step abandoned first (OP-STEP).
+        Refused only for an n `trim_answer` refuses; an optional trim a target refused is followed from a
+        snapshot taken before it (the target keeps its state)."""
+        answer = self.trim_answer(n)
+        if isinstance(answer, Rejected):
+            return answer
+        end = len(self.held.get(0, {})) - n
         self._abandon()
         self.held = {0: {uid: pos for uid, pos in self.held.get(0, {}).items() if pos < end}} if end else {}
         self.floors = [min(floor, end) for floor in self.floors]
         return None
-
-    def trim_owed(self, n: Any) -> bool:
-        """OP-TRIM, asked before trim(n) of a valid n the spec does not refuse: whether the target must serve it
-        (n == 0, or every ring layer still retains everything: its floor at most its keep) rather than choose
-        (a ring that has dropped rows no later query needs may give back nothing: mlx-lm's is_trimmable)."""
-        return n == 0 or all(floor <= self.cfg.keep(layer) for layer, floor in enumerate(self.floors)
-                             if self.cfg.windows[layer])
-
-    def first_attended(self, layer: int, position: int) -> int:
-        """The oldest position past the sinks that a query at `position` attends on `layer` (OP-SINKS)."""
-        window, keep = self.cfg.windows[layer], self.cfg.keep(layer)
-        return 0 if window == 0 else max(keep, position - (window - keep) + 1)
 
     def begin_step(self, seq_ids: Any) -> Optional[Rejected]:
         """Cell: declare the owner of each token of the next forward (OP-STEP, OP-CAP)."""
@@ -416,7 +413,9 @@ class OpModel:
             return Rejected("OP-MAX-WRITE", f"a step of {len(positions)} tokens, max_write {self.cfg.max_write}")
         self._abandon()
         self.step = Step((0,) * len(positions))
-        end = positions[-1] + 1   # OP-TRIM: a step begun moves every ring layer's floor (it may overwrite rows)
+        # OP-TRIM: a step begun moves every ring layer's floor, served or not: a cache may map the step's
+        # positions to ring slots once for every layer (a shared slot map), freeing them before it writes
+        end = positions[-1] + 1
         self.floors = [max(floor, end - self.cfg.retained(l)) if self.cfg.windows[l] else floor
                        for l, floor in enumerate(self.floors)]
         return self._serve(layer, positions, uids)

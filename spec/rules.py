@@ -345,18 +345,18 @@ OP_RULES: tuple[Rule, ...] = (
          "Sinks dropped by a multi-token step; a keep at or above the window served, every decoded token written "
          "where no query attends it."),
     Rule("OP-TRIM",
-         "Contiguous: trim(n), n an int (not bool) in [0, held], drops the newest n tokens of every layer (held "
-         "goes from L to L - n; an open step is abandoned first, and held is the tokens before it). It is refused, "
-         "changing nothing, when a ring layer may have dropped a position the query at L - n would attend: each "
-         "ring layer of window w, keep k retains at least its sinks and the positions >= its floor F, where F "
-         "starts at 0, becomes max(F, end - (w - k - 1 + max_write)) (max_write null counts 0) when a step ending "
-         "at end begins (is served on its first layer), and min(F, L - n) at a trim. The trim is refused iff a position "
-         "in [max(k, L - n - (w - k) + 1), L - n) is below F on a ring layer; else it is owed iff n == 0 or F <= k on "
-         "every ring layer (it still retains everything), and otherwise optional: the target serves it (then judged "
-         "by its answers) or refuses it, changing nothing.",
-         "Speculative decoding rolls back its rejected draft tokens (HF's crop, mlx-lm's trim); a ring that has "
-         "overwritten a row the next query attends cannot give it back, and says so; one that has dropped rows no later "
-         "query needs may give back nothing (mlx-lm's is_trimmable: offset < max_size).",
+         "Contiguous: trim(n) drops the newest n tokens of every layer (held goes from L to L - n), the first "
+         "check that applies deciding: (1) n not an int (a bool included): refused; (2) n < 0 or n > L, L the "
+         "tokens held before an open step: refused; (3) an open step is abandoned (OP-STEP), and the trim goes "
+         "on from L; (4) n = 0: owed; (5) every ring layer of window w, keep k still retains everything - its "
+         "floor F <= k, where F starts at 0, becomes max(F, end - (w - k - 1 + max_write)) (max_write null "
+         "counts 0) when a step ending at end begins, and min(F, L - n) at a trim: owed; (6) otherwise "
+         "optional: the target serves it, every later answer then judged by its rows, or refuses it, changing "
+         "nothing. A valid n is never refused for what a ring may have dropped.",
+         "Speculative decoding rolls back its rejected draft tokens (HF's crop, mlx-lm's trim); whether a ring "
+         "can give them back is a fact about the rows it kept, which only its later answers show: a cache that "
+         "keeps more than a ring of the least size serves the rollback right, one that lost a row answers "
+         "wrong, one that refuses (mlx-lm's is_trimmable: offset < max_size) is right.",
          "A trim that only lowers the length (the rows come back); a trim past a wrapped ring that then serves "
          "overwritten rows; a negative trim that grows the cache over rows never written."),
 )

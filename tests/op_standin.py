@@ -155,15 +155,16 @@ class ContiguousStandin(_Base):
         return self._answer(layer, seqs, positions)
 
     def trim(self, n: Any) -> None:
-        """Drop the newest n whole-step tokens (an open step goes first); refused where a ring layer may have
-        overwritten a position the query at the new length attends."""
+        """Drop the newest n whole-step tokens (an open step goes first). It keeps every row, yet refuses a
+        trim where a ring of the least size may have overwritten a position the query at the new length
+        attends - a refusal SPEC.md OP-TRIM allows there (tests/op_trim_standins.py's RingKeepsEveryRow serves it)."""
         held = len([t for t in self.tokens if not self.step or t not in self.step["tokens"]])
         if type(n) is not int or not 0 <= n <= held:
             raise StandinError(f"trim {n!r} of {held}")
         end = held - n
         for w, keep, floor in zip(self.windows, self.keeps, self.floors):
             oldest = max(keep, end - (w - keep) + 1)
-            if w and oldest < end and oldest < floor:
+            if n and w and oldest < end and oldest < floor:   # trim(0) is owed, even in the middle of a step
                 raise StandinError(f"trim to {end}: position {oldest} may be overwritten (floor {floor})")
         self._abandon()
         self.tokens = [t for t in self.tokens if t.pos < end]

@@ -2,7 +2,8 @@
 (OP-TRIM, OP-SINKS), each shaped like a defect of a real cache (issue 33): mlx-lm 0.32.2's
 `ConcatenateKVCache.trim`, `RotatingKVCache.trim` after its ring wrapped, a negative `trim(n)`, sinks a
 multi-token step drops, and `RotatingKVCache(max_size, keep >= max_size)` served. Each must be found with
-a minimal program (tests/test_op_trim_sinks.py); the stand-in they break is CONFORMING (strict).
+a minimal program (tests/test_op_trim_sinks.py); the stand-in they break is CONFORMING (strict), and so are
+the valid choices OP-TRIM leaves a cache (RingKeepsEveryRow, RingTrimOnlyUnwrapped).
 """
 
 from __future__ import annotations
@@ -31,11 +32,21 @@ class TrimLowersLengthOnly(ContiguousStandin):
         return self._answer(int(layer_id), [0] * len(positions), positions)
 
 
+class RingKeepsEveryRow(ContiguousStandin):
+    """Keeps every row of a ring layer (as the stand-in does) and serves every trim of an n in [0, held],
+    those a ring of the least size could not give back included (OP-TRIM leaves them optional): it answers
+    right past them, so it is CONFORMING (strict) - no lenient OP-TRIM for a row it never dropped."""
+
+    def trim(self, n: Any) -> None:
+        self.floors = [0] * self.cfg["n_layers"]   # what a minimal ring may have dropped does not bind this cache
+        super().trim(n)
+
+
 class RingTrimPastWrap(ContiguousStandin):
     """A ring layer keeps `window` slots (mlx-lm's RotatingKVCache(max_size=window)): once a step is served,
     the slot of position p holds the newest position written there. Its trim lowers the length whatever
     the ring overwrote (mlx-lm's trim after the ring wrapped, past is_trimmable): the next queries read the
-    overwritten slots, which hold trimmed tokens' K/V."""
+    overwritten slots, which hold trimmed tokens' K/V - a wrong answer (OP-ATTEND), the trim being optional."""
 
     def update_and_fetch(self, layer_id: Any, k: Any, v: Any, position: Any) -> Any:
         answer = super().update_and_fetch(layer_id, k, v, position)
@@ -184,6 +195,7 @@ trims_what_it_can = _factory(TrimsWhatItCan, ["all", "trusted-args"])
 ring_trim_only_unwrapped = _factory(RingTrimOnlyUnwrapped)
 ring_trim_refused_early = _factory(RingTrimRefusedEarly)
 ring_trim_refusal_lowers_length = _factory(RingTrimRefusalLowersLength)
+ring_keeps_every_row = _factory(RingKeepsEveryRow)
 ring_trim_past_wrap = _factory(RingTrimPastWrap)
 negative_trim = _factory(NegativeTrim)
 sinks_dropped_by_multi_token_step = _factory(SinksDroppedByMultiTokenStep)

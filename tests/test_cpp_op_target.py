@@ -3,8 +3,9 @@ compiled with g++ and judged over the protocol, as a C++ `update_and_fetch` cach
 
 - spec/cpp/example/serve_op_contiguous.cpp: a contiguous cache shaped like upstream's Python reference
   (no positions, no steps), with attention sinks and the driver's optional trim; correct, it conforms
-  strictly inside its scope; with its window one too wide, the suite and the exhaustive checker catch it;
-  with its trim ignoring a ring's floor (it keeps every row), the suite finds only the lenient trim.
+  strictly inside its scope, serving every trim (it keeps every row); with its window one too wide, the suite
+  and the exhaustive checker catch it; with its ring losing the rows a ring of the least size drops, the
+  trim it still serves there shows in the next answer (wrong OP-ATTEND).
 - spec/cpp/example/serve_mlx_shaped.cpp: a stand-in shaped like the MLX runtime's cache (batch-1 pools that
   grow from empty, max_write, positions read off the step) behind at most 30 lines of glue. Correct, it is
   CONFORMING (strict) within its declared scope - no INCOMPLETE from batch, no over-strict finding for its
@@ -40,7 +41,7 @@ MLX_BUGS = {
 }
 CRASHES = "MLXS_BUG_ABORTS_PAST_CAPACITY"   # an assert where a refusal belongs: the process dies
 BUILDS = {"contiguous": (CONTIGUOUS, ()), "contiguous_window": (CONTIGUOUS, ("KVCACHE_EXAMPLE_WINDOW_OFF_BY_ONE",)),
-          "contiguous_trim_floor": (CONTIGUOUS, ("KVCACHE_EXAMPLE_TRIM_IGNORES_FLOOR",)),
+          "contiguous_ring_loses_rows": (CONTIGUOUS, ("KVCACHE_EXAMPLE_RING_LOSES_ROWS",)),
           "mlx": (MLX, ()), **{bug: (MLX, (bug,)) for bug in (*MLX_BUGS, CRASHES)}}
 
 
@@ -93,18 +94,21 @@ def test_the_cpp_op_target_conforms_within_its_scope_and_its_broken_window_is_ca
     assert op_checker.main(["--target", f"cmd:{correct}", "--depth", "5"]) == 0
 
 
-def test_a_cpp_trim_past_a_rings_floor_is_found_lenient_and_harmless(binaries: dict[str, Path], tmp_path: Path) -> None:
-    """OP-TRIM through the driver's optional trim: a cache that keeps every row and serves a trim the spec
-    refuses (past a ring's floor) is lenient - NOT CONFORMING under --strict only - and, keeping every row,
-    answers right past it (no wrong consequence), at quick and pre-merge."""
+def test_a_cpp_trim_past_a_rings_floor_is_judged_by_the_rows_the_cache_kept(binaries: dict[str, Path],
+                                                                              tmp_path: Path) -> None:
+    """OP-TRIM through the driver's optional trim: a trim a ring of the least size could not give back is the
+    cache's choice. The example keeps every row and serves it (CONFORMING, strict: the test above); the variant
+    whose ring really lost those rows serves it too, and its next answer is wrong (OP-ATTEND) - a 3-step
+    program, found at quick and pre-merge, and without --strict."""
+    broken = binaries["contiguous_ring_loses_rows"]
     for profile in ("quick", "pre-merge"):
-        code, judged = _judge(binaries["contiguous_trim_floor"], tmp_path, "--profile", profile)
+        code, judged = _judge(broken, tmp_path, "--profile", profile)
         kinds = {(f["class"], f["rule"]) for f in judged["semantic"]["findings"]}
-        assert code == 1 and kinds == {("lenient", "OP-TRIM")}, kinds
+        assert code == 1 and kinds == {("wrong", "OP-ATTEND")}, kinds
         first = min(judged["semantic"]["findings"], key=lambda f: len(f["steps"]))
-        assert first["steps"][-1]["op"] == "trim" and len(first["steps"]) <= 3, first["steps"]
+        assert [step["op"] for step in first["steps"]] == ["fetch", "trim", "fetch"], first["steps"]
     report = tmp_path / "plain.json"
-    assert cli.main(["--target", f"cmd:{binaries['contiguous_trim_floor']}", "--json", str(report)]) == 0
+    assert cli.main(["--target", f"cmd:{broken}", "--json", str(report)]) == 1
 
 
 def test_the_mlx_glue_is_at_most_30_lines() -> None:

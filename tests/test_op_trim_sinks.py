@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from kvcache import KVCacheError, TrimError
+from kvcache._op_types import mask_of
 from kvcache.op import CacheConfig, CellReferenceCache, ContiguousReferenceCache, LayerPolicy
 from kvcache_spec import op_model
 from kvcache_spec.conformance import layouts, scope as scopes
@@ -88,8 +89,8 @@ def test_OP_TRIM_n_is_an_int_in_zero_to_held() -> None:
 
 
 def _answers(m: op_model.OpModel) -> dict[int, str]:
-    """OP-TRIM's three answers for each n in [0, L] (SPEC.md OP-TRIM)."""
-    return {n: "owed" if m.trim_owed(n) else "optional" if m.snapshot().trim(n) is None else "refused"
+    """OP-TRIM's answer for each n in [0, L] (SPEC.md OP-TRIM): owed or optional, never refused."""
+    return {n: "refused" if isinstance(answer := m.trim_answer(n), op_model.Rejected) else answer
             for n in range(m.used(0) + 1)}
 
 
@@ -97,43 +98,73 @@ def _choice(m: op_model.OpModel) -> list[int]:
     return [n for n, answer in _answers(m).items() if answer == "optional"]
 
 
-def test_OP_TRIM_a_ring_gives_back_only_what_no_later_query_needs() -> None:
-    """OP-TRIM: the floor F = max(F, end - (w - k - 1 + max_write)) at each step begun, min(F, L - n) at a
-    trim; refused iff a position in [max(k, L - n - (w - k) + 1), L - n) lies below F; owed iff n = 0 or F <= k
-    on every ring layer (nothing dropped: mlx-lm's is_trimmable); optional otherwise."""
+def test_OP_TRIM_owed_until_a_ring_may_have_dropped_a_row_then_optional_never_refused() -> None:
+    """OP-TRIM: the floor F = max(F, end - (w - k - 1 + max_write)) at each step begun, min(F, L - n) at a trim;
+    owed iff n = 0 or F <= k on every ring layer (nothing dropped: mlx-lm's is_trimmable), optional otherwise -
+    a valid n is never refused for what a ring *may* have dropped (a cache that keeps more serves it right)."""
     ring = op_model.OpModel(_model(RING4))
     _steps(ring, 1, 1, 1)
-    assert _owed(ring) == [0, 1, 2, 3] and ring.floors == [0] and not _choice(ring)
+    assert set(_answers(ring).values()) == {"owed"} and ring.floors == [0]
     _steps(ring, 1)
-    assert _owed(ring) == [0, 4] and ring.floors == [1] and _choice(ring) == [4]   # to nothing: its choice
+    assert _answers(ring) == {0: "owed", 1: "optional", 2: "optional", 3: "optional", 4: "optional"}
+    assert ring.floors == [1] and _owed(ring) == [0, 1, 2, 3, 4]   # the model serves every valid n
     sinks = op_model.OpModel(_model({**RING4, "keep": 1}))
     _steps(sinks, 1, 1, 1)
-    assert not _choice(sinks) and sinks.floors == [1]   # F <= k: nothing dropped, every trim owed
+    assert set(_answers(sinks).values()) == {"owed"} and sinks.floors == [1]   # F <= k: nothing dropped
     _steps(sinks, 1, 1, 1)
-    assert _owed(sinks) == [0, 5, 6] and _choice(sinks) == [5, 6]   # down to the sink, or to nothing
-    spec = op_model.OpModel(_model(RING4, max_write=2))
-    _steps(spec, 2, 2, 2, 2)
-    assert _owed(spec) == [0, 1, 2, 8] and _choice(spec) == [1, 2, 8]
-    assert spec.trim(2) is None and _owed(spec) == [0, 6]   # the floor stays
+    assert _choice(sinks) == [1, 2, 3, 4, 5, 6] and sinks.floors == [4]
     window_one = op_model.OpModel(_model({"kind": "ring", "window": 1}))
     _steps(window_one, 3, 1)
-    assert _owed(window_one) == [0, 1, 2, 3, 4] and _choice(window_one) == [1, 2, 3, 4]   # its history: gone
-    refused = spec.trim(1)
-    assert refused is not None and refused.case == "ring dropped"
+    assert _choice(window_one) == [1, 2, 3, 4]
     flat = op_model.OpModel(_model({"kind": "flat", "window": 0}, RING4))
     _steps(flat, 1, 1)
     assert set(_answers(flat).values()) == {"owed"}
 
 
+def test_OP_TRIM_a_trim_after_a_trim_is_optional_and_the_floor_stays() -> None:
+    """OP-TRIM: ring(3), max_write 2, seven decodes: F = 7 - 4 = 3; trim(2) and then trim(1) are both optional
+    (the second reaches position 2, which a ring of the least size overwrote); the floor does not come back.
+    The reference (a ring of 4 rows) serves the first and refuses the second; the model, as a cache keeping
+    more, serves both, and its next answer holds position 2."""
+    m = op_model.OpModel(_model({"kind": "ring", "window": 3}, max_write=2))
+    _steps(m, *[1] * 7)
+    assert m.floors == [3] and m.trim_answer(2) == "optional" and m.trim(2) is None
+    assert m.floors == [3] and m.trim_answer(1) == "optional" and m.trim(1) is None and m.used(0) == 4
+    assert _steps(m, 1) == [[[2, 3, 4]]]
+    cache = _reference(LayerPolicy.ring(3), max_write=2)
+    _decode(cache, 7)
+    cache.trim(2)
+    before = cache._state()
+    with pytest.raises(TrimError):
+        cache.trim(1)
+    assert cache._state() == before and cache.used(0) == 5
+
+
 def test_OP_TRIM_in_the_middle_of_a_step_abandons_it_first() -> None:
     """OP-TRIM, OP-STEP: a trim is a mutating verb: the open step goes, then n counts the tokens before it;
-    a refused trim leaves the open step as it was."""
+    a refused trim leaves the open step as it was. trim(0) there is owed: it leaves the state a new step at L
+    leaves (OP-STEP owes that step), even after the open step moved a ring's floor past what the query at L
+    attends - issue 44's case (flat + ring(3), six decodes, a step served on the flat layer only)."""
     m = op_model.OpModel(_model({"kind": "flat", "window": 0}, RING4))
     _steps(m, 2)
     m.fetch(0, op_model.Shapes((1, 1, 1, 1), (1, 1, 1, 1), (1, 1)), [2], [next(UIDS)])
     assert (m.used(0), m.used(1)) == (3, 2)
     assert m.trim(3) is not None and m.step is not None and m.step.served == {0}
     assert m.trim(0) is None and m.step is None and (m.used(0), m.used(1)) == (2, 2) and m.abandoned == 1
+    ring3 = {"kind": "ring", "window": 3}
+    for max_write in (None, 1):
+        m = op_model.OpModel(_model({"kind": "flat", "window": 0}, ring3, max_write=max_write))
+        cache = _reference(LayerPolicy.flat(), LayerPolicy.ring(3), max_write=max_write)
+        _steps(m, *[1] * 6)
+        _decode(cache, 6)
+        m.fetch(0, op_model.Shapes((1, 1, 1, 1), (1, 1, 1, 1), (1, 1)), [6], [next(UIDS)])
+        six = np.full((1, 1, 1, 2), 6, np.float32)
+        cache.update_and_fetch(0, six, six, np.array([[6]]))
+        assert m.trim_answer(0) == "owed" and m.trim_answer(1) == "optional", max_write
+        assert m.trim(0) is None and cache.trim(0) is None
+        assert (cache.used(0), cache.used(1)) == (m.used(0), m.used(1)) == (6, 6)
+        assert _steps(m, 1) == [[[0, 1, 2, 3, 4, 5, 6]], [[4, 5, 6]]]
+        assert _attended(cache) == [4.0, 5.0, 6.0]
 
 
 # --- the reference ------------------------------------------------------------------------------------
@@ -153,12 +184,18 @@ def _decode(cache: ContiguousReferenceCache, steps: int) -> Any:
     return answer
 
 
+def _attended(cache: ContiguousReferenceCache) -> list[float]:
+    """One more decode on every layer: the K tags (positions) the last layer's query attends, sorted."""
+    k_hist, _, spec = _decode(cache, 1)
+    return sorted(k_hist[0, 0, mask_of(spec, 1, k_hist.shape[2])[0], 0].tolist())
+
+
 @pytest.mark.parametrize("n, error, argument", [(True, TypeError, "n"), (1.0, TypeError, "n"), (-1, ValueError, "n"),
                                                 (7, ValueError, "n"), (4, TrimError, "n")])
 def test_the_reference_refuses_a_trim_typed_and_changes_nothing(n: Any, error: type, argument: str) -> None:
-    """OP-TRIM, OP-ATOMIC: a typed error naming n and the rule (a ring's refusal is also a RuntimeError, as
-    its state decides it); nothing a later call observes changes."""
-    cache = _reference(LayerPolicy.flat(), LayerPolicy.ring(3))
+    """OP-TRIM, OP-ATOMIC: a typed error naming n and the rule (a ring's refusal of an optional trim, its
+    rows overwritten, is also a RuntimeError, as its state decides it); nothing a later call observes changes."""
+    cache = _reference(LayerPolicy.flat(), LayerPolicy.ring(3), max_write=1)
     _decode(cache, 6)
     before = cache._state()
     with pytest.raises(error) as raised:
@@ -169,23 +206,28 @@ def test_the_reference_refuses_a_trim_typed_and_changes_nothing(n: Any, error: t
 
 
 def test_the_reference_trims_agree_with_the_model_on_every_ring() -> None:
-    """OP-TRIM: for each ring (window, keep, max_write), after each length, the reference serves exactly the
-    trims the model owes (its max_write rings are laid out as rings: the layout's rewind agrees)."""
-    for window, keep, max_write in ((4, 0, None), (4, 1, None), (4, 0, 2), (3, 2, 2), (1, 0, None), (5, 0, 1)):
+    """OP-TRIM: for each ring (window, keep, max_write), after each length, the reference serves every trim the
+    model owes, refuses only optional ones - and only where its ring is laid out as one (max_write, no sinks):
+    a history kept whole serves every n - and past each trim it served, its next answer is the model's."""
+    for window, keep, max_write in ((4, 0, None), (4, 1, None), (4, 0, 2), (3, 2, 2), (1, 0, None), (5, 0, 1),
+                                    (3, 0, 2)):
+        refusals = 0
         for length in range(9):
-            owed = op_model.OpModel(_model({"kind": "ring", "window": window, "keep": keep}, max_write=max_write))
-            _steps(owed, *[1] * length)
             for n in range(length + 1):
+                m = op_model.OpModel(_model({"kind": "ring", "window": window, "keep": keep}, max_write=max_write))
+                _steps(m, *[1] * length)
                 cache = _reference(LayerPolicy.ring(window, keep), max_write=max_write)
                 _decode(cache, length)
+                answer = m.trim_answer(n)
                 try:
                     cache.trim(n)
-                    served = True
                 except TrimError:
-                    served = False
-                assert served == (owed.snapshot().trim(n) is None), (window, keep, max_write, length, n)
-                if served:
-                    assert cache.used(0) == length - n
+                    refusals += 1
+                    assert answer == "optional", (window, keep, max_write, length, n)
+                    continue
+                assert answer in ("owed", "optional") and m.trim(n) is None and cache.used(0) == length - n
+                assert _attended(cache) == [float(p) for p in _steps(m, 1)[0][0]], (window, keep, max_write, length, n)
+        assert (refusals > 0) == (max_write is not None and keep == 0 and window > 1), (window, keep, max_write)
 
 
 def test_the_reference_masks_sinks_and_refuses_a_keep_at_the_window() -> None:
@@ -212,7 +254,7 @@ def _report(spec: str, profile: str = "quick", strict: bool = True) -> dict[str,
 @pytest.mark.parametrize("spec", [REFERENCE, "python:tests.op_standin:contiguous"])
 def test_the_reference_and_the_standin_are_conforming_strict_within_trim_and_sinks(spec: str) -> None:
     """OP-TRIM, OP-SINKS: CONFORMING (strict) in the whole scope, both rules exercised, the trim clause's
-    every malformation sent, and among the programs trims a ring refuses and trims it owes past a wrap."""
+    every malformation sent, and among the programs trims past a wrapped ring, owed and optional."""
     report = _report(spec)
     assert report["verdict"] == CONFORMING and report["coverage"]["complete"], report["semantic"]["findings"][:1]
     assert {"OP-TRIM", "OP-SINKS"} <= set(report["coverage"]["rules"]["exercised"])
@@ -220,8 +262,10 @@ def test_the_reference_and_the_standin_are_conforming_strict_within_trim_and_sin
 
 
 TRIM_CHOICES = {
-    # a ring that refuses what SPEC.md OP-TRIM leaves optional (mlx-lm's is_trimmable): valid
+    # a ring that refuses what SPEC.md OP-TRIM leaves optional (mlx-lm's is_trimmable): valid; one that keeps
+    # every row and serves what a ring of the least size could not give back: valid too (issue 41's false alarm)
     "ring_trim_only_unwrapped": None,
+    "ring_keeps_every_row": None,
     # refused while the ring dropped nothing: over-strict; a refusal that trimmed anyway: OP-ATOMIC
     "ring_trim_refused_early": ("over-strict", "OP-TRIM"),
     "ring_trim_refusal_lowers_length": ("wrong", "OP-ATOMIC"),
@@ -243,27 +287,30 @@ def test_a_trim_the_spec_leaves_optional_may_be_refused_and_only_that(name: str)
 
 
 def test_the_programs_trim_past_a_wrapped_ring_both_ways() -> None:
-    """The edge programs of each ring config trim after the ring wrapped: some of those trims are owed (served),
-    some refused (OP-TRIM ring dropped), on every ring wider than 1 that can wrap (a window of 1 needs no
-    history: it gives back anything, as does a ring of one position past its sinks), and the reference agrees with the spec on every one."""
+    """The edge programs of each ring config trim after the ring wrapped, once and twice: the reference serves
+    them (no finding), and refuses some - optional there - exactly where its rings are laid out as rings
+    (max_write, no sinks, a window wider than 1); the stand-in keeping every row serves every one."""
     for cfg in CONTIGUOUS_CONFIGS:
         if not any(entry["kind"] == "ring" for entry in cfg["layers"]):
             continue
-        cases = []
-        for name, program in trim_programs(cfg):
-            if name.startswith("decodes past the window"):
-                result = layouts.run_any(PythonTarget(REFERENCE), cfg, program)
-                assert result.finding is None, (name, result.finding)
-                cases += [step.get("case") for step in result.steps if step["op"] == "trim"]
-        wide = any(entry["window"] - entry.get("keep", 0) > 1 and cfg["capacity"] > entry["window"]
-                   for entry in cfg["layers"] if entry["kind"] == "ring")   # a ring the capacity lets wrap
-        assert None in cases and ("OP-TRIM ring dropped" in cases) == wide, (cfg, cases)
+        for target in (REFERENCE, STANDINS.format("ring_keeps_every_row")):
+            served = refused = 0
+            for name, program in trim_programs(cfg):
+                if name.startswith("decodes past the window"):
+                    result = layouts.run_any(PythonTarget(target), cfg, program)
+                    assert result.finding is None, (name, result.finding)
+                    trims = [step for step in result.steps if step["op"] == "trim"]
+                    refused += sum("refused_with" in step for step in trims)
+                    served += sum("refused_with" not in step for step in trims)
+            as_rings = target == REFERENCE and cfg.get("max_write") is not None and any(
+                entry["kind"] == "ring" and not entry.get("keep") and entry["window"] > 1 for entry in cfg["layers"])
+            assert served and (refused > 0) == as_rings, (target, cfg, served, refused)
 
 
 STANDIN_FINDS = {
     # (class, rule) found; how many steps its shortest program has at most; found without --strict
     "trim_lowers_length_only": (("wrong", "OP-ATTEND"), 3, True),
-    "ring_trim_past_wrap": (("wrong", "OP-ATTEND"), 8, True),    # a consequence past the lenient trim
+    "ring_trim_past_wrap": (("wrong", "OP-ATTEND"), 5, True),    # past the optional trim it served, rows lost
     "negative_trim": (("wrong", "OP-ATTEND"), 3, True),          # past the lenient trim(-1)
     "sinks_dropped_by_multi_token_step": (("wrong", "OP-ATTEND"), 4, True),
     "keep_at_window_served": (("lenient", "OP-CONFIG"), 0, False),
@@ -287,8 +334,10 @@ def test_each_trim_and_sinks_standin_is_found_with_a_minimal_program_that_replay
     assert again is not None and (again["class"], again["rule"]) == kind_rule
     assert replay("python:tests.op_standin:contiguous", first["config"], first["steps"]) is None
     assert (_report(spec, strict=False)["verdict"] == NOT_CONFORMING) == plain
-    if name in ("ring_trim_past_wrap", "negative_trim"):   # the harm past a trim the spec refuses, served
+    if name == "negative_trim":   # the harm past a trim the spec refuses, served
         assert any(f["after"] == "lenient OP-TRIM in trim" and f["safety"] == "SAFE-OP-ISOLATION" for f in found)
+    if name == "ring_trim_past_wrap":   # an optional trim served: no lenient cause, the later answer is wrong
+        assert not any(f["class"] == "lenient" for f in report["semantic"]["findings"]) and not first["after"]
 
 
 # --- the scope features ---------------------------------------------------------------------------------
@@ -328,15 +377,16 @@ def test_the_exhaustive_checker_passes_the_reference_and_finds_each_trim_standin
     each broken stand-in is found with a short program (a state a trim reached is extended even when the model
     holds what it held before: a target may have kept the trimmed rows)."""
     config = op_checker.SINKS_CONFIG if sinks else None
-    for correct in (REFERENCE, "python:tests.op_standin:contiguous"):
+    for correct in (REFERENCE, "python:tests.op_standin:contiguous", STANDINS.format("ring_keeps_every_row")):
         # depth 4: each stand-in shows at 4 steps or fewer; the checker's key also holds what the model let go
         # (a reset, a refusal, ...), so it runs more programs per depth than it did (issue 35)
         passed = op_checker.check(PythonTarget(correct), 4, config)
         assert not passed.findings and passed.states > 20, passed.summary()
-    expected = {"trim_lowers_length_only": ("wrong", "OP-ATTEND"), "ring_trim_past_wrap": ("lenient", "OP-TRIM"),
-                "negative_trim": ("lenient", "OP-TRIM")}
-    if sinks:
+    expected = {"trim_lowers_length_only": ("wrong", "OP-ATTEND"), "negative_trim": ("lenient", "OP-TRIM")}
+    if sinks:   # the wrapped ring's lost row: on flat + ring(2) its trim is optional (no finding) and a query
+        # reading the lost row comes 7 steps deep (only layer 0 takes two-token steps there)
         expected["sinks_dropped_by_multi_token_step"] = ("wrong", "OP-ATTEND")
+        expected["ring_trim_past_wrap"] = ("wrong", "OP-ATTEND")
     for name, key in expected.items():
         found = op_checker.check(PythonTarget(STANDINS.format(name)), 4, config).findings
         assert key in found and len(found[key][1]) <= 4, (name, {k: len(v[1]) for k, v in found.items()})
@@ -345,7 +395,7 @@ def test_the_exhaustive_checker_passes_the_reference_and_finds_each_trim_standin
 def test_trusted_args_sends_no_trim_of_an_n_outside_zero_to_held() -> None:
     """OP-TRIM under the relaxation `trusted-args`: a bad n (negative, more than held, not an int) is a call no
     model code makes, so none is sent - the negative-trim stand-in is then CONFORMING (strict) - while a trim
-    a ring cannot give back is the state's refusal and still owed (the wrapped-ring stand-in is still found)."""
+    past a wrapped ring is still sent (optional: the wrapped-ring stand-in serves it and answers wrong after)."""
     def judged(name: str) -> dict[str, Any]:
         target = PythonTarget(STANDINS.format(name))
         target.scope = scopes.parse(["all", "trusted-args"], "test")
@@ -354,8 +404,7 @@ def test_trusted_args_sends_no_trim_of_an_n_outside_zero_to_held() -> None:
     assert negative["verdict"] == CONFORMING, negative["semantic"]["findings"][:1]
     assert any("'trusted-args'" in note and "trim" in note for note in negative["skipped"])
     wrapped = judged("ring_trim_past_wrap")
-    assert {(f["class"], f["rule"]) for f in wrapped["semantic"]["findings"]} >= {("lenient", "OP-TRIM"),
-                                                                                 ("wrong", "OP-ATTEND")}
+    assert {(f["class"], f["rule"]) for f in wrapped["semantic"]["findings"]} == {("wrong", "OP-ATTEND")}
 
 
 def test_random_trims_are_well_formed_or_tagged_and_trusted_args_gets_only_well_formed_ones() -> None:
@@ -369,7 +418,7 @@ def test_random_trims_are_well_formed_or_tagged_and_trusted_args_gets_only_well_
             result = layouts.run_any(PythonTarget(REFERENCE), cfg, program)
             for step in result.steps:
                 if step["op"] == "trim" and "clause" not in step:
-                    assert type(step["n"]) is int and step.get("case") in (None, "OP-TRIM ring dropped"), step
+                    assert type(step["n"]) is int and step.get("case") is None, step
     report = _report(STANDINS.format("trims_what_it_can"))
     assert report["verdict"] == CONFORMING, report["semantic"]["findings"][:1]
     assert "OP-TRIM" in report["coverage"]["rules"]["exercised"]

@@ -2,8 +2,8 @@
 least a ring may keep serves a trim exactly - litgpt's ring buffer holds `window` rows, so a rollback of one token
 gets every row the next query attends back - yet the suite charges it lenient OP-TRIM ("may have dropped position
 0") and fails it under --strict. The stand-in keeps every row and attends a window of them: its data is right on
-every program (semantic conformance), every trim within the held tokens is served exactly, and its only cause is
-that lenient OP-TRIM. Issue 41, point 1: such a trim is optional, judged by the data."""
+every program (semantic conformance), every trim within the held tokens is served exactly, and its only cause was
+that lenient OP-TRIM. OP-TRIM now makes such a trim optional, judged by the data: it is CONFORMING (strict).
 
 from __future__ import annotations
 
@@ -30,8 +30,6 @@ class KeepsEveryRow(TinyOpCache):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="issue 41 point 1: OP-TRIM still owes the refusal of a trim a minimal ring "
-                                       "may have dropped a row for, whatever the cache kept")
 def test_a_ring_that_kept_the_rows_serves_the_trim_and_is_conforming() -> None:
     result = run_suite(PythonTarget(f"python:{__name__}:KeepsEveryRow"), "quick")
     report = report_json(result, strict=True, exact_layout=False)

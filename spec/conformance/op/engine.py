@@ -434,9 +434,8 @@ class OpEngine(Caller):
         before = self.model.abandoned
         self.before_call = self.model.snapshot()
         owed = self.model.trim_owed(n)
-        rejected = self.model.trim(n)
-        if rejected is not None and rejected.case != "ring dropped" and scopes.TRUSTED_ARGS in self.relaxed:
-            # an n no model code passes (the ring's refusal is the state's, and stays): not sent
+        rejected = self.model.trim(n)   # refused only for its n: what a ring may have dropped makes it optional
+        if rejected is not None and scopes.TRUSTED_ARGS in self.relaxed:   # an n no model code passes: not sent
             self.result.skipped.add("scope: trims of an n outside [0, held] not sent: the target's scope declares "
                                     f"'{scopes.TRUSTED_ARGS}'")
             return NOT_SENT
@@ -445,16 +444,17 @@ class OpEngine(Caller):
             return concrete
         if self.model.abandoned != before and self._excused("steps", "a step abandoned partway"):
             return None
-        if not owed:   # the target's choice (a ring that dropped rows): the lockstep follows what it did
+        if not owed:   # the target's choice (a ring may have dropped rows): the lockstep follows what it did
             return self._optional_trim(args, concrete)
         self._accepted("trim", args, "OP-STEP" if self.model.abandoned != before else "OP-TRIM")
         self.result.exercised.add("OP-TRIM")
         return concrete
 
     def _optional_trim(self, args: dict[str, Any], concrete: Step) -> Step:
-        """OP-TRIM: a trim a ring layer that dropped rows may refuse (no position the next query attends is
-        gone, but not everything is kept: mlx-lm's is_trimmable). Served, the model has applied it; refused,
-        the model goes back to the state before it, and the target must have changed nothing (OP-ATOMIC)."""
+        """OP-TRIM: a trim after a ring layer may have dropped rows, the target's choice. Served, the model has
+        applied it and every later answer is judged by its rows (a cache that lost a row the next query attends
+        answers wrong there); refused, the model goes back to the state before it, and the target must have
+        changed nothing (OP-ATOMIC)."""
         got = self._call("trim", args, "OP-TRIM")
         self.result.exercised.add("OP-TRIM")
         if got.ok and got.value is not False:

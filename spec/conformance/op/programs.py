@@ -148,7 +148,8 @@ def trim_n(step: Step, held: int) -> Any:
 
 def trim_programs(cfg: JsonConfig) -> list[tuple[str, list[Step]]]:
     """OP-TRIM's edges: a speculative rollback, a trim of 0, of everything, twice, in the middle of a step,
-    past what a ring retains (refused) and just within it (owed), and each malformed n."""
+    before and after a ring may have dropped rows (owed, then the target's choice: served, its later answers
+    judged), a trim after such a trim, and each malformed n."""
     cap, layers = cfg["capacity"], cfg["n_layers"]
     rings = [entry for entry in cfg["layers"] if entry["kind"] == "ring"]
     out: list[tuple[str, list[Step]]] = [
@@ -160,8 +161,8 @@ def trim_programs(cfg: JsonConfig) -> list[tuple[str, list[Step]]]:
     ]
     if layers > 1:
         out.append(("trim in the middle of a step", forward(cfg, 2) + [fetch(0, 1), trim(1)] + forward(cfg, 1)))
-    if rings:   # decodes past the window, then trims of each size: the ring refuses what it may have dropped,
-        # and gives back up to max_write tokens, down to its sinks, or everything
+    if rings:   # decodes past the window, then trims of each size, and two trims in a row: a ring of the least
+        # size gives back up to max_write tokens below its newest step, down to its sinks, or everything
         window = max(entry["window"] for entry in rings)
         decodes = min(cap - 1, window + (cfg.get("max_write") or 1) + 1)
         keep = max(entry.get("keep", 0) for entry in rings)
@@ -169,6 +170,8 @@ def trim_programs(cfg: JsonConfig) -> list[tuple[str, list[Step]]]:
         for n in sorted(set(sizes)):
             out.append((f"decodes past the window, trim {n}", forward(cfg, 1) * decodes + [trim(n)]
                         + forward(cfg, 1) * 2))
+        out.append(("decodes past the window, trim twice", forward(cfg, 1) * decodes + [trim_most(2), trim_most(1)]
+                    + forward(cfg, 1) * 2))
     for case in cases("op-contiguous", cfg):
         if case.clause.call == "trim":
             out.append((f"malformed {case.name}", forward(cfg, 2) + [trim(None, **case.tag())] + forward(cfg, 1)))

@@ -8,9 +8,9 @@
 // appends at its used length, `position` is not read, and a ring layer keeps every row and applies its
 // window through the mask. So its scope leaves out `positions`, `steps` and `max_write` (SPEC.md 6.1, SCOPE-BORDER),
 // and the suite says so in its verdict. It serves batch rows, an MLA value width of its own, attention sinks
-// (a ring's `keep`) and the trim verb (SPEC.md part 5: OP-SINKS, OP-TRIM), refusing a trim past a ring's floor even though it keeps
-// every row. Build with -DKVCACHE_EXAMPLE_WINDOW_OFF_BY_ONE or -DKVCACHE_EXAMPLE_TRIM_IGNORES_FLOOR for a
-// broken variant the suite must catch.
+// (a ring's `keep`) and the trim verb (SPEC.md part 5: OP-SINKS, OP-TRIM): keeping every row, it serves every
+// n in [0, held], those a ring of the least size could not give back included (optional there). Build with
+// -DKVCACHE_EXAMPLE_WINDOW_OFF_BY_ONE or -DKVCACHE_EXAMPLE_RING_LOSES_ROWS for a broken variant the suite must catch.
 // (spec/cpp/example/serve_mlx_shaped.cpp is the other shape: the MLX runtime's, positions and rings.)
 
 #include <algorithm>
@@ -25,7 +25,7 @@ namespace op = kvcache_conformance::op;
 class ContiguousCache {
  public:
   explicit ContiguousCache(const op::Config& c)
-      : c_(c), k_(c.n_layers > 0 ? c.n_layers : 0), v_(k_.size()), floor_(k_.size()) {
+      : c_(c), k_(c.n_layers > 0 ? c.n_layers : 0), v_(k_.size()) {
     if (c.n_layers < 1 || c.n_kv_heads < 1 || c.head_dim < 1 || c.v_head_dim < 1 || c.batch_size < 1 || c.capacity < 1)
       throw std::invalid_argument("OP-CONFIG: every size is an int >= 1");
     if (c.layers.size() != 1 && c.layers.size() != static_cast<size_t>(c.n_layers))
@@ -36,25 +36,13 @@ class ContiguousCache {
         throw std::invalid_argument("OP-CONFIG: a layer policy is flat (window 0) or ring (window >= 1, keep below)");
   }
   int used(int layer) const { return static_cast<int>(k_.at(checked(layer)).size()); }
-  void reset() { for (size_t l = 0; l < k_.size(); ++l) k_[l].clear(), v_[l].clear(), floor_[l] = 0; }
+  void reset() { for (size_t l = 0; l < k_.size(); ++l) k_[l].clear(), v_[l].clear(); }
 
-  // OP-TRIM: drop the newest n tokens of every layer, unless a ring layer's floor - what a ring of the
-  // spec's least size could have overwritten - reaches a position the next query attends.
-  void trim(int n) {   // each layer is its own history: each drops its own newest n
-    for (size_t l = 0; l < k_.size(); ++l) {
-      const long long end = static_cast<long long>(k_[l].size()) - n;
-      if (n < 0 || end < 0) throw std::invalid_argument("OP-TRIM: n must lie in [0, held]");
-#ifndef KVCACHE_EXAMPLE_TRIM_IGNORES_FLOOR
-      const op::Policy& p = policy(static_cast<int>(l));
-      const long long first = std::max<long long>(p.keep, end - (p.window - p.keep) + 1);   // the next query's oldest
-      if (p.window > 0 && first < end && first < floor_[l])
-        throw std::runtime_error("OP-TRIM: a ring layer may have dropped a position the next query attends");
-#endif
-    }
-    for (size_t l = 0; l < k_.size(); ++l) {
-      const long long end = static_cast<long long>(k_[l].size()) - n;
-      k_[l].resize(end), v_[l].resize(end), floor_[l] = std::min(floor_[l], end);
-    }
+  // OP-TRIM: drop the newest n tokens of every layer (each layer is its own history: each drops its own).
+  void trim(int n) {
+    for (size_t l = 0; l < k_.size(); ++l)
+      if (n < 0 || static_cast<long long>(k_[l].size()) < n) throw std::invalid_argument("OP-TRIM: n must lie in [0, held]");
+    for (size_t l = 0; l < k_.size(); ++l) k_[l].resize(k_[l].size() - n), v_[l].resize(v_[l].size() - n);
   }
 
   // Every check first, then the append (OP-ATOMIC); the answer is the layer's whole history and an
@@ -67,8 +55,7 @@ class ContiguousCache {
       throw std::invalid_argument("OP-ARGS: k, v, position are not [B, Hkv, q_len, D], [B, Hkv, q_len, Dv], [q_len, 1]");
     const long long before = static_cast<long long>(k_[layer].size()), rows = before + q;
     if (rows > c_.capacity) throw std::invalid_argument("OP-CAP: the step does not fit the capacity");
-    const op::Policy& p = policy(layer);   // the floor: a ring keeps at least window - keep - 1 rows besides its sinks
-    if (p.window > 0) floor_[layer] = std::max(floor_[layer], rows - (p.window - p.keep - 1));
+    const op::Policy& p = policy(layer);
     for (long long i = 0; i < q; ++i) {   // a row holds every batch row and head of one token
       k_[layer].emplace_back(), v_[layer].emplace_back();
       for (long long bh = 0; bh < B * H; ++bh) {
@@ -88,6 +75,10 @@ class ContiguousCache {
       for (long long r = 0; r < rows; ++r)
         mask.push_back(r <= own && (window == 0 || r < keep || r > own - (window - keep)));   // sinks and window
     out.mask = op::Tensor::of("bool", std::vector<long long>{q, rows}, mask);
+#ifdef KVCACHE_EXAMPLE_RING_LOSES_ROWS   // a ring of the least size after the answer: beside its sinks only the
+    for (long long r = keep; window > 0 && r < rows - (window - keep - 1); ++r)   // next query's rows stay; yet it trims
+      std::fill(k_[layer][r].begin(), k_[layer][r].end(), 0.0), std::fill(v_[layer][r].begin(), v_[layer][r].end(), 0.0);
+#endif
     return out;
   }
 
@@ -107,7 +98,6 @@ class ContiguousCache {
   }
   op::Config c_;
   std::vector<Rows> k_, v_;
-  std::vector<long long> floor_;   // per layer: positions below it (sinks aside) a ring may have dropped
 };
 
 int main(int argc, char** argv) {
