@@ -14,7 +14,6 @@ held).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from html import escape
 from pathlib import Path
@@ -23,7 +22,7 @@ from typing import Any, Optional
 from ..report_files import open_report, report_path_problem
 from ..rules import RULES
 from .engine import CRASH, LENIENT, OVER_STRICT, WRONG
-from .report_page import cause_section, class_css, page
+from .report_page import cause_section, class_css, load, page
 
 # The shipped targets' libraries: a target whose name holds `marker` is that library at the version its extra pins
 # (pyproject.toml; tests/test_matrix.py holds the two equal), its causes explained on `page` (under docs/).
@@ -119,7 +118,7 @@ def html_table(reports: list[dict[str, Any]]) -> str:
         for family, (kind, number) in cells(report).items():
             data = f' data-target="{escape(name)}" data-family="{escape(family)}" data-class="{escape(kind)}"'
             row.append(f'<td class="{class_css(kind)}"{data}><a href="#{anchor(report, number)}">{escape(kind)}</a></td>'
-                       if number else f'<td class="muted"{data}>{escape(kind)}</td>')
+                       if number else f'<td class="{class_css(kind)} muted"{data}>{escape(kind)}</td>')
         rows.append("<tr>" + "".join(row) + "</tr>")
     return TABLE_START + "\n" + "\n".join(rows) + "</table>\n" + TABLE_END
 
@@ -176,13 +175,9 @@ def main(argv: Optional[list[str]] = None) -> int:
         return 2
     reports = []
     for path in args.reports:
-        try:
-            report = json.loads(Path(path).read_text(encoding="utf-8"))
-        except (OSError, ValueError) as error:
-            print(f"kvcache matrix: {path}: {error}", file=sys.stderr)
-            return 2
-        if not isinstance(report, dict) or not {"verdict", "target", "semantic", "coverage"} <= set(report):
-            print(f"kvcache matrix: {path}: not a kvcache conformance JSON report (--json)", file=sys.stderr)
+        report = load(path)
+        if isinstance(report, str):
+            print(f"kvcache matrix: {report}", file=sys.stderr)
             return 2
         reports.append(report)
     if args.check:

@@ -27,6 +27,8 @@ pre{background:#f5f5f7;padding:8px;overflow-x:auto;white-space:pre-wrap}
 .v-CONFORMING{background:#2e7d32}.v-NOT-CONFORMING{background:#c62828}.v-INCOMPLETE{background:#ef6c00}
 table{border-collapse:collapse;margin:8px 0} td,th{border:1px solid #ccc;padding:3px 8px;text-align:left;vertical-align:top}
 .c-wrong,.c-crash{color:#b71c1c;font-weight:600}.c-over-strict{color:#6a1b9a;font-weight:600}.c-lenient{color:#e65100}
+td.c-wrong,td.c-crash{background:#ffcdd2}td.c-over-strict{background:#e1bee7}td.c-lenient{background:#ffe0b2}
+td.c-ok{background:#e8f5e9}
 svg{display:block;margin:6px 0} svg text{font-size:11px;fill:#1d1d1f} svg text.small{font-size:10px}
 svg text.head{font-size:12px;font-weight:600} svg text.mono{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:10px}
 .step rect{fill:#e3f2fd;stroke:#90a4ae}.step.refusal rect{fill:#fde0dc}.step.trim rect{fill:#fff3cd}
@@ -73,7 +75,7 @@ def cause_section(finding: dict[str, Any], number: int, target: str, heading: st
                if finding.get("causes_of_rule", 1) > 1 else "") + "</h2>",
             f"<p><b>{escape(finding['label'])}</b>" + ("" if finding.get("shrunk", True) else " [NOT SHRUNK]") + "</p>",
             f"<p>{escape(finding['message'])}</p>"]
-    if finding.get("statement"):
+    if finding.get("statement") and finding.get("cause", 1) == 1:   # a rule's statement once, at its first cause
         part.append(f'<p class="muted">{escape(finding["rule"])}: {escape(finding["statement"])}</p>')
     if finding.get("note"):
         part.append(f"<p>note: {escape(finding['note'])}</p>")
@@ -91,11 +93,9 @@ def cause_section(finding: dict[str, Any], number: int, target: str, heading: st
     if "cells" in picture:
         part.append(cells_drawing(picture["cells"]))
     part.append("<p>Replay it (prints None once the target is fixed):</p>")
-    part.append(f"<pre>{escape(replay_command(target, finding))}</pre>")
+    part.append(f"<pre>{escape(replay_command(target, finding), quote=False)}</pre>")
     part.append("<details><summary>the pytest test to copy</summary>"
-                f"<pre>{escape(finding.get('pytest', ''))}</pre></details>")
-    part.append(f"<details><summary>config and steps (JSON)</summary><pre>{escape(json.dumps(finding['config']))}"
-                f"\n{escape(json.dumps(finding['steps']))}</pre></details>")
+                f"<pre>{escape(finding.get('pytest', ''), quote=False)}</pre></details>")
     part.append("</section>")
     return "\n".join(part)
 
@@ -152,6 +152,18 @@ def _scope_words(scope: dict[str, Any]) -> str:
     return ("full: " if scope.get("full") else "partial: ") + features if features else json.dumps(scope)
 
 
+def load(path: str) -> dict[str, Any] | str:
+    """A saved JSON report (what `kvcache conformance --json` writes), or why it cannot be read as one."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            report = json.load(handle)
+    except (OSError, ValueError) as error:
+        return f"{path}: {error}"
+    if not isinstance(report, dict) or not {"verdict", "target", "semantic", "coverage"} <= set(report):
+        return f"{path}: not a kvcache conformance JSON report (--json)"
+    return report
+
+
 def write(report: dict[str, Any], path: str) -> None:
     with open_report(path) as handle:
         handle.write(render(report))
@@ -170,14 +182,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     if problem:
         print(f"kvcache report: --html {args.html}: {problem}", file=sys.stderr)
         return 2
-    try:
-        with open(args.report, encoding="utf-8") as handle:
-            report = json.load(handle)
-    except (OSError, ValueError) as error:
-        print(f"kvcache report: {args.report}: {error}", file=sys.stderr)
-        return 2
-    if not isinstance(report, dict) or not {"verdict", "target", "semantic", "coverage"} <= set(report):
-        print(f"kvcache report: {args.report}: not a kvcache conformance JSON report (--json)", file=sys.stderr)
+    report = load(args.report)
+    if isinstance(report, str):
+        print(f"kvcache report: {report}", file=sys.stderr)
         return 2
     try:
         write(report, args.html)
