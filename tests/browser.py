@@ -71,9 +71,30 @@ def _unescape(text: str) -> str:
     return text.replace("&quot;", '"').replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
 
 
-def screenshot(page: Path, png: Path) -> None:
-    _run([f"--screenshot={png}", page.as_uri()])
+def screenshot(page: Path, png: Path, window: tuple[int, int] = WINDOW) -> None:
+    _run([f"--screenshot={png}", f"--window-size={window[0]},{window[1]}", page.as_uri()])
     assert png.exists() and png.stat().st_size > 0
+
+
+def cause_picture(report_path: Path, number: int, png: Path, width: int = 900) -> None:
+    """A picture of one cause of a saved JSON report, as the HTML report draws it, cut to its grid (the README's):
+    a page of that cause alone, shot in a window as tall as the grid's bottom."""
+    from kvcache_spec.conformance.report_page import cause_section, page
+
+    report = json.loads(report_path.read_text(encoding="utf-8"))
+    finding = report["semantic"]["findings"][number - 1]
+    with tempfile.TemporaryDirectory(prefix="kvcache-picture-") as folder:
+        alone = Path(folder) / "cause.html"
+        alone.write_text(page(report["target"], [cause_section(finding, number, report["target"])]), encoding="utf-8")
+        legend = probe(alone, "p.legend")
+        assert legend, "the cause has no attend grid"
+        screenshot(alone, png, (width, int(legend[0]["y"] + legend[0]["height"] + 90)))
+
+
+if __name__ == "__main__":   # python -m tests.browser REPORT.json CAUSE OUT.png: the README's picture of a cause
+    import sys
+
+    cause_picture(Path(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3]))
 
 
 def pixel(png: Path, x: int, y: int) -> tuple[int, int, int]:

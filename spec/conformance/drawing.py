@@ -20,7 +20,8 @@ CELL_DRAWINGS: dict[str, CellDrawing] = {}
 # A grid cell's state: which of the two lets the query attend the token. The colours are the page's CSS classes.
 BOTH, SPEC_ONLY, TARGET_ONLY, NEITHER = "both", "spec-only", "target-only", "neither"
 GRID_LEGEND = {BOTH: "spec and target", SPEC_ONLY: "spec only", TARGET_ONLY: "target only", NEITHER: "neither"}
-SAFETY_LEGEND = {BOTH: "owed and attended", SPEC_ONLY: "owed, not attended", TARGET_ONLY: "attended, not owed",
+# Past a lenient or over-strict step there is no spec answer: the grid is against what the query may attend (safety)
+SAFETY_LEGEND = {BOTH: "may attend, attends", SPEC_ONLY: "may attend, does not", TARGET_ONLY: "attends, may not",
                  NEITHER: "neither"}
 SIZE = 26          # a grid cell's side, px
 STEP_WIDTH = 118   # a timeline step's box width, px

@@ -73,7 +73,7 @@ class Finding:
     safety: str = ""
     # What a report draws of the failing step (spec/conformance/pictures.py): the attend grid of a wrong answer
     # ("attend"), the cells and their owners ("cells"); JSON values only. Not part of the cause.
-    picture: dict[str, Any] = field(default_factory=dict)
+    picture: dict[str, Any] = field(default_factory=dict, compare=False)
 
     def key(self) -> tuple[str, str]:
         return (self.kind, self.rule)

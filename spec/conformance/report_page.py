@@ -85,7 +85,7 @@ def cause_section(finding: dict[str, Any], number: int, target: str, heading: st
     picture = finding.get("picture", {})
     if "attend" in picture:
         attend = picture["attend"]
-        by = "what safety owes past the entry step" if attend.get("expected_by") == "safety" else "the spec"
+        by = "what it may attend past the entry step (safety)" if attend.get("expected_by") == "safety" else "the spec"
         part.append(f"<p>What each query of the failing call attends, by {escape(by)} and by the target "
                     f"(query {attend['query']} is where it was caught, outlined):</p>")
         part.append(attend_grid(attend))

@@ -283,8 +283,7 @@ class OpConsequences(Consequences):
                 v_uids = engine.labels.uid_of(v_hist[b, h], layer, b, h, 1)
 
                 def pictured(i: int, stop: Stop) -> Stop:   # this (b, h)'s grid drawn into the finding
-                    return self._pictured(stop, layer, b, h, i, seqs, positions, uids, well_formed, k_uids, v_uids,
-                                          allowed)
+                    return self._pictured(stop, layer, b, h, i, seqs, positions, k_uids, v_uids, allowed)
 
                 for i in range(q):
                     # a query at a position OP-POS allows (not -1, a free-cell marker upstream) sees itself
@@ -324,15 +323,18 @@ class OpConsequences(Consequences):
                                                                        "it lies in the query's span"))
 
     def _pictured(self, stop: Stop, layer: int, b: int, h: int, failing: int, seqs: list[Any], positions: list[Any],
-                  uids: list[int], well_formed: bool, k_uids: np.ndarray, v_uids: np.ndarray,
-                  allowed: np.ndarray) -> Stop:
-        """A broken property's finding with its attend grid at (layer, b, h): against each query's owed tokens."""
-        owed: list[Optional[list[int]]] = [
-            self.owed_to(layer, seqs, positions, uids if well_formed else [], i)
-            if type(positions[i]) is int and 0 <= positions[i] <= op_model.MAX_POSITION and i < len(uids) else None
-            for i in range(len(positions))]
+                  k_uids: np.ndarray, v_uids: np.ndarray, allowed: np.ndarray) -> Stop:
+        """A broken property's finding with its attend grid at (layer, b, h): against the tokens each query may
+        attend past the entry - its sequence's (written by it or forked to it), not after its position where positions
+        are judged (SAFE-OP-ISOLATION); the tokens it is owed (SAFE-OP-COMPLETE) are among them."""
+        def may_attend(i: int) -> list[int]:
+            own = positions[i]
+            return sorted(uid for uid in self.readable.get(seqs[i], set())
+                          if not (self.judge_positions and type(own) is int and type(self.position.get(uid)) is int
+                                  and self.position[uid] > own))
+        allowed_tokens: list[Optional[list[int]]] = [may_attend(i) for i in range(len(positions))]
         stop.finding.picture = {"attend": attend_picture(
-            layer, b, h, list(zip(positions, seqs)), owed, k_uids, v_uids, allowed, self.position.get,
+            layer, b, h, list(zip(positions, seqs)), allowed_tokens, k_uids, v_uids, allowed, self.position.get,
             lambda uid: sorted(seq for seq, held in self.readable.items() if uid in held), failing, self.cell,
             "safety")}
         return stop
