@@ -88,7 +88,7 @@ def cause_picture(report_path: Path, number: int, png: Path, width: int = 900) -
         alone.write_text(page(report["target"], [cause_section(finding, number, report["target"])]), encoding="utf-8")
         legend = probe(alone, "p.legend")
         assert legend, "the cause has no attend grid"
-        screenshot(alone, png, (width, int(legend[0]["y"] + legend[0]["height"] + 90)))
+        screenshot(alone, png, (width, int(legend[0]["y"] + legend[0]["height"] + 24)))
 
 
 if __name__ == "__main__":   # python -m tests.browser REPORT.json CAUSE OUT.png: the README's picture of a cause

@@ -194,3 +194,22 @@ def test_the_committed_matrix_holds_the_libraries_documented_causes() -> None:
             kind = re.sub(r"\[\*\*(.*)\*\*\]\(.*\)", r"\1", shown)
             assert kind == worst.get(family, kind if kind in (matrix.OK, matrix.NOT_JUDGED) else "(none)"), \
                 (target, family, shown)
+
+
+def test_a_cell_layout_finding_carries_the_cells_and_their_owners() -> None:
+    """The cell layout's findings carry the spec's cell table as the failing call found it (drawn by the layout's
+    own drawing): upstream's lax cell cache refuses a fork of a new, empty sequence - one cell, free."""
+    from kvcache_spec.conformance.suite import report_json, run_suite
+    from kvcache_spec.conformance.targets import parse_target
+
+    target = parse_target("python:kvcache_spec.conformance.zoo:upstream_lax_cells")
+    try:
+        report = report_json(run_suite(target, "quick", stop_after_first=True), True, False)
+    finally:
+        target.close()
+    finding = report["semantic"]["findings"][0]
+    assert (finding["class"], finding["rule"]) == ("over-strict", "CELL-FORK")
+    cells = finding["picture"]["cells"]
+    assert cells["layout"] == "cell" and len(cells["cells"]) == finding["config"]["capacity"]
+    assert all(cell["owners"] == [] and cell["position"] is None for cell in cells["cells"])
+    assert 'class="cellbox free" data-cell="0"' in drawing.cells_drawing(cells)

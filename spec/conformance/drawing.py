@@ -23,7 +23,7 @@ GRID_LEGEND = {BOTH: "spec and target", SPEC_ONLY: "spec only", TARGET_ONLY: "ta
 # Past a lenient or over-strict step there is no spec answer: the grid is against what the query may attend (safety)
 SAFETY_LEGEND = {BOTH: "may attend, attends", SPEC_ONLY: "may attend, does not", TARGET_ONLY: "attends, may not",
                  NEITHER: "neither"}
-SIZE = 26          # a grid cell's side, px
+SIZE = 34          # a grid cell's side, px
 STEP_WIDTH = 118   # a timeline step's box width, px
 
 
@@ -128,7 +128,7 @@ def attend_grid(attend: dict[str, Any]) -> str:
     columns = list(dict.fromkeys(key for _, key, _ in cells))
     tokens = {f"t{token['token']}": token for token in attend["tokens"]}
     cell_layout = bool(attend.get("sequences"))   # a cell cache's: label queries and tokens by sequence too
-    left, top = 112, 64
+    left, top = 128, 70
     legend = SAFETY_LEGEND if attend.get("expected_by") == "safety" else GRID_LEGEND
     title = f"layer {attend['layer']}, batch row {attend['batch']}, head {attend['head']}: queries x tokens"
     width = max(left + max(len(columns), 1) * SIZE + 12, _wide(title))
@@ -138,18 +138,18 @@ def attend_grid(attend: dict[str, Any]) -> str:
         x = left + c * SIZE + SIZE / 2
         token = tokens.get(key)
         if token is None:
-            body.append(_text(x, top - 22, key.replace("row", "r"), "small"))
-            body.append(_text(x, top - 8, "?", "small"))
+            body.append(_text(x, top - 25, key.replace("row", "r"), "label"))
+            body.append(_text(x, top - 8, "?", "label"))
             continue
-        body.append(_text(x, top - 36, f"t{token['token']}", "small"))
-        body.append(_text(x, top - 22, f"p{token['position']}", "small"))
+        body.append(_text(x, top - 40, f"t{token['token']}", "label"))
+        body.append(_text(x, top - 25, "p?" if token["position"] is None else f"p{token['position']}", "label"))
         if cell_layout:
             body.append(_text(x, top - 8, "s" + ",".join(str(seq) for seq in token["seqs"]) if token["seqs"] else "-",
-                              "small"))
+                              "label"))
     for i, query in enumerate(attend["queries"]):
         y = top + i * SIZE
         seq = f" s{query['seq']}" if cell_layout and query["seq"] is not None else ""
-        body.append(_text(left - 6, y + SIZE / 2 + 4, f"q{i} p{query['position']}{seq}", "small", "end"))
+        body.append(_text(left - 6, y + SIZE / 2 + 4, f"q{i} p{query['position']}{seq}", "label", "end"))
     failing = attend.get("query", -1)
     for i, key, state in cells:
         x, y = left + columns.index(key) * SIZE, top + i * SIZE

@@ -19,7 +19,7 @@ from ..report_files import open_report, report_path_problem
 from .drawing import attend_grid, cells_drawing, grid_legend, timeline
 
 STYLE = """
-body{font:14px/1.45 system-ui,sans-serif;margin:0 auto;max-width:1100px;padding:16px 20px;color:#1d1d1f}
+body{font:14px/1.45 system-ui,sans-serif;margin:0 auto;max-width:1180px;padding:16px 20px;color:#1d1d1f}
 h1{font-size:22px;margin:0 0 4px} h2{font-size:17px;margin:28px 0 6px;border-top:1px solid #ccc;padding-top:14px}
 code,pre,.mono{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12px}
 pre{background:#f5f5f7;padding:8px;overflow-x:auto;white-space:pre-wrap}
@@ -29,8 +29,9 @@ table{border-collapse:collapse;margin:8px 0} td,th{border:1px solid #ccc;padding
 .c-wrong,.c-crash{color:#b71c1c;font-weight:600}.c-over-strict{color:#6a1b9a;font-weight:600}.c-lenient{color:#e65100}
 td.c-wrong,td.c-crash{background:#ffcdd2}td.c-over-strict{background:#e1bee7}td.c-lenient{background:#ffe0b2}
 td.c-ok{background:#e8f5e9}
+#matrix{font-size:12px} #matrix td,#matrix th{padding:2px 5px}
 svg{display:block;margin:6px 0} svg text{font-size:11px;fill:#1d1d1f} svg text.small{font-size:10px}
-svg text.head{font-size:12px;font-weight:600} svg text.mono{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:10px}
+svg text.head{font-size:13px;font-weight:600} svg text.label{font-size:12px} svg text.mono{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:10px}
 .step rect{fill:#e3f2fd;stroke:#90a4ae}.step.refusal rect{fill:#fde0dc}.step.trim rect{fill:#fff3cd}
 .step.fork rect{fill:#e8f5e9}.step.reset rect{fill:#eceff1}.step.create rect{fill:#f3e5f5}
 .step.failing rect{stroke:#c62828;stroke-width:3}.arrow{stroke:#607d8b;stroke-width:2}
