@@ -213,3 +213,24 @@ def test_a_cell_layout_finding_carries_the_cells_and_their_owners() -> None:
     assert cells["layout"] == "cell" and len(cells["cells"]) == finding["config"]["capacity"]
     assert all(cell["owners"] == [] and cell["position"] is None for cell in cells["cells"])
     assert 'class="cellbox free" data-cell="0"' in drawing.cells_drawing(cells)
+
+
+@pytest.mark.slow   # two pytest processes
+def test_without_chromium_the_browser_test_says_how_and_is_skipped_never_passed() -> None:
+    """No Chromium on PATH: tests/test_pages_browser.py is skipped with the one line saying how to install it, and
+    where a skip is forbidden (KVCACHE_NO_SKIPS=1, as CI runs it) the run fails."""
+    import os
+    import subprocess
+    import sys
+
+    env = {key: value for key, value in os.environ.items() if key not in ("KVCACHE_NO_SKIPS", "KVCACHE_CHROMIUM")}
+    env["PATH"] = str(Path(sys.executable).parent)   # the venv's own commands: no chromium
+    command = [sys.executable, "-m", "pytest", "-q", "-rs", "-m", "", "-p", "no:cacheprovider",
+               "tests/test_pages_browser.py"]
+    skipped = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    # exit 5: no test ran (none passed); a skip, said in one line
+    assert skipped.returncode == 5 and "1 skipped" in skipped.stdout, skipped.stdout[-2000:]
+    assert "headless Chromium not found: apt-get install -y chromium" in skipped.stdout
+    forbidden = subprocess.run(command, cwd=ROOT, env={**env, "KVCACHE_NO_SKIPS": "1"}, capture_output=True,
+                               text=True, timeout=300)
+    assert forbidden.returncode == 1 and "KVCACHE_NO_SKIPS=1: 1 skipped" in forbidden.stdout, forbidden.stdout[-2000:]
