@@ -36,8 +36,8 @@ def draws_cells(layout: str) -> Callable[[CellDrawing], CellDrawing]:
 
 
 def _text(x: float, y: float, words: Any, css: str = "", anchor: str = "middle") -> str:
-    return f'<text x="{x:g}" y="{y:g}" text-anchor="{anchor}"{f" class={chr(34)}{css}{chr(34)}" if css else ""}>' \
-           f'{escape(str(words))}</text>'
+    css_class = f' class="{css}"' if css else ""
+    return f'<text x="{x:g}" y="{y:g}" text-anchor="{anchor}"{css_class}>{escape(str(words))}</text>'
 
 
 def _wide(words: str) -> float:
