@@ -16,6 +16,8 @@ SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     "conformance": ("kvcache_spec.conformance.cli", "main", "run the conformance suite against a target"),
     "vectors": ("kvcache_spec.conformance.vectors", "main", "regenerate or check the golden vectors"),
     "trace": ("kvcache_spec.trace", "main", "print the rule -> model, contracts, tests, vectors matrix"),
+    "report": ("kvcache_spec.conformance.report_page", "main", "render a saved JSON report as one HTML page"),
+    "matrix": ("kvcache_spec.conformance.matrix", "main", "every judged library side by side, from JSON reports"),
     "cpp": ("kvcache_spec.cpp", "main", "print where the installed C++ driver header is (--include, --cmakedir)"),
 }
 

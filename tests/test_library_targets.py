@@ -42,7 +42,7 @@ PAGES = {"hf": ROOT / "docs" / "hf-findings.md", "mlxlm": ROOT / "docs" / "mlxlm
 
 def judged(target: str) -> tuple[dict[str, Any], float]:
     """The target's JSON report at strict PROFILE, and the seconds it took. KVCACHE_LIBRARY_REPORTS=DIR also writes
-    each report there (what tests/library_verdicts.py's entries are classed from)."""
+    each report there (what tests/library_verdicts.py's entries are classed from, and CI's matrix is built from)."""
     started = time.monotonic()
     report = report_json(run_suite(PythonTarget(f"python:kvcache_spec.conformance.op.{target}"), PROFILE), True, False)
     folder = os.environ.get("KVCACHE_LIBRARY_REPORTS")

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Iterator, Optional, TextIO
 
 from ..report_files import open_report, report_path_problem
+from . import report_page
 from . import scope as scopes
 from .engine import CLASSES, failing_classes
 from .layouts import add_layout_hint
@@ -59,6 +60,8 @@ def _parser() -> argparse.ArgumentParser:
                         help="seconds per request (cmd: and --isolate targets); finite, above 0")
     parser.add_argument("--json", metavar="F", help="write the JSON report to F ('-' for stdout)")
     parser.add_argument("--junit", metavar="F", help="write a JUnit XML report to F")
+    parser.add_argument("--html", metavar="F", help="write the report as one self-contained HTML page to F: each "
+                                                      "cause drawn (kvcache report REPORT.json --html F: from a saved one)")
     parser.add_argument("--save-findings", metavar="DIR",
                         help="write each finding as a golden-vector file in DIR, replayable without Python "
                              "(./my_target --vectors DIR/01-....json); the sequence and cell layouts only: an op-face "
@@ -82,7 +85,9 @@ def usage_problem(args: argparse.Namespace) -> Optional[str]:
         return f"--timeout {args.timeout}: seconds per request must be a finite number above 0"
     if args.junit == "-":
         return "--junit -: the JUnit report needs a file (only --json may go to stdout)"
-    for option, path in (("--json", args.json), ("--junit", args.junit)):
+    if args.html == "-":
+        return "--html -: the HTML report needs a file (only --json may go to stdout)"
+    for option, path in (("--json", args.json), ("--junit", args.junit), ("--html", args.html)):
         problem = report_path_problem(path, stdout_ok=option == "--json")
         if problem:
             return f"{option} {path}: {problem}"
@@ -206,6 +211,8 @@ def _run(target: Target, args: argparse.Namespace, out: TextIO) -> int:
         if args.junit:
             with open_report(args.junit) as handle:
                 handle.write(report_junit(report) + "\n")
+        if args.html:
+            report_page.write(report, args.html)
     except OSError as error:
         print(f"kvcache conformance: cannot write the report: {error}", file=sys.stderr)
         return 2

@@ -71,6 +71,9 @@ class Finding:
     # and the safety property it broke (consequences.SAFETY): two properties broken under one rule
     # after the same kind of step are two causes
     safety: str = ""
+    # What a report draws of the failing step (spec/conformance/pictures.py): the attend grid of a wrong answer
+    # ("attend"), the cells and their owners ("cells"); JSON values only. Not part of the cause.
+    picture: dict[str, Any] = field(default_factory=dict, compare=False)
 
     def key(self) -> tuple[str, str]:
         return (self.kind, self.rule)

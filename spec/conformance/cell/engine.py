@@ -22,7 +22,7 @@ from typing import Any, Callable, Optional, Union
 from ... import cell_model as cm
 from ... import model
 from ..configs import JsonConfig, to_model
-from ..engine import LENIENT, WRONG, Accepted, Drive, Engine, Refused, Step, Verdict, _same, _show
+from ..engine import LENIENT, WRONG, Accepted, Drive, Engine, Refused, Step, Stop, Verdict, _same, _show
 from ..targets import Outcome
 
 # The rule a wrong answer (or a refusal) of each method breaks, and the answer's JSON type.
@@ -131,6 +131,15 @@ class CellEngine(Engine):
         self.holder: dict[int, int] = {}               # incarnation -> id
         self.lineage: dict[int, frozenset[int]] = {}   # incarnation -> the incarnations it may read
         self.writer: dict[int, int] = {}               # content id -> incarnation
+
+    def _fail(self, kind: str, rule: str, message: str) -> Stop:
+        """A finding with the model's cells as the failing step found them (its picture, drawn by the HTML
+        report): the position and content each cell holds, and its owners."""
+        stop = super()._fail(kind, rule, message)
+        stop.finding.picture = {"cells": {"layout": "cell", "cells": [
+            {"cell": cell, "position": None if held is None else held[0], "token": None if held is None else held[1],
+             "owners": sorted(cm.owners(self.cs, cell))} for cell, held in enumerate(self.cs.written)]}}
+        return stop
 
     def new_incarnation(self, seq_id: int, src: Any = None) -> None:
         """`seq_id` was handed out (by seq_new, or by seq_clone of `src`): another sequence from now on."""

@@ -10,11 +10,12 @@ import numpy as np
 
 from ... import op_model
 from ..consequences import Consequences
-from ..engine import OVER_STRICT, Finding, Step
+from ..engine import OVER_STRICT, Finding, Step, Stop
 from ..malform import POSITIONS, case_of, int_value, malformed_positions
 from ..targets import Outcome
 from .answers import allowed_rows, as_array, row_text, show_args
 from .engine import KV_LENGTHS, OpEngine
+from .pictures import attend_picture
 from .programs import trim_n
 
 
@@ -280,22 +281,26 @@ class OpConsequences(Consequences):
             for h in range(k_hist.shape[1]):
                 k_uids = engine.labels.uid_of(k_hist[b, h], layer, b, h, 0)
                 v_uids = engine.labels.uid_of(v_hist[b, h], layer, b, h, 1)
+
+                def pictured(i: int, stop: Stop) -> Stop:   # this (b, h)'s grid drawn into the finding
+                    return self._pictured(stop, layer, b, h, i, seqs, positions, k_uids, v_uids, allowed)
+
                 for i in range(q):
                     # a query at a position OP-POS allows (not -1, a free-cell marker upstream) sees itself
                     placed = type(positions[i]) is int and 0 <= positions[i] <= op_model.MAX_POSITION
                     if placed and i < len(uids) and uids[i] not in {int(u) for u in k_uids[allowed[i]]}:
-                        raise self._broken("SAFE-OP-SELF", f"query {i} (sequence {seqs[i]}, position {positions[i]}, "
+                        raise pictured(i, self._broken("SAFE-OP-SELF", f"query {i} (sequence {seqs[i]}, position {positions[i]}, "
                                                            f"batch {b}, head {h}) on layer {layer} does not attend "
-                                                           f"its own token {uids[i]}, written by this very call")
+                                                           f"its own token {uids[i]}, written by this very call"))
                     for row in np.flatnonzero(allowed[i]):
                         uid = int(k_uids[row])
                         where = f"query {i} (sequence {seqs[i]}, position {positions[i]}, batch {b}, head {h}) " \
                                 f"on layer {layer} attends row {row}"
                         if uid < 0 or row >= len(v_uids) or v_uids[row] != uid:   # V may have fewer rows than K
                             v_row = row_text(v_hist[b, h, row]) if row < len(v_uids) else "(no row)"
-                            raise self._broken("SAFE-OP-ISOLATION", f"{where}, whose K {row_text(k_hist[b, h, row])} / "
+                            raise pictured(i, self._broken("SAFE-OP-ISOLATION", f"{where}, whose K {row_text(k_hist[b, h, row])} / "
                                                                     f"V {v_row} are not one token's "
-                                                                    "written for this layer, batch row and head")
+                                                                    "written for this layer, batch row and head"))
                         if uid not in self.readable.get(seqs[i], set()):
                             if self.writer.get(uid) == seqs[i]:   # its own token, given up since (a contiguous
                                 # cache's trim, a cell cache's seq_rm or reset): "neither wrote it" would be false
@@ -305,23 +310,40 @@ class OpConsequences(Consequences):
                                                                         "dropped it)")
                             whose = f"of sequence {self.writer[uid]}" if uid in self.writer else \
                                 "which no call the target accepted wrote"
-                            raise self._broken("SAFE-OP-ISOLATION", f"{where}: token {uid}, {whose}; sequence "
+                            raise pictured(i, self._broken("SAFE-OP-ISOLATION", f"{where}: token {uid}, {whose}; sequence "
                                                                     f"{seqs[i]} neither wrote it nor was forked from "
-                                                                    "its writer")
+                                                                    "its writer"))
                         pos, own = self.position.get(uid), positions[i]
                         if self.judge_positions and type(pos) is int and type(own) is int and pos > own:
-                            raise self._broken("SAFE-OP-ISOLATION", f"{where}: token {uid} at position {pos}, "
-                                                                    "after the query's")
+                            raise pictured(i, self._broken("SAFE-OP-ISOLATION", f"{where}: token {uid} at position {pos}, "
+                                                                    "after the query's"))
                     if placed and i < len(uids):
                         attended = {int(u) for u in k_uids[allowed[i]]}
                         for uid in self.owed_to(layer, seqs, positions, uids if well_formed else [], i):
                             if uid not in attended:
-                                raise self._broken("SAFE-OP-COMPLETE", f"query {i} (sequence {seqs[i]}, position "
+                                raise pictured(i, self._broken("SAFE-OP-COMPLETE", f"query {i} (sequence {seqs[i]}, position "
                                                                        f"{positions[i]}, batch {b}, head {h}) on "
                                                                        f"layer {layer} does not attend token {uid} "
                                                                        f"at position {self.position.get(uid)}: the "
                                                                        "target accepted it, nothing removed it, and "
-                                                                       "it lies in the query's span")
+                                                                       "it lies in the query's span"))
+
+    def _pictured(self, stop: Stop, layer: int, b: int, h: int, failing: int, seqs: list[Any], positions: list[Any],
+                  k_uids: np.ndarray, v_uids: np.ndarray, allowed: np.ndarray) -> Stop:
+        """A broken property's finding with its attend grid at (layer, b, h): against the tokens each query may
+        attend past the entry - its sequence's (written by it or forked to it), not after its position where positions
+        are judged (SAFE-OP-ISOLATION); the tokens it is owed (SAFE-OP-COMPLETE) are among them."""
+        def may_attend(i: int) -> list[int]:
+            own = positions[i]
+            return sorted(uid for uid in self.readable.get(seqs[i], set())
+                          if not (self.judge_positions and type(own) is int and type(self.position.get(uid)) is int
+                                  and self.position[uid] > own))
+        allowed_tokens: list[Optional[list[int]]] = [may_attend(i) for i in range(len(positions))]
+        stop.finding.picture = {"attend": attend_picture(
+            layer, b, h, list(zip(positions, seqs)), allowed_tokens, k_uids, v_uids, allowed, self.position.get,
+            lambda uid: sorted(seq for seq, held in self.readable.items() if uid in held), failing, self.cell,
+            "safety")}
+        return stop
 
     def owed_to(self, layer: int, seqs: list[Any], positions: list[Any], uids: list[int], i: int) -> list[int]:
         """SAFE-OP-COMPLETE: the tokens query i of a call must attend on `layer`, whatever came before - its

@@ -36,6 +36,7 @@ from ..malform import (CLAUSE_PREFIX, DIM, INT, POSITIONS, TENSOR, Case, case_of
                        int_value, malformed_positions, sendable, sizes_of)
 from ..targets import Outcome, Target
 from ..wire import Unreadable
+from . import pictures
 from .answers import Labels, allowed_rows, as_array, mask_kind, refusal_text, row_text, show_args
 from .programs import trim_n, well_formed_step
 
@@ -80,6 +81,7 @@ class OpEngine(Caller):
         self.fetched: Optional[tuple[list[Any], list[int]]] = None
         self.exact_fit_refused = False   # the last valid call refused exactly filled the capacity
         self.before_call: Optional[op_model.OpModel] = None   # the model before the last call it served
+        self.written: dict[int, Any] = {}   # uid -> the position it was written at (a served fetch): the pictures' labels
 
     # --- helpers -----------------------------------------------------------------------------------
     def show(self, args: dict[str, Any]) -> str:
@@ -536,6 +538,7 @@ class OpEngine(Caller):
             return concrete
         if self.model.abandoned != before and self._excused("steps", "a step abandoned partway"):
             return None
+        self.written.update(zip(uids[:q], positions))
         got = self._call("update_and_fetch", args, "OP-ATTEND")
         if not got.ok:
             self._over_strict("update_and_fetch", args, "OP-ATTEND", got)
@@ -649,15 +652,17 @@ class OpEngine(Caller):
                     seen = np.flatnonzero(allowed[i])
                     for row in seen:
                         if k_uids[row] < 0 or v_uids[row] != k_uids[row]:
-                            raise self._fail(WRONG, "OP-ATTEND", f"query {i} (batch {b}, head {h}) attends row {row}, "
-                                                                 f"whose K {row_text(k_hist[b, h, row])} / V "
-                                                                 f"{row_text(v_hist[b, h, row])} are not one token's, "
-                                                                 f"written on layer {layer} for this batch row and head")
+                            raise self._pictured(self._fail(
+                                WRONG, "OP-ATTEND", f"query {i} (batch {b}, head {h}) attends row {row}, whose K "
+                                                    f"{row_text(k_hist[b, h, row])} / V {row_text(v_hist[b, h, row])} "
+                                                    f"are not one token's, written on layer {layer} for this batch "
+                                                    "row and head"), layer, b, h, i, attends, k_uids, v_uids, allowed)
                     got = sorted(int(u) for u in k_uids[seen])
                     if got != attends[i]:
-                        raise self._fail(WRONG, "OP-ATTEND", f"query {i} (batch {b}, head {h}) attends tokens {got}, "
-                                                             f"the spec says {attends[i]} (token numbers in the order "
-                                                             f"written)")
+                        raise self._pictured(self._fail(
+                            WRONG, "OP-ATTEND", f"query {i} (batch {b}, head {h}) attends tokens {got}, the spec says "
+                                                f"{attends[i]} (token numbers in the order written)"),
+                                             layer, b, h, i, attends, k_uids, v_uids, allowed)
         self.result.exercised.add("OP-ATTEND")
         if cfg.keep(layer):
             self.result.exercised.add("OP-SINKS")
@@ -665,6 +670,27 @@ class OpEngine(Caller):
         CHECKED["answers"] += 1
         if cfg.batch_size > 1:
             self.result.exercised.add("OP-BATCH")   # batch rows kept apart
+
+    def token_owners(self, uid: int) -> list[int]:
+        """The sequences holding token `uid` now (the model's; the step in progress counts its own tokens)."""
+        owners = {seq for seq, tokens in self.model.held.items() if uid in tokens}
+        step = self.model.step
+        if step is not None and uid in step.uids:
+            owners.add(step.seqs[step.uids.index(uid)])
+        return sorted(owners)
+
+    def _pictured(self, stop: Stop, layer: int, b: int, h: int, failing: int, attends: list[list[int]],
+                  k_uids: np.ndarray, v_uids: np.ndarray, allowed: np.ndarray) -> Stop:
+        """A wrong answer's finding with its picture: the attend grid at (layer, b, h), and a cell cache's rows."""
+        positions = self.fetched[0] if self.fetched else []
+        seqs = [self.declared[i] if self.kind == op_model.CELL and i < len(self.declared) else 0 if self.kind != op_model.CELL
+                else None for i in range(len(positions))]
+        stop.finding.picture = {"attend": pictures.attend_picture(
+            layer, b, h, list(zip(positions, seqs)), attends, k_uids, v_uids, allowed, self.written.get,
+            self.token_owners, failing, self.kind == op_model.CELL)}
+        if self.kind == op_model.CELL:
+            stop.finding.picture["cells"] = pictures.cells_picture(k_uids, v_uids, self.written.get, self.token_owners)
+        return stop
 
 
 NOT_SENT: Step = {"op": "not sent"}   # run_step's answer for a step the target's scope leaves out

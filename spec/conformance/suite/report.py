@@ -76,6 +76,7 @@ def report_json(result: SuiteResult, strict: bool, exact_layout: bool) -> dict[s
                              "message": r.finding.message, "config": r.config, "config_name": describe(r.config),
                              "steps": r.steps, "programs_hit": r.hits, "note": r.note, "after": r.finding.after,
                              **({"safety": r.finding.safety} if r.finding.safety else {}),
+                             **({"picture": r.finding.picture} if r.finding.picture else {}),
                              "found_after": r.found_after,
                              "pytest": pytest_text(result.target, r, number)})
     order = {WRONG: 0, CRASH: 1, LENIENT: 2, OVER_STRICT: 3}
