@@ -1,9 +1,9 @@
 """OP-TRIM, a false alarm met on litgpt 0.5.13 (docs/your-library.md's trial): a ring that keeps more rows than the
 least a ring may keep serves a trim exactly - litgpt's ring buffer holds `window` rows, so a rollback of one token
-gets every row the next query attends back - yet the suite charges it lenient OP-TRIM ("may have dropped position
-0") and fails it under --strict. The stand-in keeps every row and attends a window of them: its data is right on
+gets every row the next query attends back - yet the suite charged it lenient OP-TRIM ("may have dropped position
+0") and failed it under --strict. The stand-in keeps every row and attends a window of them: its data is right on
 every program (semantic conformance), every trim within the held tokens is served exactly, and its only cause was
-that lenient OP-TRIM. OP-TRIM now makes such a trim optional, judged by the data: it is CONFORMING (strict).
+that lenient OP-TRIM. OP-TRIM now makes such a trim optional, judged by the data: it is CONFORMING (strict)."""
 
 from __future__ import annotations
 
