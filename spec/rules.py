@@ -424,8 +424,8 @@ SCOPE_RULES: tuple[Rule, ...] = (
          "trusted-args: the target is sent no malformed call (a clause of the argument contract broken: a shape, "
          "dtype or rank, q_len 0, an id or int out of range, a position outside [0, 2**31 - 2], a trim's n outside "
          "[0, held] or not an int) and no invalid configuration, and owes none of their refusals; what the state "
-         "refuses (positions that do not continue the history, a step past max_write or the capacity, a trim a "
-         "ring cannot give back) and the refusal of a valid configuration outside the scope stay owed.",
+         "refuses (positions that do not continue the history, a step past max_write or the capacity) and "
+         "the refusal of a valid configuration outside the scope stay owed.",
          "Hugging Face's DynamicCache and mlx-lm's KVCache are called by model code only and check nothing: their "
          "contract, not their bug; what their state refuses is still what keeps attention right."),
     Rule("SCOPE-USER-CONFIG",
