@@ -49,7 +49,9 @@ FAMILIES: dict[str, tuple[str, ...]] = {
     "trim and removal": ("REWIND-GROW", "REWIND-SOUND", "CLEAR", "CELL-CLEAR", "CELL-RM", "CELL-SHIFT", "OP-RM",
                          "OP-TRIM"),
     "sequences": ("CELL-NEW", "CELL-ID-REUSE", "CELL-SEQ-LIVE", "CELL-FORK", "CELL-OWNERS", "OP-FORK"),
-    "faces and scope": ("FACES", "ET-MAP", "REG-KEYS", "REG-SESSION", "THREADS", "SCOPE-BORDER"),
+    # Every SCOPE- rule (SPEC section 6.1) is of this family, however many the scope grows.
+    "faces and scope": ("FACES", "ET-MAP", "REG-KEYS", "REG-SESSION", "THREADS",
+                        *(rule.id for rule in RULES if rule.id.startswith("SCOPE-"))),
 }
 FAMILY_OF = {rule: name for name, rules in FAMILIES.items() for rule in rules}
 SEVERITY = (WRONG, CRASH, OVER_STRICT, LENIENT)   # worst first: over-strict fails every run, lenient a strict one
