@@ -1,4 +1,4 @@
-"""transformers' and mlx-lm's caches judged by the op-face suite (spec/conformance/op/hf.py, mlxlm.py): every target
+"""transformers' and mlx-lm's caches judged by the op-face suite (spec/conformance/libraries/hf.py, mlxlm.py): every target
 at strict pre-merge gives the verdict and exactly the distinct causes docs/hf-findings.md and docs/mlxlm-findings.md
 state (tests/library_verdicts.py holds them, each cause classed real or not); and each real defect's standalone repro
 through the library's own model code (tests/library_repros.py) still shows it - a library that fixed one fails here,
@@ -44,7 +44,7 @@ def judged(target: str) -> tuple[dict[str, Any], float]:
     """The target's JSON report at strict PROFILE, and the seconds it took. KVCACHE_LIBRARY_REPORTS=DIR also writes
     each report there (what tests/library_verdicts.py's entries are classed from)."""
     started = time.monotonic()
-    report = report_json(run_suite(PythonTarget(f"python:kvcache_spec.conformance.op.{target}"), PROFILE), True, False)
+    report = report_json(run_suite(PythonTarget(f"python:kvcache_spec.conformance.libraries.{target}"), PROFILE), True, False)
     folder = os.environ.get("KVCACHE_LIBRARY_REPORTS")
     if folder:
         (Path(folder) / f"{target.replace(':', '_')}.json").write_text(json.dumps(report))
@@ -119,8 +119,19 @@ def test_mlx_rotating_cache_refuses_a_trim_after_it_wrapped() -> None:
 
 
 def test_hf_targets_run_torch_on_one_thread() -> None:
-    """spec/conformance/op/hf.py sets one intra-op thread: the thread pool's wake-ups on tensors of a few dozen
+    """spec/conformance/libraries/hf.py sets one intra-op thread: the thread pool's wake-ups on tensors of a few dozen
     elements made the quantized targets' strict pre-merge runs 2-4 times slower on a loaded 2-core machine."""
     torch = importlib.import_module("torch")
-    importlib.import_module("kvcache_spec.conformance.op.hf")
+    importlib.import_module("kvcache_spec.conformance.libraries.hf")
     assert torch.get_num_threads() == 1
+
+
+@pytest.mark.parametrize("old, new", [("op.hf", "libraries.hf"), ("op.mlxlm", "libraries.mlxlm"),
+                                      ("op.upstream", "libraries.executorch")])
+def test_todays_target_paths_load_the_same_factories(old: str, new: str) -> None:
+    """The adapters live in kvcache_spec.conformance.libraries; the paths users typed before still load them."""
+    module = importlib.import_module(f"kvcache_spec.conformance.{new}")
+    assert module.TARGETS
+    for name in module.TARGETS:
+        target = PythonTarget(f"python:kvcache_spec.conformance.{old}:{name}")
+        assert target.factory is getattr(module, name), name
