@@ -18,7 +18,7 @@ from typing import Callable, Optional
 # extra -> (import name, distribution name) of every package it brings that the code imports itself.
 EXTRAS: dict[str, tuple[tuple[str, str], ...]] = {
     "verify": (("hypothesis", "hypothesis"), ("crosshair", "crosshair-tool"), ("z3", "z3-solver")),
-    # the field's caches as op-face targets (spec/conformance/op/hf.py, mlxlm.py): checked when the module loads
+    # the field's caches as op-face targets (spec/conformance/libraries/hf.py, mlxlm.py): checked when the module loads
     "hf": (("torch", "torch"), ("transformers", "transformers"), ("optimum.quanto", "optimum-quanto"), ("hqq", "hqq")),
     "mlx": (("mlx", "mlx"), ("mlx_lm", "mlx-lm")),
     "llamacpp": (("llama_cpp", "llama-cpp-python"), ("gguf", "gguf")),

@@ -24,7 +24,7 @@ from kvcache_spec.conformance.suite import report_json, run_suite
 from kvcache_spec.conformance.targets import PythonTarget
 
 from . import library_repros as repros
-from .library_verdicts import EXPECTED, PROFILE, cause_key, page_line
+from .library_verdicts import EXPECTED, LIBRARY_MODULES, PROFILE, cause_key, page_line
 
 INSTALL = "pip install -e '.[hf,mlx]'"
 try:
@@ -135,3 +135,62 @@ def test_todays_target_paths_load_the_same_factories(old: str, new: str) -> None
     for name in module.TARGETS:
         target = PythonTarget(f"python:kvcache_spec.conformance.{old}:{name}")
         assert target.factory is getattr(module, name), name
+
+
+def _fresh(factory: Any) -> Any:
+    """The target's cache for a small config inside its declared scope (a flat layer where it serves one, else a
+    ring of 8 with the keep it declares), width 64 (the quantized backends' group)."""
+    scope = factory.kvcache_scope
+    keep = next((int(item.split("=")[1]) for item in scope if item.startswith("keep=")), 0)
+    layer = {"kind": "flat", "window": 0} if "flat" in scope else {"kind": "ring", "window": 8, "keep": keep}
+    return factory({"n_layers": 2, "n_kv_heads": 1, "head_dim": 64, "capacity": 8, "batch_size": 1,
+                    "layers": [layer]})
+
+
+@pytest.mark.parametrize("target", sorted(EXPECTED))
+def test_a_targets_trim_scope_is_the_librarys_own_word(target: str) -> None:
+    """Issue 41: a shipped target declares every verb the library's own generation code calls on that cache.
+    transformers' assisted decoding crops a cache whose `is_croppable` says True; mlx-lm's server and speculative
+    decoding trim a prompt cache that `can_trim_prompt_cache` accepts. Read from the installed library."""
+    library, name = target.split(":")
+    factory = getattr(importlib.import_module(LIBRARY_MODULES[library]), name)
+    cache = _fresh(factory)
+    if library == "hf":
+        says = bool(cache.cache.is_croppable)
+    else:
+        says = bool(importlib.import_module("mlx_lm.models.cache").can_trim_prompt_cache(cache.caches))
+    assert ("trim" in factory.kvcache_scope) == says, (target, "library says trimmable" if says else "library says not")
+    assert callable(getattr(cache, "trim", None)) == says, target
+
+
+def test_hf_quantized_cache_says_croppable_and_its_crop_raises() -> None:
+    out = repros.hf_quantized_crop()
+    assert out == {backend: {"is_croppable": True, "crop(-1)": "IndexError", "held_after": 3}
+                   for backend in ("quanto", "hqq", "fp8")}, out
+
+
+@pytest.mark.parametrize("extra, path", [("hf", "libraries.hf:dynamic_full"), ("mlx", "op.mlxlm:kv")])
+def test_an_adapter_on_another_library_version_exits_2_naming_both(tmp_path: Path, extra: str, path: str) -> None:
+    """A fake newer release found first on the path: the target does not load, one line names what was found and
+    what is supported (exit 2) - rather than a run reporting every call over-strict. ANY_VERSION=1 loads it."""
+    import subprocess
+    import sys
+
+    from kvcache_spec._extras import ANY_VERSION, WRITTEN_FOR
+
+    distribution, supported = WRITTEN_FOR[extra]
+    info = tmp_path / f"{distribution.replace('-', '_')}-99.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {distribution}\nVersion: 99.0\n")
+    env = {key: value for key, value in os.environ.items() if key != ANY_VERSION}
+    env["PYTHONPATH"] = str(tmp_path)
+    done = subprocess.run([sys.executable, "-m", "kvcache_spec.cli", "conformance", "--target",
+                           f"python:kvcache_spec.conformance.{path}"], capture_output=True, text=True, timeout=300,
+                          env=env, cwd=tmp_path)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1, done.stderr
+    assert f"found {distribution} 99.0" in lines[0] and f"{distribution}=={supported}" in lines[0], lines
+    module = "kvcache_spec.conformance." + path.split(":")[0]
+    loads = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True, text=True, timeout=300,
+                           env={**env, ANY_VERSION: "1"}, cwd=tmp_path)
+    assert loads.returncode == 0, loads.stderr

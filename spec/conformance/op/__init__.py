@@ -1,6 +1,7 @@
 """The op face (`update_and_fetch` -> K/V + AttendSpec, spec/op_model.py): one layout per cache kind of
-upstream's reference (op-contiguous, op-cell). Its engine, programs and consequences; the reference and
-upstream's release as targets (targets.py, upstream.py); the exhaustive checker (checker.py).
+upstream's reference (op-contiguous, op-cell). Its engine, programs and consequences; the reference as targets
+and the helpers a library's adapter is built on (targets.py; the adapters themselves are in ../libraries, which
+upstream.py, hf.py and mlxlm.py re-export under their earlier paths); the exhaustive checker (checker.py).
 Registered in ../layouts.py by `LAYOUTS`."""
 
 from __future__ import annotations
