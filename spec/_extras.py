@@ -9,17 +9,52 @@ extra checks for it before it imports anything of it, and exits 2 with one line 
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
+import os
 import sys
+from typing import Callable, Optional
 
 # extra -> (import name, distribution name) of every package it brings that the code imports itself.
 EXTRAS: dict[str, tuple[tuple[str, str], ...]] = {
     "verify": (("hypothesis", "hypothesis"), ("crosshair", "crosshair-tool"), ("z3", "z3-solver")),
-    # the field's caches as op-face targets (spec/conformance/op/hf.py, mlxlm.py): checked when the module loads
+    # the field's caches as op-face targets (spec/conformance/libraries/hf.py, mlxlm.py): checked when the module loads
     "hf": (("torch", "torch"), ("transformers", "transformers"), ("optimum.quanto", "optimum-quanto"), ("hqq", "hqq")),
     "mlx": (("mlx", "mlx"), ("mlx_lm", "mlx-lm")),
     "llamacpp": (("llama_cpp", "llama-cpp-python"), ("gguf", "gguf")),
 }
+
+
+# extra -> (distribution, version) of the library a shipped adapter judges: the version it was written for, whose
+# behaviour its scopes and the findings pages describe (the extra pins it). Another version may serve a call
+# differently where the adapter relies on its internals, which the suite would report as the library's fault.
+WRITTEN_FOR: dict[str, tuple[str, str]] = {
+    "upstream": ("executorch", "1.5.1"),
+    "hf": ("transformers", "5.23.0"),
+    "mlx": ("mlx-lm", "0.32.2"),
+}
+# Set to 1, a shipped adapter loads on another version of its library too (a user trying an upgrade on purpose).
+ANY_VERSION = "KVCACHE_ANY_LIBRARY_VERSION"
+
+
+def _installed_version(distribution: str) -> Optional[str]:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def version_line(extra: str, command: str,
+                 installed: Callable[[str], Optional[str]] = _installed_version) -> str:
+    """The one line a shipped adapter's module gives, when it loads, on a version of its library it was not
+    written for; empty on the version it supports, when the library is not installed (the extra's own check
+    says so), or when ANY_VERSION=1 asks to try anyway."""
+    distribution, supported = WRITTEN_FOR[extra]
+    found = installed(distribution)
+    if found is None or found == supported or os.environ.get(ANY_VERSION) == "1":
+        return ""
+    return (f"{command} is written for {distribution} {supported}, found {distribution} {found}: "
+            f"install {distribution}=={supported}, or set {ANY_VERSION}=1 to judge this version anyway")
 
 
 def missing(extra: str) -> list[str]:

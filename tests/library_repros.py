@@ -3,12 +3,13 @@
 random-weight model built from a config (no weights downloaded), and answers what a user meets - the error, or
 how far the cached forward's logits are from the same tokens run without a cache. Nothing here uses the suite.
 
-    python tests/library_repros.py          # every repro whose library is installed, one line each
+    python -m tests.library_repros          # every repro whose library is installed, one line each
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util   # `import importlib` alone does not load it: find_spec below needs it
 from typing import Any, Callable
 
 SEED = 0
@@ -16,7 +17,7 @@ VOCAB, HIDDEN, HEADS, KV_HEADS, HEAD_DIM = 64, 32, 2, 1, 16
 
 
 # --- transformers ------------------------------------------------------------------------------------------------
-def _hf_model(kind: str, **config: Any) -> Any:
+def _hf_model(kind: str, head_dim: int = HEAD_DIM, **config: Any) -> Any:
     import torch
     transformers = importlib.import_module("transformers")
 
@@ -24,7 +25,7 @@ def _hf_model(kind: str, **config: Any) -> Any:
     Config = getattr(transformers, f"{kind}Config")
     Model = getattr(transformers, f"{kind}ForCausalLM")
     cfg = Config(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=2 * HIDDEN, num_hidden_layers=2,
-                 num_attention_heads=HEADS, num_key_value_heads=KV_HEADS, head_dim=HEAD_DIM,
+                 num_attention_heads=HEADS, num_key_value_heads=KV_HEADS, head_dim=head_dim,
                  attn_implementation="sdpa", **config)
     return Model(cfg).eval()
 
@@ -134,6 +135,29 @@ def hf_static_sliding_past_max_cache_len() -> dict[str, Any]:
     model = _hf_model("Mistral", sliding_window=4)
     cache = transformers.StaticCache(config=model.config, max_cache_len=3)
     return {"decode_logits_gap": _last_logits_gap(model, cache, prefill=3, decode=1)}
+
+
+def hf_quantized_crop() -> dict[str, Any]:
+    """QuantizedCache says `is_croppable` (its layers inherit DynamicLayer's flag, and its `crop`), so assisted
+    decoding crops it; after a forward, `crop(-1)` raises and the held length stays. A head_dim of 64: the
+    backends quantize groups of 64 channels."""
+    import torch
+    transformers = importlib.import_module("transformers")
+
+    out: dict[str, Any] = {}
+    for backend in ("quanto", "hqq", "fp8"):
+        model = _hf_model("Llama", head_dim=64)
+        cache = transformers.QuantizedCache(backend, model.config)
+        with torch.no_grad():
+            model(_hf_tokens(3), past_key_values=cache, use_cache=True)
+        try:
+            cache.crop(-1)
+            cropped = "served"
+        except Exception as error:   # what assisted decoding meets
+            cropped = type(error).__name__
+        out[backend] = {"is_croppable": bool(cache.is_croppable), "crop(-1)": cropped,
+                        "held_after": int(cache.get_seq_length())}
+    return out
 
 
 # --- mlx-lm ------------------------------------------------------------------------------------------------------
@@ -260,9 +284,11 @@ def mlx_chunked_trim_after_slide() -> dict[str, Any]:
 
 
 HF: dict[str, Callable[[], dict[str, Any]]] = {
-    "static overflow": hf_static_overflow, "sliding window 1": hf_sliding_window_one,
+    "static overflow": hf_static_overflow, "static cache of zero length": hf_static_zero_length,
+    "sliding window 1": hf_sliding_window_one,
     "sliding crop before any token": hf_sliding_crop_before_any_token,
-    "static sliding past max_cache_len": hf_static_sliding_past_max_cache_len}
+    "static sliding past max_cache_len": hf_static_sliding_past_max_cache_len,
+    "quantized crop": hf_quantized_crop}
 MLX: dict[str, Callable[[], dict[str, Any]]] = {
     "make_prompt_cache(max_kv_size=4)": mlx_prompt_cache_small_ring,
     "make_prompt_cache prefill ignores sinks": mlx_prompt_cache_prefill_ignores_sinks,
@@ -271,10 +297,21 @@ MLX: dict[str, Callable[[], dict[str, Any]]] = {
     "ChunkedKVCache trim after slide": mlx_chunked_trim_after_slide}
 
 
+# library -> the modules its repros import (a library found whose dependency is not - mlx without mlx-cpu's
+# libmlx, transformers without torch - is named, not a traceback from inside a repro)
+NEEDS = {"transformers": ("torch", "transformers"), "mlx_lm": ("mlx.core", "mlx_lm")}
+
+
 if __name__ == "__main__":
     for library, repros in (("transformers", HF), ("mlx_lm", MLX)):
         if importlib.util.find_spec(library) is None:
             print(f"{library}: not installed")
+            continue
+        try:
+            for module in NEEDS[library]:
+                importlib.import_module(module)
+        except ImportError as error:
+            print(f"{library}: cannot be imported ({error})")
             continue
         for name, repro in repros.items():
             print(f"{library}: {name}: {repro()}")

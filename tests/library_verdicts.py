@@ -1,19 +1,25 @@
 """What docs/hf-findings.md and docs/mlxlm-findings.md state of each library target at strict pre-merge: its
-verdict, and every distinct cause the suite finds (its class, rule and label), each classed - `real` (a defect of
-the library, with its repro in tests/library_repros.py where one is named) or `false alarm` / `spec` (the spec
-stricter than the library's contract, or the suite's own reasoning wrong: which mechanism should remove it).
-tests/test_library_targets.py holds every target to exactly these.
+verdict, and every distinct cause the suite finds (its class, rule and label), each of a named kind, and each
+kind classed with the library's own evidence (issue 41): `defect` - a defect of the library under its documented
+use (its standalone repro in tests/library_repros.py named); `stricter` - the spec asks more than the library's
+documented contract, with the doc or source line that makes it so (file:line in the installed package); or
+`uncertain` - neither the docs nor the source settle it. (`false alarm` - the suite's own reasoning wrong - is a
+class too; no shipped cause has it.) The findings pages and the README count "real" as `defect` only.
+tests/test_library_targets.py holds every target to exactly these; tests/test_library_pages.py holds the pages
+and the README to what is generated here (a kind without a class, or a class without evidence, fails there).
 
     python -m tests.library_verdicts hf:static_sliding    # the causes a target gives now, as entries to class
+    python -m tests.library_verdicts --page hf            # the page's list of causes, by kind, from fresh runs
 """
 
 from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from typing import Any, NamedTuple
 
 PROFILE = "pre-merge"
+LIBRARY_MODULES = {"hf": "kvcache_spec.conformance.libraries.hf", "mlxlm": "kvcache_spec.conformance.libraries.mlxlm"}
 
 
 def cause_key(finding: dict[str, Any]) -> str:
@@ -23,28 +29,92 @@ def cause_key(finding: dict[str, Any]) -> str:
     return f"{finding['class']} {finding['rule']}: {finding['label']} | {finding['config_name']}"
 
 
-# Each kind of cause, once: `real...` a defect of the library (its repro named), `false alarm...` the suite's
-# own reasoning (which issue-33 mechanism should have removed it), `spec...` the spec stricter than, or unable
-# to say, the library's contract.
-KINDS: dict[str, str] = {
-    'static_overflow':
-        'real: StaticLayer.update counts a step before writing it (repro hf_static_overflow)',
-    'static_zero':
-        "real (minor): StaticCache(max_cache_len=0), the user's own argument, is built unchecked; the first forward raises (repro hf_static_zero_length)",
-    'window1':
-        'real: DynamicSlidingWindowLayer(sliding_window=1) never trims (repro hf_sliding_window_one)',
-    'static_sliding':
-        "real: StaticCache's sliding layers drop in-window tokens past max_cache_len (repro hf_static_sliding_past_max_cache_len)",
-    'crop_empty':
-        "real: a sliding layer's crop before any token raises AttributeError (repro hf_sliding_crop_before_any_token)",
-    'sinks_prefill':
-        "real: RotatingKVCache's mask for a step longer than the ring ignores keep (repro mlx_prompt_cache_prefill_ignores_sinks)",
-    'keep_at_window':
-        "real: make_prompt_cache(max_kv_size <= 4) builds RotatingKVCache(max_size, keep=4) with keep >= max_size, unchecked (the user's --max-kv-size; repro mlx_prompt_cache_small_ring)",
-    'concat_trim':
-        'real: ConcatenateKVCache.trim lowers offset only (repro mlx_concatenate_trim)',
-    'fp8_saturates':
-        "real: fp8's per-tensor scale, frozen at the first update, saturates every later value above the first step's amplitude (a K of 2 after a first step of 1s reads back 1: beyond any tolerance)",
+# What each class means on the pages, in the order the pages' tables count them.
+CLASSES: dict[str, str] = {
+    "defect": "a defect of the library under its documented use (a standalone repro through its own model code)",
+    "stricter": "the spec stricter than the library's documented contract (the doc or source line says which)",
+    "uncertain": "neither the library's docs nor its source settle whether the library or the spec is right",
+    "false alarm": "the suite's own reasoning wrong",
+}
+
+
+class Kind(NamedTuple):
+    """One kind of cause: its class (CLASSES), what happens, the library's evidence for the class (file:line in
+    the installed package, quoted), and the standalone repro that shows it through the library's own model code."""
+    cls: str
+    what: str
+    evidence: str
+    repro: str = ""
+
+
+HF_CACHE = "transformers/cache_utils.py"
+MLX_CACHE = "mlx_lm/models/cache.py"
+KINDS: dict[str, Kind] = {
+    'static_overflow': Kind(
+        "stricter", "StaticLayer.update counts a step before writing it: after an overflow it refuses, every later "
+        "step raises too",
+        f"{HF_CACHE}:2067-2068, StaticCache's docstring: max_cache_len is \"The maximum number of tokens that this Cache "
+        "should hold\": a step past it is outside the contract, and generate() sizes it to max_length; OP-ATOMIC "
+        "asks more (a refusal that leaves the cache as it was)", "hf_static_overflow"),
+    'static_zero': Kind(
+        "uncertain", "StaticCache(max_cache_len=0), the user's own argument, is built unchecked; the first forward "
+        "raises",
+        f"{HF_CACHE}:2067-2068 documents max_cache_len as \"The maximum number of tokens that this Cache should "
+        "hold\" with no lower bound, and StaticCache.__init__ checks none: whether 0 is a caller's error the library "
+        "owes a check for is not said", "hf_static_zero_length"),
+    'window1': Kind(
+        "defect", "DynamicSlidingWindowLayer(sliding_window=1) never trims: a query attends the whole history, a "
+        "2-token step raises",
+        f"{HF_CACHE}:246, `full_key_states[:, :, -self.sliding_window + 1 :, :]` is `[0:]` for a window of 1; no doc "
+        "bounds sliding_window above 1, and the same model without a cache gives other logits", "hf_sliding_window_one"),
+    'static_sliding': Kind(
+        "stricter", "StaticCache's sliding layers hold min(sliding_window, max_cache_len) rows: past max_cache_len "
+        "tokens they drop in-window ones",
+        f"{HF_CACHE}:526, `effective_max_cache_len = min(sliding_window, max_cache_len)`, and {HF_CACHE}:2067-2068: "
+        "max_cache_len is \"The maximum number of tokens that this Cache should hold\" - the suite's program (and the "
+        "repro) goes past it; the target's `unbounded` scope is what says otherwise",
+        "hf_static_sliding_past_max_cache_len"),
+    'crop_empty': Kind(
+        "defect", "a sliding layer's crop before any token raises AttributeError",
+        f"{HF_CACHE}:175, DynamicLayer.crop: \"Nothing to do in these cases: 0 tokens to crop or the layer is not "
+        f"initialized\"; the sliding subclass then reads `self.keys.shape` of keys that are None ({HF_CACHE}:313)",
+        "hf_sliding_crop_before_any_token"),
+    'fp8_saturates': Kind(
+        "stricter", "fp8's per-tensor scale, frozen at the first update, saturates every later value above the first "
+        "step's amplitude (a K of 2 after a first step of 1s reads back 1)",
+        f"{HF_CACHE}:968-969, Fp8QuantizedLayer's docstring: \"The per-tensor scale is frozen after the first "
+        "`update`, so new states are appended as-is: no residual cache, no re-quantization\" - documented; the "
+        "suite's `lossy` tolerance asks every later value within it"),
+    'quantized_crop': Kind(
+        "defect", "QuantizedCache says it is croppable, and its crop raises IndexError after a forward (the quantized "
+        "layers inherit DynamicLayer's crop, which knows nothing of the quantized storage)",
+        f"{HF_CACHE}:111, DynamicLayer's `is_croppable = True`, inherited by BaseQuantizedLayer ({HF_CACHE}:714); "
+        f"Cache.is_croppable ({HF_CACHE}:1885-1887): \"Whether `crop` can put the whole cache back as it was, so a "
+        "rollback leaves no trace\"; assisted decoding crops the cache (transformers/generation/"
+        "candidate_generator.py:298)", "hf_quantized_crop"),
+    'quantized_crop_after_empty': Kind(
+        "uncertain", "hqq only: after an accepted empty step, a token and a crop of it, a later query attends a row "
+        "of a step the cache refused; the suite charges the empty step (which call explains it is a question of blame, "
+        "not settled)",
+        f"{HF_CACHE}:111 and {HF_CACHE}:714 as for quantized_crop (the crop is DynamicLayer's); an empty step is "
+        "nothing model code sends (`trusted-args`), and no standalone repro separates the crop's part from the "
+        "empty step's"),
+    'sinks_prefill': Kind(
+        "defect", "RotatingKVCache's mask for a step longer than the ring ignores keep: the same prompt prefilled at "
+        "once attends other tokens than decoded",
+        f"mlx_lm/generate.py:343-344, max_kv_size: \"Old entries (except the first 4 tokens) will be overwritten\"; "
+        f"{MLX_CACHE}:556-563, make_mask gives N > 1 `create_causal_mask(N, offset, window_size=...)`, a plain window",
+        "mlx_prompt_cache_prefill_ignores_sinks"),
+    'keep_at_window': Kind(
+        "uncertain", "make_prompt_cache(max_kv_size <= 4) builds RotatingKVCache(max_size, keep=4) with keep >= "
+        "max_size, unchecked: decoded tokens are never stored",
+        f"{MLX_CACHE}:37, `RotatingKVCache(max_size=max_kv_size, keep=4)`; mlx_lm/generate.py:177, --max-kv-size: "
+        "\"Set the maximum key-value cache size\" with no lower bound: whether a size of 4 or less is the user's "
+        "error is not said", "mlx_prompt_cache_small_ring"),
+    'concat_trim': Kind(
+        "defect", "ConcatenateKVCache.trim lowers offset only: trimmed tokens come back into every later attention",
+        f"{MLX_CACHE}:230-236, `is_trimmable` answers True and `trim` only lowers `self.offset`; "
+        "trim_prompt_cache trims every cache that says so", "mlx_concatenate_trim"),
 }
 
 EXPECTED: dict[str, dict[str, Any]] = {
@@ -70,13 +140,29 @@ EXPECTED: dict[str, dict[str, Any]] = {
         'wrong OP-ATTEND: wrong OP-ATTEND: at fetch; ring | cap 1, ring(2)':
             'static_sliding',
     }},
-    'hf:quantized_quanto': {"verdict": 'CONFORMING', "causes": {
+    'hf:quantized_quanto': {"verdict": 'NOT CONFORMING', "causes": {
+        'wrong OP-ATTEND: wrong OP-ATTEND, after over-strict OP-TRIM in trim: at fetch; flat | cap 1, flat x2':
+            'quantized_crop',
+        'wrong OP-TRIM: wrong OP-TRIM: at trim; flat | cap 1, flat':
+            'quantized_crop',
+        'over-strict OP-TRIM: over-strict OP-TRIM: at trim; flat | cap 1, flat':
+            'quantized_crop',
     }},
-    'hf:quantized_hqq': {"verdict": 'CONFORMING', "causes": {
+    'hf:quantized_hqq': {"verdict": 'NOT CONFORMING', "causes": {
+        'wrong OP-ATTEND: wrong OP-ATTEND, after lenient OP-ARGS in update_and_fetch: at fetch; flat | cap 1, flat':
+            'quantized_crop_after_empty',
+        'wrong OP-ATTEND: wrong OP-ATTEND, after over-strict OP-TRIM in trim: at fetch; flat | cap 1, flat x2':
+            'quantized_crop',
+        'wrong OP-TRIM: wrong OP-TRIM: at trim; flat | cap 1, flat':
+            'quantized_crop',
+        'over-strict OP-TRIM: over-strict OP-TRIM: at trim; flat | cap 1, flat':
+            'quantized_crop',
     }},
     'hf:quantized_fp8': {"verdict": 'NOT CONFORMING', "causes": {
         'wrong OP-ATTEND: wrong OP-ATTEND: at fetch; flat | cap 1, flat':
             'fp8_saturates',
+        'over-strict OP-TRIM: over-strict OP-TRIM: at trim; flat | cap 1, flat':
+            'quantized_crop',
     }},
     'mlxlm:kv': {"verdict": 'CONFORMING', "causes": {
     }},
@@ -98,14 +184,31 @@ EXPECTED: dict[str, dict[str, Any]] = {
     }},
 }
 
+def counts(target: str) -> dict[str, int]:
+    """The target's distinct causes counted by class (CLASSES' order)."""
+    kinds = list(EXPECTED[target]["causes"].values())
+    return {cls: sum(KINDS[kind].cls == cls for kind in kinds) for cls in CLASSES}
+
+
 def row(target: str) -> str:
-    """The target's row of the findings pages' verdict table: verdict, distinct causes, and how many are real
-    defects, false alarms of the suite, and the spec stricter than (or unable to say) the library's contract."""
-    expected = EXPECTED[target]
-    kinds = list(expected["causes"].values())
-    real = sum(KINDS[kind].startswith("real") for kind in kinds)
-    false = sum(KINDS[kind].startswith("false alarm") for kind in kinds)
-    return f"| `{target}` | {expected['verdict']} | {len(kinds)} | {real} | {false} | {len(kinds) - real - false} |"
+    """The target's row of the findings pages' verdict table: verdict, distinct causes, and how many are of each
+    class - real (a defect of the library), the spec stricter than its contract, uncertain, false alarm."""
+    expected, by_class = EXPECTED[target], counts(target)
+    return (f"| `{target}` | {expected['verdict']} | {len(expected['causes'])} | "
+            + " | ".join(str(by_class[cls]) for cls in CLASSES) + " |")
+
+
+def readme_cell(target: str) -> str:
+    """The README's verdict cell for the target: verdict, distinct causes, (real, stricter, uncertain, false alarm)."""
+    by_class = counts(target)
+    return f"{EXPECTED[target]['verdict']}: {len(EXPECTED[target]['causes'])} ({', '.join(map(str, by_class.values()))})"
+
+
+def kind_heading(kind: str) -> str:
+    """A kind's heading in the page's list of causes: its class, what happens, the evidence, the repro."""
+    entry = KINDS[kind]
+    repro = f" Repro: `{entry.repro}`." if entry.repro else ""
+    return f"**{kind}** - {entry.cls}: {entry.what}. Evidence: {entry.evidence}.{repro}"
 
 
 MESSAGE_CHARS = 300   # a cause's message on the page, cut past this
@@ -127,16 +230,17 @@ def page_section(reports: dict[str, dict[str, Any]]) -> str:
         for finding in report["semantic"]["findings"]:
             kind = EXPECTED[target]["causes"].get(cause_key(finding), "unclassed")
             by_kind.setdefault(kind, []).append(page_line(target, finding))
-    return "\n".join(f"**{kind}** - {KINDS.get(kind, 'not in KINDS: class it')}\n\n" + "\n".join(lines) + "\n"
-                      for kind, lines in sorted(by_kind.items(), key=lambda item: list(KINDS).index(item[0])
-                                                if item[0] in KINDS else len(KINDS)))
+    return "\n".join((kind_heading(kind) if kind in KINDS else f"**{kind}** - not in KINDS: class it")
+                     + "\n\n" + "\n".join(lines) + "\n"
+                     for kind, lines in sorted(by_kind.items(), key=lambda item: list(KINDS).index(item[0])
+                                               if item[0] in KINDS else len(KINDS)))
 
 
 def _judge(target: str) -> dict[str, Any]:
     from kvcache_spec.conformance.suite import report_json, run_suite
     from kvcache_spec.conformance.targets import PythonTarget
 
-    return report_json(run_suite(PythonTarget(f"python:kvcache_spec.conformance.op.{target}"), PROFILE), True, False)
+    return report_json(run_suite(PythonTarget(f"python:kvcache_spec.conformance.libraries.{target}"), PROFILE), True, False)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ def lint(where: Path) -> subprocess.CompletedProcess[str]:
 def test_the_code_keeps_every_contract() -> None:
     done = lint(ROOT)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "4 kept, 0 broken" in done.stdout, done.stdout
+    assert "5 kept, 0 broken" in done.stdout, done.stdout
 
 
 # (file of the copy, the import planted at its end, the contract that must break)
@@ -36,6 +36,8 @@ PLANTED = [
      "rules -> models -> reference -> lockstep and conformance -> proofs, the CLI on top"),
     ("kvcache/_cache.py", "from kvcache_spec import rules as _planted",
      "the reference is written independently of the spec"),
+    ("kvcache_spec/conformance/op/engine.py", "from ..libraries import executorch as _planted",
+     "the suite reaches a judged library's adapter only by a target's name"),
 ]
 
 

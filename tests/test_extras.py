@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from kvcache_spec._extras import EXTRAS, missing, missing_line
+from kvcache_spec._extras import ANY_VERSION, EXTRAS, WRITTEN_FOR, missing, missing_line, version_line
 
 ROOT = Path(__file__).resolve().parent.parent
 HIDE = "import sys\nfor name in {names!r}: sys.modules[name] = None\n"
@@ -74,3 +74,45 @@ def test_the_verify_extra_in_pyproject_lists_what_the_code_checks_for() -> None:
     names = {re.split(r"[<>=!~ ]", item.strip().strip('"'))[0] for item in declared.group(1).split(",")}
     assert names == {dist for _, dist in EXTRAS["verify"]}
     assert re.search(r'^test = \["kvcache-spec\[verify\]"', text, re.M), "the test extra installs the verify extra"
+
+
+# --- a shipped adapter on a version of its library it was not written for (issue 41, point 4) -------------------
+def test_version_line_names_the_version_found_and_the_one_supported(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(ANY_VERSION, raising=False)
+    for extra, (distribution, supported) in WRITTEN_FOR.items():
+        line = version_line(extra, "the adapter", installed=lambda name: "0.0.1")
+        assert f"found {distribution} 0.0.1" in line and f"{distribution}=={supported}" in line, line
+        assert "\n" not in line and ANY_VERSION in line
+        assert version_line(extra, "the adapter", installed=lambda name: supported) == ""
+        assert version_line(extra, "the adapter", installed=lambda name: None) == ""   # the extra's check says it
+    monkeypatch.setenv(ANY_VERSION, "1")
+    assert version_line("hf", "the adapter", installed=lambda name: "0.0.1") == ""
+
+
+def _fake_distribution(folder: Path, distribution: str, version: str) -> Path:
+    """A dist-info folder that importlib.metadata finds before the installed one (PYTHONPATH comes first)."""
+    info = folder / f"{distribution}-{version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {distribution}\nVersion: {version}\n")
+    return folder
+
+
+def test_executorch_adapter_on_another_release_exits_2_naming_both(tmp_path: Path) -> None:
+    """ExecuTorch's adapter loads without executorch (each creation names the import), so this runs anywhere:
+    the fake release is found first, and the target does not load - one line, exit 2, not a run of every call
+    reported over-strict. With ANY_VERSION=1 it loads."""
+    import os
+
+    env = {**os.environ, "PYTHONPATH": str(_fake_distribution(tmp_path, "executorch", "1.4.0"))}
+    env.pop(ANY_VERSION, None)
+    for path in ("op.upstream:contiguous", "libraries.executorch:cell"):
+        done = subprocess.run([sys.executable, "-m", "kvcache_spec.cli", "conformance", "--target",
+                               f"python:kvcache_spec.conformance.{path}"], capture_output=True, text=True,
+                              timeout=300, env=env, cwd=tmp_path)
+        assert done.returncode == 2, done.stderr
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1 and "found executorch 1.4.0" in lines[0] and "executorch==1.5.1" in lines[0], lines
+        assert done.stdout == ""
+    loads = subprocess.run([sys.executable, "-c", "import kvcache_spec.conformance.libraries.executorch"],
+                           capture_output=True, text=True, timeout=300, env={**env, ANY_VERSION: "1"}, cwd=tmp_path)
+    assert loads.returncode == 0, loads.stderr

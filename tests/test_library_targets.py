@@ -1,4 +1,4 @@
-"""transformers' and mlx-lm's caches judged by the op-face suite (spec/conformance/op/hf.py, mlxlm.py): every target
+"""transformers' and mlx-lm's caches judged by the op-face suite (spec/conformance/libraries/hf.py, mlxlm.py): every target
 at strict pre-merge gives the verdict and exactly the distinct causes docs/hf-findings.md and docs/mlxlm-findings.md
 state (tests/library_verdicts.py holds them, each cause classed real or not); and each real defect's standalone repro
 through the library's own model code (tests/library_repros.py) still shows it - a library that fixed one fails here,
@@ -24,7 +24,7 @@ from kvcache_spec.conformance.suite import report_json, run_suite
 from kvcache_spec.conformance.targets import PythonTarget
 
 from . import library_repros as repros
-from .library_verdicts import EXPECTED, PROFILE, cause_key, page_line
+from .library_verdicts import EXPECTED, LIBRARY_MODULES, PROFILE, cause_key, page_line
 
 INSTALL = "pip install -e '.[hf,mlx]'"
 try:
@@ -44,7 +44,7 @@ def judged(target: str) -> tuple[dict[str, Any], float]:
     """The target's JSON report at strict PROFILE, and the seconds it took. KVCACHE_LIBRARY_REPORTS=DIR also writes
     each report there (what tests/library_verdicts.py's entries are classed from, and CI's matrix is built from)."""
     started = time.monotonic()
-    report = report_json(run_suite(PythonTarget(f"python:kvcache_spec.conformance.op.{target}"), PROFILE), True, False)
+    report = report_json(run_suite(PythonTarget(f"python:kvcache_spec.conformance.libraries.{target}"), PROFILE), True, False)
     folder = os.environ.get("KVCACHE_LIBRARY_REPORTS")
     if folder:
         (Path(folder) / f"{target.replace(':', '_')}.json").write_text(json.dumps(report))
@@ -119,8 +119,78 @@ def test_mlx_rotating_cache_refuses_a_trim_after_it_wrapped() -> None:
 
 
 def test_hf_targets_run_torch_on_one_thread() -> None:
-    """spec/conformance/op/hf.py sets one intra-op thread: the thread pool's wake-ups on tensors of a few dozen
+    """spec/conformance/libraries/hf.py sets one intra-op thread: the thread pool's wake-ups on tensors of a few dozen
     elements made the quantized targets' strict pre-merge runs 2-4 times slower on a loaded 2-core machine."""
     torch = importlib.import_module("torch")
-    importlib.import_module("kvcache_spec.conformance.op.hf")
+    importlib.import_module("kvcache_spec.conformance.libraries.hf")
     assert torch.get_num_threads() == 1
+
+
+@pytest.mark.parametrize("old, new", [("op.hf", "libraries.hf"), ("op.mlxlm", "libraries.mlxlm"),
+                                      ("op.upstream", "libraries.executorch")])
+def test_todays_target_paths_load_the_same_factories(old: str, new: str) -> None:
+    """The adapters live in kvcache_spec.conformance.libraries; the paths users typed before still load them."""
+    module = importlib.import_module(f"kvcache_spec.conformance.{new}")
+    assert module.TARGETS
+    for name in module.TARGETS:
+        target = PythonTarget(f"python:kvcache_spec.conformance.{old}:{name}")
+        assert target.factory is getattr(module, name), name
+
+
+def _fresh(factory: Any) -> Any:
+    """The target's cache for a small config inside its declared scope (a flat layer where it serves one, else a
+    ring of 8 with the keep it declares), width 64 (the quantized backends' group)."""
+    scope = factory.kvcache_scope
+    keep = next((int(item.split("=")[1]) for item in scope if item.startswith("keep=")), 0)
+    layer = {"kind": "flat", "window": 0} if "flat" in scope else {"kind": "ring", "window": 8, "keep": keep}
+    return factory({"n_layers": 2, "n_kv_heads": 1, "head_dim": 64, "capacity": 8, "batch_size": 1,
+                    "layers": [layer]})
+
+
+@pytest.mark.parametrize("target", sorted(EXPECTED))
+def test_a_targets_trim_scope_is_the_librarys_own_word(target: str) -> None:
+    """Issue 41: a shipped target declares every verb the library's own generation code calls on that cache.
+    transformers' assisted decoding crops a cache whose `is_croppable` says True; mlx-lm's server and speculative
+    decoding trim a prompt cache that `can_trim_prompt_cache` accepts. Read from the installed library."""
+    library, name = target.split(":")
+    factory = getattr(importlib.import_module(LIBRARY_MODULES[library]), name)
+    cache = _fresh(factory)
+    if library == "hf":
+        says = bool(cache.cache.is_croppable)
+    else:
+        says = bool(importlib.import_module("mlx_lm.models.cache").can_trim_prompt_cache(cache.caches))
+    assert ("trim" in factory.kvcache_scope) == says, (target, "library says trimmable" if says else "library says not")
+    assert callable(getattr(cache, "trim", None)) == says, target
+
+
+def test_hf_quantized_cache_says_croppable_and_its_crop_raises() -> None:
+    out = repros.hf_quantized_crop()
+    assert out == {backend: {"is_croppable": True, "crop(-1)": "IndexError", "held_after": 3}
+                   for backend in ("quanto", "hqq", "fp8")}, out
+
+
+@pytest.mark.parametrize("extra, path", [("hf", "libraries.hf:dynamic_full"), ("mlx", "op.mlxlm:kv")])
+def test_an_adapter_on_another_library_version_exits_2_naming_both(tmp_path: Path, extra: str, path: str) -> None:
+    """A fake newer release found first on the path: the target does not load, one line names what was found and
+    what is supported (exit 2) - rather than a run reporting every call over-strict. ANY_VERSION=1 loads it."""
+    import subprocess
+    import sys
+
+    from kvcache_spec._extras import ANY_VERSION, WRITTEN_FOR
+
+    distribution, supported = WRITTEN_FOR[extra]
+    info = tmp_path / f"{distribution.replace('-', '_')}-99.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {distribution}\nVersion: 99.0\n")
+    env = {key: value for key, value in os.environ.items() if key != ANY_VERSION}
+    env["PYTHONPATH"] = str(tmp_path)
+    done = subprocess.run([sys.executable, "-m", "kvcache_spec.cli", "conformance", "--target",
+                           f"python:kvcache_spec.conformance.{path}"], capture_output=True, text=True, timeout=300,
+                          env=env, cwd=tmp_path)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1, done.stderr
+    assert f"found {distribution} 99.0" in lines[0] and f"{distribution}=={supported}" in lines[0], lines
+    module = "kvcache_spec.conformance." + path.split(":")[0]
+    loads = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True, text=True, timeout=300,
+                           env={**env, ANY_VERSION: "1"}, cwd=tmp_path)
+    assert loads.returncode == 0, loads.stderr

@@ -1,10 +1,11 @@
 """The op face (`update_and_fetch` -> K/V + AttendSpec, spec/op_model.py): one layout per cache kind of
-upstream's reference (op-contiguous, op-cell). Its engine, programs and consequences; the reference and
-upstream's release as targets (targets.py, upstream.py); the exhaustive checker (checker.py).
+upstream's reference (op-contiguous, op-cell). Its engine, programs and consequences; the reference as targets
+and the helpers a library's adapter is built on (targets.py; the adapters themselves are in ../libraries, which
+upstream.py, hf.py and mlxlm.py re-export under their earlier paths); the exhaustive checker (checker.py).
 Registered in ../layouts.py by `LAYOUTS`.
 
-The public API for glue around a library's own cache (docs/your-library.md), re-exported here from where each is
-defined: `library_target` (targets.py; the shipped adapters hf.py and mlxlm.py are built on it), `layer_policies`,
+The public API for glue around a library's own cache (docs/your-library.md), re-exported here from where it is
+defined: `library_target` (targets.py; the shipped adapters in ../libraries are built on it), `layer_policies`,
 `refuse_outside_scope`, `attended_rows` with its `without_mask` choices, `explicit_spec` and `LayerLengths`
 (glue.py), and `JsonConfig`."""
 
