@@ -27,6 +27,10 @@ from .report_page import cause_section, class_css, load, page
 # The shipped targets' libraries: a target whose name holds `marker` is that library at the version its extra pins
 # (pyproject.toml; tests/test_matrix.py holds the two equal), its causes explained on `page` (under docs/).
 LIBRARIES: tuple[tuple[str, str, str, str], ...] = (
+    # the adapters' paths in kvcache_spec.conformance.libraries, then the earlier paths that re-export them
+    (".libraries.hf:", "transformers", "5.23.0", "hf-findings.md"),
+    (".libraries.mlxlm:", "mlx-lm", "0.32.2", "mlxlm-findings.md"),
+    (".libraries.executorch:", "executorch", "1.5.1", "upstream-findings.md"),
     (".op.hf:", "transformers", "5.23.0", "hf-findings.md"),
     (".op.mlxlm:", "mlx-lm", "0.32.2", "mlxlm-findings.md"),
     (".op.upstream:", "executorch", "1.5.1", "upstream-findings.md"),
