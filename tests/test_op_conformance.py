@@ -309,6 +309,7 @@ def test_the_project_op_reference_is_conforming_strict(name: str) -> None:
 
 # --- the exhaustive checker ---------------------------------------------------------------------------
 
+@pytest.mark.slow   # the exhaustive checker to depth 4 (about 50 s on a busy machine); the engine's own tests stay fast
 def test_the_exhaustive_checker_passes_the_standin_and_finds_each_broken_one_shortest() -> None:
     """OP-ATTEND, OP-STEP over every program of the alphabet up to depth 4 (deduplicated by the model's state
     with what it let go)."""

@@ -251,7 +251,8 @@ def _report(spec: str, profile: str = "quick", strict: bool = True) -> dict[str,
     return report_json(run_suite(PythonTarget(spec), profile), strict, False)
 
 
-@pytest.mark.parametrize("spec", [REFERENCE, "python:tests.op_standin:contiguous"])
+# The reference's own run is CI's main job too (kvcache conformance on it at pre-merge): slow here, the stand-in fast.
+@pytest.mark.parametrize("spec", [pytest.param(REFERENCE, marks=pytest.mark.slow), "python:tests.op_standin:contiguous"])
 def test_the_reference_and_the_standin_are_conforming_strict_within_trim_and_sinks(spec: str) -> None:
     """OP-TRIM, OP-SINKS: CONFORMING (strict) in the whole scope, both rules exercised, the trim clause's
     every malformation sent, and among the programs trims past a wrapped ring, owed and optional."""
@@ -317,7 +318,9 @@ STANDIN_FINDS = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(STANDIN_FINDS))
+# Two of the five run in the slow stage only (the default run's time); OP-TRIM and OP-SINKS stay in the fast three.
+@pytest.mark.parametrize("name", [pytest.param(name, marks=pytest.mark.slow) if name in ("negative_trim", "trim_lowers_length_only")
+                                  else name for name in sorted(STANDIN_FINDS)])
 def test_each_trim_and_sinks_standin_is_found_with_a_minimal_program_that_replays(name: str) -> None:
     """OP-TRIM, OP-SINKS: each defect of a real cache (tests/op_trim_standins.py) is found, its program short,
     replayed the same, and served by the correct stand-in; the wrong ones fail a run without --strict."""
@@ -370,6 +373,7 @@ def test_a_config_with_sinks_needs_the_sinks_feature() -> None:
 # --- the exhaustive checker -----------------------------------------------------------------------------
 
 
+@pytest.mark.slow   # the exhaustive checker's depth-4 runs, as test_op_conformance's
 @pytest.mark.parametrize("sinks", [False, True])
 def test_the_exhaustive_checker_passes_the_reference_and_finds_each_trim_standin_shortest(sinks: bool) -> None:
     """OP-TRIM, OP-SINKS: every program to depth 4 over the alphabet with trims (a target with `trim`), on the

@@ -110,6 +110,7 @@ def _findings(report: dict[str, Any]) -> list[tuple[str, str, str]]:
     return [(f["class"], f["rule"], json.dumps(f["steps"])) for f in report["semantic"]["findings"]]
 
 
+@pytest.mark.slow   # about a fifth of the default run's time: each runs the quick profile twice; the wire's verdicts stay in the fast tests below
 @pytest.mark.parametrize("name", ["cell", "contiguous", "cell_replaces", "cell_keeps_stopped_step",
                                   "contiguous_causal_always", "cell_window_off_by_one"])
 def test_an_op_target_out_of_process_gets_the_verdict_and_findings_it_gets_in_process(name: str) -> None:
