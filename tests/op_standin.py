@@ -694,11 +694,12 @@ class ContiguousBroadcastsBatch(_Broadcasts):
 
 
 def _factory(cls: type, scope: Optional[list[str]] = None) -> Any:
+    """A factory of `cls`, declaring `scope` (default: the whole of spec 2, trim and sinks included: the
+    stand-ins are written against it)."""
     def make(cfg: dict[str, Any]) -> Any:
         return cls(cfg)
     make.kvcache_layout = cls.kvcache_layout   # type: ignore[attr-defined]
-    if scope is not None:
-        make.kvcache_scope = scope   # type: ignore[attr-defined]
+    make.kvcache_scope = ["spec=2"] if scope is None else scope   # type: ignore[attr-defined]
     return make
 
 

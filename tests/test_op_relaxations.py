@@ -133,7 +133,7 @@ def test_lazy_shapes_targets_get_no_sizes_and_unbounded_ones_steps_past_capacity
 
 
 def test_min_head_dim_drives_widened_twins_and_only_them() -> None:
-    scope = scopes.parse(["all", "min_head_dim=32"], "test")
+    scope = scopes.parse(["all", "min_head_dim=32", "spec=2"], "test")   # spec 2: the keep configs too
     configs = scopes.with_twins(CONTIGUOUS_CONFIGS, scope)
     inside, outside = scopes.split(configs, scope)
     assert len(inside) == len(outside) == len(CONTIGUOUS_CONFIGS)
@@ -315,9 +315,9 @@ def test_user_config_keeps_the_invalid_configs_a_user_reaches_owed() -> None:
         result = run_suite(target, "quick", scope=scopes.parse(items, "test"))
         return [(got.finding.kind, got.finding.rule, got.config) for got in result.findings.values()]
 
-    trusted = causes(["all", "trusted-args"])
+    trusted = causes(["all", "trusted-args", "spec=2"])   # spec 2: the keep configs are sent
     assert not any(rule == "OP-CONFIG" for _, rule, _ in trusted), trusted
-    reached = causes(["all", "trusted-args", "user-config=window"])
+    reached = causes(["all", "trusted-args", "user-config=window", "spec=2"])
     config_causes = [(cls, cfg) for cls, rule, cfg in reached if rule == "OP-CONFIG"]
     assert len(config_causes) == 1 and config_causes[0][0] == "lenient", reached
     rings = [entry for entry in config_causes[0][1]["layers"] if entry["kind"] == "ring"]

@@ -41,11 +41,20 @@ and the whole spec (no declaration) declares none. The op face's relaxations (SP
   (a command-line flag: mlx-lm's `--max-kv-size` is the ring's window), not from its model code: an invalid
   configuration that a change of these keys alone makes valid is still sent, and its refusal is owed.
 
+**Spec versions** (SPEC_VERSIONS): each release of the spec that added features names them, and a target is
+judged on the features of the version it declares, `spec=<N>` in any declaration. A declaration that names a
+feature declares at least the version that added it (`trim` is spec 2); one that names none, and a target that
+declares nothing, is judged as spec 1, the first release: a target that says nothing was written before
+versions existed, so judging it on what came later would fail a cache that did not change. A feature added
+after the declared version is opt-in: no configuration needing it, and no configuration carrying a key added
+with it (a ring's `keep`), is ever sent - neither driven nor checked at the border. `all`, and a declaration
+of relaxations or a version alone, stand for every feature of the declared version.
+
 Where a scope comes from (the first that applies):
 - the CLI: `kvcache conformance --scope flat` (or `flat,max_write`, `all`);
 - a `cmd:` target's `hello` answer: `"scope": ["flat"]` (spec/PROTOCOL.md, "Scope");
 - a `python:` target's factory attribute `kvcache_scope` (a list or tuple of feature names);
-- otherwise the whole spec: every feature (targets written before scopes existed).
+- otherwise the whole spec of spec 1 (targets written before scopes and versions existed).
 Unknown feature names are an error on the CLI and in `kvcache_scope` (a typo must not silently widen
 what is owed); in a `cmd:` target's hello they are ignored and reported (a newer target talking to an
 older harness).
@@ -56,7 +65,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional
 
@@ -94,6 +103,34 @@ RECOMPUTE_FEATURES: dict[str, str] = {
     "position-gaps": "a decode at a position past the sequence's next one (llama.cpp's positions are consecutive)",
 }
 EVERY_FEATURE: dict[str, str] = {**FEATURES, **OP_FEATURES, **RECOMPUTE_FEATURES}
+# The spec's versions: each the features it added (SPEC.md 2.9, "Spec versions"), and the configuration keys that
+# came with them (of a layer entry: `keep` with sinks). Every feature is added by exactly one version; a later
+# version only adds (a relaxation owes less, so it needs no version: a target that never declares one owes all).
+SPEC = "spec"   # "spec=2" in a declaration: the version the target was written against
+SPEC_VERSIONS: dict[int, tuple[str, frozenset[str]]] = {
+    1: ("the first release: the sequence, cell, op and recompute faces, before trim and sinks",
+        frozenset(EVERY_FEATURE) - {"trim", "sinks"}),
+    2: ("the op face's trim(n) verb (OP-TRIM) and ring layers with attention sinks (OP-SINKS)",
+        frozenset({"trim", "sinks"})),
+}
+VERSION_LAYER_KEYS: dict[int, frozenset[str]] = {2: frozenset({KEEP})}   # config keys a version added
+FIRST_VERSION, CURRENT_VERSION = min(SPEC_VERSIONS), max(SPEC_VERSIONS)
+UNDECLARED_VERSION = FIRST_VERSION   # a target that names no version nor any later feature (see the docstring)
+
+
+def features_of(version: int) -> frozenset[str]:
+    """Every feature of spec `version`: those its version and the earlier ones added."""
+    return frozenset().union(*(added for number, (_, added) in SPEC_VERSIONS.items() if number <= version))
+
+
+def version_of(feature: str) -> int:
+    """The spec version that added `feature` (an EVERY_FEATURE name)."""
+    return min(number for number, (_, added) in SPEC_VERSIONS.items() if feature in added)
+
+
+def later_keys(version: int) -> frozenset[str]:
+    """The layer-entry config keys added after spec `version`: a target of that version is never sent one."""
+    return frozenset().union(*(keys for number, keys in VERSION_LAYER_KEYS.items() if number > version))
 # Relaxations (SPEC.md section 2.9): the target owes LESS when it declares one; absent means owed. Not
 # members of EVERY_FEATURE: `all` (the whole spec) declares none of them.
 TRUSTED_ARGS, UNBOUNDED, LAZY_SHAPES, LOSSY, MIN_HEAD_DIM, USER_CONFIG = \
@@ -199,7 +236,7 @@ def max_seqs_of(cfg: JsonConfig) -> Any:
 @dataclass(frozen=True)
 class Scope:
     features: frozenset[str]
-    source: str = "not declared: the whole spec"
+    source: str = "not declared: the whole of spec 1"
     ignored: tuple[str, ...] = ()   # unknown names in the declaration
     max_seqs: Optional[int] = None   # the one max_seqs served ("max_seqs=64"); None: every max_seqs
     relaxed: frozenset[str] = frozenset()   # the FLAG_RELAXATIONS declared
@@ -207,12 +244,13 @@ class Scope:
     min_head_dim: Optional[int] = None       # min_head_dim=<N>: the narrowest width served; None: every width
     keep: Optional[int] = None               # keep=<N>: the one keep of every ring layer served; None: every keep
     user_config: frozenset[str] = frozenset()   # user-config=<keys>: config keys the user sets (USER_CONFIG_KEYS)
+    version: int = UNDECLARED_VERSION           # spec=<N>: the spec version the target was written against
 
     def full_for(self, layout: str) -> bool:
         """Whether the scope is the whole spec for `layout` (targets.LAYOUTS): every feature of its face,
         and no relaxation."""
-        return self.features >= LAYOUT_FEATURES[layout] and self.max_seqs is None and self.keep is None and \
-            not self.relaxations()
+        return self.features >= LAYOUT_FEATURES[layout] & features_of(self.version) and self.max_seqs is None and \
+            self.keep is None and not self.relaxations()
 
     def relaxes(self, name: str) -> bool:
         """Whether the scope declares the relaxation `name` (a FLAG_RELAXATIONS member, LOSSY or MIN_HEAD_DIM)."""
@@ -232,6 +270,19 @@ class Scope:
         return self.keep is not None and any(
             isinstance(entry, dict) and entry.get("kind") == "ring" and not _same_int(entry.get(KEEP, 0), self.keep)
             for entry in cfg.get("layers", []))
+
+    def without(self, feature: str, why: str) -> Scope:
+        """The scope less `feature`, its source saying why (a python: cache without a trim method)."""
+        return replace(self, features=self.features - {feature}, source=f"{self.source}; {why}")
+
+    def speaks(self, cfg: JsonConfig) -> bool:
+        """Whether `cfg` is in the target's spec version: it needs no feature added later and carries no
+        layer key added later (a spec-1 cache never sees a `keep`, not even keep 0). A configuration that is
+        not is never sent: neither driven nor checked at the border (SCOPE-BORDER owes only what the version
+        could say)."""
+        keys = later_keys(self.version)
+        return needs(cfg) <= features_of(self.version) and not any(
+            isinstance(entry, dict) and keys & entry.keys() for entry in cfg.get("layers", []) or [])
 
     def missing(self, cfg: JsonConfig) -> frozenset[str]:
         """The features `cfg` needs that the scope leaves out (empty: the config is inside). A cell
@@ -253,7 +304,9 @@ class Scope:
             ([] if self.lossy is None else [f"{LOSSY}={self.lossy:g}"]) + \
             ([] if self.min_head_dim is None else [f"{MIN_HEAD_DIM}={self.min_head_dim}"]) + \
             ([f"{USER_CONFIG}={'+'.join(sorted(self.user_config))}"] if self.user_config else [])
-        return [name for name in EVERY_FEATURE if name in self.features] + fixed + relaxed
+        implied = max([UNDECLARED_VERSION, *map(version_of, self.features)])   # the version its features name
+        version = [f"{SPEC}={self.version}"] if self.version > implied else []
+        return [name for name in EVERY_FEATURE if name in self.features] + fixed + relaxed + version
 
     def family(self, cfg: JsonConfig) -> str:
         """The family a configuration outside the scope is listed under: its features, and its max_seqs
@@ -268,7 +321,7 @@ class Scope:
         return ",".join(self.names()) or "nothing"
 
 
-FULL = Scope(frozenset(EVERY_FEATURE))
+FULL = Scope(features_of(UNDECLARED_VERSION))   # nothing declared: the whole of spec 1
 
 
 def _same_int(value: Any, fixed: int) -> bool:
@@ -334,19 +387,38 @@ def parse(value: Any, source: str) -> Scope:
     items, narrowest = _value_items(items, MIN_HEAD_DIM)
     items, keep = _value_items(items, KEEP)
     items, user_keys = _value_items(items, USER_CONFIG)
+    items, declared_version = _value_items(items, SPEC)
     relaxed = frozenset(item for item in items if item in FLAG_RELAXATIONS)
     user_config = frozenset() if user_keys is None else _user_config(user_keys, relaxed)
     items = [item for item in items if item not in relaxed]
-    if "all" in items or (not items and (relaxed or tolerance is not None or narrowest is not None)):
-        # relaxations alone relax the whole spec: `--scope trusted-args` leaves out no feature
-        items = [name for name in items if name != "all"] + list(EVERY_FEATURE)
+    named = frozenset(item for item in items if item in EVERY_FEATURE) | \
+        ({"sinks"} if keep not in (None, "0") else set())   # keep=N (N > 0) is a ring's sinks
+    newer = declared_version is not None and declared_version.isascii() and declared_version.isdigit() and \
+        int(declared_version) > CURRENT_VERSION   # a newer target talking to an older harness: reported
+    version = max([UNDECLARED_VERSION if declared_version is None else CURRENT_VERSION if newer else
+                   _version(declared_version), *map(version_of, named)])   # naming a feature opts into its version
+    if newer:
+        items.append(f"{SPEC}={declared_version}")   # among the ignored names: an error but in a hello
+    if "all" in items or (not items and (relaxed or tolerance is not None or narrowest is not None
+                                         or declared_version is not None)):
+        # relaxations (or a version) alone relax the whole spec of that version: `--scope trusted-args` leaves
+        # out no feature of spec 1, `spec=2` is every feature of spec 2
+        items = [name for name in items if name != "all"] + sorted(features_of(version))
     known = frozenset(item for item in items if item in EVERY_FEATURE)
     fixed_keep = None if keep is None else _fixed_keep(keep)
     if fixed_keep and "sinks" not in known:
         raise ScopeError(f"{KEEP}={keep}: a keep above 0 is a ring's sinks; the scope must have 'sinks'"[:200])
     return Scope(known, source, tuple(sorted({item for item in items if item not in EVERY_FEATURE})), max_seqs,
                  relaxed, None if tolerance is None else _tolerance(tolerance),
-                 None if narrowest is None else _min_head_dim(narrowest), fixed_keep, user_config)
+                 None if narrowest is None else _min_head_dim(narrowest), fixed_keep, user_config, version)
+
+
+def _version(text: str) -> int:
+    """spec=<N>: one of SPEC_VERSIONS (a number above them all is a newer target's: parse reports it)."""
+    if not (text.isdigit() and text.isascii() and int(text) in SPEC_VERSIONS):
+        raise ScopeError(f"{SPEC}={text}: the spec versions are {', '.join(map(str, SPEC_VERSIONS))} (spec=2: "
+                         f"{SPEC_VERSIONS[CURRENT_VERSION][0]})"[:200])
+    return int(text)
 
 
 def _user_config(text: str, relaxed: frozenset[str]) -> frozenset[str]:
@@ -444,6 +516,19 @@ def widened(cfg: JsonConfig, narrowest: int) -> JsonConfig:
     return {**cfg, "head_dim": new_head, "v_head_dim": new_value, "layers": layers}
 
 
+def in_version(configs: Iterable[JsonConfig], scope: Scope) -> tuple[list[JsonConfig], list[str]]:
+    """The configurations of the scope's spec version (Scope.speaks), in order, and a note for those left out
+    (empty when none is): they are never sent, so a cache written before a feature existed is not judged on it."""
+    configs = list(configs)
+    kept = [cfg for cfg in configs if scope.speaks(cfg)]
+    if len(kept) == len(configs):
+        return kept, []
+    later = sorted(frozenset().union(*(needs(cfg) for cfg in configs)) - features_of(scope.version))
+    return kept, [f"scope: {len(configs) - len(kept)} configurations of a later spec version than the target's "
+                  f"(spec={scope.version}{': ' + ', '.join(later) if later else ''}) not sent: a feature added "
+                  f"later is opt-in ({SPEC}=<N>, or name it)"]
+
+
 def split(configs: Iterable[JsonConfig], scope: Scope) -> tuple[list[JsonConfig], list[JsonConfig]]:
     """(inside, outside) the scope, each in the given order."""
     inside: list[JsonConfig] = []
@@ -539,7 +624,8 @@ def summary(scope: Scope, configs: Iterable[JsonConfig], layout: str) -> dict[st
     inside, outside = split(configs, scope)
     full = scope.full_for(layout)
     report: dict[str, Any] = {"features": scope.names(), "source": scope.source, "full": full,
-                              "configs_driven": len(inside), "configs_outside": len(outside)}
+                              "configs_driven": len(inside), "configs_outside": len(outside),
+                              "spec_version": scope.version}
     if scope.max_seqs is not None:
         report["max_seqs"] = scope.max_seqs
     if scope.relaxations():
