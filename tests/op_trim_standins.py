@@ -180,7 +180,7 @@ class KeepFourServesOthers(ContiguousStandin):
 trim_lowers_length_only = _factory(TrimLowersLengthOnly)
 keep_four = _factory(KeepFour, ["all", "keep=4"])
 keep_four_serves_others = _factory(KeepFourServesOthers, ["all", "keep=4"])
-trims_what_it_can = _factory(TrimsWhatItCan, ["all", "trusted-args", "spec=2"])
+trims_what_it_can = _factory(TrimsWhatItCan, ["all", "trusted-args"])
 ring_trim_only_unwrapped = _factory(RingTrimOnlyUnwrapped)
 ring_trim_refused_early = _factory(RingTrimRefusedEarly)
 ring_trim_refusal_lowers_length = _factory(RingTrimRefusalLowersLength)

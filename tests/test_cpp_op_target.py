@@ -149,13 +149,15 @@ def test_a_cpp_hello_announces_relaxations_and_its_version(binaries: dict[str, P
     """The C++ op driver's hello announces what `.with(...)` declares and `spec=2` for Scope::full(2), read by the
     harness as relaxations and a version; a lazy-shapes cache is handed a config without sizes."""
     lazy = {"n_layers": 1, "capacity": 4, "layers": [{"kind": "ring", "window": 2}], "max_write": None}
-    replies = _session(binaries["relaxed"], [("create", {"config": lazy})])
+    replies = _session(binaries["relaxed"], [("create", {"config": lazy}), ("used", {"layer_id": 0})])
     announced = replies[0]["result"]["scope"]
     assert announced == ["flat", "ring", "max_write", "mla", "positions", "steps", "sinks", "trusted-args",
-                         "lazy-shapes", "lossy=0.25", "spec=2"]   # no trim: no trim callable was given
+                         "lazy-shapes", "lossy=0.25", "spec=2", "no-length"]   # no trim callable, no used()
     read = scopes.parse(announced, "hello")
-    assert read.version == 2 and read.relaxations() == {"trusted-args", "lazy-shapes", "lossy"} and read.lossy == 0.25
+    assert read.version == 2 and read.relaxations() == {"trusted-args", "lazy-shapes", "lossy", "no-length"}
+    assert read.lossy == 0.25
     assert replies[1] == {"id": 2, "result": None}   # no size sent, none refused by the driver
+    assert replies[2]["error"]["kind"] == "unsupported"   # no length of its own
 
 
 @pytest.mark.parametrize("bug", sorted(MLX_BUGS))

@@ -55,9 +55,9 @@ def test_a_version_alone_is_announced_and_read_back_the_same() -> None:
     """A served scope says its version when its features do not (serve.py's hello): spec 2 less trim and sinks
     is not spec 1's whole face."""
     scope = scopes.parse(["flat", "ring", "spec=2"], "test")
-    assert scope.names() == ["flat", "ring", "spec=2"] and scopes.parse(scope.names(), "again") == \
+    assert scope.announced() == ["flat", "ring", "spec=2"] and scopes.parse(scope.announced(), "again") == \
         scopes.parse(["flat", "ring", "spec=2"], "again")
-    assert scopes.parse(["flat", "trim"], "test").names() == ["flat", "trim"]   # implied by trim
+    assert scopes.parse(["flat", "trim"], "test").announced() == ["flat", "trim"]   # implied by trim
 
 
 @pytest.mark.parametrize("bad", [["spec=0"], ["spec=x"], ["spec"], ["spec=1", "spec=2"]])

@@ -37,6 +37,12 @@ and the whole spec (no declaration) declares none. The op face's relaxations (SP
   row as the one code within `tol` of it;
 - `min_head_dim=<N>`: the target serves only head_dim and v_head_dim >= N: the suite drives a twin of
   each narrower configuration with its widths raised to N (the originals lie outside the scope);
+- `window-steps`: a step longer than a ring layer's window may be refused on that layer, while flat layers serve
+  any length (a library whose sliding-window layers take at most a window per call): such a refusal is not
+  over-strict, and the program is not judged past it (the step stands served on some layers, refused on one);
+- `no-length` (contiguous): the cache keeps no length of its own - the caller passes positions, and nothing in
+  the cache counts them - so `used(layer)` is not called (a C++ op cache without `used` announces it itself); the
+  cache is judged by its answers, which name every token each query attends (OP-ATTEND);
 - `user-config=<key>[+<key>]` (with `trusted-args`): these configuration keys come from the library's user
   (a command-line flag: mlx-lm's `--max-kv-size` is the ring's window), not from its model code: an invalid
   configuration that a change of these keys alone makes valid is still sent, and its refusal is owed.
@@ -133,8 +139,8 @@ def later_keys(version: int) -> frozenset[str]:
     return frozenset().union(*(keys for number, keys in VERSION_LAYER_KEYS.items() if number > version))
 # Relaxations (SPEC.md section 2.9): the target owes LESS when it declares one; absent means owed. Not
 # members of EVERY_FEATURE: `all` (the whole spec) declares none of them.
-TRUSTED_ARGS, UNBOUNDED, LAZY_SHAPES, LOSSY, MIN_HEAD_DIM, USER_CONFIG = \
-    "trusted-args", "unbounded", "lazy-shapes", "lossy", "min_head_dim", "user-config"
+TRUSTED_ARGS, UNBOUNDED, LAZY_SHAPES, LOSSY, MIN_HEAD_DIM, USER_CONFIG, WINDOW_STEPS, NO_LENGTH = \
+    "trusted-args", "unbounded", "lazy-shapes", "lossy", "min_head_dim", "user-config", "window-steps", "no-length"
 RELAXATIONS: dict[str, str] = {
     TRUSTED_ARGS: "the caller is model code: no malformed call is sent, OP-ARGS is not owed",
     UNBOUNDED: "no capacity (contiguous): steps past the config's capacity are served, OP-CAP is not owed",
@@ -143,6 +149,10 @@ RELAXATIONS: dict[str, str] = {
     MIN_HEAD_DIM: "min_head_dim=<N>: only head_dim and v_head_dim >= N are served (configs are drawn that wide)",
     USER_CONFIG: "user-config=<key>[+<key>] (with trusted-args): the user sets these config keys, so an invalid "
                  "config a change of them alone makes valid is still sent and its refusal owed",
+    WINDOW_STEPS: "a step longer than a ring layer's window may be refused on that layer (flat layers serve any "
+                  "length): the program is not judged past such a refusal",
+    NO_LENGTH: "no length of its own (contiguous: the caller passes positions, the cache keeps no count): "
+               "used(layer) is not called, the cache is judged by its answers",
 }
 # The configuration keys a user may set (USER_CONFIG): each a key of the op config, `window` and `keep` those
 # of every ring layer. Brute force over small values decides "a change of these keys alone makes it valid".
@@ -152,7 +162,7 @@ USER_CONFIG_KEYS: dict[str, tuple[Any, ...]] = {
     "window": tuple(range(1, 17)),
     "keep": tuple(range(0, 5)),
 }
-FLAG_RELAXATIONS = (TRUSTED_ARGS, UNBOUNDED, LAZY_SHAPES)   # the relaxations without a value
+FLAG_RELAXATIONS = (TRUSTED_ARGS, UNBOUNDED, LAZY_SHAPES, WINDOW_STEPS, NO_LENGTH)   # the relaxations without a value
 # The configuration keys a lazy-shapes target is not given (the sizes it learns from the first update),
 # and the scope features a config needs by those sizes alone (it cannot refuse them at creation).
 SIZE_KEYS = ("n_kv_heads", "head_dim", "v_head_dim", "batch_size")
@@ -304,9 +314,13 @@ class Scope:
             ([] if self.lossy is None else [f"{LOSSY}={self.lossy:g}"]) + \
             ([] if self.min_head_dim is None else [f"{MIN_HEAD_DIM}={self.min_head_dim}"]) + \
             ([f"{USER_CONFIG}={'+'.join(sorted(self.user_config))}"] if self.user_config else [])
-        implied = max([UNDECLARED_VERSION, *map(version_of, self.features)])   # the version its features name
-        version = [f"{SPEC}={self.version}"] if self.version > implied else []
-        return [name for name in EVERY_FEATURE if name in self.features] + fixed + relaxed + version
+        return [name for name in EVERY_FEATURE if name in self.features] + fixed + relaxed
+
+    def announced(self) -> list[str]:
+        """The declaration that reads back as this scope (a served hello): its names, and `spec=N` when its
+        features do not imply the version (spec 2 less trim and sinks is not spec 1)."""
+        implied = max([UNDECLARED_VERSION, *map(version_of, self.features)])
+        return self.names() + ([f"{SPEC}={self.version}"] if self.version > implied else [])
 
     def family(self, cfg: JsonConfig) -> str:
         """The family a configuration outside the scope is listed under: its features, and its max_seqs

@@ -60,7 +60,7 @@ class Server:
                 hello["layout"] = self.target.layout
             scope = self.target.scope   # the factory's kvcache_scope (scope.py): said unless it is the default
             if not scope.full_for(self.target.layout) or scope.version != scopes.UNDECLARED_VERSION:
-                hello["scope"] = scope.names()
+                hello["scope"] = scope.announced()
             return {"id": rid, "result": hello}
         if method == "bye":
             return {"id": rid, "result": None}

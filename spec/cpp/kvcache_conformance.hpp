@@ -1206,7 +1206,8 @@ int run_main(int argc, char** argv, const char* name, typename Driver<Cache, Con
 //           return op::Fetched{op::Tensor::of("float32", ...), ..., op::Mask::Explicit, mask};
 //         });
 //
-// The cache needs `reset()` and `used(int layer)` (the harness observes every layer after each call).
+// The cache needs `reset()`, and `used(int layer)` unless it keeps no length of its own (the caller passes
+// positions): without it the hello announces `no-length` and the harness judges the cache by its answers.
 // A cache with the trim verb (OP-TRIM, spec 2: op::Scope::full(2)) passes a fifth callable,
 // `[](MyCache& cache, int n) { cache.trim(n); }`: without it the hello leaves `trim` out of the scope whatever
 // `scope` says. op::Scope::full() is spec 1's whole face, as before trim and sinks existed; relaxations are
@@ -1358,8 +1359,7 @@ template <class C> struct has_reset<C, std::void_t<decltype(std::declval<C&>().r
 
 template <class Cache>
 class Driver {
-  static_assert(has_used<Cache>::value && has_reset<Cache>::value,
-                "an op-contiguous cache has used(int layer) and reset() (spec/PROTOCOL.md, 'Op-face targets')");
+  static_assert(has_reset<Cache>::value, "an op-contiguous cache has reset() (spec/PROTOCOL.md, 'Op-face targets')");
 
  public:
   using Factory = std::function<std::unique_ptr<Cache>(const Config&)>;
@@ -1511,6 +1511,14 @@ class Driver {
     return answer;
   }
 
+  Response used(const Json& params) {
+    if constexpr (has_used<Cache>::value) {
+      return Response::result(Json::of(static_cast<long long>(cache_->used(layer_id(params)))));
+    } else {
+      return Response::error("unsupported", "", "this cache keeps no length of its own (no-length)");
+    }
+  }
+
   int layer_id(const Json& params) const {
     std::optional<int> layer = as_int(params.get("layer_id"));
     if (!layer) throw std::invalid_argument("OP-ARGS: layer_id is not a C++ int");   // true is not 1
@@ -1522,6 +1530,8 @@ class Driver {
       if (!offers_our_version(params)) return Response::error("protocol", "", "this driver speaks protocol version 1 only");
       Json r = Json::obj(), scope = Json::arr();
       for (const std::string& item : scope_.announced()) scope.push(Json::of(item));
+      // a cache without used(layer) keeps no length of its own: it says so (no-length), and is judged by its answers
+      if (!has_used<Cache>::value && !scope_.relaxes("no-length")) scope.push(Json::of("no-length"));
       r.set("protocol", Json::of(kProtocolName));
       r.set("version", Json::of(kProtocolVersion));
       r.set("implementation", Json::of(name_));
@@ -1561,7 +1571,7 @@ class Driver {
                                     "integer tensor of 2");
       return Response::result(answer_json(fetch_(*cache_, layer, k, v, position)));
     }
-    if (method == "used") return Response::result(Json::of(static_cast<long long>(cache_->used(layer_id(params)))));
+    if (method == "used") return used(params);
     if (method == "reset") { cache_->reset(); return Response::result(Json::null()); }
     if (method == "trim") {
       if (!trim_) return Response::error("unsupported", "", "trim is not implemented");

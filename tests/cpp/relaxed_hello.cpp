@@ -1,13 +1,13 @@
 // A C++ op cache declaring relaxations through the op driver (tests/test_cpp_op_target.py): its hello announces
 // them after the features, and a lazy-shapes cache is handed a config without sizes (they read as 0) instead of
-// the driver refusing it. The cache itself only records what its factory was given.
+// the driver refusing it. The cache only records what its factory was given; it has no used(layer) (no length of
+// its own), so the driver announces `no-length` and answers `used` unsupported.
 #include "kvcache_conformance.hpp"
 
 namespace op = kvcache_conformance::op;
 
 struct Recorder {
   op::Config given;
-  int used(int) const { return 0; }
   void reset() {}
 };
 

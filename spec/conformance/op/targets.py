@@ -64,5 +64,5 @@ def library_target(name: str, build: Callable[[JsonConfig], Any], scope: tuple[s
     factory.kvcache_layout = "op-contiguous"   # type: ignore[attr-defined]
     if tensors is not None:
         factory.kvcache_tensors = tensors   # type: ignore[attr-defined]
-    factory.kvcache_scope = scope   # type: ignore[attr-defined]
+    factory.kvcache_scope = (*scope, "spec=2")   # type: ignore[attr-defined]   # the adapters are written against spec 2
     return factory
