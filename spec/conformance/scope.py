@@ -185,7 +185,10 @@ def features_per_layout() -> str:
                                                + ([f"{MAX_SEQS}=N"] if layout == "cell" else [])
                                                + ([f"{KEEP}=N"] if layout == "op-contiguous" else []))
                      for layout, features in LAYOUT_FEATURES.items()) + \
-        "; relaxations (op faces; declaring one owes less): " + ", ".join(relaxation_names())
+        "; relaxations (op faces; declaring one owes less): " + ", ".join(relaxation_names()) + \
+        f"; {SPEC}=<N>, the spec version written against (" + \
+        "; ".join(f"{number}: {text}" for number, (text, _) in SPEC_VERSIONS.items()) + \
+        f"; none declared: {UNDECLARED_VERSION})"
 
 
 def relaxation_names() -> list[str]:
@@ -231,6 +234,17 @@ def needs(cfg: JsonConfig) -> frozenset[str]:
     if any(isinstance(entry, dict) and entry.get("keep", 0) != 0 for entry in cfg.get("layers", [])):
         wanted.add("sinks")   # a ring with attention sinks (OP-SINKS)
     return frozenset(wanted)
+
+
+def _listed_layers(cfg: JsonConfig) -> list[Any]:
+    """A configuration's layer entries, none when `layers` is not a list (an invalid configuration's)."""
+    layers = cfg.get("layers")
+    return layers if isinstance(layers, list) else []
+
+
+def _needs_any(cfg: JsonConfig) -> frozenset[str]:
+    """needs() of any configuration, an invalid one included (its layer entries read only when a list)."""
+    return needs({**cfg, "layers": _listed_layers(cfg)})
 
 
 def family(cfg: JsonConfig) -> str:
@@ -291,8 +305,8 @@ class Scope:
         not is never sent: neither driven nor checked at the border (SCOPE-BORDER owes only what the version
         could say)."""
         keys = later_keys(self.version)
-        return needs(cfg) <= features_of(self.version) and not any(
-            isinstance(entry, dict) and keys & entry.keys() for entry in cfg.get("layers", []) or [])
+        return _needs_any(cfg) <= features_of(self.version) and not any(
+            isinstance(entry, dict) and keys & entry.keys() for entry in _listed_layers(cfg))
 
     def missing(self, cfg: JsonConfig) -> frozenset[str]:
         """The features `cfg` needs that the scope leaves out (empty: the config is inside). A cell
@@ -537,7 +551,7 @@ def in_version(configs: Iterable[JsonConfig], scope: Scope) -> tuple[list[JsonCo
     kept = [cfg for cfg in configs if scope.speaks(cfg)]
     if len(kept) == len(configs):
         return kept, []
-    later = sorted(frozenset().union(*(needs(cfg) for cfg in configs)) - features_of(scope.version))
+    later = sorted(frozenset().union(*map(_needs_any, configs)) - features_of(scope.version))
     return kept, [f"scope: {len(configs) - len(kept)} configurations of a later spec version than the target's "
                   f"(spec={scope.version}{': ' + ', '.join(later) if later else ''}) not sent: a feature added "
                   f"later is opt-in ({SPEC}=<N>, or name it)"]

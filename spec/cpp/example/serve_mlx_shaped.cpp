@@ -1,8 +1,7 @@
 // The MLX-shaped stand-in (mlx_shaped_cache.h) judged through the op driver: this file is all the glue.
 //   g++ -std=c++17 -O1 -I "$(kvcache cpp --include)" -o serve_mlx_shaped serve_mlx_shaped.cpp
 //   kvcache conformance --target cmd:./serve_mlx_shaped --strict
-// Its scope leaves out `batch` ([1, H, slots, D] pools) and `mla` (one width for K and V); Scope::full() is spec 1's
-// face, without trim and sinks (it has neither).
+// Its scope leaves out `batch` ([1, H, slots, D] pools) and `mla` (one width for K and V) of spec 1 (no trim, no sinks).
 #include "../kvcache_conformance.hpp"
 #include "mlx_shaped_cache.h"
 
