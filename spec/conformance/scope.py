@@ -236,6 +236,16 @@ def needs(cfg: JsonConfig) -> frozenset[str]:
     return frozenset(wanted)
 
 
+def without_sizes(cfg: JsonConfig) -> JsonConfig:
+    """The configuration a lazy-shapes target is given: without the sizes it learns from its first update
+    (SIZE_KEYS), nor the copies of them its layer entries carry."""
+    out = {key: value for key, value in cfg.items() if key not in SIZE_KEYS}
+    if isinstance(out.get("layers"), list):
+        out["layers"] = [{key: value for key, value in entry.items() if key not in ("n_kv_heads", "head_dim")}
+                         if isinstance(entry, dict) else entry for entry in out["layers"]]
+    return out
+
+
 def _listed_layers(cfg: JsonConfig) -> list[Any]:
     """A configuration's layer entries, none when `layers` is not a list (an invalid configuration's)."""
     layers = cfg.get("layers")

@@ -98,10 +98,7 @@ class OpEngine(Caller):
         if scopes.LAZY_SHAPES not in self.relaxed:
             return super()._create(rule)
         full = self.cfg
-        self.cfg = {key: value for key, value in full.items() if key not in scopes.SIZE_KEYS}
-        if isinstance(self.cfg.get("layers"), list):
-            self.cfg["layers"] = [{key: value for key, value in entry.items() if key not in ("n_kv_heads", "head_dim")}
-                                  if isinstance(entry, dict) else entry for entry in self.cfg["layers"]]
+        self.cfg = scopes.without_sizes(full)
         try:
             return super()._create(rule)
         finally:

@@ -80,8 +80,9 @@ def without_missing_verbs(target: Target, scope: scopes.Scope, configs: tuple[Js
     inside = [cfg for cfg in configs if scope.covers(cfg) and scope.speaks(cfg)]
     if not inside:
         return scope
+    sent = scopes.without_sizes(inside[0]) if scope.relaxes(scopes.LAZY_SHAPES) else dict(inside[0])   # as the engine
     try:
-        probe = target.factory(dict(inside[0]))   # another cache than the run's (an op factory takes the JSON)
+        probe = target.factory(sent)   # another cache than the run's (an op factory takes the JSON config)
     except Exception:
         return scope
     if callable(getattr(probe, "trim", None)):
