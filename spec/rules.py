@@ -405,7 +405,7 @@ SCOPE_RULES: tuple[Rule, ...] = (
     Rule("SCOPE-DECLARE",
          "A scope is a list of names: features of the target's layout (all: every one), max_seqs=N (an int in "
          "[1, 64]), keep=N (an int >= 0; N > 0 needs sinks) and relaxations, which only an op layout declares "
-         "(unbounded only op-contiguous). An unknown name, a value missing, repeated or out of its range, user-config "
+         "(unbounded and no-length only op-contiguous). An unknown name, a value missing, repeated or out of its range, user-config "
          "without trusted-args, or a relaxation the layout cannot declare is an error before anything runs; a cmd: "
          "target's hello only ignores and reports unknown names.",
          "A typo that silently widened or narrowed what is owed would make a verdict mean something else than it "
@@ -459,6 +459,24 @@ SCOPE_RULES: tuple[Rule, ...] = (
          "(SCOPE-TWINS).",
          "A quantizer groups channels (HF's QuantizedCache 64, mlx-lm's 32): narrower rows cannot be stored, a "
          "limit of the design, stated up front."),
+    Rule("SCOPE-WINDOW-STEPS",
+         "window-steps (op): a ring layer may refuse a step longer than its window, while flat layers serve any "
+         "length; such a refusal is not over-strict, and the program is not judged past it; every other refusal "
+         "stays owed.",
+         "Some libraries' sliding layers take at most a window per call (litgpt's KVCache raises on a longer "
+         "prefill): their contract, and past it the step stands served on some layers and refused on one, which "
+         "no rule describes."),
+    Rule("SCOPE-NO-LENGTH",
+         "no-length (op-contiguous): the cache keeps no length of its own and need not answer used(layer); it is "
+         "judged by its answers alone, OP-ATTEND naming every token each query attends.",
+         "A cache whose caller passes the positions keeps no count; one invented beside the rows would be wrong "
+         "exactly where it matters, since an abandoned step and a trim lower what a layer holds."),
+    Rule("SCOPE-VERSION",
+         "A target is judged on the features of the spec version it declares (spec=N; naming a feature declares "
+         "the version that added it; none declared is spec 1): a configuration, configuration key or call of a "
+         "later version is never sent, neither driven nor checked at the border.",
+         "A cache written against an earlier release must keep its verdict when the suite grows: judged on what "
+         "came later, a spec-1 cache that never heard of keep would be handed one and serve the ring as keep 0."),
 )
 RULES = RULES + OP_RULES + RECOMPUTE_RULES + SCOPE_RULES
 # The scope rules that bind the conformance suite (what it sends a target declaring a scope item, and what that

@@ -35,3 +35,4 @@ def cell(cfg: Any) -> Any:
 for _factory, _layout in ((contiguous, "op-contiguous"), (cell, "op-cell")):
     _factory.kvcache_layout = _layout   # type: ignore[attr-defined]
     _factory.kvcache_tensors = "torch" if dropin.USING_UPSTREAM_TYPES else "numpy"   # type: ignore[attr-defined]
+    _factory.kvcache_scope = ("spec=2",)   # type: ignore[attr-defined]   # the reference's: trim and sinks too

@@ -104,6 +104,7 @@ def accepting_config(clause: Clause, face: str) -> Callable[..., Any]:
         case = malform.config_case(face, cfg)
         return inner(valid if case is not None and case.clause == clause else cfg)
     make.kvcache_layout = face   # type: ignore[attr-defined]
+    make.kvcache_scope = ("spec=2",)   # type: ignore[attr-defined]   # the reference's: keep configs too
     return make
 
 
@@ -125,6 +126,7 @@ def accepting(clause_id: str) -> Callable[..., Any]:
         def make(cfg: Any) -> Any:
             return Lenient(inner(cfg), clause)
         make.kvcache_layout = face   # type: ignore[attr-defined]
+        make.kvcache_scope = ("spec=2",)   # type: ignore[attr-defined]   # the reference's: trims too
     if face == "cell":
         make.kvcache_layout = "cell"   # type: ignore[attr-defined]
     return make

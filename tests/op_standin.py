@@ -695,11 +695,12 @@ class ContiguousBroadcastsBatch(_Broadcasts):
 
 
 def _factory(cls: type, scope: Optional[list[str]] = None) -> Any:
+    """A factory of `cls`, declaring `scope` (default: the whole spec) of spec 2, trim and sinks included: the
+    stand-ins are written against it (scope.py, SPEC_VERSIONS)."""
     def make(cfg: dict[str, Any]) -> Any:
         return cls(cfg)
     make.kvcache_layout = cls.kvcache_layout   # type: ignore[attr-defined]
-    if scope is not None:
-        make.kvcache_scope = scope   # type: ignore[attr-defined]
+    make.kvcache_scope = [*(scope or []), "spec=2"]   # type: ignore[attr-defined]
     return make
 
 
@@ -741,3 +742,43 @@ contiguous_keeps_refused_rows = _factory(ContiguousKeepsRefusedRows)
 contiguous_broadcasts_v = _factory(ContiguousBroadcastsV)
 contiguous_broadcasts_one_token = _factory(ContiguousBroadcastsOneToken)
 contiguous_broadcasts_batch = _factory(ContiguousBroadcastsBatch)
+
+
+class ContiguousWindowSteps(ContiguousStandin):
+    """Refuses a step longer than a ring layer's window on that layer, and serves any length on a flat one (issue
+    41: a library whose sliding-window layers take at most a window per call). Declaring `window-steps` it is
+    CONFORMING; without the declaration its refusal is over-strict."""
+
+    def update_and_fetch(self, layer_id: Any, k: Any, v: Any, position: Any) -> Any:
+        window = self.windows[layer_id] if type(layer_id) is int and 0 <= layer_id < len(self.windows) else 0
+        if window and getattr(position, "shape", (0,))[0] > window:
+            raise StandinError(f"a step of {position.shape[0]} tokens on a ring layer of window {window}")
+        return super().update_and_fetch(layer_id, k, v, position)
+
+
+contiguous_window_steps = _factory(ContiguousWindowSteps, ["window-steps"])
+contiguous_window_steps_undeclared = _factory(ContiguousWindowSteps)
+
+
+class ContiguousNoLength:
+    """A cache with no length of its own (issue 41): its caller passes the positions and nothing in it counts
+    them, so it has no `used`. Declaring `no-length` it is CONFORMING, judged by its answers; without the
+    declaration the suite's observation of used(layer) fails it."""
+
+    kvcache_layout = "op-contiguous"
+
+    def __init__(self, cfg: dict[str, Any]) -> None:
+        self._rows = ContiguousStandin(cfg)   # its rows; their count is not asked
+
+    def update_and_fetch(self, layer_id: Any, k: Any, v: Any, position: Any) -> Any:
+        return self._rows.update_and_fetch(layer_id, k, v, position)
+
+    def trim(self, n: Any) -> None:
+        self._rows.trim(n)
+
+    def reset(self) -> None:
+        self._rows.reset()
+
+
+contiguous_no_length = _factory(ContiguousNoLength, ["no-length"])
+contiguous_no_length_undeclared = _factory(ContiguousNoLength)

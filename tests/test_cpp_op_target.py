@@ -9,7 +9,10 @@ compiled with g++ and judged over the protocol, as a C++ `update_and_fetch` cach
 - spec/cpp/example/serve_mlx_shaped.cpp: a stand-in shaped like the MLX runtime's cache (batch-1 pools that
   grow from empty, max_write, positions read off the step) behind at most 30 lines of glue. Correct, it is
   CONFORMING (strict) within its declared scope - no INCOMPLETE from batch, no over-strict finding for its
-  max_write refusal - and each of its broken variants (mlx_shaped_cache.h's -D switches) is found.
+  max_write refusal - and each of its broken variants (mlx_shaped_cache.h's -D switches) is found. Its glue is
+  the previous release's, unchanged (`op::Scope::full()` less batch and mla, a policy read for kind and window):
+  spec 1's whole face keeps its meaning, so the cache keeps its verdict (no `keep` is ever sent to it).
+- tests/cpp/relaxed_hello.cpp: a hello announcing relaxations and spec 2 (`.with(...)`, `Scope::full(2)`).
 """
 
 from __future__ import annotations
@@ -23,11 +26,13 @@ from typing import Any
 import pytest
 
 from kvcache_spec.conformance import cli
+from kvcache_spec.conformance import scope as scopes
 from kvcache_spec.conformance.op import checker as op_checker
 from kvcache_spec.conformance.suite import CONFORMING, NOT_CONFORMING
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "spec" / "cpp" / "example"
 CONTIGUOUS, MLX = EXAMPLES / "serve_op_contiguous.cpp", EXAMPLES / "serve_mlx_shaped.cpp"
+RELAXED = Path(__file__).resolve().parent / "cpp" / "relaxed_hello.cpp"
 GXX = shutil.which("g++")
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(GXX is None, reason="no g++ on PATH: the C++ op targets need a C++17 compiler")]
@@ -42,7 +47,7 @@ MLX_BUGS = {
 CRASHES = "MLXS_BUG_ABORTS_PAST_CAPACITY"   # an assert where a refusal belongs: the process dies
 BUILDS = {"contiguous": (CONTIGUOUS, ()), "contiguous_window": (CONTIGUOUS, ("KVCACHE_EXAMPLE_WINDOW_OFF_BY_ONE",)),
           "contiguous_ring_loses_rows": (CONTIGUOUS, ("KVCACHE_EXAMPLE_RING_LOSES_ROWS",)),
-          "mlx": (MLX, ()), **{bug: (MLX, (bug,)) for bug in (*MLX_BUGS, CRASHES)}}
+          "mlx": (MLX, ()), **{bug: (MLX, (bug,)) for bug in (*MLX_BUGS, CRASHES)}, "relaxed": (RELAXED, ())}
 
 
 @pytest.fixture(scope="module")
@@ -128,8 +133,35 @@ def test_the_mlx_shaped_cache_is_conforming_strictly_within_its_scope(
     assert "'batch'" in rules["out_of_scope"]["OP-BATCH"] and not rules["not_exercised"]
     scope = judged["scope"]
     assert scope["features"] == ["flat", "ring", "max_write", "positions", "steps"] and not scope["full"]
-    assert set(scope["unexercised"]["families"]) == {"flat+batch", "ring+batch", "flat+mla", "flat+ring+sinks", "ring+sinks", "ring+max_write+sinks"}
+    assert set(scope["unexercised"]["families"]) == {"flat+batch", "ring+batch", "flat+mla"}   # no sinks: spec 1
     assert "'trim'" in rules["out_of_scope"]["OP-TRIM"] and "'sinks'" in rules["out_of_scope"]["OP-SINKS"]
+
+
+def test_a_cpp_cache_of_the_previous_release_keeps_its_verdict(binaries: dict[str, Path], tmp_path: Path) -> None:
+    """Issue 41 (4): the MLX-shaped glue as the previous release shipped it - `op::Scope::full()` less batch and
+    mla, its policy read for kind and window only - is CONFORMING (strict) against today's header: full() is spec
+    1's face, without sinks, so no configuration with a `keep` reaches the cache. (Before: full() had grown
+    `sinks`, the driver handed the cache keeps it ignores, and it was NOT CONFORMING, wrong OP-ATTEND.)"""
+    glue = MLX.read_text()
+    assert 'op::Scope::full().without("batch").without("mla"),' in glue and "keep" not in glue
+    code, judged = _judge(binaries["mlx"], tmp_path)
+    assert code == 0 and judged["verdict"] == CONFORMING, judged["semantic"]["findings"][:1]
+    assert judged["scope"]["spec_version"] == 1 and any("later spec version" in note for note in judged["skipped"])
+
+
+def test_a_cpp_hello_announces_relaxations_and_its_version(binaries: dict[str, Path]) -> None:
+    """The C++ op driver's hello announces what `.with(...)` declares and `spec=2` for Scope::full(2), read by the
+    harness as relaxations and a version; a lazy-shapes cache is handed a config without sizes."""
+    lazy = {"n_layers": 1, "capacity": 4, "layers": [{"kind": "ring", "window": 2}], "max_write": None}
+    replies = _session(binaries["relaxed"], [("create", {"config": lazy}), ("used", {"layer_id": 0})])
+    announced = replies[0]["result"]["scope"]
+    assert announced == ["flat", "ring", "max_write", "mla", "positions", "steps", "sinks", "trusted-args",
+                         "lazy-shapes", "lossy=0.25", "spec=2", "no-length"]   # no trim callable, no used()
+    read = scopes.parse(announced, "hello")
+    assert read.version == 2 and read.relaxations() == {"trusted-args", "lazy-shapes", "lossy", "no-length"}
+    assert read.lossy == 0.25
+    assert replies[1] == {"id": 2, "result": None}   # no size sent, none refused by the driver
+    assert replies[2]["error"]["kind"] == "unsupported"   # no length of its own
 
 
 @pytest.mark.parametrize("bug", sorted(MLX_BUGS))

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from kvcache_spec import op_model
-from kvcache_spec.conformance import scope as scopes
+from kvcache_spec.conformance import layouts, scope as scopes
 from kvcache_spec.conformance.cli import _parser
 from kvcache_spec.conformance.coverage import clause_scope, in_scope
 from kvcache_spec.conformance.malform import sendable
@@ -136,7 +136,7 @@ def test_lazy_shapes_targets_get_no_sizes_and_unbounded_ones_steps_past_capacity
 
 
 def test_min_head_dim_drives_widened_twins_and_only_them() -> None:
-    scope = scopes.parse(["all", "min_head_dim=32"], "test")
+    scope = scopes.parse(["all", "min_head_dim=32", "spec=2"], "test")   # spec 2: the keep configs too
     configs = scopes.with_twins(CONTIGUOUS_CONFIGS, scope)
     inside, outside = scopes.split(configs, scope)
     assert len(inside) == len(outside) == len(CONTIGUOUS_CONFIGS)
@@ -318,9 +318,9 @@ def test_user_config_keeps_the_invalid_configs_a_user_reaches_owed() -> None:
         result = run_suite(target, "quick", scope=scopes.parse(items, "test"))
         return [(got.finding.kind, got.finding.rule, got.config) for got in result.findings.values()]
 
-    trusted = causes(["all", "trusted-args"])
+    trusted = causes(["all", "trusted-args", "spec=2"])   # spec 2: the keep configs are sent
     assert not any(rule == "OP-CONFIG" for _, rule, _ in trusted), trusted
-    reached = causes(["all", "trusted-args", "user-config=window"])
+    reached = causes(["all", "trusted-args", "user-config=window", "spec=2"])
     config_causes = [(cls, cfg) for cls, rule, cfg in reached if rule == "OP-CONFIG"]
     assert len(config_causes) == 1 and config_causes[0][0] == "lenient", reached
     rings = [entry for entry in config_causes[0][1]["layers"] if entry["kind"] == "ring"]
@@ -330,3 +330,50 @@ def test_user_config_keeps_the_invalid_configs_a_user_reaches_owed() -> None:
                    for variant in scopes.user_variants(capacity_zero, frozenset({"window"})))
     assert any(isinstance(op_model.make_config(variant, op_model.CONTIGUOUS), op_model.OpConfig)
                for variant in scopes.user_variants(capacity_zero, frozenset({"capacity"})))
+
+
+# --- window-steps (issue 41): a ring layer's step bounded by its window ------------------------------------------
+
+def test_a_cache_refusing_ring_steps_longer_than_the_window_is_conforming_when_it_declares_window_steps() -> None:
+    """`window-steps` (SPEC.md 2.9): a library whose ring layers refuse a step longer than the window, and whose flat
+    layers serve any length, is CONFORMING (strict) when it declares it - the programs past such a refusal are not
+    judged, and a note says so - and without the declaration its refusal is over-strict (OP-ATTEND: a valid call
+    refused). Before the item existed nothing could state it."""
+    declared = _report("contiguous_window_steps")
+    assert declared["verdict"] == CONFORMING and not declared["coverage"]["incomplete"], \
+        declared["semantic"]["findings"][:1]
+    assert declared["scope"]["relaxations"] == ["window-steps"]
+    assert any("'window-steps'" in note for note in declared["skipped"])   # it was refused, and not charged
+    undeclared = _report("contiguous_window_steps_undeclared")
+    kinds = {(f["class"], f["rule"]) for f in undeclared["semantic"]["findings"]}
+    assert undeclared["verdict"] == NOT_CONFORMING and kinds == {("over-strict", "OP-ATTEND")}, kinds
+
+
+def test_window_steps_excuses_only_a_refusal_on_a_ring_layer_of_a_step_longer_than_its_window() -> None:
+    """The flat layer serves the step, the ring layer refuses it: not judged under the item, over-strict without;
+    a refusal the item does not describe (a flat layer's, of an exact fit) stays a finding under it."""
+    cfg = op_config(8, (0, 2), n_layers=2)   # layer 0 flat, layer 1 ring(2)
+    long_step = [{"op": "fetch", "layer": 0, "n": 3}, {"op": "fetch", "layer": 1, "n": 3}]
+    declared = layouts.run_any(PythonTarget(STANDIN.format("contiguous_window_steps")), cfg, long_step)
+    assert declared.finding is None and any("'window-steps'" in note for note in declared.skipped)
+    undeclared = layouts.run_any(PythonTarget(STANDIN.format("contiguous_window_steps_undeclared")), cfg, long_step)
+    assert undeclared.finding is not None and undeclared.finding.kind == "over-strict"
+    exact = [{"op": "fetch", "layer": 0, "n": 8}, {"op": "fetch", "layer": 1, "n": 8}]
+    flat_refuses = layouts.run_any(PythonTarget(STANDIN.format("contiguous_refuses_exact_fit")),
+                                   op_config(8, (0,), n_layers=2), exact, scope=scopes.parse(["window-steps"], "test"))
+    assert flat_refuses.finding is not None and flat_refuses.finding.kind == "over-strict"
+
+
+# --- no-length (issue 41): a cache that keeps no length of its own ----------------------------------------------
+
+def test_a_cache_without_a_length_of_its_own_is_judged_by_its_answers_when_it_declares_no_length() -> None:
+    """`no-length` (SPEC.md 2.9; docs/target-contract.md): a contiguous cache whose caller passes the positions
+    and which counts nothing has no `used`; declaring it, it is not asked, and is CONFORMING (strict) on its
+    answers. Undeclared, the missing used(layer) is a wrong observation (the contract asks for it)."""
+    declared = _report("contiguous_no_length")
+    assert declared["verdict"] == CONFORMING and not declared["coverage"]["incomplete"], \
+        declared["semantic"]["findings"][:1]
+    assert "no-length" in declared["scope"]["relaxations"] and any("'no-length'" in n for n in declared["skipped"])
+    undeclared = _report("contiguous_no_length_undeclared")
+    assert undeclared["verdict"] == NOT_CONFORMING
+    assert any("used(0)" in f["message"] for f in undeclared["semantic"]["findings"])

@@ -402,7 +402,7 @@ def test_trusted_args_sends_no_trim_of_an_n_outside_zero_to_held() -> None:
     past a wrapped ring is still sent (optional: the wrapped-ring stand-in serves it and answers wrong after)."""
     def judged(name: str) -> dict[str, Any]:
         target = PythonTarget(STANDINS.format(name))
-        target.scope = scopes.parse(["all", "trusted-args"], "test")
+        target.scope = scopes.parse(["all", "trusted-args", "spec=2"], "test")
         return report_json(run_suite(target, "quick"), True, False)
     negative = judged("negative_trim")
     assert negative["verdict"] == CONFORMING, negative["semantic"]["findings"][:1]

@@ -181,8 +181,10 @@ def test_an_op_scope_without_positions_is_partial_in_the_report_and_in_the_hello
     assert not sequence_whole.full_for("op-contiguous")
     assert scopes.parse(["flat", "ring", "max_write", "batch", "mla", "positions", "steps", "trim", "sinks"],
                         "test").full_for("op-contiguous")
-    assert not scopes.parse(["flat", "ring", "max_write", "batch", "mla", "positions", "steps"], "test").full_for(
-        "op-contiguous")   # nor without the additive features trim and sinks
+    assert scopes.parse(["flat", "ring", "max_write", "batch", "mla", "positions", "steps"], "test").full_for(
+        "op-contiguous")   # the whole of spec 1, which had no trim and no sinks (scope.SPEC_VERSIONS)
+    assert not scopes.parse(["flat", "ring", "max_write", "batch", "mla", "positions", "steps", "spec=2"],
+                            "test").full_for("op-contiguous")   # spec 2 without its additive features trim and sinks
     assert not scopes.parse(["flat", "ring", "max_write", "mla", "positions", "steps"], "test").full_for(
         "op-contiguous")   # batch 1 only is a partial scope too
     assert not scopes.parse(["flat", "ring", "mla", "positions", "steps"], "test").full_for("op-cell")

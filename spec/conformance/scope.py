@@ -38,15 +38,30 @@ and the whole spec (no declaration) declares none. The op face's relaxations (SP
   row as the one code within `tol` of it;
 - `min_head_dim=<N>`: the target serves only head_dim and v_head_dim >= N: the suite drives a twin of
   each narrower configuration with its widths raised to N (the originals lie outside the scope);
+- `window-steps`: a step longer than a ring layer's window may be refused on that layer, while flat layers serve
+  any length (a library whose sliding-window layers take at most a window per call): such a refusal is not
+  over-strict, and the program is not judged past it (the step stands served on some layers, refused on one);
+- `no-length` (contiguous): the cache keeps no length of its own - the caller passes positions, and nothing in
+  the cache counts them - so `used(layer)` is not called (a C++ op cache without `used` announces it itself); the
+  cache is judged by its answers, which name every token each query attends (OP-ATTEND);
 - `user-config=<key>[+<key>]` (with `trusted-args`): these configuration keys come from the library's user
   (a command-line flag: mlx-lm's `--max-kv-size` is the ring's window), not from its model code: an invalid
   configuration that a change of these keys alone makes valid is still sent, and its refusal is owed.
+
+**Spec versions** (SPEC_VERSIONS): each release of the spec that added features names them, and a target is
+judged on the features of the version it declares, `spec=<N>` in any declaration. A declaration that names a
+feature declares at least the version that added it (`trim` is spec 2); one that names none, and a target that
+declares nothing, is judged as spec 1, the first release: a target that says nothing was written before
+versions existed, so judging it on what came later would fail a cache that did not change. A feature added
+after the declared version is opt-in: no configuration needing it, and no configuration carrying a key added
+with it (a ring's `keep`), is ever sent - neither driven nor checked at the border. `all`, and a declaration
+of relaxations or a version alone, stand for every feature of the declared version.
 
 Where a scope comes from (the first that applies):
 - the CLI: `kvcache conformance --scope flat` (or `flat,max_write`, `all`);
 - a `cmd:` target's `hello` answer: `"scope": ["flat"]` (spec/PROTOCOL.md, "Scope");
 - a `python:` target's factory attribute `kvcache_scope` (a list or tuple of feature names);
-- otherwise the whole spec: every feature (targets written before scopes existed).
+- otherwise the whole spec of spec 1 (targets written before scopes and versions existed).
 Unknown feature names are an error on the CLI and in `kvcache_scope` (a typo must not silently widen
 what is owed); in a `cmd:` target's hello they are ignored and reported (a newer target talking to an
 older harness).
@@ -57,7 +72,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional
 
@@ -95,10 +110,38 @@ RECOMPUTE_FEATURES: dict[str, str] = {
     "position-gaps": "a decode at a position past the sequence's next one (llama.cpp's positions are consecutive)",
 }
 EVERY_FEATURE: dict[str, str] = {**FEATURES, **OP_FEATURES, **RECOMPUTE_FEATURES}
+# The spec's versions: each the features it added (SPEC.md section 6.1, "Spec versions"), and the configuration keys that
+# came with them (of a layer entry: `keep` with sinks). Every feature is added by exactly one version; a later
+# version only adds (a relaxation owes less, so it needs no version: a target that never declares one owes all).
+SPEC = "spec"   # "spec=2" in a declaration: the version the target was written against
+SPEC_VERSIONS: dict[int, tuple[str, frozenset[str]]] = {
+    1: ("the first release: the sequence, cell, op and recompute faces, before trim and sinks",
+        frozenset(EVERY_FEATURE) - {"trim", "sinks"}),
+    2: ("the op face's trim(n) verb (OP-TRIM) and ring layers with attention sinks (OP-SINKS)",
+        frozenset({"trim", "sinks"})),
+}
+VERSION_LAYER_KEYS: dict[int, frozenset[str]] = {2: frozenset({KEEP})}   # config keys a version added
+FIRST_VERSION, CURRENT_VERSION = min(SPEC_VERSIONS), max(SPEC_VERSIONS)
+UNDECLARED_VERSION = FIRST_VERSION   # a target that names no version nor any later feature (see the docstring)
+
+
+def features_of(version: int) -> frozenset[str]:
+    """Every feature of spec `version`: those its version and the earlier ones added."""
+    return frozenset().union(*(added for number, (_, added) in SPEC_VERSIONS.items() if number <= version))
+
+
+def version_of(feature: str) -> int:
+    """The spec version that added `feature` (an EVERY_FEATURE name)."""
+    return min(number for number, (_, added) in SPEC_VERSIONS.items() if feature in added)
+
+
+def later_keys(version: int) -> frozenset[str]:
+    """The layer-entry config keys added after spec `version`: a target of that version is never sent one."""
+    return frozenset().union(*(keys for number, keys in VERSION_LAYER_KEYS.items() if number > version))
 # Relaxations (SPEC.md section 6.1): the target owes LESS when it declares one; absent means owed. Not
 # members of EVERY_FEATURE: `all` (the whole spec) declares none of them.
-TRUSTED_ARGS, UNBOUNDED, LAZY_SHAPES, LOSSY, MIN_HEAD_DIM, USER_CONFIG = \
-    "trusted-args", "unbounded", "lazy-shapes", "lossy", "min_head_dim", "user-config"
+TRUSTED_ARGS, UNBOUNDED, LAZY_SHAPES, LOSSY, MIN_HEAD_DIM, USER_CONFIG, WINDOW_STEPS, NO_LENGTH = \
+    "trusted-args", "unbounded", "lazy-shapes", "lossy", "min_head_dim", "user-config", "window-steps", "no-length"
 RELAXATIONS: dict[str, str] = {
     TRUSTED_ARGS: "the caller is model code: no malformed call is sent, OP-ARGS is not owed",
     UNBOUNDED: "no capacity (contiguous): steps past the config's capacity are served, OP-CAP is not owed",
@@ -107,6 +150,10 @@ RELAXATIONS: dict[str, str] = {
     MIN_HEAD_DIM: "min_head_dim=<N>: only head_dim and v_head_dim >= N are served (configs are drawn that wide)",
     USER_CONFIG: "user-config=<key>[+<key>] (with trusted-args): the user sets these config keys, so an invalid "
                  "config a change of them alone makes valid is still sent and its refusal owed",
+    WINDOW_STEPS: "a step longer than a ring layer's window may be refused on that layer (flat layers serve any "
+                  "length): the program is not judged past such a refusal",
+    NO_LENGTH: "no length of its own (contiguous: the caller passes positions, the cache keeps no count): "
+               "used(layer) is not called, the cache is judged by its answers",
 }
 # The configuration keys a user may set (USER_CONFIG): each a key of the op config, `window` and `keep` those
 # of every ring layer. Brute force over small values decides "a change of these keys alone makes it valid".
@@ -116,7 +163,7 @@ USER_CONFIG_KEYS: dict[str, tuple[Any, ...]] = {
     "window": tuple(range(1, 17)),
     "keep": tuple(range(0, 5)),
 }
-FLAG_RELAXATIONS = (TRUSTED_ARGS, UNBOUNDED, LAZY_SHAPES)   # the relaxations without a value
+FLAG_RELAXATIONS = (TRUSTED_ARGS, UNBOUNDED, LAZY_SHAPES, WINDOW_STEPS, NO_LENGTH)   # the relaxations without a value
 # The configuration keys a lazy-shapes target is not given (the sizes it learns from the first update),
 # and the scope features a config needs by those sizes alone (it cannot refuse them at creation).
 SIZE_KEYS = ("n_kv_heads", "head_dim", "v_head_dim", "batch_size")
@@ -139,7 +186,10 @@ def features_per_layout() -> str:
                                                + ([f"{MAX_SEQS}=N"] if layout == "cell" else [])
                                                + ([f"{KEEP}=N"] if layout == "op-contiguous" else []))
                      for layout, features in LAYOUT_FEATURES.items()) + \
-        "; relaxations (op faces; declaring one owes less): " + ", ".join(relaxation_names())
+        "; relaxations (op faces; declaring one owes less): " + ", ".join(relaxation_names()) + \
+        f"; {SPEC}=<N>, the spec version written against (" + \
+        "; ".join(f"{number}: {text}" for number, (text, _) in SPEC_VERSIONS.items()) + \
+        f"; none declared: {UNDECLARED_VERSION})"
 
 
 def relaxation_names() -> list[str]:
@@ -187,6 +237,27 @@ def needs(cfg: JsonConfig) -> frozenset[str]:
     return frozenset(wanted)
 
 
+def without_sizes(cfg: JsonConfig) -> JsonConfig:
+    """The configuration a lazy-shapes target is given: without the sizes it learns from its first update
+    (SIZE_KEYS), nor the copies of them its layer entries carry."""
+    out = {key: value for key, value in cfg.items() if key not in SIZE_KEYS}
+    if isinstance(out.get("layers"), list):
+        out["layers"] = [{key: value for key, value in entry.items() if key not in ("n_kv_heads", "head_dim")}
+                         if isinstance(entry, dict) else entry for entry in out["layers"]]
+    return out
+
+
+def _listed_layers(cfg: JsonConfig) -> list[Any]:
+    """A configuration's layer entries, none when `layers` is not a list (an invalid configuration's)."""
+    layers = cfg.get("layers")
+    return layers if isinstance(layers, list) else []
+
+
+def _needs_any(cfg: JsonConfig) -> frozenset[str]:
+    """needs() of any configuration, an invalid one included (its layer entries read only when a list)."""
+    return needs({**cfg, "layers": _listed_layers(cfg)})
+
+
 def family(cfg: JsonConfig) -> str:
     """A configuration family: the features it needs, in a stable order ('flat+ring+max_write')."""
     return "+".join(name for name in EVERY_FEATURE if name in needs(cfg)) or "none"
@@ -200,7 +271,7 @@ def max_seqs_of(cfg: JsonConfig) -> Any:
 @dataclass(frozen=True)
 class Scope:
     features: frozenset[str]
-    source: str = "not declared: the whole spec"
+    source: str = "not declared: the whole of spec 1"
     ignored: tuple[str, ...] = ()   # unknown names in the declaration
     max_seqs: Optional[int] = None   # the one max_seqs served ("max_seqs=64"); None: every max_seqs
     relaxed: frozenset[str] = frozenset()   # the FLAG_RELAXATIONS declared
@@ -208,12 +279,13 @@ class Scope:
     min_head_dim: Optional[int] = None       # min_head_dim=<N>: the narrowest width served; None: every width
     keep: Optional[int] = None               # keep=<N>: the one keep of every ring layer served; None: every keep
     user_config: frozenset[str] = frozenset()   # user-config=<keys>: config keys the user sets (USER_CONFIG_KEYS)
+    version: int = UNDECLARED_VERSION           # spec=<N>: the spec version the target was written against
 
     def full_for(self, layout: str) -> bool:
         """Whether the scope is the whole spec for `layout` (targets.LAYOUTS): every feature of its face,
         and no relaxation."""
-        return self.features >= LAYOUT_FEATURES[layout] and self.max_seqs is None and self.keep is None and \
-            not self.relaxations()
+        return self.features >= LAYOUT_FEATURES[layout] & features_of(self.version) and self.max_seqs is None and \
+            self.keep is None and not self.relaxations()
 
     def relaxes(self, name: str) -> bool:
         """Whether the scope declares the relaxation `name` (a FLAG_RELAXATIONS member, LOSSY or MIN_HEAD_DIM)."""
@@ -233,6 +305,19 @@ class Scope:
         return self.keep is not None and any(
             isinstance(entry, dict) and entry.get("kind") == "ring" and not _same_int(entry.get(KEEP, 0), self.keep)
             for entry in cfg.get("layers", []))
+
+    def without(self, feature: str, why: str) -> Scope:
+        """The scope less `feature`, its source saying why (a python: cache without a trim method)."""
+        return replace(self, features=self.features - {feature}, source=f"{self.source}; {why}")
+
+    def speaks(self, cfg: JsonConfig) -> bool:
+        """Whether `cfg` is in the target's spec version: it needs no feature added later and carries no
+        layer key added later (a spec-1 cache never sees a `keep`, not even keep 0). A configuration that is
+        not is never sent: neither driven nor checked at the border (SCOPE-BORDER owes only what the version
+        could say)."""
+        keys = later_keys(self.version)
+        return _needs_any(cfg) <= features_of(self.version) and not any(
+            isinstance(entry, dict) and keys & entry.keys() for entry in _listed_layers(cfg))
 
     def missing(self, cfg: JsonConfig) -> frozenset[str]:
         """The features `cfg` needs that the scope leaves out (empty: the config is inside). A cell
@@ -256,6 +341,12 @@ class Scope:
             ([f"{USER_CONFIG}={'+'.join(sorted(self.user_config))}"] if self.user_config else [])
         return [name for name in EVERY_FEATURE if name in self.features] + fixed + relaxed
 
+    def announced(self) -> list[str]:
+        """The declaration that reads back as this scope (a served hello): its names, and `spec=N` when its
+        features do not imply the version (spec 2 less trim and sinks is not spec 1)."""
+        implied = max([UNDECLARED_VERSION, *map(version_of, self.features)])
+        return self.names() + ([f"{SPEC}={self.version}"] if self.version > implied else [])
+
     def family(self, cfg: JsonConfig) -> str:
         """The family a configuration outside the scope is listed under: its features, and its max_seqs
         when that is what puts it outside ('flat, max_seqs 3')."""
@@ -269,7 +360,7 @@ class Scope:
         return ",".join(self.names()) or "nothing"
 
 
-FULL = Scope(frozenset(EVERY_FEATURE))
+FULL = Scope(features_of(UNDECLARED_VERSION))   # nothing declared: the whole of spec 1
 
 
 def _same_int(value: Any, fixed: int) -> bool:
@@ -335,19 +426,38 @@ def parse(value: Any, source: str) -> Scope:
     items, narrowest = _value_items(items, MIN_HEAD_DIM)
     items, keep = _value_items(items, KEEP)
     items, user_keys = _value_items(items, USER_CONFIG)
+    items, declared_version = _value_items(items, SPEC)
     relaxed = frozenset(item for item in items if item in FLAG_RELAXATIONS)
     user_config = frozenset() if user_keys is None else _user_config(user_keys, relaxed)
     items = [item for item in items if item not in relaxed]
-    if "all" in items or (not items and (relaxed or tolerance is not None or narrowest is not None)):
-        # relaxations alone relax the whole spec: `--scope trusted-args` leaves out no feature
-        items = [name for name in items if name != "all"] + list(EVERY_FEATURE)
+    named = frozenset(item for item in items if item in EVERY_FEATURE) | \
+        ({"sinks"} if keep not in (None, "0") else set())   # keep=N (N > 0) is a ring's sinks
+    newer = declared_version is not None and declared_version.isascii() and declared_version.isdigit() and \
+        int(declared_version) > CURRENT_VERSION   # a newer target talking to an older harness: reported
+    version = max([UNDECLARED_VERSION if declared_version is None else CURRENT_VERSION if newer else
+                   _version(declared_version), *map(version_of, named)])   # naming a feature opts into its version
+    if newer:
+        items.append(f"{SPEC}={declared_version}")   # among the ignored names: an error but in a hello
+    if "all" in items or (not items and (relaxed or tolerance is not None or narrowest is not None
+                                         or declared_version is not None)):
+        # relaxations (or a version) alone relax the whole spec of that version: `--scope trusted-args` leaves
+        # out no feature of spec 1, `spec=2` is every feature of spec 2
+        items = [name for name in items if name != "all"] + sorted(features_of(version))
     known = frozenset(item for item in items if item in EVERY_FEATURE)
     fixed_keep = None if keep is None else _fixed_keep(keep)
     if fixed_keep and "sinks" not in known:
         raise ScopeError(f"{KEEP}={keep}: a keep above 0 is a ring's sinks; the scope must have 'sinks'"[:200])
     return Scope(known, source, tuple(sorted({item for item in items if item not in EVERY_FEATURE})), max_seqs,
                  relaxed, None if tolerance is None else _tolerance(tolerance),
-                 None if narrowest is None else _min_head_dim(narrowest), fixed_keep, user_config)
+                 None if narrowest is None else _min_head_dim(narrowest), fixed_keep, user_config, version)
+
+
+def _version(text: str) -> int:
+    """spec=<N>: one of SPEC_VERSIONS (a number above them all is a newer target's: parse reports it)."""
+    if not (text.isdigit() and text.isascii() and int(text) in SPEC_VERSIONS):
+        raise ScopeError(f"{SPEC}={text}: the spec versions are {', '.join(map(str, SPEC_VERSIONS))} (spec=2: "
+                         f"{SPEC_VERSIONS[CURRENT_VERSION][0]})"[:200])
+    return int(text)
 
 
 def _user_config(text: str, relaxed: frozenset[str]) -> frozenset[str]:
@@ -450,7 +560,7 @@ def widened(cfg: JsonConfig, narrowest: int) -> JsonConfig:
 # refusal of a zero capacity).
 OP_LAYOUTS = ("op-contiguous", "op-cell")
 RELAXATION_LAYOUTS: dict[str, tuple[str, ...]] = {name: OP_LAYOUTS for name in RELAXATIONS}
-RELAXATION_LAYOUTS[UNBOUNDED] = ("op-contiguous",)
+RELAXATION_LAYOUTS[UNBOUNDED] = RELAXATION_LAYOUTS[NO_LENGTH] = ("op-contiguous",)   # no-length: used() is contiguous
 
 
 def check_layout(scope: Scope, layout: str) -> None:
@@ -461,6 +571,19 @@ def check_layout(scope: Scope, layout: str) -> None:
         allowed = "; ".join(f"{name}: {', '.join(RELAXATION_LAYOUTS[name])}" for name in wrong)
         raise ScopeError(f"SCOPE-DECLARE: the {layout} layout cannot declare {', '.join(wrong)} (declared for: "
                          f"{allowed})"[:300])
+
+
+def in_version(configs: Iterable[JsonConfig], scope: Scope) -> tuple[list[JsonConfig], list[str]]:
+    """The configurations of the scope's spec version (Scope.speaks), in order, and a note for those left out
+    (empty when none is): they are never sent, so a cache written before a feature existed is not judged on it."""
+    configs = list(configs)
+    kept = [cfg for cfg in configs if scope.speaks(cfg)]
+    if len(kept) == len(configs):
+        return kept, []
+    later = sorted(frozenset().union(*map(_needs_any, configs)) - features_of(scope.version))
+    return kept, [f"scope: {len(configs) - len(kept)} configurations of a later spec version than the target's "
+                  f"(spec={scope.version}{': ' + ', '.join(later) if later else ''}) not sent: a feature added "
+                  f"later is opt-in ({SPEC}=<N>, or name it)"]
 
 
 def split(configs: Iterable[JsonConfig], scope: Scope) -> tuple[list[JsonConfig], list[JsonConfig]]:
@@ -558,7 +681,8 @@ def summary(scope: Scope, configs: Iterable[JsonConfig], layout: str) -> dict[st
     inside, outside = split(configs, scope)
     full = scope.full_for(layout)
     report: dict[str, Any] = {"features": scope.names(), "source": scope.source, "full": full,
-                              "configs_driven": len(inside), "configs_outside": len(outside)}
+                              "configs_driven": len(inside), "configs_outside": len(outside),
+                              "spec_version": scope.version}
     if scope.max_seqs is not None:
         report["max_seqs"] = scope.max_seqs
     if scope.relaxations():

@@ -16,6 +16,7 @@ import sys
 from typing import Any, Optional, TextIO
 
 from ..rules import BY_ID
+from . import scope as scopes
 from . import wire
 from .configs import config, layer
 from .targets import (FACE_METHODS, OP_LAYOUTS, OPTIONAL_METHODS, OPTIONAL_PARAMS, PROTOCOL_NAME, PROTOCOL_VERSION,
@@ -57,8 +58,9 @@ class Server:
                      "implementation": self.target.name, "methods": self.methods}
             if self.target.layout != "sequence":   # said only when not the default: older harnesses read as before
                 hello["layout"] = self.target.layout
-            if not self.target.scope.full_for(self.target.layout):   # the factory's kvcache_scope (scope.py)
-                hello["scope"] = self.target.scope.names()
+            scope = self.target.scope   # the factory's kvcache_scope (scope.py): said unless it is the default
+            if not scope.full_for(self.target.layout) or scope.version != scopes.UNDECLARED_VERSION:
+                hello["scope"] = scope.announced()
             return {"id": rid, "result": hello}
         if method == "bye":
             return {"id": rid, "result": None}

@@ -110,6 +110,7 @@
 #include <fstream>
 #include <functional>
 #include <iostream>
+#include <iterator>
 #include <memory>
 #include <optional>
 #include <sstream>
@@ -1205,9 +1206,12 @@ int run_main(int argc, char** argv, const char* name, typename Driver<Cache, Con
 //           return op::Fetched{op::Tensor::of("float32", ...), ..., op::Mask::Explicit, mask};
 //         });
 //
-// The cache needs `reset()` and `used(int layer)` (the harness observes every layer after each call).
-// A cache with the trim verb (OP-TRIM) passes a fifth callable, `[](MyCache& cache, int n) { cache.trim(n); }`:
-// without it the hello leaves `trim` out of the scope whatever `scope` says.
+// The cache needs `reset()`, and `used(int layer)` unless it keeps no length of its own (the caller passes
+// positions): without it the hello announces `no-length` and the harness judges the cache by its answers.
+// A cache with the trim verb (OP-TRIM, spec 2: op::Scope::full(2)) passes a fifth callable,
+// `[](MyCache& cache, int n) { cache.trim(n); }`: without it the hello leaves `trim` out of the scope whatever
+// `scope` says. op::Scope::full() is spec 1's whole face, as before trim and sinks existed; relaxations are
+// announced with `.with(...)` (op::Scope::full(2).with("trusted-args").with("lossy=0.25")).
 // Tensors cross exactly: elements are doubles here, which hold every float32 and every label the harness
 // sends. The driver refuses by itself only what a C++ signature cannot receive (a layer id that is not
 // an int, a config field that is not one: OP-ARGS / OP-CONFIG) and the configurations outside the
@@ -1287,17 +1291,49 @@ inline std::vector<int32_t> int32s(const Tensor& position) {
   return out;
 }
 
-// The op face's scope features (spec/SPEC.md section 6.1, SCOPE-BORDER); full() is the whole contiguous face.
+// The op face's scope (spec/SPEC.md section 6.1, SCOPE-BORDER): the features the cache implements, the spec
+// version it was written against, and the relaxations it declares. full() is the whole contiguous face of spec 1,
+// the meaning it had before trim and sinks existed (a cache written then keeps its verdict); full(2) is spec 2's,
+// which adds `trim` and `sinks` (spec/conformance/scope.py, SPEC_VERSIONS). A feature of a later version than the
+// declared one is never sent: a spec-1 cache never sees a `keep`. Relaxations (owing less than the spec) are
+// announced as the hello spells them: `.with("trusted-args")`, `.with("lossy=0.25")`, `.with("user-config=window")`.
 struct Scope {
   std::vector<std::string> features;
+  int spec = 1;                            // the spec version announced (spec=N in hello when above 1)
+  std::vector<std::string> relaxations;    // trusted-args, unbounded, lazy-shapes, lossy=, min_head_dim=, user-config=
   static Scope full() {
-    return Scope{{"flat", "ring", "max_write", "batch", "mla", "positions", "steps", "trim", "sinks"}};
+    Scope whole;
+    whole.features = {"flat", "ring", "max_write", "batch", "mla", "positions", "steps"};
+    return whole;
+  }
+  static Scope full(int spec_version) {
+    if (spec_version < 1 || spec_version > 2) throw std::invalid_argument("op::Scope::full: spec versions are 1 and 2");
+    Scope whole = full();
+    if (spec_version >= 2) whole.features.insert(whole.features.end(), {"trim", "sinks"});
+    whole.spec = spec_version;
+    return whole;
   }
   Scope without(const std::string& feature) const {
-    Scope left;
+    Scope left = *this;
+    left.features.clear();
     for (const std::string& f : features)
       if (f != feature) left.features.push_back(f);
     return left;
+  }
+  Scope with(const std::string& relaxation) const {
+    Scope more = *this;
+    more.relaxations.push_back(relaxation);
+    return more;
+  }
+  bool relaxes(const std::string& relaxation) const {
+    return std::find(relaxations.begin(), relaxations.end(), relaxation) != relaxations.end();
+  }
+  // What the hello's "scope" lists: the features, the relaxations, and the version when it is above 1.
+  std::vector<std::string> announced() const {
+    std::vector<std::string> items = features;
+    items.insert(items.end(), relaxations.begin(), relaxations.end());
+    if (spec > 1) items.push_back("spec=" + std::to_string(spec));
+    return items;
   }
   bool has(const std::string& feature) const {
     return std::find(features.begin(), features.end(), feature) != features.end();
@@ -1323,8 +1359,7 @@ template <class C> struct has_reset<C, std::void_t<decltype(std::declval<C&>().r
 
 template <class Cache>
 class Driver {
-  static_assert(has_used<Cache>::value && has_reset<Cache>::value,
-                "an op-contiguous cache has used(int layer) and reset() (spec/PROTOCOL.md, 'Op-face targets')");
+  static_assert(has_reset<Cache>::value, "an op-contiguous cache has reset() (spec/PROTOCOL.md, 'Op-face targets')");
 
  public:
   using Factory = std::function<std::unique_ptr<Cache>(const Config&)>;
@@ -1363,9 +1398,14 @@ class Driver {
     return static_cast<int>(v->integer);
   }
 
-  static Config read_config(const Json& json) {
+  // A lazy-shapes cache (its sizes learnt from the first update) is sent no sizes: they read as 0 here.
+  Config read_config(const Json& json) const {
+    static const char* const sizes[] = {"n_kv_heads", "head_dim", "v_head_dim", "batch_size"};
     auto field = [&](const char* name, const Json* fallback = nullptr) {
       const Json* v = json.get(name);
+      if (!v && !fallback && scope_.relaxes("lazy-shapes") &&
+          std::any_of(std::begin(sizes), std::end(sizes), [&](const char* s) { return std::string(s) == name; }))
+        return 0;
       std::optional<int> i = as_int(v ? v : fallback);
       if (!i) throw std::invalid_argument(std::string("OP-CONFIG: ") + name + " is not a C++ int");
       return *i;
@@ -1400,9 +1440,10 @@ class Driver {
   std::string outside(const Config& c) const {
     for (const Policy& p : c.layers)
       if ((p.kind == "flat" || p.kind == "ring") && !scope_.has(p.kind)) return p.kind;
-    if (c.batch_size != 1 && !scope_.has("batch")) return "batch";
+    const bool sized = !scope_.relaxes("lazy-shapes");   // a lazy-shapes cache is sent no sizes to tell by
+    if (sized && c.batch_size != 1 && !scope_.has("batch")) return "batch";
     if (c.max_write && !scope_.has("max_write")) return "max_write";
-    if (c.v_head_dim != c.head_dim && !scope_.has("mla")) return "mla";
+    if (sized && c.v_head_dim != c.head_dim && !scope_.has("mla")) return "mla";
     for (const Policy& p : c.layers)
       if (p.keep != 0 && !scope_.has("sinks")) return "sinks";
     return "";
@@ -1470,6 +1511,14 @@ class Driver {
     return answer;
   }
 
+  Response used(const Json& params) {
+    if constexpr (has_used<Cache>::value) {
+      return Response::result(Json::of(static_cast<long long>(cache_->used(layer_id(params)))));
+    } else {
+      return Response::error("unsupported", "", "this cache keeps no length of its own (no-length)");
+    }
+  }
+
   int layer_id(const Json& params) const {
     std::optional<int> layer = as_int(params.get("layer_id"));
     if (!layer) throw std::invalid_argument("OP-ARGS: layer_id is not a C++ int");   // true is not 1
@@ -1480,7 +1529,9 @@ class Driver {
     if (method == "hello") {
       if (!offers_our_version(params)) return Response::error("protocol", "", "this driver speaks protocol version 1 only");
       Json r = Json::obj(), scope = Json::arr();
-      for (const std::string& feature : scope_.features) scope.push(Json::of(feature));
+      for (const std::string& item : scope_.announced()) scope.push(Json::of(item));
+      // a cache without used(layer) keeps no length of its own: it says so (no-length), and is judged by its answers
+      if (!has_used<Cache>::value && !scope_.relaxes("no-length")) scope.push(Json::of("no-length"));
       r.set("protocol", Json::of(kProtocolName));
       r.set("version", Json::of(kProtocolVersion));
       r.set("implementation", Json::of(name_));
@@ -1520,7 +1571,7 @@ class Driver {
                                     "integer tensor of 2");
       return Response::result(answer_json(fetch_(*cache_, layer, k, v, position)));
     }
-    if (method == "used") return Response::result(Json::of(static_cast<long long>(cache_->used(layer_id(params)))));
+    if (method == "used") return used(params);
     if (method == "reset") { cache_->reset(); return Response::result(Json::null()); }
     if (method == "trim") {
       if (!trim_) return Response::error("unsupported", "", "trim is not implemented");

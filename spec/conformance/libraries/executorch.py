@@ -24,7 +24,8 @@ The declared scopes follow what upstream documents (scope.py, OP_FEATURES):
   whole history), so a config that sets it is refused here, at creation (SCOPE-BORDER). The contiguous
   cache declares `batch` (it serves batch rows); the cell cache needs none (it refuses batch_size != 1).
 - Neither declares `trim` or `sinks`: upstream's caches have no trim verb and its LayerPolicy no keep, so
-  a config with sinks is refused here, at creation (SCOPE-BORDER).
+  a config with sinks is refused here, at creation (SCOPE-BORDER). The contiguous target declares `spec=2`
+  (scope.py, SPEC_VERSIONS): the adapter is written against spec 2, so those configurations stay border checks.
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ def cell(cfg: JsonConfig) -> Any:
 
 contiguous.kvcache_layout = "op-contiguous"   # type: ignore[attr-defined]
 contiguous.kvcache_tensors = "torch"   # type: ignore[attr-defined]
-contiguous.kvcache_scope = ("flat", "ring", "batch", "mla")   # type: ignore[attr-defined]
+contiguous.kvcache_scope = ("flat", "ring", "batch", "mla", "spec=2")   # type: ignore[attr-defined]
 cell.kvcache_layout = "op-cell"   # type: ignore[attr-defined]
 cell.kvcache_tensors = "torch"   # type: ignore[attr-defined]
 cell.kvcache_scope = ("flat", "ring", "mla", "positions", "steps")   # type: ignore[attr-defined]

@@ -9,6 +9,7 @@ from typing import Any, Optional
 import numpy as np
 
 from ... import op_model
+from .. import scope as scopes
 from ..consequences import Consequences
 from ..engine import OVER_STRICT, Finding, Step, Stop
 from ..malform import POSITIONS, case_of, int_value, malformed_positions
@@ -223,6 +224,8 @@ class OpConsequences(Consequences):
         record), the contiguous cache's used length (its own answer)."""
         if not self.cell:
             start = self._int("used", {"layer_id": layer})
+            if start is None and scopes.NO_LENGTH in self.engine.relaxed:   # no length of its own: the record's
+                start = len(self.committed())
             return list(range(start or 0, (start or 0) + q))
         newest = {seq: max((p for u in self.readable.get(seq, set()) if type(p := self.position.get(u)) is int),
                            default=-1) for seq in set(self.declared)}

@@ -100,10 +100,7 @@ class OpEngine(Caller):
         if scopes.LAZY_SHAPES not in self.relaxed:
             return super()._create(rule)
         full = self.cfg
-        self.cfg = {key: value for key, value in full.items() if key not in scopes.SIZE_KEYS}
-        if isinstance(self.cfg.get("layers"), list):
-            self.cfg["layers"] = [{key: value for key, value in entry.items() if key not in ("n_kv_heads", "head_dim")}
-                                  if isinstance(entry, dict) else entry for entry in self.cfg["layers"]]
+        self.cfg = scopes.without_sizes(full)
         try:
             return super()._create(rule)
         finally:
@@ -179,6 +176,10 @@ class OpEngine(Caller):
     # --- observations ------------------------------------------------------------------------------
     def observe(self, when: str, rule: str) -> None:
         """What the face lets a caller see must be the model's: used(layer) / seq_len, free_cells."""
+        if self.kind == op_model.CONTIGUOUS and scopes.NO_LENGTH in self.relaxed:
+            self.result.skipped.add(f"scope: used(layer) not observed: the scope declares '{scopes.NO_LENGTH}' "
+                                    "(judged by the answers)")
+            return
         if self.kind == op_model.CONTIGUOUS:
             for layer in range(self.mcfg.n_layers):
                 got = self._call("used", {"layer_id": layer}, rule)
@@ -540,12 +541,25 @@ class OpEngine(Caller):
             return None
         self.written.update(zip(uids[:q], positions))
         got = self._call("update_and_fetch", args, "OP-ATTEND")
+        if not got.ok and self._window_step(layer, q):
+            return None   # the target's declared bound: the rest of the program is not judged
         if not got.ok:
             self._over_strict("update_and_fetch", args, "OP-ATTEND", got)
         assert type(layer) is int   # the model served it (OP-ARGS)
         self.check_answer(got.value, layer, verdict)
         self.observe(f"after update_and_fetch(layer {layer}, positions {positions})", "OP-STEP")
         return concrete
+
+    def _window_step(self, layer: Any, q: int) -> bool:
+        """Whether a refused step is one the scope's `window-steps` lets the target refuse (SPEC.md 2.9): longer
+        than the window of the ring layer it is sent to. The step then stands served on some layers and refused on
+        this one, which the spec does not describe, so the program is judged no further (a note says so)."""
+        window = self.mcfg.windows[layer] if type(layer) is int and 0 <= layer < self.mcfg.n_layers else 0
+        if scopes.WINDOW_STEPS not in self.relaxed or not window or q <= window:
+            return False
+        self.result.skipped.add(f"scope: programs past a step longer than a ring layer's window, refused there, "
+                                f"not judged: the scope declares '{scopes.WINDOW_STEPS}'")
+        return True
 
     def _newest_held(self) -> int:
         """The newest position the step's (first) sequence holds: a contiguous cache's last row."""

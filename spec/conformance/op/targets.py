@@ -5,7 +5,8 @@
 
 `kvcache.op` mirrors upstream's names, so one builder (`config_for`) serves it and upstream's module
 (upstream.py): it maps the JSON config field by field onto the module's own CacheConfig, and the
-module's constructors validate it (OP-CONFIG). The reference declares the whole op face (no scope).
+module's constructors validate it (OP-CONFIG). The reference declares the whole op face of the current spec
+version (`spec=2`, scope.py: a target that names no version is judged as spec 1, without trim and sinks).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import importlib
 from typing import Any, Callable, Optional
 
+from .. import scope as scopes
 from ..configs import JsonConfig
 
 
@@ -47,6 +49,7 @@ def cell(cfg: JsonConfig) -> Any:
 
 
 contiguous.kvcache_layout = "op-contiguous"   # type: ignore[attr-defined]
+contiguous.kvcache_scope = (f"spec={scopes.CURRENT_VERSION}",)   # type: ignore[attr-defined]
 cell.kvcache_layout = "op-cell"   # type: ignore[attr-defined]
 
 
@@ -61,5 +64,5 @@ def library_target(name: str, build: Callable[[JsonConfig], Any], scope: tuple[s
     factory.kvcache_layout = "op-contiguous"   # type: ignore[attr-defined]
     if tensors is not None:
         factory.kvcache_tensors = tensors   # type: ignore[attr-defined]
-    factory.kvcache_scope = scope   # type: ignore[attr-defined]
+    factory.kvcache_scope = (*scope, "spec=2")   # type: ignore[attr-defined]   # the adapters are written against spec 2
     return factory

@@ -16,7 +16,7 @@ from ..engine import LENIENT, OVER_STRICT, WRONG, Finding, Step
 from ..malform import sendable
 from ..targets import HarnessInterrupted, SubprocessTarget, Target, parse_target, safety_alarm
 from .account import SuiteResult
-from .plan import CRASH_SHRINK_BUDGET, PROFILES, Options, declared_scope, interleaved
+from .plan import CRASH_SHRINK_BUDGET, PROFILES, Options, declared_scope, interleaved, without_missing_verbs
 from .shrink import Shrinking
 
 
@@ -67,6 +67,7 @@ def run_suite(target: Target, profile: str = "quick", seed: int = 0,
     drive = layouts.of(target, layout)   # known once a cmd: target's hello is read (declared_scope)
     target.layout = drive.name
     scopes.check_layout(scope, drive.name)   # SCOPE-DECLARE: an override (--scope, --layout) is checked here
+    scope = without_missing_verbs(target, scope, configs or drive.configs)
     run = SuiteRun(target, plan, SuiteResult(target.name, profile, seed), scope, drive, options,
                    started, plan.safety_seconds if deadline is None else deadline)
     # a fixed max_seqs: the twins of the configs outside it by their max_seqs alone are driven
@@ -113,8 +114,10 @@ class SuiteRun(Shrinking):
         """The edge programs, the random programs, the border, the invalid configurations."""
         result, target, drive, plan = self.result, self.target, self.drive, self.plan
         requests_before = target.requests if isinstance(target, SubprocessTarget) else 0
+        configs_spoken, later = scopes.in_version(configs, self.scope)   # a later version's configs: never sent
+        configs = tuple(configs_spoken)
         result.declared = scopes.summary(self.scope, configs, drive.name)
-        result.skipped |= set(scopes.notes(result.declared))
+        result.skipped |= set(scopes.notes(result.declared)) | set(later)
         configs, outside = (tuple(part) for part in scopes.split(configs, self.scope))
         if not configs:   # a verdict on nothing would be vacuous
             result.aborted = (f"no suite configuration lies inside the scope [{self.scope}] ({self.scope.source}): "
@@ -122,7 +125,8 @@ class SuiteRun(Shrinking):
             return result
         work = interleaved(configs, drive) if edges else []
         randoms = [rng.choice(configs) for _ in range(plan.random_programs)]
-        bad_configs = drive.bad_configs(target.validates_configs)
+        bad_configs, later = scopes.in_version(drive.bad_configs(target.validates_configs), self.scope)
+        result.skipped |= {note.replace("configurations", "invalid configurations", 1) for note in later}
         result.planned = len(work) + len(randoms) + len(bad_configs)
         result.configs = {describe(cfg): cfg for cfg in configs}
         if not target.validates_configs:

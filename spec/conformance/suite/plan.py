@@ -9,7 +9,7 @@ from .. import layouts
 from .. import scope as scopes
 from ..configs import JsonConfig
 from ..engine import Step
-from ..targets import Target, TargetCrash
+from ..targets import PythonTarget, Target, TargetCrash
 
 REPORT_FORMAT = "kvcache-conformance-report/2"
 CONFORMING, NOT_CONFORMING, INCOMPLETE = "CONFORMING", "NOT CONFORMING", "INCOMPLETE"
@@ -68,6 +68,26 @@ def interleaved(configs: tuple[JsonConfig, ...], layout: layouts.Layout) -> list
     kinds = max(len(p) for p in per)
     return [(cfg, programs[(r + c) % kinds][1]) for r in range(kinds)
             for c, (cfg, programs) in enumerate(zip(configs, per)) if (r + c) % kinds < len(programs)]
+
+
+def without_missing_verbs(target: Target, scope: scopes.Scope, configs: tuple[JsonConfig, ...]) -> scopes.Scope:
+    """The scope less the verbs a python: target's caches do not have: a contiguous op cache without a `trim`
+    method is not judged on trim, whatever its scope says (as the C++ op driver leaves trim out of its hello
+    without a trim callable). The factory is called once, on the first configuration inside the scope; a
+    refused one leaves the scope as declared."""
+    if not isinstance(target, PythonTarget) or target.layout != "op-contiguous" or "trim" not in scope.features:
+        return scope
+    inside = [cfg for cfg in configs if scope.covers(cfg) and scope.speaks(cfg)]
+    if not inside:
+        return scope
+    sent = scopes.without_sizes(inside[0]) if scope.relaxes(scopes.LAZY_SHAPES) else dict(inside[0])   # as the engine
+    try:
+        probe = target.factory(sent)   # another cache than the run's (an op factory takes the JSON config)
+    except Exception:
+        return scope
+    if callable(getattr(probe, "trim", None)):
+        return scope
+    return scope.without("trim", "its cache has no trim method: not judged on trim")
 
 
 def declared_scope(target: Target) -> scopes.Scope:

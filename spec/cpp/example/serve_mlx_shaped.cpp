@@ -1,7 +1,7 @@
 // The MLX-shaped stand-in (mlx_shaped_cache.h) judged through the op driver: this file is all the glue.
 //   g++ -std=c++17 -O1 -I "$(kvcache cpp --include)" -o serve_mlx_shaped serve_mlx_shaped.cpp
 //   kvcache conformance --target cmd:./serve_mlx_shaped --strict
-// Its scope leaves out `batch` ([1, H, slots, D] pools) and `mla` (one width for K and V).
+// Its scope leaves out `batch` ([1, H, slots, D] pools) and `mla` (one width for K and V) of spec 1 (no trim, no sinks).
 #include "../kvcache_conformance.hpp"
 #include "mlx_shaped_cache.h"
 
@@ -11,7 +11,7 @@ static mlxs::Array array(const op::Tensor& t) { return {{t.shape.begin(), t.shap
 
 int main(int argc, char** argv) {
   return op::run_main<mlxs::SequenceCache>(
-      argc, argv, "MLX-shaped sequence cache", op::Scope::full().without("batch").without("mla").without("sinks"),
+      argc, argv, "MLX-shaped sequence cache", op::Scope::full().without("batch").without("mla"),
       [](const op::Config& c) {   // JSON max_write null (no bound) is MLX's max_write = capacity
         mlxs::CacheConfig cfg{c.capacity, c.n_layers, c.n_kv_heads, c.head_dim, 0, c.max_write.value_or(c.capacity), {}};
         for (const op::Policy& p : c.layers)

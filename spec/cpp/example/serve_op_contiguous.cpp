@@ -8,7 +8,7 @@
 // appends at its used length, `position` is not read, and a ring layer keeps every row and applies its
 // window through the mask. So its scope leaves out `positions`, `steps` and `max_write` (SPEC.md 6.1, SCOPE-BORDER),
 // and the suite says so in its verdict. It serves batch rows, an MLA value width of its own, attention sinks
-// (a ring's `keep`) and the trim verb (SPEC.md part 5: OP-SINKS, OP-TRIM): keeping every row, it serves every
+// (a ring's `keep`) and the trim verb (SPEC.md part 5: OP-SINKS, OP-TRIM: spec 2, Scope::full(2)): keeping every row, it serves every
 // n in [0, held], those a ring of the least size could not give back included (optional there). Build with
 // -DKVCACHE_EXAMPLE_WINDOW_OFF_BY_ONE or -DKVCACHE_EXAMPLE_RING_LOSES_ROWS for a broken variant the suite must catch.
 // (spec/cpp/example/serve_mlx_shaped.cpp is the other shape: the MLX runtime's, positions and rings.)
@@ -103,7 +103,7 @@ class ContiguousCache {
 int main(int argc, char** argv) {
   return op::run_main<ContiguousCache>(
       argc, argv, "serve_op_contiguous (C++ example)",
-      op::Scope::full().without("positions").without("steps").without("max_write"),
+      op::Scope::full(2).without("positions").without("steps").without("max_write"),
       [](const op::Config& c) { return std::make_unique<ContiguousCache>(c); },
       [](ContiguousCache& cache, int layer, const op::Tensor& k, const op::Tensor& v, const op::Tensor& position) {
         return cache.update_and_fetch(layer, k, v, position);
