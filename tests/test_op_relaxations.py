@@ -335,7 +335,7 @@ def test_user_config_keeps_the_invalid_configs_a_user_reaches_owed() -> None:
 # --- window-steps (issue 41): a ring layer's step bounded by its window ------------------------------------------
 
 def test_a_cache_refusing_ring_steps_longer_than_the_window_is_conforming_when_it_declares_window_steps() -> None:
-    """`window-steps` (SPEC.md 2.9): a library whose ring layers refuse a step longer than the window, and whose flat
+    """`window-steps` (SPEC.md 6.1, SCOPE-WINDOW-STEPS): a library whose ring layers refuse a step longer than the window, and whose flat
     layers serve any length, is CONFORMING (strict) when it declares it - the programs past such a refusal are not
     judged, and a note says so - and without the declaration its refusal is over-strict (OP-ATTEND: a valid call
     refused). Before the item existed nothing could state it."""
@@ -367,7 +367,7 @@ def test_window_steps_excuses_only_a_refusal_on_a_ring_layer_of_a_step_longer_th
 # --- no-length (issue 41): a cache that keeps no length of its own ----------------------------------------------
 
 def test_a_cache_without_a_length_of_its_own_is_judged_by_its_answers_when_it_declares_no_length() -> None:
-    """`no-length` (SPEC.md 2.9; docs/target-contract.md): a contiguous cache whose caller passes the positions
+    """`no-length` (SPEC.md 6.1, SCOPE-NO-LENGTH; docs/target-contract.md): a contiguous cache whose caller passes the positions
     and which counts nothing has no `used`; declaring it, it is not asked, and is CONFORMING (strict) on its
     answers. Undeclared, the missing used(layer) is a wrong observation (the contract asks for it)."""
     declared = _report("contiguous_no_length")

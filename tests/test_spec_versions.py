@@ -1,4 +1,4 @@
-"""Spec versions (scope.py SPEC_VERSIONS; SPEC.md 2.9, "Spec versions"): a target is judged on the features of the
+"""Spec versions (scope.py SPEC_VERSIONS; SPEC.md 6.1, SCOPE-VERSION): a target is judged on the features of the
 spec version it declares, and a cache written against the previous release keeps its verdict after an upgrade
 (issue 41 point 4). The C++ twin of these tests is in tests/test_cpp_op_target.py (Scope::full())."""
 
@@ -29,6 +29,7 @@ def _report(spec: str) -> dict[str, Any]:
 
 
 def test_every_feature_is_added_by_exactly_one_version_and_versions_only_add() -> None:
+    # SCOPE-VERSION: the version table itself
     added = [feature for _, features in scopes.SPEC_VERSIONS.values() for feature in features]
     assert sorted(added) == sorted(scopes.EVERY_FEATURE) and len(added) == len(set(added))
     assert list(scopes.SPEC_VERSIONS) == list(range(scopes.FIRST_VERSION, scopes.CURRENT_VERSION + 1))

@@ -551,7 +551,7 @@ class OpEngine(Caller):
         return concrete
 
     def _window_step(self, layer: Any, q: int) -> bool:
-        """Whether a refused step is one the scope's `window-steps` lets the target refuse (SPEC.md 2.9): longer
+        """Whether a refused step is one the scope's `window-steps` lets the target refuse (SPEC.md 6.1, SCOPE-WINDOW-STEPS): longer
         than the window of the ring layer it is sent to. The step then stands served on some layers and refused on
         this one, which the spec does not describe, so the program is judged no further (a note says so)."""
         window = self.mcfg.windows[layer] if type(layer) is int and 0 <= layer < self.mcfg.n_layers else 0
