@@ -693,6 +693,20 @@ class ContiguousBroadcastsBatch(_Broadcasts):
         return k.shape[0] == v.shape[0] == 1 < self.cfg["batch_size"]
 
 
+class CellMergingFork(CellStandin):
+    """seq_cp onto a live destination (or onto itself) merges the source's tokens into its own (OP-FORK):
+    a query then attends two tokens at one position."""
+
+    def seq_cp(self, src: Any, dst: Any, upto: Any = None) -> None:
+        src, dst = _int(src, 0, 62, "src"), _int(dst, 0, 62, "dst")
+        if upto is not None:
+            _int(upto, 0, 1 << 62, "upto")
+        self._verb()
+        for t in self.tokens:
+            if src in t.owners and (upto is None or t.pos < upto):
+                t.owners.add(dst)
+
+
 def _factory(cls: type, scope: Optional[list[str]] = None) -> Any:
     def make(cfg: dict[str, Any]) -> Any:
         return cls(cfg)
@@ -740,3 +754,7 @@ contiguous_keeps_refused_rows = _factory(ContiguousKeepsRefusedRows)
 contiguous_broadcasts_v = _factory(ContiguousBroadcastsV)
 contiguous_broadcasts_one_token = _factory(ContiguousBroadcastsOneToken)
 contiguous_broadcasts_batch = _factory(ContiguousBroadcastsBatch)
+cell_merging_fork = _factory(CellMergingFork)
+# the same with its precondition documented (requires=, SPEC.md 2.9): no fork onto a live destination is sent
+cell_merging_fork_requiring_empty = _factory(CellMergingFork, ["flat", "ring", "mla", "positions", "steps",
+                                                               "declarations", "requires=empty-destination"])

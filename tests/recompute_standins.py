@@ -225,3 +225,17 @@ class ShiftsEveryOwner(TinyAttentionCells):
     def move(self, cell: dict[str, Any], seq: int, delta: int) -> None:
         for owner in cell["pos"]:
             cell["pos"][owner] += delta
+
+
+class MergingForkOnAnEmptyDestinationOnly(MergingFork):
+    """MergingFork that documents the preconditions its seq_cp checks nothing of (an empty destination, an
+    upto >= 0, as a library's header might): the suite sends it no fork onto a live destination or onto
+    itself, and no negative upto."""
+
+    kvcache_scope = ("flat", "ring", "position-gaps", "requires=empty-destination+ordered-ranges")
+
+
+class ForgetsSharedRemovalRequiringIds(ForgetsSharedRemoval):
+    """A precondition declared (ids in range) hides no defect of a call that keeps it."""
+
+    kvcache_scope = ("flat", "ring", "position-gaps", "requires=ids-in-range")

@@ -126,3 +126,4 @@ def test_a_gap_ends_the_program_unjudged_without_the_scope_feature() -> None:
     assert run.finding is None and any("position-gaps" in note for note in run.skipped)
     full = recompute.run_program(target, recompute.recompute_config(8, 0), program)
     assert full.finding is None and len(full.steps) == 3
+

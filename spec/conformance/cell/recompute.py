@@ -35,7 +35,9 @@ from ... import model
 from ... import op_model as om
 from ..configs import JsonConfig, config, layer
 from ..consequences import Consequences
-from ..engine import LENIENT, WRONG, Accepted, Drive, Engine, Finding, Refused, RunResult, Step, Stop, Verdict, _same
+from ..engine import LENIENT, NOT_SENT, WRONG, Accepted, Drive, Engine, Finding, Refused, RunResult, Step, Stop, \
+    Verdict, _same
+from ..preconditions import broken, not_sent_note
 
 VOCAB = 32          # tokens are ints in [0, VOCAB): a target's vocabulary holds at least these
 CHECK_ALL = 4       # a decode of at most this many tokens has every output checked
@@ -299,6 +301,8 @@ class RecomputeEngine(Engine):
                  "keep": ("seq",), "add": ("seq", "p0", "p1", "delta")}[op]
         args: dict[str, Any] = {name: step.get(name) for name in names}
         method = str({"cp": "seq_cp", "rm": "seq_rm", "keep": "seq_keep", "add": "seq_add"}.get(op, op))
+        if self.kept_back(method, args):
+            return NOT_SENT
         self.result.steps.append(dict(step))
         verdict, outcome = self.checked(method, args)
         if isinstance(verdict, Accepted):
@@ -321,6 +325,8 @@ class RecomputeEngine(Engine):
             self.result.skipped.add(f"a decode past a sequence's next position (a gap) needs the scope feature "
                                     f"{GAPS!r}: the program ends there unjudged")
             raise Unjudged()
+        if self.kept_back("decode", {"seq_ids": seqs, "positions": positions}):
+            return NOT_SENT
         tokens = [token_of(self.uids + i) for i in range(len(seqs))]
         concrete: Step = {"op": "decode", "seqs": seqs, "positions": positions}
         self.result.steps.append(concrete)
@@ -337,6 +343,15 @@ class RecomputeEngine(Engine):
             self.check_outputs(seqs, positions, outcome.value)
             self.observe(f"after decode({seqs}, {positions})", "CELL-OWNERS")
         return self.result.steps.pop()
+
+    def kept_back(self, method: str, args: dict[str, Any]) -> bool:
+        """Whether the call breaks a precondition the target's scope requires (SPEC.md 2.9): then it is not
+        sent, the model does not follow it either (the spec refuses it, or - a partial copy - it is left out
+        of the program), and the report says so."""
+        name = broken((self.scope or self.target.scope).requires, method, args, self.table.held)
+        if name is not None:
+            self.result.skipped.add(not_sent_note(name))
+        return name is not None
 
     # --- CELL-RECOMPUTE --------------------------------------------------------------------------------
     def check_outputs(self, seqs: list[int], positions: list[int], outputs: Any) -> None:
