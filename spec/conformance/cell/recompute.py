@@ -348,7 +348,7 @@ class RecomputeEngine(Engine):
         """Whether the call breaks a precondition the target's scope requires (SPEC.md 2.9): then it is not
         sent, the model does not follow it either (the spec refuses it, or - a partial copy - it is left out
         of the program), and the report says so."""
-        name = broken((self.scope or self.target.scope).requires, method, args, self.table.held)
+        name = broken((self.scope or self.target.declared_scope()).requires, method, args, self.table.held)
         if name is not None:
             self.result.skipped.add(not_sent_note(name))
         return name is not None
