@@ -121,7 +121,14 @@ KEYS: dict[str, str] = {
     "crash CELL-RECOMPUTE: crash CELL-RECOMPUTE: at decode; ring": "9",
     "lenient CELL-SHIFT: lenient CELL-SHIFT: at add; flat": "11",
     "wrong CELL-KEEP: wrong CELL-KEEP: at keep; flat": "14",
-}
+    # found at strict pre-merge only (measured): the same defects seen later in a program
+    "wrong OP-FORK: wrong OP-FORK: at cp; ring": "13",                   # one stream: a fork of a reused cell
+    "wrong OP-FORK: wrong OP-FORK: at cp; flat": "14",                   # a fork of what seq_keep left behind
+    "over-strict CELL-RECOMPUTE: over-strict CELL-RECOMPUTE: at decode; flat": "14",   # a decode refused (-1) at
+    "over-strict CELL-RECOMPUTE: over-strict CELL-RECOMPUTE: at decode; ring": "14",   # the position a sequence
+    "over-strict CELL-RECOMPUTE: over-strict CELL-RECOMPUTE: at decode; flat+ring": "14",   # seq_keep left holds
+    "crash OP-ATOMIC: crash OP-ATOMIC, after lenient OP-FORK in seq_cp: at decode; ring": "9",   # a decode after
+}                                                                                       # a shift, sliding only
 
 
 def cause_key(finding: dict[str, Any]) -> str:

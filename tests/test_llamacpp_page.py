@@ -33,7 +33,7 @@ def test_every_cause_has_a_class_and_evidence_at_a_line() -> None:
 def test_every_report_key_names_a_cause() -> None:
     assert set(lc.KEYS.values()) <= {cause.number for cause in lc.CAUSES}
     found = {cause.number for cause in lc.CAUSES if cause.targets}
-    assert found == set(lc.KEYS.values()), "a cause some target finds needs its report key"
+    assert found <= set(lc.KEYS.values()), "a cause some target finds needs its report key"
 
 
 def _report(*keys: str) -> dict:   # type: ignore[type-arg]
@@ -49,7 +49,7 @@ def test_a_report_is_checked_against_the_page() -> None:
     each fail CI's check; the page's own causes pass."""
     default = [key for key, number in lc.KEYS.items() if "default" in lc.by_number()[number].targets]
     assert lc.check_report("default", _report(*default)) == []
-    problems = lc.check_report("default", _report(*default[1:], "wrong OP-FORK: wrong OP-FORK: at cp; ring"))
+    problems = lc.check_report("default", _report(*default[1:], "wrong OP-RM: wrong OP-RM: at rm; flat"))
     assert any("NO CLASS" in p for p in problems) and any("not found" in p for p in problems), problems
     unified_only = next(key for key, number in lc.KEYS.items() if lc.by_number()[number].targets == lc.UNIFIED)
     assert any("does not say" in p for p in lc.check_report("default", _report(*default, unified_only)))

@@ -434,13 +434,16 @@ class RecomputeConsequences(Consequences):
         nxt = self._int("next_pos", {"seq": dst})
         if nxt is None or nxt <= max(e[0] for e in own + copy):
             return
+        histories = [tuple(sorted(rows)) for rows in (own, copy)]
+        if not all(cm.recompute_decidable(engine.ocfg.n_layers, rows, engine.written_over) for rows in histories):
+            return   # with more than one layer a recompute over rows written over others is no oracle (CELL-RECOMPUTE)
         token = token_of(engine.uids)
         engine.uids += 1
         self.steps.append({"op": "decode", "seqs": [dst], "positions": [nxt]})
         got = self._ask("decode", {"seq_ids": [dst], "positions": [nxt], "tokens": [token]})
         if not got.ok or not isinstance(got.value, list) or len(got.value) != 1:
             return
-        candidates = [engine.recompute(tuple(sorted(rows)) + ((nxt, token, -1),)) for rows in (own, copy)]
+        candidates = [engine.recompute(rows + ((nxt, token, -1),)) for rows in histories]
         if any(want is None for want in candidates):
             return
         if not any(cm.outputs_agree(got.value[0], want) for want in candidates if want is not None):
