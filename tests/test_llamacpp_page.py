@@ -31,7 +31,9 @@ def test_every_cause_has_a_class_and_evidence_at_a_line() -> None:
 
 
 def test_every_report_key_names_a_cause() -> None:
-    assert set(lc.KEYS.values()) <= {cause.number for cause in lc.CAUSES}
+    numbers = {cause.number for cause in lc.CAUSES}
+    assert set(lc.KEYS.values()) <= numbers
+    assert all(set(keys.values()) <= numbers and target in lc.TARGETS for target, keys in lc.TARGET_KEYS.items())
     found = {cause.number for cause in lc.CAUSES if cause.targets}
     assert found <= set(lc.KEYS.values()), "a cause some target finds needs its report key"
 
