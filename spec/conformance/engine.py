@@ -318,12 +318,14 @@ class Engine(Caller):
 
     def run(self, program: list[Step]) -> RunResult:
         sent: list[Step] = []   # the program as sent: a step run_step answers NOT_SENT is left out of it, so a
-        try:                    # step index is its place in what the target was sent
+        rest: list[Step] = list(program)   # step index is its place in what the target was sent
+        try:
             self.index = -1   # a finding while creating the cache has no step
             self.start()
-            for step in program:
+            for position, step in enumerate(program):
                 self.index = len(sent)
                 sent.append(step)
+                rest = program[position + 1:]   # the steps not run yet: a drive past a lenient step goes on with them
                 self.malformed = case_of(step)
                 concrete = self.run_step(step)
                 if concrete is NOT_SENT:
@@ -339,7 +341,7 @@ class Engine(Caller):
         except OverBudget:
             self.result.over_budget = True
         except Stop as stop:
-            program = sent
+            program = sent + rest
             self.result.finding = stop.finding
             if 0 <= stop.finding.step_index == len(self.result.steps) and stop.finding.step_index < len(program):
                 self.result.steps.append(self._concrete_guess(program[stop.finding.step_index]))
