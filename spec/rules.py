@@ -471,6 +471,15 @@ SCOPE_RULES: tuple[Rule, ...] = (
          "judged by its answers alone, OP-ATTEND naming every token each query attends.",
          "A cache whose caller passes the positions keeps no count; one invented beside the rows would be wrong "
          "exactly where it matters, since an abandoned step and a trim lower what a layer holds."),
+    Rule("SCOPE-REQUIRES",
+         "requires=<precondition>[+<precondition>] (op-cell, cell-recompute): a call breaking a declared "
+         "precondition on the caller (ids-in-range: every sequence id an int in [0, 63); empty-destination: seq_cp "
+         "onto a sequence holding nothing, never its source; whole-copies: seq_cp with upto None; ordered-ranges: a "
+         "range's p0 an int >= 0, its end None or an int >= p0) is never sent; the calls that keep it are judged "
+         "as before.",
+         "A library may document a precondition on its caller - llama.cpp asserts every id in range (GGML_ASSERT) "
+         "and, with a stream per sequence, whole copies - and a call breaking it is then the caller's error; a "
+         "target declares one only where the library's header or source states it, and names the line."),
     Rule("SCOPE-VERSION",
          "A target is judged on the features of the spec version it declares (spec=N; naming a feature declares "
          "the version that added it; none declared is spec 1): a configuration, configuration key or call of a "

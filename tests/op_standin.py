@@ -694,6 +694,20 @@ class ContiguousBroadcastsBatch(_Broadcasts):
         return k.shape[0] == v.shape[0] == 1 < self.cfg["batch_size"]
 
 
+class CellMergingFork(CellStandin):
+    """seq_cp onto a live destination (or onto itself) merges the source's tokens into its own (OP-FORK):
+    a query then attends two tokens at one position."""
+
+    def seq_cp(self, src: Any, dst: Any, upto: Any = None) -> None:
+        src, dst = _int(src, 0, 62, "src"), _int(dst, 0, 62, "dst")
+        if upto is not None:
+            _int(upto, 0, 1 << 62, "upto")
+        self._verb()
+        for t in self.tokens:
+            if src in t.owners and (upto is None or t.pos < upto):
+                t.owners.add(dst)
+
+
 def _factory(cls: type, scope: Optional[list[str]] = None) -> Any:
     """A factory of `cls`, declaring `scope` (default: the whole spec) of spec 2, trim and sinks included: the
     stand-ins are written against it (scope.py, SPEC_VERSIONS)."""
@@ -782,3 +796,9 @@ class ContiguousNoLength:
 
 contiguous_no_length = _factory(ContiguousNoLength, ["no-length"])
 contiguous_no_length_undeclared = _factory(ContiguousNoLength)
+
+
+cell_merging_fork = _factory(CellMergingFork)
+# the same with its precondition documented (requires=, SPEC.md 6.1, SCOPE-REQUIRES): no fork onto a live destination is sent
+cell_merging_fork_requiring_empty = _factory(CellMergingFork, ["flat", "ring", "mla", "positions", "steps",
+                                                               "declarations", "requires=empty-destination"])

@@ -239,3 +239,34 @@ class ShiftsEveryOwner(TinyAttentionCells):
     def move(self, cell: dict[str, Any], seq: int, delta: int) -> None:
         for owner in cell["pos"]:
             cell["pos"][owner] += delta
+
+
+class MergingForkOnAnEmptyDestinationOnly(MergingFork):
+    """MergingFork that documents the preconditions its seq_cp checks nothing of (an empty destination, an
+    upto >= 0, as a library's header might): the suite sends it no fork onto a live destination or onto
+    itself, and no negative upto."""
+
+    kvcache_scope = ("flat", "ring", "position-gaps", "requires=empty-destination+ordered-ranges")
+
+
+class ForgetsSharedRemovalRequiringIds(ForgetsSharedRemoval):
+    """A precondition declared (ids in range) hides no defect of a call that keeps it."""
+
+    kvcache_scope = ("flat", "ring", "position-gaps", "requires=ids-in-range")
+
+
+class ReplacingFork(TinyAttentionCells):
+    """seq_cp onto a live destination replaces its history by the copy (llama.cpp with a stream per sequence):
+    lenient OP-FORK, and one history kept - its next token attends the copy's rows only."""
+
+    def seq_cp(self, src: Any, dst: Any, upto: Any) -> bool:
+        self._id(src, "src")
+        self._id(dst, "dst")
+        if src != dst:
+            for j, cell in enumerate(self.cells):
+                if cell is not None and dst in cell["pos"]:
+                    self.drop(j, dst)
+        for cell in self.cells:
+            if cell is not None and src in cell["pos"] and (upto is None or cell["pos"][src] < upto):
+                cell["pos"][dst] = cell["pos"][src]
+        return True

@@ -126,3 +126,21 @@ def test_a_gap_ends_the_program_unjudged_without_the_scope_feature() -> None:
     assert run.finding is None and any("position-gaps" in note for note in run.skipped)
     full = recompute.run_program(target, recompute.recompute_config(8, 0), program)
     assert full.finding is None and len(full.steps) == 3
+
+
+
+def test_a_replacing_fork_keeps_one_history_and_a_recompute_that_is_no_oracle_is_not_judged() -> None:
+    """A fork onto a live destination that replaces it (llama.cpp's default mode) is lenient OP-FORK only. With two
+    layers the copied row at position 1 was written over position 0, removed since: a recompute over it is no
+    oracle, so the consequence is not judged (it was once charged as 'two rows at one position', a false alarm)."""
+    program = [recompute.decode(0, 0), recompute.decode(1, 1, 1, 1), recompute.rm(1, 0, 1), recompute.rm(1, 2),
+               recompute.cp(1, 0), recompute.decode(0)]
+    target = PythonTarget(STANDINS + "ReplacingFork")
+    for cfg in (recompute.recompute_config(8, 0), recompute.recompute_config(8, 0, 0)):
+        run = recompute.run_program(target, cfg, program)
+        assert run.finding is not None and (run.finding.kind, run.finding.rule) == ("lenient", "OP-FORK")
+        assert run.consequence is None, run.consequence
+    merging = recompute.run_program(PythonTarget(STANDINS + "MergingFork"), recompute.recompute_config(8, 0),
+                                    [recompute.decode(0, 0), recompute.decode(1, 1), recompute.cp(0, 1),
+                                     recompute.decode(1)])
+    assert merging.consequence is not None and merging.consequence.safety == "SAFE-ONE-HISTORY"

@@ -1,7 +1,8 @@
-"""llama.cpp as a cell-recompute target (SPEC.md 5.3; docs/llamacpp-findings.md): each known difference found
-by a minimal program, and nothing found where llama.cpp agrees with the spec. Needs the extra `llamacpp`
-(llama-cpp-python built from its sdist, gguf): without it these tests are skipped, and CI's llamacpp stage
-(.ci/run) installs it and runs them."""
+"""llama.cpp as a cell-recompute target (SPEC.md 5.3; docs/llamacpp-findings.md), one target per memory mode (the
+library's defaults first): each known difference found by a minimal program in the modes it shows in, nothing
+found where llama.cpp agrees with the spec, and the documented preconditions each target declares kept. Needs
+the extra `llamacpp` (llama-cpp-python built from its sdist, gguf): without it these tests are skipped, and CI's
+llamacpp stage (.ci/run) installs it and runs them."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import sys
 
 import pytest
 
+from kvcache_spec.conformance import scope as scopes
 from kvcache_spec.conformance.cell import recompute as r
 from kvcache_spec.conformance.targets import SubprocessTarget
 
@@ -16,18 +18,35 @@ pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (the 
 pytest.importorskip("gguf", reason="gguf is not installed (the extra `llamacpp`)")
 
 MODULE = "kvcache_spec.conformance.cell.llamacpp"
+MODES = ("default", "unified", "swa_small", "unified_swa_small")
+UNIFIED, SWA_SMALL = ("unified", "unified_swa_small"), ("swa_small", "unified_swa_small")
 FLAT, SLIDING, ISWA_LONG = r.recompute_config(256, 0), r.recompute_config(256, 3), r.recompute_config(r.LONG, 4, 0)
+UNDECLARED = scopes.Scope(frozenset({"flat", "ring"}))   # the targets' scope without their preconditions
 
 
-@pytest.fixture(scope="module", params=["", "--swa-full"])
+@pytest.fixture(scope="module", params=MODES)
 def target(request: pytest.FixtureRequest) -> SubprocessTarget:
-    served = SubprocessTarget(f"cmd:{sys.executable} -m {MODULE} {request.param}", timeout=60)
+    mode = "" if request.param == "default" else request.param
+    served = SubprocessTarget(f"cmd:{sys.executable} -m {MODULE} {mode}".rstrip(), timeout=60)
+    served.mode = request.param   # type: ignore[attr-defined]
     yield served   # type: ignore[misc]
     served.close()
 
 
-def run(target: SubprocessTarget, cfg: dict, program: list) -> r.RunResult:   # type: ignore[type-arg]
-    return r.run_program(target, cfg, program)
+def mode(target: SubprocessTarget) -> str:
+    return target.mode   # type: ignore[attr-defined, no-any-return]
+
+
+def run(target: SubprocessTarget, cfg: dict, program: list, scope: object = None) -> r.RunResult:   # type: ignore[type-arg]
+    return r.run_program(target, cfg, program, scope=scope)
+
+
+def test_each_target_declares_the_preconditions_its_mode_asserts(target: SubprocessTarget) -> None:
+    """ids in range on every target (GGML_ASSERT on every id); a whole-sequence copy with a stream per sequence
+    ("seq_cp() is only supported for full KV buffers")."""
+    want = {"ids-in-range"} | (set() if mode(target) in UNIFIED else {"whole-copies"})
+    scope = target.declared_scope()
+    assert scope.requires == want and scope.features == {"flat", "ring"}, scope
 
 
 def test_agreeing_programs_find_nothing(target: SubprocessTarget) -> None:
@@ -43,36 +62,43 @@ def test_agreeing_programs_find_nothing(target: SubprocessTarget) -> None:
 
 
 @pytest.mark.parametrize("cfg", [FLAT, SLIDING])
-def test_OP_FORK_a_fork_onto_a_live_destination_attends_two_rows_per_position(
-        target: SubprocessTarget, cfg: dict) -> None:   # type: ignore[type-arg]
+def test_OP_FORK_a_fork_onto_a_live_destination(target: SubprocessTarget, cfg: dict) -> None:   # type: ignore[type-arg]
+    """One stream (unified): the copy merges, and the destination's next token attends two rows at one
+    position. A stream per sequence (the default): the copy replaces the destination, one history kept."""
     program = [r.decode(0, 0), r.decode(1, 1), r.cp(0, 1), r.decode(1)]
     result = run(target, cfg, program)
     assert result.finding is not None and (result.finding.kind, result.finding.rule) == ("lenient", "OP-FORK")
     consequence = result.consequence
-    assert consequence is not None and consequence.safety == "SAFE-ONE-HISTORY", consequence
+    if mode(target) in UNIFIED:
+        assert consequence is not None and consequence.safety == "SAFE-ONE-HISTORY", consequence
+    else:
+        assert consequence is None, consequence
 
 
-@pytest.mark.parametrize("step", [r.rm(300), r.rm(-2), r.cp(300, 1), r.cp(0, -2)])
-def test_OP_RM_OP_FORK_an_id_out_of_range_aborts_llama_cpp_a_crash_the_run_survives(
+@pytest.mark.parametrize("step", [r.rm(300), r.rm(-2), r.cp(300, 1), r.cp(0, -2), r.keep(300)])
+def test_an_id_out_of_range_is_a_declared_precondition_llama_cpp_aborts_on(
         target: SubprocessTarget, step: dict) -> None:   # type: ignore[type-arg]
-    result = run(target, FLAT, [step])
-    assert result.finding is not None and result.finding.kind == "crash", result.finding
-    assert "SIGABRT" in result.finding.message
-    after = run(target, FLAT, [r.decode(0, 0), r.decode(0)])   # a fresh process serves the next program
+    """Under the declared scope the call is never sent; sent anyway (the scope without its preconditions),
+    llama.cpp aborts on its GGML_ASSERT - the precondition's evidence - and a fresh process serves on."""
+    kept = run(target, FLAT, [step, r.decode(0)])
+    assert kept.finding is None and any("'ids-in-range' not sent" in note for note in kept.skipped), kept.skipped
+    sent = run(target, FLAT, [step], scope=UNDECLARED)
+    assert sent.finding is not None and sent.finding.kind == "crash" and "SIGABRT" in sent.finding.message
+    after = run(target, FLAT, [r.decode(0, 0), r.decode(0)])
     assert after.finding is None
 
 
-def test_OP_RM_a_rewind_below_the_sliding_cache_is_accepted_without_swa_full(target: SubprocessTarget) -> None:
-    """After 300 tokens the 256-cell sliding cache no longer holds positions 0-43: seq_rm(0, 40) answers true
-    and next_pos drops to 0 (the dense cache still holds 0-39). With swa_full the sliding cache is as large
-    as the dense one, and the same program is served as the spec says."""
+def test_OP_RM_a_rewind_below_the_small_sliding_cache_is_accepted(target: SubprocessTarget) -> None:
+    """After 300 tokens a 256-cell sliding cache (swa_full false) no longer holds positions 0-43: seq_rm(0, 40)
+    answers true and next_pos drops to 0 (the dense cache still holds 0-39). With swa_full (the default) the
+    sliding cache is as large as the dense one, and the same program is served as the spec says."""
     program = [r.decode(*[0] * 60) for _ in range(5)] + [r.rm(0, 40), r.decode(0), r.decode(0)]
     result = run(target, ISWA_LONG, program)
-    if "--swa-full" in target.name:
-        assert result.finding is None, result.finding
-    else:
+    if mode(target) in SWA_SMALL:
         assert result.finding is not None and (result.finding.kind, result.finding.rule) == ("wrong", "OP-RM")
         assert "next_pos(0) is 0, the spec says 40" in result.finding.message
+    else:
+        assert result.finding is None, result.finding
 
 
 def _repros() -> list[tuple[str, str]]:
@@ -97,11 +123,16 @@ def test_each_standalone_repro_of_the_findings_page_shows_its_finding(setup: str
             assert want in done.stdout, (want, done.stdout, done.stderr[-500:])
 
 
-def test_CELL_SHIFT_a_shift_of_one_sequence_moves_the_cells_it_shares_for_every_owner(target: SubprocessTarget) -> None:
+def test_CELL_SHIFT_a_shift_of_one_sequence_and_the_cells_it_shares(target: SubprocessTarget) -> None:
+    """One stream: a cell has one position for all its owners, so shifting seq 1 moves seq 0's shared tokens
+    too. A stream per sequence: the fork copied them, and the shift moves seq 1's alone, as the spec says."""
     program = [r.decode(0, 0, 0), r.cp(0, 1), r.add(1, 0, None, 5), r.decode(0)]
     result = run(target, FLAT, program)
-    assert result.finding is not None and (result.finding.kind, result.finding.rule) == ("wrong", "CELL-SHIFT")
-    assert "next_pos(0) is 8, the spec says 3" in result.finding.message
+    if mode(target) in UNIFIED:
+        assert result.finding is not None and (result.finding.kind, result.finding.rule) == ("wrong", "CELL-SHIFT")
+        assert "next_pos(0) is 8, the spec says 3" in result.finding.message
+    else:
+        assert result.finding is None, result.finding
 
 
 def test_CELL_SHIFT_a_context_shift_is_served_as_the_spec_says_on_flat_and_mixed_models(
@@ -121,7 +152,6 @@ def test_CELL_SHIFT_a_context_shift_on_a_model_of_sliding_layers_only_aborts(tar
     assert result.finding is not None and result.finding.kind == "crash" and "SIGABRT" in result.finding.message
 
 
-@pytest.mark.parametrize("step, rule", [(r.add(0, 0, None, -1), "CELL-SHIFT"), (r.keep(63), "CELL-KEEP")])
-def test_CELL_SHIFT_CELL_KEEP_caller_errors_served(target: SubprocessTarget, step: dict, rule: str) -> None:   # type: ignore[type-arg]
-    result = run(target, FLAT, [r.decode(0, 0, 0), step, r.decode(0)])
-    assert result.finding is not None and (result.finding.kind, result.finding.rule) == ("lenient", rule)
+def test_CELL_SHIFT_a_shift_below_0_is_served(target: SubprocessTarget) -> None:
+    result = run(target, FLAT, [r.decode(0, 0, 0), r.add(0, 0, None, -1), r.decode(0)])
+    assert result.finding is not None and (result.finding.kind, result.finding.rule) == ("lenient", "CELL-SHIFT")

@@ -40,6 +40,9 @@ def failing_classes(strict: bool) -> frozenset[str]:
     return frozenset({WRONG, CRASH, OVER_STRICT} | ({LENIENT} if strict else set()))
 
 Step = dict[str, Any]
+# run_step's answer for a step the target's declared scope keeps back (a precondition it requires, SPEC.md
+# 2.9): never sent, and left out of the program as run
+NOT_SENT: Step = {"op": "not sent"}
 
 # What the model says a call does: rejected (a caller error), refused (None / False), or a value.
 Verdict = Union[model.Rejected, "Refused", "Accepted"]
@@ -317,14 +320,22 @@ class Engine(Caller):
         self.after_create()
 
     def run(self, program: list[Step]) -> RunResult:
+        sent: list[Step] = []   # the program as sent: a step run_step answers NOT_SENT is left out of it, so a
+        rest: list[Step] = list(program)   # step index is its place in what the target was sent
         try:
             self.index = -1   # a finding while creating the cache has no step
             self.start()
-            for self.index, step in enumerate(program):
+            for position, step in enumerate(program):
+                self.index = len(sent)
+                sent.append(step)
+                rest = program[position + 1:]   # the steps not run yet: a drive past a lenient step goes on with them
                 self.malformed = case_of(step)
                 concrete = self.run_step(step)
-                if concrete is not None:
+                if concrete is NOT_SENT:
+                    sent.pop()
+                elif concrete is not None:
                     self.result.steps.append({**concrete, **(self.malformed.tag() if self.malformed else {})})
+            program = sent
             if self.light:
                 self.index = len(program)
                 self.observe("at the end", "LEN-BOUNDS")
@@ -333,6 +344,7 @@ class Engine(Caller):
         except OverBudget:
             self.result.over_budget = True
         except Stop as stop:
+            program = sent + rest
             self.result.finding = stop.finding
             if 0 <= stop.finding.step_index == len(self.result.steps) and stop.finding.step_index < len(program):
                 self.result.steps.append(self._concrete_guess(program[stop.finding.step_index]))

@@ -67,7 +67,10 @@ def library_of(target: str) -> tuple[str, str, str, str]:
     """(library, version, target name, findings page) of a shipped target; the target itself for another."""
     for marker, library, version, page_name in LIBRARIES:
         if marker in target:
-            name = target.rsplit(":", 1)[1] if target.startswith("python:") else marker.split(".")[-1]
+            # a cmd: target's name is its command's last word when that is an argument (llama.cpp's memory mode)
+            last = target.split()[-1]
+            name = target.rsplit(":", 1)[1] if target.startswith("python:") else \
+                last if last != target and not last.endswith(marker.split(".")[-1]) else "default"
             return library, version, name, page_name
     return "(unknown)", "", target, ""
 

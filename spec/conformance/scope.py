@@ -47,6 +47,9 @@ and the whole spec (no declaration) declares none. The op face's relaxations (SP
 - `user-config=<key>[+<key>]` (with `trusted-args`): these configuration keys come from the library's user
   (a command-line flag: mlx-lm's `--max-kv-size` is the ring's window), not from its model code: an invalid
   configuration that a change of these keys alone makes valid is still sent, and its refusal is owed.
+- `requires=<precondition>[+<precondition>]` (every face with the cell verbs: op-cell, cell-recompute): the
+  library documents these preconditions on its caller (PRECONDITIONS: an id in range, an empty destination
+  for a copy, ...): the suite never sends a call breaking one (preconditions.py), and the report says so.
 
 **Spec versions** (SPEC_VERSIONS): each release of the spec that added features names them, and a target is
 judged on the features of the version it declares, `spec=<N>` in any declaration. A declaration that names a
@@ -163,6 +166,18 @@ USER_CONFIG_KEYS: dict[str, tuple[Any, ...]] = {
     "window": tuple(range(1, 17)),
     "keep": tuple(range(0, 5)),
 }
+REQUIRES = "requires"
+RELAXATIONS[REQUIRES] = ("requires=<precondition>[+<precondition>]: the library documents these preconditions on "
+                         "its caller: no call breaking one is sent")
+# The preconditions on caller errors a library may document (REQUIRES; SPEC.md 6.1, SCOPE-REQUIRES): each
+# keeps back the calls of the cell verbs that break it (preconditions.broken says which call breaks which).
+PRECONDITIONS: dict[str, str] = {
+    "ids-in-range": "every sequence id a call names is an int in [0, 63)",
+    "empty-destination": "seq_cp copies onto a sequence that holds nothing and is not its source",
+    "whole-copies": "seq_cp copies the whole source sequence (upto None)",
+    "ordered-ranges": "a range starts at an int p0 >= 0 and ends at None or an int >= p0 (seq_rm, seq_add; "
+                      "seq_cp's upto None or >= 0)",
+}
 FLAG_RELAXATIONS = (TRUSTED_ARGS, UNBOUNDED, LAZY_SHAPES, WINDOW_STEPS, NO_LENGTH)   # the relaxations without a value
 # The configuration keys a lazy-shapes target is not given (the sizes it learns from the first update),
 # and the scope features a config needs by those sizes alone (it cannot refuse them at creation).
@@ -186,7 +201,7 @@ def features_per_layout() -> str:
                                                + ([f"{MAX_SEQS}=N"] if layout == "cell" else [])
                                                + ([f"{KEEP}=N"] if layout == "op-contiguous" else []))
                      for layout, features in LAYOUT_FEATURES.items()) + \
-        "; relaxations (op faces; declaring one owes less): " + ", ".join(relaxation_names()) + \
+        "; relaxations (declaring one owes less; op faces, requires= the faces with the cell verbs): " + ", ".join(relaxation_names()) + \
         f"; {SPEC}=<N>, the spec version written against (" + \
         "; ".join(f"{number}: {text}" for number, (text, _) in SPEC_VERSIONS.items()) + \
         f"; none declared: {UNDECLARED_VERSION})"
@@ -194,7 +209,8 @@ def features_per_layout() -> str:
 
 def relaxation_names() -> list[str]:
     """The relaxations as a declaration spells them ('lossy=<tol>')."""
-    return [*FLAG_RELAXATIONS, f"{LOSSY}=<tol>", f"{MIN_HEAD_DIM}=<N>", f"{USER_CONFIG}=<key>[+<key>]"]
+    return [*FLAG_RELAXATIONS, f"{LOSSY}=<tol>", f"{MIN_HEAD_DIM}=<N>", f"{USER_CONFIG}=<key>[+<key>]",
+            f"{REQUIRES}=<precondition>[+<precondition>]"]
 
 
 def user_variants(cfg: JsonConfig, keys: frozenset[str]) -> Iterator[JsonConfig]:
@@ -280,6 +296,7 @@ class Scope:
     keep: Optional[int] = None               # keep=<N>: the one keep of every ring layer served; None: every keep
     user_config: frozenset[str] = frozenset()   # user-config=<keys>: config keys the user sets (USER_CONFIG_KEYS)
     version: int = UNDECLARED_VERSION           # spec=<N>: the spec version the target was written against
+    requires: frozenset[str] = frozenset()      # requires=<names>: the caller's documented preconditions (PRECONDITIONS)
 
     def full_for(self, layout: str) -> bool:
         """Whether the scope is the whole spec for `layout` (targets.LAYOUTS): every feature of its face,
@@ -292,7 +309,8 @@ class Scope:
         return name in self.relaxations()
 
     def relaxations(self) -> frozenset[str]:
-        return self.relaxed | frozenset(name for name, value in ((LOSSY, self.lossy), (MIN_HEAD_DIM, self.min_head_dim))
+        return self.relaxed | frozenset(name for name, value in ((LOSSY, self.lossy), (MIN_HEAD_DIM, self.min_head_dim),
+                                                                 (REQUIRES, self.requires or None))
                                         if value is not None)
 
     def narrow(self, cfg: JsonConfig) -> bool:
@@ -338,7 +356,8 @@ class Scope:
         relaxed = [name for name in FLAG_RELAXATIONS if name in self.relaxed] + \
             ([] if self.lossy is None else [f"{LOSSY}={self.lossy:g}"]) + \
             ([] if self.min_head_dim is None else [f"{MIN_HEAD_DIM}={self.min_head_dim}"]) + \
-            ([f"{USER_CONFIG}={'+'.join(sorted(self.user_config))}"] if self.user_config else [])
+            ([f"{USER_CONFIG}={'+'.join(sorted(self.user_config))}"] if self.user_config else []) + \
+            ([f"{REQUIRES}={'+'.join(sorted(self.requires))}"] if self.requires else [])
         return [name for name in EVERY_FEATURE if name in self.features] + fixed + relaxed
 
     def announced(self) -> list[str]:
@@ -427,6 +446,7 @@ def parse(value: Any, source: str) -> Scope:
     items, keep = _value_items(items, KEEP)
     items, user_keys = _value_items(items, USER_CONFIG)
     items, declared_version = _value_items(items, SPEC)
+    items, required = _value_items(items, REQUIRES)
     relaxed = frozenset(item for item in items if item in FLAG_RELAXATIONS)
     user_config = frozenset() if user_keys is None else _user_config(user_keys, relaxed)
     items = [item for item in items if item not in relaxed]
@@ -439,7 +459,7 @@ def parse(value: Any, source: str) -> Scope:
     if newer:
         items.append(f"{SPEC}={declared_version}")   # among the ignored names: an error but in a hello
     if "all" in items or (not items and (relaxed or tolerance is not None or narrowest is not None
-                                         or declared_version is not None)):
+                                         or declared_version is not None or required is not None)):
         # relaxations (or a version) alone relax the whole spec of that version: `--scope trusted-args` leaves
         # out no feature of spec 1, `spec=2` is every feature of spec 2
         items = [name for name in items if name != "all"] + sorted(features_of(version))
@@ -449,7 +469,8 @@ def parse(value: Any, source: str) -> Scope:
         raise ScopeError(f"{KEEP}={keep}: a keep above 0 is a ring's sinks; the scope must have 'sinks'"[:200])
     return Scope(known, source, tuple(sorted({item for item in items if item not in EVERY_FEATURE})), max_seqs,
                  relaxed, None if tolerance is None else _tolerance(tolerance),
-                 None if narrowest is None else _min_head_dim(narrowest), fixed_keep, user_config, version)
+                 None if narrowest is None else _min_head_dim(narrowest), fixed_keep, user_config, version,
+                 frozenset() if required is None else _preconditions(required))
 
 
 def _version(text: str) -> int:
@@ -471,6 +492,16 @@ def _user_config(text: str, relaxed: frozenset[str]) -> frozenset[str]:
         raise ScopeError(f"{USER_CONFIG}={text} qualifies '{TRUSTED_ARGS}': without it every invalid configuration "
                          "is sent already"[:200])
     return keys
+
+
+def _preconditions(text: str) -> frozenset[str]:
+    """requires=<name>[+<name>]: names of PRECONDITIONS (an unknown one is an error: a typo must not send a
+    call the target was promised it would not get, nor keep back one it owes)."""
+    names = frozenset(part.strip() for part in text.split("+"))
+    if not names <= PRECONDITIONS.keys():
+        raise ScopeError(f"{REQUIRES}={text}: the preconditions are {', '.join(PRECONDITIONS)}, joined by '+' "
+                         f"(requires=ids-in-range+whole-copies)"[:300])
+    return names
 
 
 def _fixed_keep(text: str) -> int:
@@ -561,6 +592,7 @@ def widened(cfg: JsonConfig, narrowest: int) -> JsonConfig:
 OP_LAYOUTS = ("op-contiguous", "op-cell")
 RELAXATION_LAYOUTS: dict[str, tuple[str, ...]] = {name: OP_LAYOUTS for name in RELAXATIONS}
 RELAXATION_LAYOUTS[UNBOUNDED] = RELAXATION_LAYOUTS[NO_LENGTH] = ("op-contiguous",)   # no-length: used() is contiguous
+RELAXATION_LAYOUTS[REQUIRES] = ("op-cell", "cell-recompute")   # the faces with the cell verbs (SCOPE-REQUIRES)
 
 
 def check_layout(scope: Scope, layout: str) -> None:

@@ -35,7 +35,9 @@ from ... import model
 from ... import op_model as om
 from ..configs import JsonConfig, config, layer
 from ..consequences import Consequences
-from ..engine import LENIENT, WRONG, Accepted, Drive, Engine, Finding, Refused, RunResult, Step, Stop, Verdict, _same
+from ..engine import LENIENT, NOT_SENT, WRONG, Accepted, Drive, Engine, Finding, Refused, RunResult, Step, Stop, \
+    Verdict, _same
+from ..preconditions import broken, not_sent_note
 
 VOCAB = 32          # tokens are ints in [0, VOCAB): a target's vocabulary holds at least these
 CHECK_ALL = 4       # a decode of at most this many tokens has every output checked
@@ -299,6 +301,8 @@ class RecomputeEngine(Engine):
                  "keep": ("seq",), "add": ("seq", "p0", "p1", "delta")}[op]
         args: dict[str, Any] = {name: step.get(name) for name in names}
         method = str({"cp": "seq_cp", "rm": "seq_rm", "keep": "seq_keep", "add": "seq_add"}.get(op, op))
+        if self.kept_back(method, args):
+            return NOT_SENT
         self.result.steps.append(dict(step))
         verdict, outcome = self.checked(method, args)
         if isinstance(verdict, Accepted):
@@ -321,6 +325,8 @@ class RecomputeEngine(Engine):
             self.result.skipped.add(f"a decode past a sequence's next position (a gap) needs the scope feature "
                                     f"{GAPS!r}: the program ends there unjudged")
             raise Unjudged()
+        if self.kept_back("decode", {"seq_ids": seqs, "positions": positions}):
+            return NOT_SENT
         tokens = [token_of(self.uids + i) for i in range(len(seqs))]
         concrete: Step = {"op": "decode", "seqs": seqs, "positions": positions}
         self.result.steps.append(concrete)
@@ -337,6 +343,15 @@ class RecomputeEngine(Engine):
             self.check_outputs(seqs, positions, outcome.value)
             self.observe(f"after decode({seqs}, {positions})", "CELL-OWNERS")
         return self.result.steps.pop()
+
+    def kept_back(self, method: str, args: dict[str, Any]) -> bool:
+        """Whether the call breaks a precondition the target's scope requires (SPEC.md 2.9): then it is not
+        sent, the model does not follow it either (the spec refuses it, or - a partial copy - it is left out
+        of the program), and the report says so."""
+        name = broken((self.scope or self.target.declared_scope()).requires, method, args, self.table.held)
+        if name is not None:
+            self.result.skipped.add(not_sent_note(name))
+        return name is not None
 
     # --- CELL-RECOMPUTE --------------------------------------------------------------------------------
     def check_outputs(self, seqs: list[int], positions: list[int], outputs: Any) -> None:
@@ -419,13 +434,16 @@ class RecomputeConsequences(Consequences):
         nxt = self._int("next_pos", {"seq": dst})
         if nxt is None or nxt <= max(e[0] for e in own + copy):
             return
+        histories = [tuple(sorted(rows)) for rows in (own, copy)]
+        if not all(cm.recompute_decidable(engine.ocfg.n_layers, rows, engine.written_over) for rows in histories):
+            return   # with more than one layer a recompute over rows written over others is no oracle (CELL-RECOMPUTE)
         token = token_of(engine.uids)
         engine.uids += 1
         self.steps.append({"op": "decode", "seqs": [dst], "positions": [nxt]})
         got = self._ask("decode", {"seq_ids": [dst], "positions": [nxt], "tokens": [token]})
         if not got.ok or not isinstance(got.value, list) or len(got.value) != 1:
             return
-        candidates = [engine.recompute(tuple(sorted(rows)) + ((nxt, token, -1),)) for rows in (own, copy)]
+        candidates = [engine.recompute(rows + ((nxt, token, -1),)) for rows in histories]
         if any(want is None for want in candidates):
             return
         if not any(cm.outputs_agree(got.value[0], want) for want in candidates if want is not None):

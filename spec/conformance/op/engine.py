@@ -31,9 +31,10 @@ from ... import op_model
 from ...rules import RULES
 from .. import scope as scopes
 from ..configs import JsonConfig, describe
-from ..engine import CRASH, LENIENT, OVER_STRICT, WRONG, Caller, Drive, Finding, RunResult, Step, Stop
+from ..engine import CRASH, LENIENT, NOT_SENT, OVER_STRICT, WRONG, Caller, Drive, Finding, RunResult, Step, Stop
 from ..malform import (CLAUSE_PREFIX, DIM, INT, POSITIONS, TENSOR, Case, case_of, config_case, dim_value,
                        int_value, malformed_positions, sendable, sizes_of)
+from ..preconditions import broken, not_sent_note
 from ..targets import Outcome, Target
 from ..wire import Unreadable
 from . import pictures
@@ -333,6 +334,11 @@ class OpEngine(Caller):
                            "OP-FORK"),
                     "rm": ("seq_rm", {"seq": step.get("seq"), "p0": step.get("p0"), "p1": step.get("p1")}, "OP-RM")}
         method, args, rule = verdicts[op]
+        required = self.declared_scope().requires   # a documented precondition the call breaks: not sent (SPEC.md 2.9)
+        kept_back = broken(required, method, args, self.model.held) if self.mcfg.kind == op_model.CELL else None
+        if kept_back is not None:
+            self.result.skipped.add(not_sent_note(kept_back))
+            return NOT_SENT
         before = self.model.abandoned
         self.before_call = self.model.snapshot()
         if op == "begin":
@@ -707,7 +713,6 @@ class OpEngine(Caller):
         return stop
 
 
-NOT_SENT: Step = {"op": "not sent"}   # run_step's answer for a step the target's scope leaves out
 
 
 class _Unjudged(Exception):
