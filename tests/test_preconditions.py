@@ -1,4 +1,4 @@
-"""Documented preconditions on caller errors (the scope relaxation `requires=`, SPEC.md 2.9): which call breaks
+"""Documented preconditions on caller errors (the scope relaxation `requires=`, SPEC.md 6.1): which call breaks
 which, how a scope declares them, and a target declaring one is never sent a call that breaks it - on the cell
 layout seen through its outputs and on the op face's cell cache - while the calls that keep it are judged."""
 
@@ -37,7 +37,7 @@ def test_a_precondition_is_declared_by_name_and_shown_in_the_scope() -> None:
     scope = scopes.parse(["flat", "requires=whole-copies+ids-in-range"], "test")
     assert scope.requires == {"whole-copies", "ids-in-range"} and scopes.REQUIRES in scope.relaxations()
     assert "requires=ids-in-range+whole-copies" in scope.names() and not scope.full_for("cell-recompute")
-    assert scopes.parse(["requires=ids-in-range"], "test").features == frozenset(scopes.EVERY_FEATURE)
+    assert scopes.parse(["requires=ids-in-range"], "test").features == scopes.features_of(scopes.UNDECLARED_VERSION)   # SCOPE-REQUIRES, SCOPE-VERSION
     with pytest.raises(scopes.ScopeError, match="ids-in-range"):
         scopes.parse(["flat", "requires=ids-in-rnage"], "test")   # a typo must not keep calls back
 

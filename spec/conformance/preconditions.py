@@ -1,5 +1,5 @@
 """Which call breaks which documented precondition (the scope relaxation `requires=`, scope.PRECONDITIONS;
-SPEC.md 2.9): a target declaring one is never sent a call that breaks it, on every face with the cell verbs
+SPEC.md 6.1): a target declaring one is never sent a call that breaks it, on every face with the cell verbs
 (the op face's cell cache, op/engine.py; a cell cache seen through its outputs, cell/recompute.py).
 
 A precondition is the library's word on its caller (llama.cpp asserts every id in range, and a whole-sequence
@@ -66,4 +66,4 @@ def broken(required: frozenset[str], method: str, args: Mapping[str, Any],
 
 def not_sent_note(name: str) -> str:
     """The report's line for the calls a declared precondition kept back."""
-    return f"scope: calls breaking the declared precondition {name!r} not sent (requires=, SPEC.md 2.9)"
+    return f"scope: calls breaking the declared precondition {name!r} not sent (requires=, SPEC.md 6.1)"

@@ -345,7 +345,7 @@ class RecomputeEngine(Engine):
         return self.result.steps.pop()
 
     def kept_back(self, method: str, args: dict[str, Any]) -> bool:
-        """Whether the call breaks a precondition the target's scope requires (SPEC.md 2.9): then it is not
+        """Whether the call breaks a precondition the target's scope requires (SPEC.md 6.1): then it is not
         sent, the model does not follow it either (the spec refuses it, or - a partial copy - it is left out
         of the program), and the report says so."""
         name = broken((self.scope or self.target.declared_scope()).requires, method, args, self.table.held)

@@ -1,4 +1,4 @@
-"""llama.cpp as a cell-recompute target (SPEC.md 4.4), through llama-cpp-python's low-level bindings: one
+"""llama.cpp as a cell-recompute target (SPEC.md 5.3), through llama-cpp-python's low-level bindings: one
 target per memory mode, the library's defaults first.
 
     kvcache conformance --strict --target "cmd:python -m kvcache_spec.conformance.cell.llamacpp"
@@ -12,7 +12,7 @@ The modes (MODES): llama_context_default_params() has kv_unified false and swa_f
 without a mode runs those. `unified` (one cell stream shared by every sequence: shared prefixes share cells),
 `swa_small` (each sliding layer's cache sized to its window, not to n_ctx) and `unified_swa_small` (both: the
 one target this project ran before issue 41) are targets of their own. Each declares the preconditions
-llama.cpp's source states for its mode (scope relaxation `requires=`, SPEC.md 2.9), and no more.
+llama.cpp's source states for its mode (scope relaxation `requires=`, SPEC.md 6.1), and no more.
 
 The model is written at run time, never downloaded: a tiny GGUF with random F32 weights from a fixed seed
 (vocab 32, n_embd 32, 2 heads, n_ff 64). Layers as the config says: flat layers are a llama model; a sliding
@@ -145,7 +145,7 @@ class _Llama:
         lc.llama_log_set(callback, ctypes.c_void_p(0))
 
 
-# The preconditions llama.cpp's source states on caller errors (scope relaxation `requires=`, SPEC.md 2.9):
+# The preconditions llama.cpp's source states on caller errors (scope relaxation `requires=`, SPEC.md 6.1):
 # every memory call asserts its ids in range (GGML_ASSERT in src/llama-kv-cache.cpp: seq_rm, seq_cp, seq_keep,
 # seq_add), and without kv_unified a copy between two sequences' streams asserts a whole-sequence copy
 # ("seq_cp() is only supported for full KV buffers").
@@ -154,7 +154,7 @@ STREAMS_REQUIRE = "ids-in-range+whole-copies"
 
 
 class LlamaCppCells:
-    """One llama.cpp context as a cell cache seen through its outputs (the face of SPEC.md 4.4), in the
+    """One llama.cpp context as a cell cache seen through its outputs (the face of SPEC.md 5.3), in the
     library's default memory mode: a stream per sequence (kv_unified false), full-size sliding caches
     (swa_full true)."""
 

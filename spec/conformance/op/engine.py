@@ -334,7 +334,7 @@ class OpEngine(Caller):
                            "OP-FORK"),
                     "rm": ("seq_rm", {"seq": step.get("seq"), "p0": step.get("p0"), "p1": step.get("p1")}, "OP-RM")}
         method, args, rule = verdicts[op]
-        required = self.declared_scope().requires   # a documented precondition the call breaks: not sent (SPEC.md 2.9)
+        required = self.declared_scope().requires   # a documented precondition the call breaks: not sent (SPEC.md 6.1)
         kept_back = broken(required, method, args, self.model.held) if self.mcfg.kind == op_model.CELL else None
         if kept_back is not None:
             self.result.skipped.add(not_sent_note(kept_back))
