@@ -41,7 +41,7 @@ def failing_classes(strict: bool) -> frozenset[str]:
 
 Step = dict[str, Any]
 # run_step's answer for a step the target's declared scope keeps back (a precondition it requires, SPEC.md
-# 2.9): never sent, and left out of the program as run
+# 6.1, SCOPE-REQUIRES): never sent, and left out of the program as run
 NOT_SENT: Step = {"op": "not sent"}
 
 # What the model says a call does: rejected (a caller error), refused (None / False), or a value.
