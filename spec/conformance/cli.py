@@ -44,7 +44,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--layout", choices=("sequence", "cell", "op-contiguous", "op-cell", "cell-recompute"),
                         help="the layout the target implements (default: what it declares - a python: "
                              "factory's kvcache_layout, a cmd: target's hello - else sequence)")
-    parser.add_argument("--profile", choices=sorted(PROFILES), default="quick")
+    parser.add_argument("--profile", choices=sorted(PROFILES), default="quick", help=profile_help())
     parser.add_argument("--strict", action="store_true",
                         help="lenient findings (a caller error the target served) fail the run too; without it "
                              "they are warnings. Wrong, crash and over-strict findings (a valid call refused: a "
@@ -69,11 +69,23 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--pytest", action="store_true",
                         help="print each finding's pasteable pytest test under it in the summary (the JSON "
                              "report has it too, as 'pytest')")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="print every 'skipped:' note of the run (default: one line with their count; the JSON "
+                             "report's 'skipped' always lists them all)")
     parser.add_argument("--scope", metavar="FEATURES",
                         help="override the target's declared scope: comma-separated features (or all) of "
                              f"its layout - {scopes.features_per_layout()} (max_seqs=N: a cell cache with N fixed "
                              "ids, all,max_seqs=64); configs outside it must be refused")
     return parser
+
+
+def profile_help() -> str:
+    """--profile's help, from PROFILES: its default and what each profile runs, as counts."""
+    names = sorted(PROFILES, key=lambda name: PROFILES[name].random_programs)
+    return ("default quick. Every profile runs every edge program of every configuration in scope, the border and "
+            "the invalid configurations, then random programs: "
+            + ", ".join(f"{name} {PROFILES[name].random_programs} of up to {PROFILES[name].largest} steps "
+                        f"({PROFILES[name].shrink_budget} runs to shrink a finding)" for name in names))
 
 
 def usage_problem(args: argparse.Namespace) -> Optional[str]:
@@ -281,8 +293,14 @@ def summary(report: dict[str, Any], target: str, args: argparse.Namespace, out: 
          + (f"; exact layout: {exact}" if report["layout"].get("applies", True) else ""))   # none on the op face
     for divergence in report["layout"]["divergences"][:1]:
         line(f"    first layout divergence: {divergence['divergences'][0]}")
-    for note in report["skipped"]:
-        line(f"  skipped: {note}")
+    notes = report["skipped"]
+    if args.verbose:
+        for note in notes:
+            line(f"  skipped: {note}")
+    elif notes:   # folded: the verdict and the findings stay on the first screen
+        line(f"  skipped: {len(notes)} part{'s' if len(notes) > 1 else ''} of the spec not judged here (the scope, "
+             f"the relaxations, what the target is not sent): -v prints {'them' if len(notes) > 1 else 'it'}, the "
+             f"JSON report lists {'them' if len(notes) > 1 else 'it'} under 'skipped'")
     for saved_one in report.get("saved_findings", []):
         line(f"  saved {saved_one['path']}: {'reproduces' if saved_one['reproduces'] else 'DOES NOT reproduce'} "
              f"on replay ({saved_one['replay'][:120]})")
