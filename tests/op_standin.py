@@ -740,3 +740,24 @@ contiguous_keeps_refused_rows = _factory(ContiguousKeepsRefusedRows)
 contiguous_broadcasts_v = _factory(ContiguousBroadcastsV)
 contiguous_broadcasts_one_token = _factory(ContiguousBroadcastsOneToken)
 contiguous_broadcasts_batch = _factory(ContiguousBroadcastsBatch)
+
+
+# --- issue 41: a regression behind a known defect (--baseline must show it NEW) -------------------------------
+
+class ContiguousRingTwoDefects(ContiguousRingOneTooWide):
+    """ContiguousRingOneTooWide's defect and a second sliding-window one: a step exactly as long as a ring layer's
+    window (2 or more) hides the step's first token from its last query (OP-ATTEND, a token missed). Both are
+    wrong OP-ATTEND at a fetch on a ring layer; a run against the first one's report must print the second NEW."""
+
+    def _visible(self, layer: int, seq_of: list[int], positions: list[int]) -> np.ndarray:
+        mask = super()._visible(layer, seq_of, positions)
+        window = self.windows[layer]
+        if window > 1 and len(positions) == window:
+            rows = [t for t in self.tokens if layer in t.k]
+            for j, t in enumerate(rows):
+                if t.pos == positions[0]:
+                    mask[-1, j] = False
+        return mask
+
+
+contiguous_ring_two_defects = _factory(ContiguousRingTwoDefects)

@@ -21,8 +21,8 @@ from ..report_files import open_report, report_path_problem
 from . import scope as scopes
 from .engine import CLASSES, failing_classes
 from .layouts import add_layout_hint
-from .suite import (CONFORMING, INCOMPLETE, MAX_CAUSES, PROFILES, SuiteResult, report_json, report_junit, run_suite,
-                    wrap)
+from .suite import (CONFORMING, INCOMPLETE, MAX_CAUSES, PROFILES, SuiteResult, baseline_problem, compare_to_baseline,
+                    report_json, report_junit, run_suite, wrap)
 from .targets import OP_LAYOUTS, HarnessInterrupted, Target, TargetError, parse_target, stop_on_signals
 from .vectors import save_findings
 
@@ -69,6 +69,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--pytest", action="store_true",
                         help="print each finding's pasteable pytest test under it in the summary (the JSON "
                              "report has it too, as 'pytest')")
+    parser.add_argument("--baseline", metavar="REPORT.json",
+                        help="an earlier run's --json report of the same target, profile and seed: each cause is "
+                             "printed known or NEW, and the exit status counts the new ones only (a program that "
+                             "passed there and fails now is shrunk apart from the known causes)")
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="print every 'skipped:' note of the run (default: one line with their count; the JSON "
                              "report's 'skipped' always lists them all)")
@@ -151,6 +155,13 @@ def main(argv: Optional[list[str]] = None) -> int:
             print(f"kvcache conformance: --save-findings: {error}", file=sys.stderr)
             return 2
     args.parsed_scope = scope
+    args.baseline_report = None
+    if args.baseline:
+        try:
+            args.baseline_report = json.loads(Path(args.baseline).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as error:
+            print(f"kvcache conformance: --baseline {args.baseline}: {error}", file=sys.stderr)
+            return 2
     # stdout is owned from here: even a target module printing while it is imported cannot corrupt it
     with stop_on_signals(), _protocol_stdout(args.json == "-") as out:
         target: Optional[Target] = None
@@ -172,8 +183,15 @@ def _run(target: Target, args: argparse.Namespace, out: TextIO) -> int:
     """The run and its reports; a signal stops the run, and the partial report is still written."""
     to_stdout = args.json == "-"
     result: Optional[SuiteResult] = None
+    problem = None if args.baseline_report is None else \
+        baseline_problem(args.baseline_report, args.profile, args.seed)
+    if problem:
+        target.close()
+        print(f"kvcache conformance: --baseline {args.baseline}: {problem}", file=sys.stderr)
+        return 2
     try:
-        result = run_suite(target, args.profile, args.seed, scope=args.parsed_scope, layout=args.layout)
+        result = run_suite(target, args.profile, args.seed, scope=args.parsed_scope, layout=args.layout,
+                           baseline=args.baseline_report)
     finally:
         try:
             if result is not None and result.interrupted:
@@ -183,6 +201,8 @@ def _run(target: Target, args: argparse.Namespace, out: TextIO) -> int:
         except HarnessInterrupted:   # stopped while saying goodbye: the run itself is complete
             target.kill()
     report = report_json(result, args.strict, args.exact_layout)
+    if args.baseline_report is not None:
+        report["baseline"] = compare_to_baseline(report, args.baseline_report, args.baseline)
     add_layout_hint(report, result.interrupted, target)
     saved = None
     op_face = target.layout in OP_LAYOUTS
@@ -219,7 +239,7 @@ def _run(target: Target, args: argparse.Namespace, out: TextIO) -> int:
         print(f"kvcache conformance: cannot write the report: {error}", file=sys.stderr)
         return 2
     summary(report, result.target, args, sys.stderr if to_stdout else sys.stdout)
-    return EXIT_CODES[report["verdict"]]
+    return EXIT_CODES[report["baseline"]["verdict"] if "baseline" in report else report["verdict"]]
 
 
 def save(result: SuiteResult, directory: str, target: Target, scope: Optional[scopes.Scope]) -> list[dict[str, Any]]:
@@ -265,8 +285,17 @@ def summary(report: dict[str, Any], target: str, args: argparse.Namespace, out: 
         unshrunk = sum(1 for finding in findings if not finding["shrunk"])
         paragraph("  ", f"{len(findings)} distinct causes: " + ", ".join(f"{name} {count}" for name, count in groups.items())
                   + (f" ({unshrunk} not shrunk: past the shrink cap, kept as found)" if unshrunk else ""))
+    compared = report.get("baseline")
+    if compared:
+        paragraph("  ", f"baseline {compared['report']}: {compared['known']} known causes, {compared['new']} NEW"
+                  + (f" ({compared['newly_failing_programs']} programs that passed there fail now)"
+                     if compared["newly_failing_programs"] else "")
+                  + ("" if compared["same_programs"] else "; its run planned other programs (another scope or "
+                     "layout?): causes are compared by their keys only")
+                  + (f"; {len(compared['gone'])} of its causes not seen now: {'; '.join(compared['gone'])}"
+                     if compared["gone"] else ""))
     for index, finding in enumerate(findings):
-        if finding["cause"] > MAX_CAUSES and not args.all_causes:   # named below its rule's first causes
+        if finding["cause"] > MAX_CAUSES and not args.all_causes and finding.get("baseline") != "new":
             if index + 1 == len(findings) or findings[index + 1]["rule"] != finding["rule"] or \
                     findings[index + 1]["class"] != finding["class"]:
                 paragraph(INDENT, f"... and {finding['causes_of_rule'] - MAX_CAUSES} more causes of "
@@ -275,6 +304,8 @@ def summary(report: dict[str, Any], target: str, args: argparse.Namespace, out: 
             continue
         cause = f" (cause {finding['cause']} of {finding['causes_of_rule']})" if finding["causes_of_rule"] > 1 else ""
         head = f"  {finding['class']:<11} {finding['rule']:<15} "
+        if "baseline" in finding:   # known or NEW against the baseline, first on the line
+            head = f"  {'NEW' if finding['baseline'] == 'new' else 'known':<5} {finding['class']:<11} {finding['rule']:<15} "
         paragraph(head, finding["message"] + cause)
         paragraph(INDENT, f"cause: {finding['label']}" + ("" if finding["shrunk"] else " [NOT SHRUNK]"))
         paragraph(INDENT, f"config {finding['config_name']}; {len(finding['steps'])} steps: "
@@ -308,6 +339,9 @@ def summary(report: dict[str, Any], target: str, args: argparse.Namespace, out: 
         line(f"  hint: {report['hint']}")   # one line, as the JSON has it
     partial = report.get("scope", {}).get("full") is False
     verdict = report["verdict"]
+    if compared:
+        line(f"  against the baseline: {compared['verdict']}{' (strict)' if args.strict else ''} "
+             f"({compared['new']} new causes; the exit status is this verdict's)")
     line(f"  {verdict}{' (strict)' if args.strict else ''}"
          + (f" within the scope {','.join(report['scope']['features'])} only" if partial else "")
          + (f": {coverage['incomplete'][0]}" if verdict == INCOMPLETE else ""))

@@ -71,6 +71,10 @@ class Finding:
     # and the safety property it broke (consequences.SAFETY): two properties broken under one rule
     # after the same kind of step are two causes
     safety: str = ""
+    # what tells two defects of one class and rule apart at the same call (part of a cause, suite/account.py):
+    # the invalid value class a config was accepted with ("op.create.capacity bool"), whether an answer
+    # attends tokens the spec does not or misses some it does; "" when the rule's words say it all
+    detail: str = ""
 
     def key(self) -> tuple[str, str]:
         return (self.kind, self.rule)
@@ -107,6 +111,24 @@ class OverBudget(Exception):
     """The target's pools (its depth) need more harness work than the run's row budget allows."""
 
 
+def value_class(value: Any) -> str:
+    """An invalid value's class, as the causes of accepted invalid configurations are told apart by: a bool is
+    not an int, zero not a negative."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return type(value).__name__
+    return "0" if value == 0 else "negative" if value < 0 else "int"
+
+
+def invalid_value_class(cfg: JsonConfig, argument: str) -> str:
+    """The value class of a rejected config's faulty `argument`: the key's own value, else each layer's."""
+    if argument in cfg:
+        return f"{argument} {value_class(cfg[argument])}"
+    layers = cfg.get("layers")
+    found = sorted({value_class(entry[argument]) for entry in layers if isinstance(entry, dict) and argument in entry}) \
+        if isinstance(layers, list) else []
+    return f"{argument} {','.join(found) or 'absent'}"
+
+
 class Stop(Exception):
     def __init__(self, finding: Finding) -> None:
         super().__init__(finding.message)
@@ -140,8 +162,8 @@ class Caller:
         self.judged: Optional[tuple[str, dict[str, Any], Outcome]] = None
         self.malformed: Optional[Case] = None   # the argument clause the step running breaks (malform.py)
 
-    def _fail(self, kind: str, rule: str, message: str) -> Stop:
-        return Stop(Finding(kind, rule, message, self.index))
+    def _fail(self, kind: str, rule: str, message: str, detail: str = "") -> Stop:
+        return Stop(Finding(kind, rule, message, self.index, detail=detail))
 
     def show(self, args: dict[str, Any]) -> str:
         """A call's arguments as a finding's message shows them."""
@@ -305,7 +327,8 @@ class Engine(Caller):
             self.result.exercised.add(rule)
             if created.ok:
                 raise self._fail(LENIENT, rule, f"create accepted a config the spec rejects ({rule}, "
-                                                f"{self.rejected_config.argument})")
+                                                f"{self.rejected_config.argument})",
+                                 invalid_value_class(self.cfg, self.rejected_config.argument))
             raise ConfigRejected()
         if not created.ok:
             raise self._fail(OVER_STRICT, "CFG-TYPE", f"create refused a valid config: {created.error}")

@@ -161,7 +161,8 @@ class OpEngine(Caller):
                 self.result.exercised |= {CLAUSE_PREFIX + case.clause.id, CLAUSE_PREFIX + case.name}
             if created.ok:
                 raise self._fail(LENIENT, rule, f"create accepted a config the spec rejects ({rule}: "
-                                                f"{self.rejected_config.why}" + (f"; {case.name}" if case else "") + ")")
+                                                f"{self.rejected_config.why}" + (f"; {case.name}" if case else "") + ")",
+                                 case.name if case else self.rejected_config.case or self.rejected_config.why)
             return False
         self.outside = (self.scope or self.target.scope).missing(self.cfg)
         if self.outside and not created.ok:
@@ -652,12 +653,13 @@ class OpEngine(Caller):
                             raise self._fail(WRONG, "OP-ATTEND", f"query {i} (batch {b}, head {h}) attends row {row}, "
                                                                  f"whose K {row_text(k_hist[b, h, row])} / V "
                                                                  f"{row_text(v_hist[b, h, row])} are not one token's, "
-                                                                 f"written on layer {layer} for this batch row and head")
+                                                                 f"written on layer {layer} for this batch row and head",
+                                             "a row not one token's")
                     got = sorted(int(u) for u in k_uids[seen])
                     if got != attends[i]:
                         raise self._fail(WRONG, "OP-ATTEND", f"query {i} (batch {b}, head {h}) attends tokens {got}, "
                                                              f"the spec says {attends[i]} (token numbers in the order "
-                                                             f"written)")
+                                                             f"written)", attend_detail(got, attends[i]))
         self.result.exercised.add("OP-ATTEND")
         if cfg.keep(layer):
             self.result.exercised.add("OP-SINKS")
@@ -689,6 +691,17 @@ def _case(rejected: op_model.Rejected) -> str:
         if word in why:
             return f"{rejected.rule} {word}"
     return rejected.rule
+
+
+def attend_detail(got: list[int], want: list[int]) -> str:
+    """How an answer's attended tokens differ from the spec's (a cause's detail): a window one too wide attends a
+    token the spec does not, a ring that drops too early misses one - two defects, not one."""
+    extra, missing = sorted(set(got) - set(want)), sorted(set(want) - set(got))
+    if extra and missing:
+        return "attends tokens the spec does not and misses some it does"
+    if extra:
+        return "attends tokens the spec does not"
+    return "misses tokens the spec attends" if missing else "attends a token twice"
 
 
 def _is_count(value: Any) -> bool:

@@ -10,10 +10,10 @@ from .account import Reported, SuiteResult, cause, how_it_crashed
 from .drive import border, replay, run_suite
 from .plan import (CONFORMING, CRASH_SHRINK_BUDGET, INCOMPLETE, MAX_CAUSES, MAX_CRASHES, MAX_SHRINKS, NOT_CONFORMING,
                    PROFILES, REPORT_FORMAT, SAME_CRASH_IN_A_ROW, Profile, declared_scope)
-from .report import coverage_json, pytest_text, report_json, report_junit, wrap
+from .report import baseline_problem, compare_to_baseline, coverage_json, pytest_text, report_json, report_junit, wrap
 from .shrink import shrink
 
 __all__ = ["CONFORMING", "CRASH_SHRINK_BUDGET", "INCOMPLETE", "MAX_CAUSES", "MAX_CRASHES", "MAX_SHRINKS",
            "NOT_CONFORMING", "PROFILES", "REPORT_FORMAT", "SAME_CRASH_IN_A_ROW", "Profile", "Reported", "SuiteResult",
-           "border", "cause", "coverage_json", "declared_scope", "how_it_crashed", "pytest_text", "replay",
+           "baseline_problem", "border", "cause", "compare_to_baseline", "coverage_json", "declared_scope", "how_it_crashed", "pytest_text", "replay",
            "report_json", "report_junit", "run_suite", "shrink", "wrap"]

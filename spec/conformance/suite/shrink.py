@@ -17,7 +17,8 @@ from typing import Any, Callable, Iterator, Optional
 from ... import model, op_model
 from ..configs import JsonConfig, to_model
 from ..engine import CRASH, WRONG, Finding, RunResult, Step
-from .account import (_ALONE, Accounting, Reported, _crash_kind, _group, _op_kind, _rewind_kind, cause)
+from .account import (_ALONE, Accounting, Reported, _crash_kind, _group, _op_kind, _rewind_kind, cause,
+                      program_key)
 from .plan import MAX_CRASHES, MAX_SHRINKS, UNSHRUNK
 
 Check = Callable[[JsonConfig, list[Step]], Optional[Finding]]
@@ -119,14 +120,14 @@ def shrink(cfg: JsonConfig, program: list[Step], finding: Finding, check: Check,
     smaller value: the result is minimal in each of them. The third value says whether the budget let
     that last round finish (else the result is only smaller).
     """
-    want = finding.key(), _served_as(finding)
+    want = finding.key(), _served_as(finding), finding.detail
     runs = 0
 
     def same(c: JsonConfig, p: list[Step]) -> bool:
         nonlocal runs
         runs += 1
         got = check(c, p)
-        return got is not None and (got.key(), _served_as(got)) == want
+        return got is not None and (got.key(), _served_as(got), got.detail) == want
 
     def budget_left() -> bool:
         return runs < budget
@@ -253,6 +254,7 @@ class Shrinking(Accounting):
         """A program's finding (or the consequence of its lenient step): counted, then kept - shrunk
         first, unless its cause is most likely kept."""
         result = self.result
+        result.failing_programs.add(self.program_number)
         if result.first_counterexample is None:
             result.first_counterexample = time.monotonic() - self.started
             result.first_counterexample_programs = result.programs
@@ -271,7 +273,8 @@ class Shrinking(Accounting):
         # The cause as far as it is known before shrinking, from the whole run: its last operation,
         # and a single rewind or a chain (the last step alone cannot tell them apart: a single unsound
         # rewind was folded into the chain finding that way).
-        quick_cause = cause(finding, cfg, run.steps)
+        # a program that newly fails (--baseline) is its own cause until shrunk: never skipped as a known one
+        quick_cause = (self.newly_failing(), *cause(finding, cfg, run.steps))
         group = _group(finding)
         if kept and quick_cause in self.causes_seen:
             self.causes_seen[quick_cause].hits += 1   # most likely a cause already kept: not worth another shrink
@@ -309,7 +312,7 @@ class Shrinking(Accounting):
                       if r is not reported and r.finding.kind == reported.finding.kind]
             last = _op_kind(reported.steps[-1]) if reported.steps else "create"
             into = next((other for shorter in _one_step_shorter(reported.steps)
-                         for seen in self.findings_of(reported.config, shorter)
+                         for seen in self.findings_of(reported.config, shorter, reported.new)
                          if seen.steps and _op_kind(seen.steps[-1]) == last   # the same failing call
                          for other in others if other.same_cause(seen)), None)
             if into is None:
@@ -322,13 +325,14 @@ class Shrinking(Accounting):
             else:
                 del causes[key], self.result.findings[key]
 
-    def findings_of(self, cfg: JsonConfig, steps: list[Step]) -> Iterator[Reported]:
-        """What a program shows: its lockstep finding, then the consequence of its lenient step."""
+    def findings_of(self, cfg: JsonConfig, steps: list[Step], new: bool = False) -> Iterator[Reported]:
+        """What a program shows: its lockstep finding, then the consequence of its lenient step (`new`: as the
+        findings of a program that newly fails, --baseline)."""
         run = self.run_checked(cfg, steps, fresh=False)
         if run.finding is not None:
-            yield Reported(run.finding, cfg, run.steps)
+            yield Reported(run.finding, cfg, run.steps, new=new)
         if run.consequence is not None:
-            yield Reported(run.consequence, cfg, run.consequence_steps)
+            yield Reported(run.consequence, cfg, run.consequence_steps, new=new)
 
     def caused_by_its_entry(self, consequence: Finding, cfg: JsonConfig, steps: list[Step]) -> bool:
         """A consequence is the entry step's when the program without that step shows no wrong answer
@@ -379,11 +383,16 @@ class Shrinking(Accounting):
         failing_op = _op_kind(run.steps[-1]) if run.steps else "create"
         rewinds = _rewind_kind(run.steps)   # likewise kept: a chain must not slip to a single rewind
 
+        apart = self.newly_failing() and bool(self.options.known_programs)
+
         def candidate(c: JsonConfig, p: list[Step]) -> Optional[Finding]:
             tried = self.run_checked(c, p, fresh=crash, consequence=consequence)
             got = tried.finding
             if (got is None or not tried.steps or _op_kind(tried.steps[-1]) != failing_op
                     or _rewind_kind(tried.steps) != rewinds or got.safety != finding.safety):
+                return None
+            # a newly failing program is shrunk apart from the known causes: never onto one of their programs
+            if apart and program_key(c, tried.steps) in self.options.known_programs:
                 return None
             if crash and got.kind == CRASH and _crash_kind(got.message) == _crash_kind(finding.message):
                 return replace(got, rule=finding.rule)
