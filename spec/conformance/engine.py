@@ -95,6 +95,9 @@ class RunResult:
     # broken safety property (consequences.py), and the concrete steps up to it.
     consequence: Optional[Finding] = None
     consequence_steps: list[Step] = field(default_factory=list)
+    # where the program stopped unjudged: a step outside the declared scope, whose meaning only the features the
+    # target left out define ("" when every step was judged or a finding ended it)
+    unjudged: str = ""
 
     def as_consequence(self) -> "RunResult":
         """This run seen through its consequence: the consequence as the finding, with its steps."""

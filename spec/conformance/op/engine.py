@@ -208,6 +208,7 @@ class OpEngine(Caller):
                 while self.index < len(program):
                     concrete = self.run_step(program[self.index])
                     if concrete is None:   # a step outside the declared scope: the rest is not judged
+                        self.result.unjudged = f"step {self.index}"
                         break
                     if concrete is NOT_SENT:   # a verb of a feature outside the scope (trim): left out of the
                         del program[self.index]   # program itself, so a step index is its place in what was sent
@@ -215,7 +216,7 @@ class OpEngine(Caller):
                     self.result.steps.append(concrete)
                     self.index += 1
         except _Unjudged:
-            pass
+            self.result.unjudged = f"step {self.index}"
         except Stop as stop:
             entry = stop.finding
             if self.current is not None and entry.step_index == len(self.result.steps):

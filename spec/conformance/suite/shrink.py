@@ -283,6 +283,9 @@ class Shrinking(Accounting):
             # past the shrink cap a new cause is still kept, as found and marked: no cap hides a cause
             self.causes_seen[quick_cause] = self.keep(finding, cfg, run.steps, UNSHRUNK, shrunk=False)
             return
+        if consequence and not crash and self.blame(finding, cfg, run.steps) == "unjudged":
+            self.unjudged_past(finding)   # a call outside the scope explains it: nothing to shrink
+            return
         result.shrinks[group] = result.shrinks.get(group, 0) + 1
         small_cfg, final, note = self.shrunk(finding, cfg, program, run, consequence)
         if not crash and final.finding is not None:   # a chain the shrink kept: is its last rewind enough?
@@ -334,15 +337,43 @@ class Shrinking(Accounting):
         if run.consequence is not None:
             yield Reported(run.consequence, cfg, run.consequence_steps, new=new)
 
+    def blame(self, consequence: Finding, cfg: JsonConfig, steps: list[Step]) -> str:
+        """Which call explains a consequence: "entry" (its entry step: the program without that step is judged and
+        shows no wrong answer or crash), "own" (a wrong answer or a crash the program shows without it: a defect of
+        its own, which that program's lockstep reports under its own rule - an unsound rewind after an over-strict
+        one is the rewind's finding, not the refusal's) or "unjudged" (without it the program reaches a call outside
+        the declared scope: unjudged from there, never a finding - SPEC.md 2.9, that call's meaning is the features
+        the target left out). An entry whose removal leaves the same wrong answer at the same call (past the next
+        refused or lenient call, which then becomes the entry) explains nothing: the blame moves to that next one,
+        down to the last call (a refusal that changed nothing is not charged with the answer of the call after it)."""
+        while 0 <= consequence.after_index < len(steps):
+            without = steps[:consequence.after_index] + steps[consequence.after_index + 1:]
+            again = self.run_checked(cfg, without, fresh=consequence.kind == CRASH)
+            if again.unjudged:
+                return "unjudged"
+            if again.finding is None:
+                return "entry"
+            if again.finding.kind in (WRONG, CRASH):
+                return "own"
+            following = again.consequence   # the next entry's: the same break at the same call?
+            if following is None or following.safety != consequence.safety or \
+                    following.step_index != consequence.step_index - 1:
+                return "entry"
+            consequence, steps = following, again.consequence_steps
+        return "entry"
+
     def caused_by_its_entry(self, consequence: Finding, cfg: JsonConfig, steps: list[Step]) -> bool:
-        """A consequence is the entry step's when the program without that step shows no wrong answer
-        or crash: otherwise it is a defect of its own, which that program's lockstep reports (an
-        unsound rewind after an over-strict one is the rewind's finding, not the refusal's)."""
-        if not 0 <= consequence.after_index < len(steps):
-            return True
-        without = steps[:consequence.after_index] + steps[consequence.after_index + 1:]
-        again = self.run_checked(cfg, without, fresh=consequence.kind == CRASH)
-        return again.finding is None or again.finding.kind not in (WRONG, CRASH)
+        """A consequence is kept only when its entry explains it (`blame`); one a call outside the declared scope
+        explains leaves a skipped note."""
+        blamed = self.blame(consequence, cfg, steps)
+        if blamed == "unjudged":
+            self.unjudged_past(consequence)
+        return blamed == "entry"
+
+    def unjudged_past(self, consequence: Finding) -> None:
+        self.result.skipped.add(f"consequences: a break past a {consequence.after} step that the program shows "
+                                f"without that step too, at a call outside the declared scope, is not charged to "
+                                f"it: the program is unjudged from that call")
 
     def single_if_alone(self, finding: Finding, cfg: JsonConfig, program: list[Step], run: RunResult,
                         consequence: bool = False) -> tuple[list[Step], RunResult]:
@@ -393,6 +424,9 @@ class Shrinking(Accounting):
                 return None
             # a newly failing program is shrunk apart from the known causes: never onto one of their programs
             if apart and program_key(c, tried.steps) in self.options.known_programs:
+                return None
+            # nor a consequence onto a program its entry does not explain (outside the scope without it)
+            if consequence and self.blame(got, c, tried.steps) == "unjudged":
                 return None
             if crash and got.kind == CRASH and _crash_kind(got.message) == _crash_kind(finding.message):
                 return replace(got, rule=finding.rule)
