@@ -75,3 +75,20 @@ def test_each_invalid_value_accepted_is_its_own_cause() -> None:
     finally:
         target.close()
     assert len(found) == 2 and found["op.create.capacity 0"] != found["op.create.capacity bool"]
+
+
+def test_against_reports_a_program_wrong_on_one_target_only(tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """--against: the old version (one defect) and the new (a second one) on the same programs; the programs wrong
+    on the new one only are reported, shrunk on both; the exit status says a program fails here only."""
+    code, report = _run(tmp_path, TWO, "against", "--against", ONE)
+    printed = capsys.readouterr().out
+    against = report["against"]
+    assert code == 1 and against["same_programs"] and against["only_there_programs"] == 0
+    assert against["only_here_programs"] > 0
+    found = {(d["label"], d["config_name"], json.dumps(d["steps"])) for d in against["only_here"]}
+    assert ("wrong OP-ATTEND: at fetch (misses tokens the spec attends); ring", "cap 2, ring(2)",
+            json.dumps([{"op": "fetch", "layer": 0, "positions": [0, 1]}])) in found
+    assert all(d["shrunk"] and d["wrong_on"] == TWO and d["right_on"] == ONE for d in against["only_here"])
+    assert "programs wrong here only" in printed
+    assert main(["--target", ONE, "--against", TWO, "--baseline", "x.json"]) == 2   # one comparison at a time

@@ -23,6 +23,7 @@ from .engine import CLASSES, failing_classes
 from .layouts import add_layout_hint
 from .suite import (CONFORMING, INCOMPLETE, MAX_CAUSES, PROFILES, SuiteResult, baseline_problem, compare_to_baseline,
                     report_json, report_junit, run_suite, wrap)
+from .suite.against import differences
 from .targets import OP_LAYOUTS, HarnessInterrupted, Target, TargetError, parse_target, stop_on_signals
 from .vectors import save_findings
 
@@ -73,6 +74,10 @@ def _parser() -> argparse.ArgumentParser:
                         help="an earlier run's --json report of the same target, profile and seed: each cause is "
                              "printed known or NEW, and the exit status counts the new ones only (a program that "
                              "passed there and fails now is shrunk apart from the known causes)")
+    parser.add_argument("--against", metavar="TARGET",
+                        help="another target (the library's other version, e.g. a cmd: target in its own "
+                             "environment) run on the same programs: each program wrong on one and right on the "
+                             "other is reported, shrunk on both; the exit status is 1 when a program fails here only")
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="print every 'skipped:' note of the run (default: one line with their count; the JSON "
                              "report's 'skipped' always lists them all)")
@@ -96,6 +101,8 @@ def usage_problem(args: argparse.Namespace) -> Optional[str]:
     """Everything checkable before the run: one line naming the option, or None."""
     if not (math.isfinite(args.timeout) and args.timeout > 0):
         return f"--timeout {args.timeout}: seconds per request must be a finite number above 0"
+    if args.against is not None and args.baseline:
+        return "--against and --baseline: one comparison at a time"
     if args.junit == "-":
         return "--junit -: the JUnit report needs a file (only --json may go to stdout)"
     for option, path in (("--json", args.json), ("--junit", args.junit)):
@@ -183,6 +190,7 @@ def _run(target: Target, args: argparse.Namespace, out: TextIO) -> int:
     """The run and its reports; a signal stops the run, and the partial report is still written."""
     to_stdout = args.json == "-"
     result: Optional[SuiteResult] = None
+    compared: Optional[dict[str, Any]] = None
     problem = None if args.baseline_report is None else \
         baseline_problem(args.baseline_report, args.profile, args.seed)
     if problem:
@@ -192,6 +200,13 @@ def _run(target: Target, args: argparse.Namespace, out: TextIO) -> int:
     try:
         result = run_suite(target, args.profile, args.seed, scope=args.parsed_scope, layout=args.layout,
                            baseline=args.baseline_report)
+        if args.against is not None and not result.interrupted:
+            other = parse_target(args.against, timeout=args.timeout, isolate=args.isolate)
+            try:
+                other_result = run_suite(other, args.profile, args.seed, scope=args.parsed_scope, layout=args.layout)
+                compared = differences(target, result, other, other_result, PROFILES[args.profile].shrink_budget)
+            finally:
+                other.close()
     finally:
         try:
             if result is not None and result.interrupted:
@@ -203,6 +218,8 @@ def _run(target: Target, args: argparse.Namespace, out: TextIO) -> int:
     report = report_json(result, args.strict, args.exact_layout)
     if args.baseline_report is not None:
         report["baseline"] = compare_to_baseline(report, args.baseline_report, args.baseline)
+    if args.against is not None and compared is not None:
+        report["against"] = compared
     add_layout_hint(report, result.interrupted, target)
     saved = None
     op_face = target.layout in OP_LAYOUTS
@@ -239,6 +256,8 @@ def _run(target: Target, args: argparse.Namespace, out: TextIO) -> int:
         print(f"kvcache conformance: cannot write the report: {error}", file=sys.stderr)
         return 2
     summary(report, result.target, args, sys.stderr if to_stdout else sys.stdout)
+    if "against" in report:   # a regression is a program wrong here and right on the other target
+        return 1 if report["against"]["only_here_programs"] else 3 if report["verdict"] == INCOMPLETE else 0
     return EXIT_CODES[report["baseline"]["verdict"] if "baseline" in report else report["verdict"]]
 
 
@@ -339,6 +358,16 @@ def summary(report: dict[str, Any], target: str, args: argparse.Namespace, out: 
         line(f"  hint: {report['hint']}")   # one line, as the JSON has it
     partial = report.get("scope", {}).get("full") is False
     verdict = report["verdict"]
+    against = report.get("against")
+    if against:
+        for key, where in (("only_here", "here only"), ("only_there", f"on {against['against']} only")):
+            line(f"  against {against['against']}: {against[f'{key}_programs']} programs wrong {where}"
+                 + ("" if against["same_programs"] else " (the two runs planned other programs: compare with care)"))
+            for difference in against[key]:
+                paragraph(INDENT, f"{difference['label']}" + ("" if difference["shrunk"] else " [NOT SHRUNK]")
+                          + f": {difference['message']}")
+                paragraph(INDENT, f"config {difference['config_name']}; {len(difference['steps'])} steps: "
+                                  f"{json.dumps(difference['steps'])} (right on {difference['right_on']})")
     if compared:
         line(f"  against the baseline: {compared['verdict']}{' (strict)' if args.strict else ''} "
              f"({compared['new']} new causes; the exit status is this verdict's)")

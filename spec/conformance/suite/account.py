@@ -140,6 +140,8 @@ class SuiteResult:
     declared: dict[str, Any] = field(default_factory=dict)   # scope.summary: the declared features, what was left out
     shrinks: dict[tuple[str, ...], int] = field(default_factory=dict)
     failing_programs: set[int] = field(default_factory=set)   # the numbers of the programs that showed a finding
+    # and each one's configuration and program as planned (in memory only: --against runs them on another target)
+    failing_steps: dict[int, tuple[JsonConfig, list[Step]]] = field(default_factory=dict)
 
     def classes(self) -> set[str]:
         return {kind for kind, _ in self.findings}
@@ -176,6 +178,7 @@ class Accounting:
         self.last_crash: Optional[tuple[str, str]] = None   # how the last program crashed (None: it did not)
         self.same_crash_in_a_row = 0
         self.program_number = -1   # the program being run, numbered in the run's order (the same for a seed)
+        self.planned_program: tuple[JsonConfig, list[Step]] = ({}, [])   # and its configuration and steps
 
     # --- running one program -------------------------------------------------------------------------
     def run_checked(self, cfg: JsonConfig, program: list[Step], fresh: bool, consequence: bool = False) -> RunResult:

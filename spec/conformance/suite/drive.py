@@ -100,6 +100,7 @@ class SuiteRun(Shrinking):
         those relaxations leave out (malform.sendable)."""
         program = sendable(program, self.scope.relaxations())
         self.program_number += 1
+        self.planned_program = (cfg, program)
         finding = self.one_run(cfg, program, counted=True)
         while (self.options.continue_past_lenient and finding is not None
                and finding.kind in (LENIENT, OVER_STRICT)

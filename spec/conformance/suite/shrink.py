@@ -255,6 +255,7 @@ class Shrinking(Accounting):
         first, unless its cause is most likely kept."""
         result = self.result
         result.failing_programs.add(self.program_number)
+        result.failing_steps.setdefault(self.program_number, self.planned_program)
         if result.first_counterexample is None:
             result.first_counterexample = time.monotonic() - self.started
             result.first_counterexample_programs = result.programs
