@@ -346,22 +346,24 @@ class Shrinking(Accounting):
         the declared scope: unjudged from there, never a finding - SPEC.md 2.9, that call's meaning is the features
         the target left out). An entry whose removal leaves the same wrong answer at the same call (past the next
         refused or lenient call, which then becomes the entry) explains nothing: the blame moves to that next one,
-        down to the last call (a refusal that changed nothing is not charged with the answer of the call after it)."""
+        down to the last call (a refusal that changed nothing is not charged with the answer of the call after it):
+        "later" when that next entry explains it (the run without the first entry reports it, charged there)."""
+        moved = False
         while 0 <= consequence.after_index < len(steps):
             without = steps[:consequence.after_index] + steps[consequence.after_index + 1:]
             again = self.run_checked(cfg, without, fresh=consequence.kind == CRASH)
             if again.unjudged:
                 return "unjudged"
             if again.finding is None:
-                return "entry"
+                break
             if again.finding.kind in (WRONG, CRASH):
                 return "own"
             following = again.consequence   # the next entry's: the same break at the same call?
             if following is None or following.safety != consequence.safety or \
                     following.step_index != consequence.step_index - 1:
-                return "entry"
-            consequence, steps = following, again.consequence_steps
-        return "entry"
+                break
+            consequence, steps, moved = following, again.consequence_steps, True
+        return "later" if moved else "entry"
 
     def caused_by_its_entry(self, consequence: Finding, cfg: JsonConfig, steps: list[Step]) -> bool:
         """A consequence is kept only when its entry explains it (`blame`); one a call outside the declared scope
@@ -427,7 +429,7 @@ class Shrinking(Accounting):
             if apart and program_key(c, tried.steps) in self.options.known_programs:
                 return None
             # nor a consequence onto a program its entry does not explain (outside the scope without it)
-            if consequence and self.blame(got, c, tried.steps) == "unjudged":
+            if consequence and self.blame(got, c, tried.steps) in ("unjudged", "later"):
                 return None
             if crash and got.kind == CRASH and _crash_kind(got.message) == _crash_kind(finding.message):
                 return replace(got, rule=finding.rule)
