@@ -33,6 +33,11 @@ from .engine import CRASH, WRONG, Caller, Finding, Step, Stop, _show
 from .targets import Outcome, TargetCrash
 
 
+# A break's words when a query attends a token that only a call the target did not accept (a refusal) sent: that
+# call explains it, whatever the program without it shows (suite/shrink.py, `blame`).
+UNACCEPTED_TOKEN = "which no call the target accepted wrote"
+
+
 @dataclass(frozen=True)
 class Safety:
     id: str

@@ -9,7 +9,7 @@ from typing import Any, Optional
 import numpy as np
 
 from ... import op_model
-from ..consequences import Consequences
+from ..consequences import UNACCEPTED_TOKEN, Consequences
 from ..engine import OVER_STRICT, Finding, Step
 from ..malform import POSITIONS, case_of, int_value, malformed_positions
 from ..targets import Outcome
@@ -298,7 +298,7 @@ class OpConsequences(Consequences):
                                                                     "written for this layer, batch row and head")
                         if uid not in self.readable.get(seqs[i], set()):
                             whose = f"of sequence {self.writer[uid]}" if uid in self.writer else \
-                                "which no call the target accepted wrote"
+                                UNACCEPTED_TOKEN
                             raise self._broken("SAFE-OP-ISOLATION", f"{where}: token {uid}, {whose}; sequence "
                                                                     f"{seqs[i]} neither wrote it nor was forked from "
                                                                     "its writer")

@@ -16,6 +16,7 @@ from typing import Any, Callable, Iterator, Optional
 
 from ... import model, op_model
 from ..configs import JsonConfig, to_model
+from ..consequences import UNACCEPTED_TOKEN
 from ..engine import CRASH, WRONG, Finding, RunResult, Step
 from .account import (_ALONE, Accounting, Reported, _crash_kind, _group, _op_kind, _rewind_kind, cause,
                       program_key)
@@ -352,8 +353,8 @@ class Shrinking(Accounting):
         while 0 <= consequence.after_index < len(steps):
             without = steps[:consequence.after_index] + steps[consequence.after_index + 1:]
             again = self.run_checked(cfg, without, fresh=consequence.kind == CRASH)
-            if again.unjudged:
-                return "unjudged"
+            if again.unjudged:   # a break on a token only the refused entry sent is the entry's, judged or not
+                return ("later" if moved else "entry") if UNACCEPTED_TOKEN in consequence.message else "unjudged"
             if again.finding is None:
                 break
             if again.finding.kind in (WRONG, CRASH):
