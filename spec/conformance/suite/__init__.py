@@ -3,7 +3,8 @@
 One run goes through its phases, one module each: plan.py (the profiles, the verdicts, the limits, the
 order of the programs), drive.py (the programs run by the layout's engine; `run_suite`, `replay`),
 shrink.py (a finding's minimal program, kept unless its cause is most likely kept), account.py (what a
-run adds to the result; the counterexamples per cause), report.py (JSON, JUnit, pytest).
+run adds to the result; the counterexamples per cause), report.py (JSON, JUnit, pytest; a run compared to a
+baseline report); against.py (two targets on the same programs, the differences shrunk on both).
 """
 
 from .account import Reported, SuiteResult, cause, how_it_crashed
