@@ -127,17 +127,27 @@ EXPECTED: dict[str, dict[str, Any]] = {
             'crop_empty',
         'wrong OP-ATTEND: wrong OP-ATTEND, after over-strict OP-ATTEND in update_and_fetch: at fetch; ring | cap 1, ring(1)':
             'window1',
-        'wrong OP-ATTEND: wrong OP-ATTEND: at fetch; ring | cap 1, ring(1)':
+        'wrong OP-ATTEND: wrong OP-ATTEND: at fetch (attends tokens the spec does not); ring | cap 1, ring(1)':
             'window1',
     }},
     'hf:static_full': {"verdict": 'NOT CONFORMING', "causes": {
         "wrong OP-ATOMIC: wrong OP-ATOMIC: at fetch OP-CAP capacity, which the target refused with 'IndexError: index_copy_(): index 1 is out of bounds for dimension 2 with size 1'; flat | cap 1, flat":
             'static_overflow',
-        'lenient OP-CONFIG: lenient OP-CONFIG: at create; flat | cap 0, flat':
+        'lenient OP-CONFIG: lenient OP-CONFIG: at create (op.create.capacity 0); flat | cap 0, flat':
+            'static_zero',
+        'lenient OP-CONFIG: lenient OP-CONFIG: at create (op.create.capacity bool); flat | cap True, flat':
+            'static_zero',
+        'lenient OP-CONFIG: lenient OP-CONFIG: at create (op.create.capacity float); flat | cap 4.0, flat':
+            'static_zero',
+        'lenient OP-CONFIG: lenient OP-CONFIG: at create (op.create.capacity negative); flat | cap -1, flat':
+            'static_zero',
+        'lenient OP-CONFIG: lenient OP-CONFIG: at create (op.create.capacity null); flat | cap None, flat':
+            'static_zero',
+        "lenient OP-CONFIG: lenient OP-CONFIG: at create (op.create.capacity string); flat | cap '4', flat":
             'static_zero',
     }},
     'hf:static_sliding': {"verdict": 'NOT CONFORMING', "causes": {
-        'wrong OP-ATTEND: wrong OP-ATTEND: at fetch; ring | cap 1, ring(2)':
+        'wrong OP-ATTEND: wrong OP-ATTEND: at fetch (misses tokens the spec attends); ring | cap 1, ring(2)':
             'static_sliding',
     }},
     'hf:quantized_quanto': {"verdict": 'NOT CONFORMING', "causes": {
@@ -159,7 +169,7 @@ EXPECTED: dict[str, dict[str, Any]] = {
             'quantized_crop',
     }},
     'hf:quantized_fp8': {"verdict": 'NOT CONFORMING', "causes": {
-        'wrong OP-ATTEND: wrong OP-ATTEND: at fetch; flat | cap 1, flat':
+        "wrong OP-ATTEND: wrong OP-ATTEND: at fetch (a row not one token's); flat | cap 1, flat":
             'fp8_saturates',
         'over-strict OP-TRIM: over-strict OP-TRIM: at trim; flat | cap 1, flat':
             'quantized_crop',
@@ -169,9 +179,9 @@ EXPECTED: dict[str, dict[str, Any]] = {
     'mlxlm:llama_sliding': {"verdict": 'CONFORMING', "causes": {
     }},
     'mlxlm:prompt_cache': {"verdict": 'NOT CONFORMING', "causes": {
-        'wrong OP-ATTEND: wrong OP-ATTEND: at fetch; ring | cap 1, ring(5, keep 4)':
+        'wrong OP-ATTEND: wrong OP-ATTEND: at fetch (attends tokens the spec does not and misses some it does); ring | cap 1, ring(5, keep 4)':
             'sinks_prefill',
-        'lenient OP-CONFIG: lenient OP-CONFIG: at create; ring | cap 4, ring(4, keep 4)':
+        'lenient OP-CONFIG: lenient OP-CONFIG: at create (keep); ring | cap 4, ring(4, keep 4)':
             'keep_at_window',
     }},
     'mlxlm:quantized': {"verdict": 'CONFORMING', "causes": {
@@ -179,7 +189,7 @@ EXPECTED: dict[str, dict[str, Any]] = {
     'mlxlm:chunked': {"verdict": 'CONFORMING', "causes": {
     }},
     'mlxlm:concatenate': {"verdict": 'NOT CONFORMING', "causes": {
-        'wrong OP-ATTEND: wrong OP-ATTEND: at fetch; flat | cap 1, flat':
+        'wrong OP-ATTEND: wrong OP-ATTEND: at fetch (attends tokens the spec does not); flat | cap 1, flat':
             'concat_trim',
     }},
 }

@@ -802,3 +802,53 @@ cell_merging_fork = _factory(CellMergingFork)
 # the same with its precondition documented (requires=, SPEC.md 6.1, SCOPE-REQUIRES): no fork onto a live destination is sent
 cell_merging_fork_requiring_empty = _factory(CellMergingFork, ["flat", "ring", "mla", "positions", "steps",
                                                                "declarations", "requires=empty-destination"])
+
+
+# --- issue 41: a regression behind a known defect (--baseline must show it NEW) -------------------------------
+
+class ContiguousRingTwoDefects(ContiguousRingOneTooWide):
+    """ContiguousRingOneTooWide's defect and a second sliding-window one: a step exactly as long as a ring layer's
+    window (2 or more) hides the step's first token from its last query (OP-ATTEND, a token missed). Both are
+    wrong OP-ATTEND at a fetch on a ring layer; a run against the first one's report must print the second NEW."""
+
+    def _visible(self, layer: int, seq_of: list[int], positions: list[int]) -> np.ndarray:
+        mask = super()._visible(layer, seq_of, positions)
+        window = self.windows[layer]
+        if window > 1 and len(positions) == window:
+            rows = [t for t in self.tokens if layer in t.k]
+            for j, t in enumerate(rows):
+                if t.pos == positions[0]:
+                    mask[-1, j] = False
+        return mask
+
+
+contiguous_ring_two_defects = _factory(ContiguousRingTwoDefects)
+
+
+# --- issue 41.1: a finding charged to the call that explains it -----------------------------------------------
+
+class ContiguousPositionlessWarmup(ContiguousStandin):
+    """Two behaviours of a cache that keeps no positions (its scope leaves `positions` out): it refuses a lone token
+    at position 0 on layer 0, changing nothing (over-strict OP-ATTEND), and it reads a call's positions only to size
+    the history it answers - rows up to the newest position, the ones it never wrote zero (a layer's first write at
+    a later position answers rows of no token). That answer comes from the call alone (the same call on a fresh
+    cache answers it too): a suite that blames the refused call before it raises a false SAFE-OP-ISOLATION."""
+
+    def update_and_fetch(self, layer_id: Any, k: Any, v: Any, position: Any) -> Any:
+        layer, positions = self._check_arrays(layer_id, k, v, position)
+        if layer == 0 and positions == [0]:
+            raise StandinError("a lone token at position 0 on layer 0 is refused")
+        held = [t for t in self.tokens if not self.step or t not in self.step["tokens"]]
+        start = len(held) if self.step is None or layer in self.step["served"] else self.step["positions"][0]
+        k_hist, v_hist, spec = super().update_and_fetch(layer, k, v, np.arange(start, start + len(positions))[:, None])
+        extra = positions[-1] + 1 - k_hist.shape[2]
+        if extra <= 0:
+            return k_hist, v_hist, spec
+        pad = [(0, 0), (0, 0), (0, extra), (0, 0)]
+        rows = k_hist.shape[2] + extra
+        causal = np.tril(np.ones((len(positions), rows), dtype=bool), rows - len(positions))
+        return np.pad(k_hist, pad), np.pad(v_hist, pad), Spec("EXPLICIT", causal)
+
+
+contiguous_positionless_warmup = _factory(ContiguousPositionlessWarmup,
+                                          ["flat", "ring", "max_write", "batch", "mla", "steps", "trim", "sinks"])

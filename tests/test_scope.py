@@ -28,8 +28,8 @@ DOCUMENT: dict[str, Any] = json.loads((vectors.VECTORS_DIR / vectors.VECTORS_FIL
 def test_a_flat_only_target_passes_strictly_with_the_unexercised_scope_listed(tmp_path: Path,
                                                                                capsys: pytest.CaptureFixture[str]) -> None:
     report_path = tmp_path / "report.json"
-    code = cli.main(["--target", ZOO.format("flat_only"), "--strict", "--json", str(report_path)])
-    out = capsys.readouterr().out
+    code = cli.main(["--target", ZOO.format("flat_only"), "--strict", "--json", str(report_path), "-v"])
+    out = capsys.readouterr().out   # -v: every skipped note on its own line (by default one line counts them)
     assert code == 0, out
     assert "CONFORMING (strict) within the scope flat only" in out
     report = json.loads(report_path.read_text())
@@ -44,6 +44,20 @@ def test_a_flat_only_target_passes_strictly_with_the_unexercised_scope_listed(tm
     assert any(note.startswith("scope: rules exercised only outside the scope: ") and "STEP-T-MAX" in note
                for note in report["skipped"])
     assert "configuration family ring not exercised: cap 20, ring(4)" in out
+
+
+def test_the_skipped_notes_fold_into_one_counted_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The first screen (issue 41.7): without -v the skipped notes are one line with their count; the JSON report
+    holds them all."""
+    report_path = tmp_path / "report.json"
+    assert cli.main(["--target", ZOO.format("flat_only"), "--strict", "--json", str(report_path)]) == 0
+    out = capsys.readouterr().out
+    notes = json.loads(report_path.read_text())["skipped"]
+    skipped = [line for line in out.splitlines() if line.startswith("  skipped:")]
+    assert len(notes) > 1 and skipped == [f"  skipped: {len(notes)} parts of the spec not judged here (the scope, the "
+                                          "relaxations, what the target is not sent): -v prints them, the JSON report "
+                                          "lists them under 'skipped'"]
+    assert "configuration family ring not exercised" not in out
 
 
 def test_a_full_scope_lists_nothing_unexercised() -> None:

@@ -22,8 +22,9 @@ from . import report_page
 from . import scope as scopes
 from .engine import CLASSES, failing_classes
 from .layouts import add_layout_hint
-from .suite import (CONFORMING, INCOMPLETE, MAX_CAUSES, PROFILES, SuiteResult, report_json, report_junit, run_suite,
-                    wrap)
+from .suite import (CONFORMING, INCOMPLETE, MAX_CAUSES, PROFILES, SuiteResult, baseline_problem, compare_to_baseline,
+                    report_json, report_junit, run_suite, wrap)
+from .suite.against import differences
 from .targets import OP_LAYOUTS, HarnessInterrupted, Target, TargetError, parse_target, stop_on_signals
 from .vectors import save_findings
 
@@ -45,7 +46,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--layout", choices=("sequence", "cell", "op-contiguous", "op-cell", "cell-recompute"),
                         help="the layout the target implements (default: what it declares - a python: "
                              "factory's kvcache_layout, a cmd: target's hello - else sequence)")
-    parser.add_argument("--profile", choices=sorted(PROFILES), default="quick")
+    parser.add_argument("--profile", choices=sorted(PROFILES), default="quick", help=profile_help())
     parser.add_argument("--strict", action="store_true",
                         help="lenient findings (a caller error the target served) fail the run too; without it "
                              "they are warnings. Wrong, crash and over-strict findings (a valid call refused: a "
@@ -72,6 +73,17 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--pytest", action="store_true",
                         help="print each finding's pasteable pytest test under it in the summary (the JSON "
                              "report has it too, as 'pytest')")
+    parser.add_argument("--baseline", metavar="REPORT.json",
+                        help="an earlier run's --json report of the same target, profile and seed: each cause is "
+                             "printed known or NEW, and the exit status counts the new ones only (a program that "
+                             "passed there and fails now is shrunk apart from the known causes)")
+    parser.add_argument("--against", metavar="TARGET",
+                        help="another target (the library's other version, e.g. a cmd: target in its own "
+                             "environment) run on the same programs: each program wrong on one and right on the "
+                             "other is reported, shrunk on both; the exit status is 1 when a program fails here only")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="print every 'skipped:' note of the run (default: one line with their count; the JSON "
+                             "report's 'skipped' always lists them all)")
     parser.add_argument("--scope", metavar="FEATURES",
                         help="override the target's declared scope: comma-separated features (or all) of "
                              f"its layout - {scopes.features_per_layout()} (max_seqs=N: a cell cache with N fixed "
@@ -79,10 +91,21 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def profile_help() -> str:
+    """--profile's help, from PROFILES: its default and what each profile runs, as counts."""
+    names = sorted(PROFILES, key=lambda name: PROFILES[name].random_programs)
+    return ("default quick. Every profile runs every edge program of every configuration in scope, the border and "
+            "the invalid configurations, then random programs: "
+            + ", ".join(f"{name} {PROFILES[name].random_programs} of up to {PROFILES[name].largest} steps "
+                        f"({PROFILES[name].shrink_budget} runs to shrink a finding)" for name in names))
+
+
 def usage_problem(args: argparse.Namespace) -> Optional[str]:
     """Everything checkable before the run: one line naming the option, or None."""
     if not (math.isfinite(args.timeout) and args.timeout > 0):
         return f"--timeout {args.timeout}: seconds per request must be a finite number above 0"
+    if args.against is not None and args.baseline:
+        return "--against and --baseline: one comparison at a time"
     if args.junit == "-":
         return "--junit -: the JUnit report needs a file (only --json may go to stdout)"
     if args.html == "-":
@@ -144,6 +167,13 @@ def main(argv: Optional[list[str]] = None) -> int:
             print(f"kvcache conformance: --save-findings: {error}", file=sys.stderr)
             return 2
     args.parsed_scope = scope
+    args.baseline_report = None
+    if args.baseline:
+        try:
+            args.baseline_report = json.loads(Path(args.baseline).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as error:
+            print(f"kvcache conformance: --baseline {args.baseline}: {error}", file=sys.stderr)
+            return 2
     # stdout is owned from here: even a target module printing while it is imported cannot corrupt it
     with stop_on_signals(), _protocol_stdout(args.json == "-") as out:
         target: Optional[Target] = None
@@ -168,8 +198,23 @@ def _run(target: Target, args: argparse.Namespace, out: TextIO) -> int:
     """The run and its reports; a signal stops the run, and the partial report is still written."""
     to_stdout = args.json == "-"
     result: Optional[SuiteResult] = None
+    compared: Optional[dict[str, Any]] = None
+    problem = None if args.baseline_report is None else \
+        baseline_problem(args.baseline_report, args.profile, args.seed)
+    if problem:
+        target.close()
+        print(f"kvcache conformance: --baseline {args.baseline}: {problem}", file=sys.stderr)
+        return 2
     try:
-        result = run_suite(target, args.profile, args.seed, scope=args.parsed_scope, layout=args.layout)
+        result = run_suite(target, args.profile, args.seed, scope=args.parsed_scope, layout=args.layout,
+                           baseline=args.baseline_report)
+        if args.against is not None and not result.interrupted:
+            other = parse_target(args.against, timeout=args.timeout, isolate=args.isolate)
+            try:
+                other_result = run_suite(other, args.profile, args.seed, scope=args.parsed_scope, layout=args.layout)
+                compared = differences(target, result, other, other_result, PROFILES[args.profile].shrink_budget)
+            finally:
+                other.close()
     finally:
         try:
             if result is not None and result.interrupted:
@@ -179,6 +224,10 @@ def _run(target: Target, args: argparse.Namespace, out: TextIO) -> int:
         except HarnessInterrupted:   # stopped while saying goodbye: the run itself is complete
             target.kill()
     report = report_json(result, args.strict, args.exact_layout)
+    if args.baseline_report is not None:
+        report["baseline"] = compare_to_baseline(report, args.baseline_report, args.baseline)
+    if args.against is not None and compared is not None:
+        report["against"] = compared
     add_layout_hint(report, result.interrupted, target)
     saved = None
     op_face = target.layout in OP_LAYOUTS
@@ -217,7 +266,9 @@ def _run(target: Target, args: argparse.Namespace, out: TextIO) -> int:
         print(f"kvcache conformance: cannot write the report: {error}", file=sys.stderr)
         return 2
     summary(report, result.target, args, sys.stderr if to_stdout else sys.stdout)
-    return EXIT_CODES[report["verdict"]]
+    if "against" in report:   # a regression is a program wrong here and right on the other target
+        return 1 if report["against"]["only_here_programs"] else 3 if report["verdict"] == INCOMPLETE else 0
+    return EXIT_CODES[report["baseline"]["verdict"] if "baseline" in report else report["verdict"]]
 
 
 def save(result: SuiteResult, directory: str, target: Target, scope: Optional[scopes.Scope]) -> list[dict[str, Any]]:
@@ -263,8 +314,17 @@ def summary(report: dict[str, Any], target: str, args: argparse.Namespace, out: 
         unshrunk = sum(1 for finding in findings if not finding["shrunk"])
         paragraph("  ", f"{len(findings)} distinct causes: " + ", ".join(f"{name} {count}" for name, count in groups.items())
                   + (f" ({unshrunk} not shrunk: past the shrink cap, kept as found)" if unshrunk else ""))
+    compared = report.get("baseline")
+    if compared:
+        paragraph("  ", f"baseline {compared['report']}: {compared['known']} known causes, {compared['new']} NEW"
+                  + (f" ({compared['newly_failing_programs']} programs that passed there fail now)"
+                     if compared["newly_failing_programs"] else "")
+                  + ("" if compared["same_programs"] else "; its run planned other programs (another scope or "
+                     "layout?): causes are compared by their keys only")
+                  + (f"; {len(compared['gone'])} of its causes not seen now: {'; '.join(compared['gone'])}"
+                     if compared["gone"] else ""))
     for index, finding in enumerate(findings):
-        if finding["cause"] > MAX_CAUSES and not args.all_causes:   # named below its rule's first causes
+        if finding["cause"] > MAX_CAUSES and not args.all_causes and finding.get("baseline") != "new":
             if index + 1 == len(findings) or findings[index + 1]["rule"] != finding["rule"] or \
                     findings[index + 1]["class"] != finding["class"]:
                 paragraph(INDENT, f"... and {finding['causes_of_rule'] - MAX_CAUSES} more causes of "
@@ -273,6 +333,8 @@ def summary(report: dict[str, Any], target: str, args: argparse.Namespace, out: 
             continue
         cause = f" (cause {finding['cause']} of {finding['causes_of_rule']})" if finding["causes_of_rule"] > 1 else ""
         head = f"  {finding['class']:<11} {finding['rule']:<15} "
+        if "baseline" in finding:   # known or NEW against the baseline, first on the line
+            head = f"  {'NEW' if finding['baseline'] == 'new' else 'known':<5} {finding['class']:<11} {finding['rule']:<15} "
         paragraph(head, finding["message"] + cause)
         paragraph(INDENT, f"cause: {finding['label']}" + ("" if finding["shrunk"] else " [NOT SHRUNK]"))
         paragraph(INDENT, f"config {finding['config_name']}; {len(finding['steps'])} steps: "
@@ -291,8 +353,14 @@ def summary(report: dict[str, Any], target: str, args: argparse.Namespace, out: 
          + (f"; exact layout: {exact}" if report["layout"].get("applies", True) else ""))   # none on the op face
     for divergence in report["layout"]["divergences"][:1]:
         line(f"    first layout divergence: {divergence['divergences'][0]}")
-    for note in report["skipped"]:
-        line(f"  skipped: {note}")
+    notes = report["skipped"]
+    if args.verbose:
+        for note in notes:
+            line(f"  skipped: {note}")
+    elif notes:   # folded: the verdict and the findings stay on the first screen
+        line(f"  skipped: {len(notes)} part{'s' if len(notes) > 1 else ''} of the spec not judged here (the scope, "
+             f"the relaxations, what the target is not sent): -v prints {'them' if len(notes) > 1 else 'it'}, the "
+             f"JSON report lists {'them' if len(notes) > 1 else 'it'} under 'skipped'")
     for saved_one in report.get("saved_findings", []):
         line(f"  saved {saved_one['path']}: {'reproduces' if saved_one['reproduces'] else 'DOES NOT reproduce'} "
              f"on replay ({saved_one['replay'][:120]})")
@@ -300,6 +368,19 @@ def summary(report: dict[str, Any], target: str, args: argparse.Namespace, out: 
         line(f"  hint: {report['hint']}")   # one line, as the JSON has it
     partial = report.get("scope", {}).get("full") is False
     verdict = report["verdict"]
+    against = report.get("against")
+    if against:
+        for key, where in (("only_here", "here only"), ("only_there", f"on {against['against']} only")):
+            line(f"  against {against['against']}: {against[f'{key}_programs']} programs wrong {where}"
+                 + ("" if against["same_programs"] else " (the two runs planned other programs: compare with care)"))
+            for difference in against[key]:
+                paragraph(INDENT, f"{difference['label']}" + ("" if difference["shrunk"] else " [NOT SHRUNK]")
+                          + f": {difference['message']}")
+                paragraph(INDENT, f"config {difference['config_name']}; {len(difference['steps'])} steps: "
+                                  f"{json.dumps(difference['steps'])} (right on {difference['right_on']})")
+    if compared:
+        line(f"  against the baseline: {compared['verdict']}{' (strict)' if args.strict else ''} "
+             f"({compared['new']} new causes; the exit status is this verdict's)")
     line(f"  {verdict}{' (strict)' if args.strict else ''}"
          + (f" within the scope {','.join(report['scope']['features'])} only" if partial else "")
          + (f": {coverage['incomplete'][0]}" if verdict == INCOMPLETE else ""))

@@ -49,12 +49,16 @@ def to_kvcache(cfg: JsonConfig) -> Any:
 def describe(cfg: JsonConfig) -> str:
     """A short human name: 'cap 20, ring(4) x2, max_write 2' - with 'max_seqs 3' for a cell config
     (its max_seqs decides which ids exist: two configs differing only there are not one)."""
-    parts = [(f"ring({entry.get('window')}" + (f", keep {entry['keep']!r})" if "keep" in entry else ")")
+    layers = cfg.get("layers", [])
+    if not isinstance(layers, list):   # an invalid configuration's (accepted ones are causes of their own)
+        layers = [layers]
+    parts = [repr(entry) if not isinstance(entry, dict) else
+             (f"ring({entry.get('window')}" + (f", keep {entry['keep']!r})" if "keep" in entry else ")")
               if entry.get("kind") == "ring" else str(entry.get("kind")) + (f"(keep {entry['keep']!r})"
                                                                             if "keep" in entry else ""))
-             for entry in cfg.get("layers", [])] or ["no layers"]   # an op ring's sinks (OP-SINKS)
+             for entry in layers] or ["no layers"]   # an op ring's sinks (OP-SINKS)
     text = f"cap {cfg.get('capacity')!r}, " + "+".join(parts)
-    if len(cfg.get("layers", [])) == 1 and cfg.get("n_layers", 1) != 1:
+    if len(layers) == 1 and cfg.get("n_layers", 1) != 1:
         text += f" x{cfg['n_layers']}"
     if cfg.get("max_write") is not None:
         text += f", max_write {cfg['max_write']}"

@@ -17,8 +17,9 @@ read what its source's lineage wrote (the cut is not judged here - that is CELL-
 the sequence layout the harness keeps its own truth - the content last written at each position by
 the steps the target accepted, a gap where its length moved past what was written - and executes
 every plan on the target's pools against it; bare commits are not replayed (their forged plans come
-from the model). A consequence counts only when the program without its entry step shows no wrong
-answer or crash (otherwise it is a defect of its own, reported by the lockstep). Stated in docs/conformance.md,
+from the model). A consequence counts only when the program without its entry step is judged and shows no wrong
+answer or crash (otherwise it is a defect of its own, reported by the lockstep, or a call outside the declared
+scope explains it: the program is unjudged from there; suite/shrink.py, `blame`). Stated in docs/conformance.md,
 "How the suite judges a program".
 """
 
@@ -30,6 +31,11 @@ from typing import Any, Optional
 
 from .engine import CRASH, WRONG, Caller, Finding, Step, Stop, _show
 from .targets import Outcome, TargetCrash
+
+
+# A break's words when a query attends a token that only a call the target did not accept (a refusal) sent: that
+# call explains it, whatever the program without it shows (suite/shrink.py, `blame`).
+UNACCEPTED_TOKEN = "which no call the target accepted wrote"
 
 
 @dataclass(frozen=True)

@@ -77,6 +77,10 @@ class Finding:
     # What a report draws of the failing step (spec/conformance/pictures.py): the attend grid of a wrong answer
     # ("attend"), the cells and their owners ("cells"); JSON values only. Not part of the cause.
     picture: dict[str, Any] = field(default_factory=dict, compare=False)
+    # what tells two defects of one class and rule apart at the same call (part of a cause, suite/account.py):
+    # the invalid value class a config was accepted with ("op.create.capacity bool"), whether an answer
+    # attends tokens the spec does not or misses some it does; "" when the rule's words say it all
+    detail: str = ""
 
     def key(self) -> tuple[str, str]:
         return (self.kind, self.rule)
@@ -97,6 +101,9 @@ class RunResult:
     # broken safety property (consequences.py), and the concrete steps up to it.
     consequence: Optional[Finding] = None
     consequence_steps: list[Step] = field(default_factory=list)
+    # where the program stopped unjudged: a step outside the declared scope, whose meaning only the features the
+    # target left out define ("" when every step was judged or a finding ended it)
+    unjudged: str = ""
 
     def as_consequence(self) -> "RunResult":
         """This run seen through its consequence: the consequence as the finding, with its steps."""
@@ -111,6 +118,24 @@ class ConfigRejected(Exception):
 
 class OverBudget(Exception):
     """The target's pools (its depth) need more harness work than the run's row budget allows."""
+
+
+def value_class(value: Any) -> str:
+    """An invalid value's class, as the causes of accepted invalid configurations are told apart by: a bool is
+    not an int, zero not a negative."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return type(value).__name__
+    return "0" if value == 0 else "negative" if value < 0 else "int"
+
+
+def invalid_value_class(cfg: JsonConfig, argument: str) -> str:
+    """The value class of a rejected config's faulty `argument`: the key's own value, else each layer's."""
+    if argument in cfg:
+        return f"{argument} {value_class(cfg[argument])}"
+    layers = cfg.get("layers")
+    found = sorted({value_class(entry[argument]) for entry in layers if isinstance(entry, dict) and argument in entry}) \
+        if isinstance(layers, list) else []
+    return f"{argument} {','.join(found) or 'absent'}"
 
 
 class Stop(Exception):
@@ -146,8 +171,8 @@ class Caller:
         self.judged: Optional[tuple[str, dict[str, Any], Outcome]] = None
         self.malformed: Optional[Case] = None   # the argument clause the step running breaks (malform.py)
 
-    def _fail(self, kind: str, rule: str, message: str) -> Stop:
-        return Stop(Finding(kind, rule, message, self.index))
+    def _fail(self, kind: str, rule: str, message: str, detail: str = "") -> Stop:
+        return Stop(Finding(kind, rule, message, self.index, detail=detail))
 
     def show(self, args: dict[str, Any]) -> str:
         """A call's arguments as a finding's message shows them."""
@@ -311,7 +336,8 @@ class Engine(Caller):
             self.result.exercised.add(rule)
             if created.ok:
                 raise self._fail(LENIENT, rule, f"create accepted a config the spec rejects ({rule}, "
-                                                f"{self.rejected_config.argument})")
+                                                f"{self.rejected_config.argument})",
+                                 invalid_value_class(self.cfg, self.rejected_config.argument))
             raise ConfigRejected()
         if not created.ok:
             raise self._fail(OVER_STRICT, "CFG-TYPE", f"create refused a valid config: {created.error}")

@@ -10,7 +10,7 @@ import numpy as np
 
 from ... import op_model
 from .. import scope as scopes
-from ..consequences import Consequences
+from ..consequences import UNACCEPTED_TOKEN, Consequences
 from ..engine import OVER_STRICT, Finding, Step, Stop
 from ..malform import POSITIONS, case_of, int_value, malformed_positions
 from ..targets import Outcome
@@ -307,12 +307,12 @@ class OpConsequences(Consequences):
                         if uid not in self.readable.get(seqs[i], set()):
                             if self.writer.get(uid) == seqs[i]:   # its own token, given up since (a contiguous
                                 # cache's trim, a cell cache's seq_rm or reset): "neither wrote it" would be false
-                                raise self._broken("SAFE-OP-ISOLATION", f"{where}: token {uid}, which sequence "
-                                                                        f"{seqs[i]} wrote and no longer holds (a "
-                                                                        "trim, removal or reset the target accepted "
-                                                                        "dropped it)")
+                                raise pictured(i, self._broken("SAFE-OP-ISOLATION", f"{where}: token {uid}, which "
+                                                                           f"sequence {seqs[i]} wrote and no longer "
+                                                                           "holds (a trim, removal or reset the "
+                                                                           "target accepted dropped it)"))
                             whose = f"of sequence {self.writer[uid]}" if uid in self.writer else \
-                                "which no call the target accepted wrote"
+                                UNACCEPTED_TOKEN
                             raise pictured(i, self._broken("SAFE-OP-ISOLATION", f"{where}: token {uid}, {whose}; sequence "
                                                                     f"{seqs[i]} neither wrote it nor was forked from "
                                                                     "its writer"))

@@ -161,7 +161,8 @@ class OpEngine(Caller):
                 self.result.exercised |= {CLAUSE_PREFIX + case.clause.id, CLAUSE_PREFIX + case.name}
             if created.ok:
                 raise self._fail(LENIENT, rule, f"create accepted a config the spec rejects ({rule}: "
-                                                f"{self.rejected_config.why}" + (f"; {case.name}" if case else "") + ")")
+                                                f"{self.rejected_config.why}" + (f"; {case.name}" if case else "") + ")",
+                                 case.name if case else self.rejected_config.case or self.rejected_config.why)
             return False
         self.outside = (self.scope or self.target.scope).missing(self.cfg)
         if self.outside and not created.ok:
@@ -211,6 +212,7 @@ class OpEngine(Caller):
                 while self.index < len(program):
                     concrete = self.run_step(program[self.index])
                     if concrete is None:   # a step outside the declared scope: the rest is not judged
+                        self.result.unjudged = f"step {self.index}"
                         break
                     if concrete is NOT_SENT:   # a verb of a feature outside the scope (trim): left out of the
                         del program[self.index]   # program itself, so a step index is its place in what was sent
@@ -218,7 +220,7 @@ class OpEngine(Caller):
                     self.result.steps.append(concrete)
                     self.index += 1
         except _Unjudged:
-            pass
+            self.result.unjudged = f"step {self.index}"
         except Stop as stop:
             entry = stop.finding
             if self.current is not None and entry.step_index == len(self.result.steps):
@@ -676,12 +678,14 @@ class OpEngine(Caller):
                                 WRONG, "OP-ATTEND", f"query {i} (batch {b}, head {h}) attends row {row}, whose K "
                                                     f"{row_text(k_hist[b, h, row])} / V {row_text(v_hist[b, h, row])} "
                                                     f"are not one token's, written on layer {layer} for this batch "
-                                                    "row and head"), layer, b, h, i, attends, k_uids, v_uids, allowed)
+                                                    "row and head", "a row not one token's"),
+                                layer, b, h, i, attends, k_uids, v_uids, allowed)
                     got = sorted(int(u) for u in k_uids[seen])
                     if got != attends[i]:
                         raise self._pictured(self._fail(
                             WRONG, "OP-ATTEND", f"query {i} (batch {b}, head {h}) attends tokens {got}, the spec says "
-                                                f"{attends[i]} (token numbers in the order written)"),
+                                                f"{attends[i]} (token numbers in the order written)",
+                            attend_detail(got, attends[i])),
                                              layer, b, h, i, attends, k_uids, v_uids, allowed)
         self.result.exercised.add("OP-ATTEND")
         if cfg.keep(layer):
@@ -734,6 +738,17 @@ def _case(rejected: op_model.Rejected) -> str:
         if word in why:
             return f"{rejected.rule} {word}"
     return rejected.rule
+
+
+def attend_detail(got: list[int], want: list[int]) -> str:
+    """How an answer's attended tokens differ from the spec's (a cause's detail): a window one too wide attends a
+    token the spec does not, a ring that drops too early misses one - two defects, not one."""
+    extra, missing = sorted(set(got) - set(want)), sorted(set(want) - set(got))
+    if extra and missing:
+        return "attends tokens the spec does not and misses some it does"
+    if extra:
+        return "attends tokens the spec does not"
+    return "misses tokens the spec attends" if missing else "attends a token twice"
 
 
 def _is_count(value: Any) -> bool:

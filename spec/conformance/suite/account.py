@@ -3,6 +3,7 @@ and the counterexamples kept per cause (`Reported`, `cause`)."""
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -28,6 +29,9 @@ class Reported:
     note: str = ""      # e.g. the crash did not reproduce alone in a fresh process
     shrunk: bool = True  # False: kept past the shrink cap, as found (plan.UNSHRUNK)
     found_after: dict[str, float] = field(default_factory=dict)   # seconds, cpu_seconds, programs: when kept
+    # --baseline: found on a program that passed in the baseline run, or none of its causes (kept, and shrunk, apart
+    # from the known causes: a new defect never folds into one)
+    new: bool = False
 
     def cause(self) -> tuple[Any, ...]:
         return cause(self.finding, self.config, self.steps)
@@ -36,9 +40,21 @@ class Reported:
         """One cause: equal `cause`s, or the very same words - the same message, after the same step,
         through a single rewind or a chain alike - on another configuration family (a shrink that could
         not flatten the layers must not print one cause twice)."""
+        if self.new != other.new:   # --baseline: a program that newly fails is kept apart from the known causes
+            return False
         return self.cause() == other.cause() or (
             _group(self.finding) == _group(other.finding) and self.finding.message == other.finding.message
             and self.finding.after == other.finding.after and _rewind_kind(self.steps) == _rewind_kind(other.steps))
+
+
+def program_key(config: JsonConfig, steps: list[Step]) -> str:
+    """A counterexample's program as JSON: the same in a report and in a run (--baseline's known programs)."""
+    return json.dumps([config, steps], sort_keys=True, default=str)
+
+
+def cause_key(cause_: tuple[Any, ...]) -> str:
+    """A cause as a report's JSON holds it ("cause_key"): what --baseline compares two runs' causes by."""
+    return json.dumps(cause_, default=str)
 
 
 def _op_kind(step: Step) -> str:
@@ -80,13 +96,14 @@ def cause(finding: Finding, cfg: JsonConfig, steps: list[Step]) -> tuple[Any, ..
     multi-token step; a plan is not a can_extend), a single rewind versus a chain of rewinds (for a crash
     only when it crashed in a rewind), and for a
     consequence the kind of step that led there and the safety property broken. Everything else (values, lengths, max_write, the steps that lead there) is the same cause seen
-    through another program."""
+    through another program. The finding's detail tells defects apart at one call (the invalid value class a
+    config was accepted with, tokens attended beyond the spec's or missed)."""
     kinds = [_op_kind(step) for step in steps]
     how = how_it_crashed(finding) if finding.kind == CRASH else (finding.rule,)
     # a crash is its signal in its method: rewinds before it tell causes apart only when it crashes in one
     crashed_elsewhere = finding.kind == CRASH and not (steps and steps[-1].get("op") == "rewind")
     return (_group(finding), how, family(cfg).split(",")[0], kinds[-1] if kinds else "create",
-            "" if crashed_elsewhere else _rewind_kind(steps), finding.after, finding.safety)
+            "" if crashed_elsewhere else _rewind_kind(steps), finding.after, finding.safety, finding.detail)
 
 
 def _rewind_kind(steps: list[Step]) -> str:
@@ -122,6 +139,9 @@ class SuiteResult:
     clauses: dict[str, str] = field(default_factory=dict)   # argument clause -> '' in scope, or why it is not
     declared: dict[str, Any] = field(default_factory=dict)   # scope.summary: the declared features, what was left out
     shrinks: dict[tuple[str, ...], int] = field(default_factory=dict)
+    failing_programs: set[int] = field(default_factory=set)   # the numbers of the programs that showed a finding
+    # and each one's configuration and program as planned (in memory only: --against runs them on another target)
+    failing_steps: dict[int, tuple[JsonConfig, list[Step]]] = field(default_factory=dict)
 
     def classes(self) -> set[str]:
         return {kind for kind, _ in self.findings}
@@ -157,6 +177,8 @@ class Accounting:
         self.causes_seen: dict[tuple[Any, ...], Reported] = {}   # a cause before shrinking -> the cause kept for it
         self.last_crash: Optional[tuple[str, str]] = None   # how the last program crashed (None: it did not)
         self.same_crash_in_a_row = 0
+        self.program_number = -1   # the program being run, numbered in the run's order (the same for a seed)
+        self.planned_program: tuple[JsonConfig, list[Step]] = ({}, [])   # and its configuration and steps
 
     # --- running one program -------------------------------------------------------------------------
     def run_checked(self, cfg: JsonConfig, program: list[Step], fresh: bool, consequence: bool = False) -> RunResult:
@@ -214,11 +236,22 @@ class Accounting:
         """The counterexamples kept in this finding's group: its (class, rule), or every crash."""
         return [r for rs in self.result.causes.values() for r in rs if _group(r.finding) == _group(finding)]
 
+    def newly_failing(self) -> bool:
+        """--baseline: whether the program being run passed in the baseline run (its findings are new)."""
+        known = self.options.known_failing
+        return known is not None and self.program_number not in known
+
+    def is_new(self, reported: Reported) -> bool:
+        """--baseline: a cause found on a program that passed there, or none of the baseline's causes."""
+        return self.options.known_failing is not None and (
+            self.newly_failing() or cause_key(reported.cause()) not in self.options.known_causes)
+
     def keep(self, finding: Finding, cfg: JsonConfig, steps: list[Step], note: str = "",
              shrunk: bool = True) -> Reported:
         """The finding kept as a cause of its own, or counted under the same cause kept before (which
         then shows the shorter program, with its own words and label); the cause it is kept as."""
         reported = Reported(finding, cfg, steps, note=note, shrunk=shrunk)
+        reported.new = self.is_new(reported)
         same = next((r for r in self.kept_like(finding) if r.same_cause(reported)), None)
         if same is not None:
             same.hits += 1

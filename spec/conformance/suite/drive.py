@@ -15,7 +15,7 @@ from ..coverage import clause_scope, in_scope
 from ..engine import LENIENT, OVER_STRICT, WRONG, Finding, Step
 from ..malform import sendable
 from ..targets import HarnessInterrupted, SubprocessTarget, Target, parse_target, safety_alarm
-from .account import SuiteResult
+from .account import SuiteResult, program_key
 from .plan import CRASH_SHRINK_BUDGET, PROFILES, Options, declared_scope, interleaved, without_missing_verbs
 from .shrink import Shrinking
 
@@ -44,7 +44,7 @@ def run_suite(target: Target, profile: str = "quick", seed: int = 0,
               stop_after_first: bool = False, crash_shrink_budget: int = CRASH_SHRINK_BUDGET,
               edges: bool = True, restart_cap: Optional[int] = None,
               scope: Optional[scopes.Scope] = None, layout: Optional[str] = None,
-              continue_past_lenient: bool = True) -> SuiteResult:
+              continue_past_lenient: bool = True, baseline: Optional[dict[str, Any]] = None) -> SuiteResult:
     """Edge programs for every config inside the scope, then random ones, then the border (configs
     outside the scope must be refused, SCOPE-BORDER), then invalid configs; findings shrunk and kept
     per cause. A crash or a hang does not end the run: the target restarts (up to the restart cap).
@@ -55,6 +55,8 @@ def run_suite(target: Target, profile: str = "quick", seed: int = 0,
     safety properties of consequences.py, the step applied) and run the program again without the step,
     so the steps after it are checked too (False only to show what that finds).
 
+    baseline: an earlier run's JSON report of the same target, profile and seed (`known_baseline`): the programs
+    that passed there and fail here are new, and their findings are kept and shrunk apart from the known causes.
     deadline: the wall-clock safety net in seconds (default: the profile's); hitting it is INCOMPLETE.
     The harness's own SIGTERM/SIGINT/SIGHUP (`stop_on_signals`) ends the run INCOMPLETE, with the partial
     result returned.
@@ -62,7 +64,7 @@ def run_suite(target: Target, profile: str = "quick", seed: int = 0,
     plan = PROFILES[profile]
     started = time.monotonic()
     options = Options(stop_after_first, crash_shrink_budget, continue_past_lenient,
-                      plan.restart_cap if restart_cap is None else restart_cap)
+                      plan.restart_cap if restart_cap is None else restart_cap, *known_baseline(baseline))
     scope = scope or declared_scope(target)
     drive = layouts.of(target, layout)   # known once a cmd: target's hello is read (declared_scope)
     target.layout = drive.name
@@ -72,6 +74,16 @@ def run_suite(target: Target, profile: str = "quick", seed: int = 0,
                    started, plan.safety_seconds if deadline is None else deadline)
     # a fixed max_seqs: the twins of the configs outside it by their max_seqs alone are driven
     return run.everything(scopes.with_twins(configs or drive.configs, scope), random.Random(seed), edges)
+
+
+def known_baseline(baseline: Optional[dict[str, Any]]) -> tuple[Optional[frozenset[int]], frozenset[str], frozenset[str]]:
+    """A baseline report's failing program numbers, its causes and their programs (None, nothing: no baseline)."""
+    if baseline is None:
+        return None, frozenset(), frozenset()
+    findings = baseline["semantic"]["findings"]
+    return (frozenset(int(number) for number in baseline.get("failing_programs", [])),
+            frozenset(str(f.get("cause_key")) for f in findings),
+            frozenset(program_key(f["config"], f["steps"]) for f in findings))
 
 
 class SuiteRun(Shrinking):
@@ -89,6 +101,8 @@ class SuiteRun(Shrinking):
         `programs`. A target declaring `trusted-args` or `lazy-shapes` is sent the program without the calls
         those relaxations leave out (malform.sendable)."""
         program = sendable(program, self.scope.relaxations())
+        self.program_number += 1
+        self.planned_program = (cfg, program)
         finding = self.one_run(cfg, program, counted=True)
         while (self.options.continue_past_lenient and finding is not None
                and finding.kind in (LENIENT, OVER_STRICT)

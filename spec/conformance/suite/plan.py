@@ -4,6 +4,7 @@ what is kept and shrunk, and the order the programs run in."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 from .. import layouts
 from .. import scope as scopes
@@ -56,6 +57,11 @@ class Options:
     crash_shrink_budget: int
     continue_past_lenient: bool
     restart_cap: int
+    # --baseline (an earlier run's report of the same target, profile and seed): the numbers of the programs that
+    # failed there (None: no baseline), its causes (their cause_key) and their programs (config and steps, as JSON)
+    known_failing: Optional[frozenset[int]] = None
+    known_causes: frozenset[str] = frozenset()
+    known_programs: frozenset[str] = frozenset()
 
 
 def interleaved(configs: tuple[JsonConfig, ...], layout: layouts.Layout) -> list[tuple[JsonConfig, list[Step]]]:

@@ -5,15 +5,15 @@ from __future__ import annotations
 import json
 import textwrap
 import xml.etree.ElementTree as ET
-from typing import Any
+from typing import Any, Optional
 
 from ...rules import BY_ID
 from ..configs import describe
 from ..coverage import clauses_summary, family
 from ..coverage import summary as rules_summary
 from ..engine import CRASH, LENIENT, OVER_STRICT, WRONG, failing_classes
-from .account import Reported, SuiteResult, _op_kind
-from .plan import CONFORMING, REPORT_FORMAT
+from .account import Reported, SuiteResult, _op_kind, cause_key
+from .plan import CONFORMING, INCOMPLETE, NOT_CONFORMING, REPORT_FORMAT
 
 def wrap(text: str, width: int, first: str = "", indent: str = "") -> list[str]:
     """Lines of at most `width` characters (the first after `first`, the others after `indent`) where
@@ -50,7 +50,8 @@ def label(reported: Reported) -> str:
     mla = " (v_head_dim != head_dim)" if reported.config.get("v_head_dim", reported.config.get("head_dim")) != \
         reported.config.get("head_dim") else ""
     after = f", after {f.after}" if f.after else ""
-    return f"{f.kind} {f.rule}{after}: at {at}; {family(reported.config)}{mla}"
+    detail = f" ({f.detail})" if f.detail else ""
+    return f"{f.kind} {f.rule}{after}: at {at}{detail}; {family(reported.config)}{mla}"
 
 
 def coverage_json(result: SuiteResult) -> dict[str, Any]:
@@ -78,6 +79,8 @@ def report_json(result: SuiteResult, strict: bool, exact_layout: bool) -> dict[s
                              **({"safety": r.finding.safety} if r.finding.safety else {}),
                              **({"picture": r.finding.picture} if r.finding.picture else {}),
                              "found_after": r.found_after,
+                             # what makes it one cause (account.cause), as --baseline compares a run's causes by
+                             "cause_key": cause_key(r.cause()), "new": r.new,
                              "pytest": pytest_text(result.target, r, number)})
     order = {WRONG: 0, CRASH: 1, LENIENT: 2, OVER_STRICT: 3}
     findings.sort(key=lambda f: (order[f["class"]], f["rule"], f["cause"]))
@@ -93,6 +96,7 @@ def report_json(result: SuiteResult, strict: bool, exact_layout: bool) -> dict[s
         "aborted": result.aborted,
         "scope": result.declared,
         "skipped": sorted(result.skipped),
+        "failing_programs": sorted(result.failing_programs),
         "stats": {"programs": result.programs, "calls": result.calls, "seconds": round(result.seconds, 3),
                   "first_counterexample_seconds": None if result.first_counterexample is None
                   else round(result.first_counterexample, 4),
@@ -100,6 +104,43 @@ def report_json(result: SuiteResult, strict: bool, exact_layout: bool) -> dict[s
                   "requests_per_second": None if result.requests_per_second is None
                   else round(result.requests_per_second)},
     }
+
+
+def baseline_problem(baseline: Any, profile: str, seed: int) -> Optional[str]:
+    """Why `baseline` cannot be this run's baseline (None when it can): a report of this format, of the same profile
+    and seed - the same programs in the same order, for a target of the same layout and scope (its name may differ:
+    the same library at another version, another path; `compare_to_baseline` checks the programs planned)."""
+    if not isinstance(baseline, dict) or baseline.get("format") != REPORT_FORMAT or \
+            not isinstance(baseline.get("semantic", {}).get("findings"), list) or "failing_programs" not in baseline:
+        return f"not a {REPORT_FORMAT} report with its failing programs (an earlier run's --json)"
+    for what, want in (("profile", profile), ("seed", seed)):
+        if baseline.get(what) != want:
+            return f"a report of {what} {baseline.get(what)!r}, not this run's {want!r}: its programs are not this run's"
+    return None
+
+
+def compare_to_baseline(report: dict[str, Any], baseline: dict[str, Any], path: str) -> dict[str, Any]:
+    """Each cause of `report` marked known or new ("baseline" in each finding) against an earlier run's report:
+    new when its cause is none of the baseline's (`cause_key`), or the run kept it apart as new (`new`: found on a
+    program that passed there - only when both runs planned the same programs). The summary it adds to the report: the
+    counts, the baseline's causes gone, and the verdict on the new causes alone (what the exit status says)."""
+    known = {finding.get("cause_key") for finding in baseline["semantic"]["findings"]}
+    planned, planned_there = report["coverage"]["programs"]["planned"], baseline["coverage"]["programs"]["planned"]
+    same_programs = planned == planned_there
+    findings = report["semantic"]["findings"]
+    for finding in findings:
+        newly = same_programs and finding["new"]
+        finding["baseline"] = "new" if newly or finding["cause_key"] not in known else "known"
+    new = [f for f in findings if f["baseline"] == "new"]
+    seen = {f["cause_key"] for f in findings}
+    verdict = NOT_CONFORMING if any(f["class"] in failing_classes(report["strict"]) for f in new) else \
+        CONFORMING if report["coverage"]["complete"] else INCOMPLETE
+    return {"report": path, "target": baseline.get("target"), "known": len(findings) - len(new), "new": len(new),
+            "same_programs": same_programs,
+            "newly_failing_programs": len(set(report["failing_programs"]) - set(baseline["failing_programs"]))
+            if same_programs else None,
+            "gone": [f["label"] for f in baseline["semantic"]["findings"] if f.get("cause_key") not in seen],
+            "verdict": verdict}
 
 
 def report_junit(report: dict[str, Any]) -> str:

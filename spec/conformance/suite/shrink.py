@@ -16,8 +16,10 @@ from typing import Any, Callable, Iterator, Optional
 
 from ... import model, op_model
 from ..configs import JsonConfig, to_model
+from ..consequences import UNACCEPTED_TOKEN
 from ..engine import CRASH, WRONG, Finding, RunResult, Step
-from .account import (_ALONE, Accounting, Reported, _crash_kind, _group, _op_kind, _rewind_kind, cause)
+from .account import (_ALONE, Accounting, Reported, _crash_kind, _group, _op_kind, _rewind_kind, cause,
+                      program_key)
 from .plan import MAX_CRASHES, MAX_SHRINKS, UNSHRUNK
 
 Check = Callable[[JsonConfig, list[Step]], Optional[Finding]]
@@ -119,14 +121,14 @@ def shrink(cfg: JsonConfig, program: list[Step], finding: Finding, check: Check,
     smaller value: the result is minimal in each of them. The third value says whether the budget let
     that last round finish (else the result is only smaller).
     """
-    want = finding.key(), _served_as(finding)
+    want = finding.key(), _served_as(finding), finding.detail
     runs = 0
 
     def same(c: JsonConfig, p: list[Step]) -> bool:
         nonlocal runs
         runs += 1
         got = check(c, p)
-        return got is not None and (got.key(), _served_as(got)) == want
+        return got is not None and (got.key(), _served_as(got), got.detail) == want
 
     def budget_left() -> bool:
         return runs < budget
@@ -253,6 +255,8 @@ class Shrinking(Accounting):
         """A program's finding (or the consequence of its lenient step): counted, then kept - shrunk
         first, unless its cause is most likely kept."""
         result = self.result
+        result.failing_programs.add(self.program_number)
+        result.failing_steps.setdefault(self.program_number, self.planned_program)
         if result.first_counterexample is None:
             result.first_counterexample = time.monotonic() - self.started
             result.first_counterexample_programs = result.programs
@@ -271,7 +275,8 @@ class Shrinking(Accounting):
         # The cause as far as it is known before shrinking, from the whole run: its last operation,
         # and a single rewind or a chain (the last step alone cannot tell them apart: a single unsound
         # rewind was folded into the chain finding that way).
-        quick_cause = cause(finding, cfg, run.steps)
+        # a program that newly fails (--baseline) is its own cause until shrunk: never skipped as a known one
+        quick_cause = (self.newly_failing(), *cause(finding, cfg, run.steps))
         group = _group(finding)
         if kept and quick_cause in self.causes_seen:
             self.causes_seen[quick_cause].hits += 1   # most likely a cause already kept: not worth another shrink
@@ -279,6 +284,9 @@ class Shrinking(Accounting):
         if kept and (crash and len(kept) >= MAX_CRASHES or result.shrinks.get(group, 0) >= MAX_SHRINKS):
             # past the shrink cap a new cause is still kept, as found and marked: no cap hides a cause
             self.causes_seen[quick_cause] = self.keep(finding, cfg, run.steps, UNSHRUNK, shrunk=False)
+            return
+        if consequence and not crash and self.blame(finding, cfg, run.steps) == "unjudged":
+            self.unjudged_past(finding)   # a call outside the scope explains it: nothing to shrink
             return
         result.shrinks[group] = result.shrinks.get(group, 0) + 1
         small_cfg, final, note = self.shrunk(finding, cfg, program, run, consequence)
@@ -309,7 +317,7 @@ class Shrinking(Accounting):
                       if r is not reported and r.finding.kind == reported.finding.kind]
             last = _op_kind(reported.steps[-1]) if reported.steps else "create"
             into = next((other for shorter in _one_step_shorter(reported.steps)
-                         for seen in self.findings_of(reported.config, shorter)
+                         for seen in self.findings_of(reported.config, shorter, reported.new)
                          if seen.steps and _op_kind(seen.steps[-1]) == last   # the same failing call
                          for other in others if other.same_cause(seen)), None)
             if into is None:
@@ -322,23 +330,54 @@ class Shrinking(Accounting):
             else:
                 del causes[key], self.result.findings[key]
 
-    def findings_of(self, cfg: JsonConfig, steps: list[Step]) -> Iterator[Reported]:
-        """What a program shows: its lockstep finding, then the consequence of its lenient step."""
+    def findings_of(self, cfg: JsonConfig, steps: list[Step], new: bool = False) -> Iterator[Reported]:
+        """What a program shows: its lockstep finding, then the consequence of its lenient step (`new`: as the
+        findings of a program that newly fails, --baseline)."""
         run = self.run_checked(cfg, steps, fresh=False)
         if run.finding is not None:
-            yield Reported(run.finding, cfg, run.steps)
+            yield Reported(run.finding, cfg, run.steps, new=new)
         if run.consequence is not None:
-            yield Reported(run.consequence, cfg, run.consequence_steps)
+            yield Reported(run.consequence, cfg, run.consequence_steps, new=new)
+
+    def blame(self, consequence: Finding, cfg: JsonConfig, steps: list[Step]) -> str:
+        """Which call explains a consequence: "entry" (its entry step: the program without that step is judged and
+        shows no wrong answer or crash), "own" (a wrong answer or a crash the program shows without it: a defect of
+        its own, which that program's lockstep reports under its own rule - an unsound rewind after an over-strict
+        one is the rewind's finding, not the refusal's) or "unjudged" (without it the program reaches a call outside
+        the declared scope: unjudged from there, never a finding - SPEC.md 2.9, that call's meaning is the features
+        the target left out). An entry whose removal leaves the same wrong answer at the same call (past the next
+        refused or lenient call, which then becomes the entry) explains nothing: the blame moves to that next one,
+        down to the last call (a refusal that changed nothing is not charged with the answer of the call after it):
+        "later" when that next entry explains it (the run without the first entry reports it, charged there)."""
+        moved = False
+        while 0 <= consequence.after_index < len(steps):
+            without = steps[:consequence.after_index] + steps[consequence.after_index + 1:]
+            again = self.run_checked(cfg, without, fresh=consequence.kind == CRASH)
+            if again.unjudged:   # a break on a token only the refused entry sent is the entry's, judged or not
+                return ("later" if moved else "entry") if UNACCEPTED_TOKEN in consequence.message else "unjudged"
+            if again.finding is None:
+                break
+            if again.finding.kind in (WRONG, CRASH):
+                return "own"
+            following = again.consequence   # the next entry's: the same break at the same call?
+            if following is None or following.safety != consequence.safety or \
+                    following.step_index != consequence.step_index - 1:
+                break
+            consequence, steps, moved = following, again.consequence_steps, True
+        return "later" if moved else "entry"
 
     def caused_by_its_entry(self, consequence: Finding, cfg: JsonConfig, steps: list[Step]) -> bool:
-        """A consequence is the entry step's when the program without that step shows no wrong answer
-        or crash: otherwise it is a defect of its own, which that program's lockstep reports (an
-        unsound rewind after an over-strict one is the rewind's finding, not the refusal's)."""
-        if not 0 <= consequence.after_index < len(steps):
-            return True
-        without = steps[:consequence.after_index] + steps[consequence.after_index + 1:]
-        again = self.run_checked(cfg, without, fresh=consequence.kind == CRASH)
-        return again.finding is None or again.finding.kind not in (WRONG, CRASH)
+        """A consequence is kept only when its entry explains it (`blame`); one a call outside the declared scope
+        explains leaves a skipped note."""
+        blamed = self.blame(consequence, cfg, steps)
+        if blamed == "unjudged":
+            self.unjudged_past(consequence)
+        return blamed == "entry"
+
+    def unjudged_past(self, consequence: Finding) -> None:
+        self.result.skipped.add(f"consequences: a break past a {consequence.after} step that the program shows "
+                                f"without that step too, at a call outside the declared scope, is not charged to "
+                                f"it: the program is unjudged from that call")
 
     def single_if_alone(self, finding: Finding, cfg: JsonConfig, program: list[Step], run: RunResult,
                         consequence: bool = False) -> tuple[list[Step], RunResult]:
@@ -379,11 +418,19 @@ class Shrinking(Accounting):
         failing_op = _op_kind(run.steps[-1]) if run.steps else "create"
         rewinds = _rewind_kind(run.steps)   # likewise kept: a chain must not slip to a single rewind
 
+        apart = self.newly_failing() and bool(self.options.known_programs)
+
         def candidate(c: JsonConfig, p: list[Step]) -> Optional[Finding]:
             tried = self.run_checked(c, p, fresh=crash, consequence=consequence)
             got = tried.finding
             if (got is None or not tried.steps or _op_kind(tried.steps[-1]) != failing_op
                     or _rewind_kind(tried.steps) != rewinds or got.safety != finding.safety):
+                return None
+            # a newly failing program is shrunk apart from the known causes: never onto one of their programs
+            if apart and program_key(c, tried.steps) in self.options.known_programs:
+                return None
+            # nor a consequence onto a program its entry does not explain (outside the scope without it)
+            if consequence and self.blame(got, c, tried.steps) in ("unjudged", "later"):
                 return None
             if crash and got.kind == CRASH and _crash_kind(got.message) == _crash_kind(finding.message):
                 return replace(got, rule=finding.rule)
