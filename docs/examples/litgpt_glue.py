@@ -23,8 +23,9 @@ torch.set_num_threads(1)
 
 
 class LitGlue:
-    # max_seq_length is the user's (GPT.max_seq_length, set_kv_cache): user-config=capacity
-    scope = ("flat", "ring", "batch", "mla", "trim", "trusted-args", "user-config=capacity")
+    # max_seq_length is the user's (GPT.max_seq_length, set_kv_cache): user-config=capacity; KVCache.forward
+    # raises on a prefill longer than a sliding layer's window (its documented limit): window-steps
+    scope = ("flat", "ring", "batch", "mla", "trim", "trusted-args", "user-config=capacity", "window-steps")
 
     def __init__(self, cfg):
         refuse_outside_scope(cfg, self.scope)
