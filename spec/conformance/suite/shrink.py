@@ -344,7 +344,7 @@ class Shrinking(Accounting):
         shows no wrong answer or crash), "own" (a wrong answer or a crash the program shows without it: a defect of
         its own, which that program's lockstep reports under its own rule - an unsound rewind after an over-strict
         one is the rewind's finding, not the refusal's) or "unjudged" (without it the program reaches a call outside
-        the declared scope: unjudged from there, never a finding - SPEC.md 2.9, that call's meaning is the features
+        the declared scope: unjudged from there, never a finding - SPEC.md 6.1, that call's meaning is the features
         the target left out). An entry whose removal leaves the same wrong answer at the same call (past the next
         refused or lenient call, which then becomes the entry) explains nothing: the blame moves to that next one,
         down to the last call (a refusal that changed nothing is not charged with the answer of the call after it):
