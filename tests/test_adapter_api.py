@@ -46,7 +46,7 @@ def test_library_target_declares_what_the_suite_reads() -> None:
     factory = library_target("mine", build, ("flat", "trusted-args"), "My library's cache.", tensors="torch")
     assert (factory.__name__, factory.__doc__) == ("mine", "My library's cache.")
     assert factory.kvcache_layout == "op-contiguous"   # type: ignore[attr-defined]
-    assert factory.kvcache_scope == ("flat", "trusted-args")   # type: ignore[attr-defined]
+    assert factory.kvcache_scope == ("flat", "trusted-args", "spec=2")   # type: ignore[attr-defined]   # SCOPE-VERSION: written against spec 2
     assert factory.kvcache_tensors == "torch"   # type: ignore[attr-defined]
     assert factory({"n_layers": 1}) == "the cache" and built == [{"n_layers": 1}]
     assert not hasattr(library_target("plain", build, ("flat",), "numpy in"), "kvcache_tensors")

@@ -68,6 +68,7 @@ def test_the_layout_is_registered_in_the_cell_package() -> None:
     assert layouts.PACKAGES["cell-recompute"] == "cell"
 
 
+@pytest.mark.slow   # 2-7 s: the slow stage (the default run's time, README); its rule keeps a fast test beside it
 def test_a_conforming_standin_is_CONFORMING_strict() -> None:
     result = run_suite(PythonTarget(STANDINS + "TinyAttentionCells"), "quick", seed=0)
     assert result.verdict(strict=True) == CONFORMING, (result.findings, result.incomplete())

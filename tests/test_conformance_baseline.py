@@ -77,6 +77,7 @@ def test_each_invalid_value_accepted_is_its_own_cause() -> None:
     assert len(found) == 2 and found["op.create.capacity 0"] != found["op.create.capacity bool"]
 
 
+@pytest.mark.slow   # 2-7 s: the slow stage (the default run's time, README); its rule keeps a fast test beside it
 def test_against_reports_a_program_wrong_on_one_target_only(tmp_path: Path,
                                                             capsys: pytest.CaptureFixture[str]) -> None:
     """--against: the old version (one defect) and the new (a second one) on the same programs; the programs wrong

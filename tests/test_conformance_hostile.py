@@ -78,6 +78,7 @@ def test_a_target_that_creates_nothing_valid_is_not_conforming() -> None:
 
 # --- slow, slow and wrong, huge ----------------------------------------------------------------------
 
+@pytest.mark.slow   # 2-7 s: the slow stage (the default run's time, README); its rule keeps a fast test beside it
 def test_a_slow_correct_target_is_incomplete_not_conforming() -> None:
     """50 ms per call: the quick profile's ~34 000 calls need ~30 minutes of the target's own sleeps;
     a 3 s safety net stops it whatever the machine's load."""
@@ -272,6 +273,7 @@ def test_sigkill_of_the_harness_does_not_orphan_a_hung_target(tmp_path: Path) ->
     assert _wait_for(lambda: not _alive(pid), 10), "the target outlived the harness (no parent-death signal)"
 
 
+@pytest.mark.slow   # 2-7 s: the slow stage (the default run's time, README); its rule keeps a fast test beside it
 def test_sigterm_with_an_in_process_target_is_not_blamed_on_the_target(tmp_path: Path) -> None:
     """The slow target is mid-call (sleeping) when SIGTERM arrives: the report is INCOMPLETE, with no
     crash finding ('the target called exit') pinned on the target."""

@@ -51,6 +51,7 @@ def test_a_verification_command_without_its_extra_exits_2_with_one_line_naming_i
     assert {"hypothesis": "hypothesis", "z3": "z3-solver", "crosshair": "crosshair-tool"}[hidden[0]] in line
 
 
+@pytest.mark.slow   # 2-7 s: the slow stage (the default run's time, README); its rule keeps a fast test beside it
 def test_the_conformance_suite_needs_no_extra() -> None:
     """The main job on the reference, with every verification package hidden: it passes."""
     hidden = tuple(module for module, _ in EXTRAS["verify"])

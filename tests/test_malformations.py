@@ -14,11 +14,9 @@ from kvcache_spec.conformance.targets import PythonTarget
 EDGES = suite.Profile(0, 1, 200, 600.0, 8, 1 << 23)
 
 
-# One argument clause per face and one configuration clause run by default (the default run's time, README);
+# One argument clause per face runs by default (the default run's time, README);
 # every clause with -m slow (about 5 minutes on the busy machine).
-DEFAULT = {"op.seq_rm.p1", "sequence.plan.layer", "cell.place_step.positions",
-           # of the three configurations a newcomer's cache accepted, one (the others run in the slow stage)
-           "op.create.layers.kind"}
+DEFAULT = {"op.seq_rm.p1", "sequence.plan.layer", "cell.place_step.positions"}   # configurations: the slow stage
 
 
 @pytest.mark.parametrize("clause", [pytest.param(clause.id, marks=() if clause.id in DEFAULT else pytest.mark.slow)
@@ -93,6 +91,7 @@ def test_a_cache_that_broadcasts_k_or_v_is_not_conforming_at_quick(name: str) ->
     assert ("lenient", "OP-ARGS") in result.findings, sorted(result.findings)
 
 
+@pytest.mark.slow   # 2-7 s: the slow stage (the default run's time, README); its rule keeps a fast test beside it
 def test_coverage_counts_each_case_not_each_clause() -> None:
     """The reference breaks every case in scope; a clause counts once each of its cases was broken."""
     result = suite.run_suite(PythonTarget("python:kvcache_spec.conformance.op.targets:contiguous"), "quick")

@@ -368,6 +368,7 @@ def test_a_reset_that_forgets_the_length_fails_without_strict() -> None:
     assert replay(STANDIN.format("contiguous"), ring, steps[:2] + [{"op": "fetch", "layer": 0}]) is None
 
 
+@pytest.mark.slow   # 2-7 s: the slow stage (the default run's time, README); its rule keeps a fast test beside it
 def test_a_refused_exact_fit_is_over_strict_OP_CAP_and_fails_without_strict(capsys: pytest.CaptureFixture[str]) -> None:
     """A capacity check off by one refuses a step that exactly fills the capacity: the refusal is classed
     by the bound it sits on (OP-CAP, not the call's own OP-ATTEND), and fails the run without --strict."""

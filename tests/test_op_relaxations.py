@@ -306,6 +306,7 @@ def test_user_config_names_known_keys_and_qualifies_trusted_args(items: list[str
         scopes.parse(items, "test")
 
 
+@pytest.mark.slow   # 2-7 s: the slow stage (the default run's time, README); its rule keeps a fast test beside it
 def test_user_config_keeps_the_invalid_configs_a_user_reaches_owed() -> None:
     """`user-config=window` (SPEC.md 6.1): mlx-lm's make_prompt_cache takes its ring window from the user's
     --max-kv-size and builds keep 4 whatever it is. A cache serving keep == window (tests/op_trim_standins.py) is

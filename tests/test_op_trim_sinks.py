@@ -318,8 +318,8 @@ STANDIN_FINDS = {
 }
 
 
-# Two of the five run in the slow stage only (the default run's time); OP-TRIM and OP-SINKS stay in the fast three.
-@pytest.mark.parametrize("name", [pytest.param(name, marks=pytest.mark.slow) if name in ("negative_trim", "trim_lowers_length_only")
+# One of the five runs by default (the default run's time); the others, OP-SINKS's among them, in the slow stage.
+@pytest.mark.parametrize("name", [pytest.param(name, marks=pytest.mark.slow) if name != "ring_trim_past_wrap"
                                   else name for name in sorted(STANDIN_FINDS)])
 def test_each_trim_and_sinks_standin_is_found_with_a_minimal_program_that_replays(name: str) -> None:
     """OP-TRIM, OP-SINKS: each defect of a real cache (tests/op_trim_standins.py) is found, its program short,
@@ -396,6 +396,7 @@ def test_the_exhaustive_checker_passes_the_reference_and_finds_each_trim_standin
         assert key in found and len(found[key][1]) <= 4, (name, {k: len(v[1]) for k, v in found.items()})
 
 
+@pytest.mark.slow   # 2-7 s: the slow stage (the default run's time, README); its rule keeps a fast test beside it
 def test_trusted_args_sends_no_trim_of_an_n_outside_zero_to_held() -> None:
     """OP-TRIM under the relaxation `trusted-args`: a bad n (negative, more than held, not an int) is a call no
     model code makes, so none is sent - the negative-trim stand-in is then CONFORMING (strict) - while a trim
@@ -428,6 +429,7 @@ def test_random_trims_are_well_formed_or_tagged_and_trusted_args_gets_only_well_
     assert "OP-TRIM" in report["coverage"]["rules"]["exercised"]
 
 
+@pytest.mark.slow   # 2-7 s: the slow stage (the default run's time, README); its rule keeps a fast test beside it
 def test_a_scope_fixing_keep_drives_twins_with_that_keep_and_needs_the_others_refused() -> None:
     """keep=N (mlx-lm's make_prompt_cache: every ring keeps 4): each ring config gets an in-scope twin whose
     rings keep N (the window part past the sinks unchanged); configs with another keep lie outside and must be

@@ -102,6 +102,7 @@ def test_a_python_op_cache_without_kvcache_scope_and_trim_keeps_its_verdict() ->
     assert any("later spec version" in note for note in report["skipped"])
 
 
+@pytest.mark.slow   # 2-7 s: the slow stage (the default run's time, README); its rule keeps a fast test beside it
 def test_a_cmd_target_whose_hello_predates_sinks_keeps_its_verdict() -> None:
     """A hello declaring the previous release's features less batch (no sinks, no trim, no version): no keep is
     sent, not even as a border check, so serving a keep it never heard of is no SCOPE-BORDER finding. (Before:

@@ -264,6 +264,7 @@ def test_a_cell_target_is_refused_in_one_line(capsys: pytest.CaptureFixture[str]
     assert len(lines) == 1 and "cell" in lines[0] and "kvcache conformance --target python:kvcache:CellCache" in lines[0]
 
 
+@pytest.mark.slow   # 2-7 s: the slow stage (the default run's time, README); its rule keeps a fast test beside it
 def test_a_target_runs_only_the_stages_that_judge_it(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """--target: the stages over the reference and the proofs (CrossHair, Z3, the cell stages) say nothing

@@ -132,10 +132,10 @@ class CellEngine(Engine):
         self.lineage: dict[int, frozenset[int]] = {}   # incarnation -> the incarnations it may read
         self.writer: dict[int, int] = {}               # content id -> incarnation
 
-    def _fail(self, kind: str, rule: str, message: str) -> Stop:
+    def _fail(self, kind: str, rule: str, message: str, detail: str = "") -> Stop:
         """A finding with the model's cells as the failing step found them (its picture, drawn by the HTML
         report): the position and content each cell holds, and its owners."""
-        stop = super()._fail(kind, rule, message)
+        stop = super()._fail(kind, rule, message, detail)
         stop.finding.picture = {"cells": {"layout": "cell", "cells": [
             {"cell": cell, "position": None if held is None else held[0], "token": None if held is None else held[1],
              "owners": sorted(cm.owners(self.cs, cell))} for cell, held in enumerate(self.cs.written)]}}
