@@ -201,7 +201,7 @@ def test_the_driver_detects_each_shape_and_announces_its_scope(binaries: dict[st
 
 def test_the_seed_shaped_flat_only_cache_passes_strictly_inside_its_scope(binaries: dict[str, Path],
                                                                            capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli.main(["--target", f"cmd:{binaries['seed']}", "--strict", "--exact-layout"]) == 0
+    assert cli.main(["--target", f"cmd:{binaries['seed']}", "--strict", "--exact-layout", "-v"]) == 0   # -v: each skipped note
     out = capsys.readouterr().out
     assert "CONFORMING (strict) within the scope flat only" in out
     assert "declared in the target's hello" in out and "configuration family ring not exercised" in out
