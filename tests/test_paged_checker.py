@@ -48,3 +48,19 @@ def test_the_checker_finds_a_stale_hit_with_a_short_program() -> None:
     assert 2 <= len(ops) <= 4, ops
     assert replay(spec, ops, StaleHit, pc.layout(bounds))
     assert not replay(spec, ops, None, pc.layout(bounds))
+
+
+def test_the_crosshair_gate_confirms_the_block_arithmetic_and_covers_the_rest() -> None:
+    """PAGED-RESERVE, PAGED-WINDOW-RELEASE, PAGED-HIT: CrossHair confirms the block arithmetic for every int; the
+    cache's and the pool's contracts are excluded with this checker, the lockstep machine and the reference's
+    tests as their cover."""
+    from kvcache_proofs import crosshair_gate as gate
+
+    result = gate.run_gate(select="kvcache._paged_*")
+    confirmed = {row.obligation.target for row in result.rows if row.status == gate.CONFIRMED}
+    assert {f"kvcache._paged_blocks.{name}" for name in ("blocks_for", "first_needed_block", "most_hit_blocks")} \
+        <= confirmed
+    paged = [row for row in result.excluded if row.obligation.target.startswith("kvcache._paged_")]
+    assert paged and all(row.covered_by == ("tests:tests/test_paged_checker.py", "tests:tests/test_paged_lockstep.py",
+                                            "tests:tests/test_paged_reference.py") and not row.frame_problems
+                         for row in paged)
