@@ -19,6 +19,7 @@ the conformance suite (the data check) still judges the cache from outside.
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional, Sequence
 
@@ -26,11 +27,19 @@ import icontract
 
 from ._errors import ArgumentValueError
 from ._paged_args import budget_fault, first_fault, found, keys_fault, length_fault, request_fault, tokens_fault
-from ._paged_blocks import blocks_for, first_needed_block, most_hit_blocks
+from ._paged_blocks import blocks_for as _checked_blocks_for
+from ._paged_blocks import first_needed_block as _checked_first_needed_block
+from ._paged_blocks import most_hit_blocks as _checked_most_hit_blocks
 from ._paged_config import PagedConfig, paged_config
-from ._paged_pool import BlockPool, PrefixKey, prefix_keys
+from ._paged_pool import BlockPool, PrefixKey, cache_maps_agree, prefix_keys, queue_is_the_unheld_blocks
 
 Table = list[Optional[int]]
+
+# The block arithmetic's postconditions are confirmed by the CrossHair gate for every int; the hot paths (and the
+# contracts here, which call it per table) use the functions themselves, not icontract's re-check of a proof.
+blocks_for = inspect.unwrap(_checked_blocks_for)
+first_needed_block = inspect.unwrap(_checked_first_needed_block)
+most_hit_blocks = inspect.unwrap(_checked_most_hit_blocks)
 
 
 @dataclass
@@ -104,6 +113,14 @@ def _cached_blocks_hold_their_holders_prefix(cache: PagedCache) -> bool:
     return True
 
 
+def _pool_queue(cache: PagedCache) -> bool:
+    return queue_is_the_unheld_blocks(cache._pool)
+
+
+def _pool_cache(cache: PagedCache) -> bool:
+    return cache_maps_agree(cache._pool)
+
+
 def _held(cache: PagedCache) -> frozenset[int]:
     """The blocks some live table holds."""
     return frozenset(block for block, count in enumerate(cache._pool.refs) if count)
@@ -135,6 +152,9 @@ def _idle_refusal(cache: PagedCache, alone: bool, length: int) -> bool:
 def _keeps_the_books(function: Any) -> Any:
     """The postconditions every changing call leaves true (each states one rule)."""
     for condition, description in reversed((
+            (_pool_queue, "PAGED-CONSERVE: the free queue is exactly the blocks no table holds, each count >= 0"),
+            (_pool_cache, "PAGED-EVICT: a cached key names its block and the block names the key (an evicted block "
+                          "leaves the cache)"),
             (_conserved, "PAGED-CONSERVE: available() + the distinct blocks in live tables == num_blocks"),
             (_refs_are_holders, "PAGED-REFCOUNT: each block's reference count is the number of live tables holding it"),
             (_tables_cover, "PAGED-RESERVE: the tables cover every reserved position; a window group releases only "
@@ -370,10 +390,8 @@ class PagedCache:
         settled = len(live.chain)
         live.chain = prefix_keys(live.keys, live.tokens, live.chain, full, config.block_size)
         for group, table in enumerate(live.tables):
-            for index in range(settled, full):
-                block = table[index]
-                if block is not None:
-                    self._pool.cache(group, block, live.chain[index])
+            self._pool.cache(group, [(block, live.chain[index]) for index in range(settled, full)
+                                     if (block := table[index]) is not None])
 
     # --- free ----------------------------------------------------------------------------------------
 

@@ -21,8 +21,6 @@ from array import array
 from collections import OrderedDict
 from typing import Iterable, Optional
 
-import icontract
-
 
 def chain_digest(parent: bytes, block: tuple[int, ...]) -> bytes:
     """The digest of a block's content chained over its parent's: sha256(parent digest, the block's tokens)."""
@@ -69,31 +67,30 @@ def prefix_keys(keys: tuple[str, ...], tokens: list[int], start: list[PrefixKey]
     return chain
 
 
-def _queue_is_the_unheld_blocks(pool: BlockPool) -> bool:
-    return all((pool.refs[block] == 0) == (block in pool.free) for block in range(pool.num_blocks))
+def queue_is_the_unheld_blocks(pool: BlockPool) -> bool:
+    """PAGED-CONSERVE: one count per block, never negative, and the free queue is exactly the blocks with count 0:
+    every queued block has count 0 and there are as many queued blocks (distinct: dict keys) as blocks with count
+    0, so the queue is exactly those."""
+    refs = pool.refs
+    return (len(refs) == len(pool.keys) == pool.num_blocks and min(refs) >= 0
+            and len(pool.free) == refs.count(0) and all(refs[block] == 0 for block in pool.free))
 
 
-def _cache_maps_agree(pool: BlockPool) -> bool:
-    """Each cached (group, key) -> block entry is that block's key, and each block's key is cached to it."""
+def cache_maps_agree(pool: BlockPool) -> bool:
+    """PAGED-EVICT: each cached (group, key) -> block entry is that block's key, and each block's key is cached to it."""
     entries = sum(len(cached) for cached in pool.cached)
     return (entries == sum(key is not None for key in pool.keys)
             and all(pool.keys[block] == (group, key) for group, cached in enumerate(pool.cached)
                     for key, block in cached.items()))
 
 
-@icontract.invariant(lambda self: len(self.refs) == len(self.keys) == self.num_blocks and min(self.refs) >= 0,
-                     "PAGED-CONSERVE: one reference count per block, never negative")
-@icontract.invariant(lambda self: _queue_is_the_unheld_blocks(self),
-                     "PAGED-CONSERVE: the free queue is exactly the blocks no table holds")
-@icontract.invariant(lambda self: _cache_maps_agree(self),
-                     "PAGED-EVICT: a cached key names its block and the block names the key (an evicted block "
-                     "leaves the cache)")
 class BlockPool:
     """num_blocks blocks, their reference counts, the free queue and the per-group prefix cache.
 
     Each method does one whole step of a call (take, hold, release, cache) after the caller has checked that it
-    fits: the pool never refuses half-way. Readers use the attributes (a public method would re-check the
-    invariants, O(num_blocks), on every look-up)."""
+    fits: the pool never refuses half-way. Its invariants (`queue_is_the_unheld_blocks`, `cache_maps_agree`) are
+    postconditions of every changing call of `PagedCache`: checked once a call rather than around each pool
+    method, which would cost O(num_blocks) per block taken."""
 
     def __init__(self, num_blocks: int, groups: int) -> None:
         self.num_blocks = num_blocks
@@ -132,9 +129,11 @@ class BlockPool:
                 if self.keys[block] is None:
                     self.free.move_to_end(block, last=False)
 
-    def cache(self, group: int, block: int, key: PrefixKey) -> None:
-        """Make a full block hittable under `key` in `group`, unless another block already holds that content
-        (the first one stays: a hit never depends on which duplicate was computed last)."""
-        if key not in self.cached[group] and self.keys[block] is None:
-            self.cached[group][key] = block
-            self.keys[block] = (group, key)
+    def cache(self, group: int, blocks: list[tuple[int, PrefixKey]]) -> None:
+        """Make full blocks hittable, each under its key in `group`, unless another block already holds that
+        content (the first one stays: a hit never depends on which duplicate was computed last)."""
+        cached = self.cached[group]
+        for block, key in blocks:
+            if key not in cached and self.keys[block] is None:
+                cached[key] = block
+                self.keys[block] = (group, key)

@@ -27,7 +27,7 @@ space is not small: the model remembers every prefix ever computed and the memor
 the profiles bound the depth, not the state count.
 
 Usage: python -m kvcache_proofs.paged_checker [--profile quick|pre-merge|deep] [--jobs N] [--engine processes|ray]
-       [--ray-address ADDRESS] [--time-budget S]
+       [--ray-address ADDRESS] [--ray-partition-from BLOCKS] [--time-budget S]
 Exit: 0 holds, 1 violation (its program printed, replayable), 3 incomplete, 2 usage.
 """
 
@@ -340,11 +340,15 @@ def layout(bounds: PagedBounds) -> Layout:
 
 def check_paged(profile: str = "quick", factory: Optional[Factory] = None, time_budget: Optional[float] = None,
                 *, jobs: int = 1, engine: str = "processes", ray_address: Optional[str] = None,
-                configs: Optional[Sequence[PagedSpec]] = None) -> Any:
+                configs: Optional[Sequence[PagedSpec]] = None, ray_partition_from: Optional[int] = None) -> Any:
+    """Check the profile's configurations. On Ray, those of at least `ray_partition_from` blocks are each searched
+    by `jobs` Ray workers partitioned by state fingerprint (one configuration past one machine), the others as
+    one task each."""
     from kvcache_proofs.model_checker import check_all
     bounds = PROFILES[profile]
     return check_all(bounds, factory, DEFAULT_BUDGET[profile] if time_budget is None else time_budget, jobs=jobs,
-                     layout=layout(bounds), engine=engine, ray_address=ray_address, configs=configs)
+                     layout=layout(bounds), engine=engine, ray_address=ray_address, configs=configs,
+                     ray_partition_from=ray_partition_from)
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -354,11 +358,13 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--engine", choices=("processes", "ray"), default="processes")
     parser.add_argument("--ray-address", default=None)
+    parser.add_argument("--ray-partition-from", type=int, default=None,
+                        help="on Ray, search each configuration of at least this many blocks over --jobs workers")
     parser.add_argument("--time-budget", type=float, default=None)
     args = parser.parse_args(argv)
     started = time.monotonic()
     report = check_paged(args.profile, None, args.time_budget, jobs=args.jobs, engine=args.engine,
-                         ray_address=args.ray_address)
+                         ray_address=args.ray_address, ray_partition_from=args.ray_partition_from)
     seconds = time.monotonic() - started
     print(f"paged checker, profile {args.profile}: {report.configs_checked}/{report.configs_total} configurations, "
           f"{report.states} states, {seconds:.1f} s, {report.states / max(seconds, 1e-9):.0f} states/s")
@@ -373,5 +379,6 @@ def main(argv: Optional[list[str]] = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+if __name__ == "__main__":   # run as the imported module, so workers (processes, Ray) find its classes by name
+    from kvcache_proofs import paged_checker
+    sys.exit(paged_checker.main())

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from kvcache._paged_pool import BlockPool
 from kvcache.paged import PagedCache
 from kvcache_proofs import paged_checker as pc
@@ -64,3 +65,15 @@ def test_the_crosshair_gate_confirms_the_block_arithmetic_and_covers_the_rest() 
     assert paged and all(row.covered_by == ("tests:tests/test_paged_checker.py", "tests:tests/test_paged_lockstep.py",
                                             "tests:tests/test_paged_reference.py") and not row.frame_problems
                          for row in paged)
+
+
+@pytest.mark.slow
+def test_the_ray_engine_partitions_a_configuration_with_the_same_verdict_and_states() -> None:
+    """The distributed search (a configuration's states partitioned over two Ray workers by fingerprint) reaches the
+    states the one-process search does, and the same verdict."""
+    pytest.importorskip("ray", reason="the Ray engine's tests need Ray: pip install 'kvcache-spec[cluster]'")
+    spec = pc.PagedSpec(2, 3, pc.BOTH, True, 3)
+    alone = pc.check_paged("quick", configs=[spec], time_budget=600)
+    spread = pc.check_paged("quick", configs=[spec], time_budget=600, engine="ray", jobs=2, ray_partition_from=1)
+    assert alone.counterexample is None and spread.counterexample is None and alone.complete and spread.complete
+    assert spread.states == alone.states > 30
