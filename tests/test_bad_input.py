@@ -213,6 +213,9 @@ EXPORTS: dict[str, Callable[[], None]] = {
                                                    "LayoutPolicy", "CacheControl", "BatchControl", "CellStepper")},
     "MAX_SEQS": lambda: _refuses(lambda: kvcache.CellCache(_one_flat_layer(), kvcache.MAX_SEQS + 1), "CELL-MAX-SEQS"),
     "CellCache": lambda: _refuses(lambda: kvcache.CellCache(_one_flat_layer(), True), "CELL-MAX-SEQS"),
+    "PagedCache": lambda: _refuses(lambda: kvcache.PagedCache({"block_size": True, "num_blocks": 4, "max_model_len": 8,
+                                                                "groups": [{"kind": "full"}], "prefix_caching": True}),
+                                   "PAGED-CONFIG"),
     "CellStep": lambda: _refuses(lambda: kvcache.CellStep(True, 1, (0,), b"\x01"), "CELL-STEP-SHAPE"),
     "CacheBuilderRegistry": lambda: _refuses(lambda: CacheBuilderRegistry.unregister(None, "k"), "ARG-TYPE"),  # type: ignore[arg-type]
     "CacheRegistry": lambda: _refuses(lambda: CacheRegistry.install("k", "not a cache"), "ARG-TYPE"),  # type: ignore[arg-type]
