@@ -126,12 +126,17 @@ def _held(cache: PagedCache) -> frozenset[int]:
     return frozenset(block for block, count in enumerate(cache._pool.refs) if count)
 
 
-def _written_blocks_were_free(cache: PagedCache, request: str, start: int, held_before: frozenset[int]) -> bool:
+def _written_blocks_were_free(cache: PagedCache, request: str, start: int, held_before: frozenset[int],
+                              tables_before: Sequence[Table] = ()) -> bool:
     """PAGED-NO-REWRITE: the blocks the runner writes for positions start .. computed - 1 of `request` were held by
-    no table before the call - but the request's own partly written block, which it alone holds."""
+    no table before the call - but the request's own partly written block, which it alone holds, and blocks this
+    call released from its window tables (their positions left every window: reusing them rewrites nothing
+    needed)."""
     live, size = cache._requests[request], cache.config.block_size
     own = start // size if start % size else None
-    return all(table[index] not in held_before
+    released = {block for before, after in zip(tables_before, live.tables)
+                for block, now in zip(before, after) if block is not None and now is None}
+    return all(table[index] not in held_before or table[index] in released
                for table in live.tables for index in range(start // size, len(table)) if index != own)
 
 
@@ -347,10 +352,12 @@ class PagedCache:
     @icontract.snapshot(lambda self: _held(self), name="held")
     @icontract.snapshot(lambda self, request: self._requests[request].computed, name="computed")
     @icontract.snapshot(lambda self, request: set(self._requests) == {request}, name="alone")
+    @icontract.snapshot(lambda self, request: [list(table) for table in self._requests[request].tables],
+                        name="tables")
     @icontract.ensure(lambda self, request, result, OLD: result is None
-                      or _written_blocks_were_free(self, request, OLD.computed, OLD.held),
+                      or _written_blocks_were_free(self, request, OLD.computed, OLD.held, OLD.tables),
                       "PAGED-NO-REWRITE: the blocks reserved for the new positions were in no live table but the "
-                      "request's own partly written one")
+                      "request's own partly written one or blocks this call released from its windows")
     @icontract.ensure(lambda self, request, tokens, result, OLD: result is not None or _idle_refusal(
         self, OLD.alone, len(self._requests[request].tokens) + len(tokens)),
                       "PAGED-IDLE-FIT: an extension is refused only beside other requests or past the whole pool")

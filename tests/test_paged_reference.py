@@ -340,3 +340,14 @@ def test_the_contracts_alone_find_a_stale_hit(monkeypatch: pytest.MonkeyPatch) -
     cache.free("a")
     with pytest.raises(icontract.ViolationError, match="PAGED-HIT"):
         cache.admit("b", [5, 6, 7, 8, 9, 9], [], 10)
+
+
+def test_a_block_released_from_the_window_may_take_the_next_position_in_the_same_call() -> None:
+    """PAGED-NO-REWRITE, PAGED-WINDOW-RELEASE (found by the exhaustive checker: the contract first forbade it): B = 1,
+    two blocks, window 2: computing position 2 releases block 0 (position 0 left every window) and reuses it."""
+    cfg = config(block_size=1, num_blocks=2, groups=[{"kind": "window", "window": 2}], max_model_len=3)
+    judge = Judge(PagedCache(cfg), cfg)
+    judge.admit("r0", [0, 0], [], 2)
+    before = judge.cache.table("r0")[0]
+    assert judge.extend("r0", [0], 1) == 1
+    assert judge.cache.table("r0")[0] == [None, before[1], before[0]]
