@@ -351,3 +351,50 @@ def test_a_block_released_from_the_window_may_take_the_next_position_in_the_same
     before = judge.cache.table("r0")[0]
     assert judge.extend("r0", [0], 1) == 1
     assert judge.cache.table("r0")[0] == [None, before[1], before[0]]
+
+
+def test_under_python_O_bad_input_is_still_refused_and_the_books_are_not_checked() -> None:
+    """PAGED-ARGS, PAGED-CONFIG: the argument and configuration checks are not assertions (enabled under -O); the
+    postconditions follow __debug__, as in the rest of kvcache."""
+    import subprocess
+    import sys
+
+    code = ("import kvcache; from kvcache.paged import PagedCache\n"
+            "c = PagedCache({'block_size': 2, 'num_blocks': 4, 'max_model_len': 8, 'groups': [{'kind': 'full'}], "
+            "'prefix_caching': True})\n"
+            "for call in (lambda: c.admit('a', [1], [], True), lambda: c.free('a'), lambda: PagedCache({})):\n"
+            "    try: call()\n"
+            "    except kvcache.KVCacheError as e: print(e.rule, e.argument)\n"
+            "print(len(PagedCache.admit.__postconditions__) if hasattr(PagedCache.admit, '__postconditions__') else 0)\n")
+    out = subprocess.run([sys.executable, "-O", "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")
+    assert out[:4] == ["PAGED-ARGS budget", "PAGED-FREE request", "PAGED-CONFIG config", "0"], out
+
+
+def test_random_programs_reach_hits_refusals_evictions_and_window_releases() -> None:
+    """The random programs' shape is not hollow: over a fixed sample they hit prefixes, get refused, evict cached
+    blocks and release window blocks (each counted from what the cache shows or does)."""
+    import random
+
+    counts = {"hit": 0, "refused": 0, "evicted": 0, "released": 0}
+    rng = random.Random(7)
+    for _ in range(150):
+        cfg = config(block_size=rng.randint(1, 4), num_blocks=rng.randint(1, 14), groups=rng.choice(GROUPS),
+                     prefix_caching=True, max_model_len=rng.randint(4, 14))
+        judge = Judge(PagedCache(cfg), cfg)
+        for _ in range(30):
+            name = f"r{rng.randint(0, 3)}"
+            if name not in judge.live:
+                prompt = STEMS[rng.randrange(3)][:rng.randint(0, 8)] + [rng.randint(0, 3)]
+                if len(prompt) <= cfg["max_model_len"]:
+                    keyed = sum(key is not None for key in judge.cache._pool.keys)
+                    hit = judge.admit(name, prompt, [], rng.randint(1, 6))
+                    counts["hit"] += bool(hit)
+                    counts["refused"] += hit is None
+                    counts["evicted"] += hit is not None and sum(
+                        key is not None for key in judge.cache._pool.keys) < keyed
+            elif rng.random() < 0.3:
+                judge.free(name)
+            elif len(judge.live[name].tokens) < cfg["max_model_len"]:
+                judge.extend(name, [rng.randint(0, 3)], rng.randint(1, 3))
+                counts["released"] += any(None in table for table in judge.cache.table(name))
+    assert all(count > 10 for count in counts.values()), counts
