@@ -166,6 +166,13 @@ class PagedState:
     live: Mapping[str, Live]
     cached: frozenset[Prefix]          # every whole-block prefix some request computed: what a hit may cover
 
+    def key(self) -> tuple[PagedConfig, tuple[tuple[str, Live], ...], frozenset[Prefix]]:
+        """The state as a hashable value (an exhaustive checker's visited set)."""
+        return self.cfg, tuple(sorted(self.live.items())), self.cached
+
+    def __hash__(self) -> int:
+        return hash(self.key())
+
 
 def initial(cfg: PagedConfig) -> PagedState:
     return PagedState(cfg, {}, frozenset())
