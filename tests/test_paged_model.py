@@ -422,6 +422,7 @@ def test_PAGED_CONFIG_a_missing_key_and_a_good_configuration() -> None:
 
 @pytest.mark.parametrize("request_id, tokens, keys, budget, argument", [
     (1, [1], [], 1, "request"), ("a", [1], [], 1, "request"),                      # "a" is live
+    (type("Name", (str,), {})("b"), [1], [], 1, "request"), ("b", [1], [type("Key", (str,), {})("k")], 1, "keys"),
     ("b", [], [], 1, "tokens"), ("b", [True], [], 1, "tokens"), ("b", [-1], [], 1, "tokens"),
     ("b", [INT_MAX + 1], [], 1, "tokens"), ("b", ["1"], [], 1, "tokens"), ("b", "12", [], 1, "tokens"),
     ("b", [1.0], [], 1, "tokens"), ("b", [0] * 33, [], 1, "tokens"),               # longer than max_model_len 32
@@ -576,6 +577,19 @@ def test_PAGED_SHARE_FULL_only_full_blocks_at_one_index_are_shared() -> None:
     assert pm.table_problems(state, {"a": [[0, 1]], "b": [[0, 2]]}, 3) == []
     assert pm.table_problems(state, {"a": [[0, 1]], "b": [[0, 1]]}, 4)[0][0] == "PAGED-SHARE-FULL"   # b's block 1 partial
     assert pm.table_problems(state, {"a": [[0, 1]], "b": [[1, 2]]}, 3)[0][0] == "PAGED-SHARE-FULL"   # another index
+
+
+def test_PAGED_DATA_SOUND_a_table_entry_that_is_no_block_id_maps_nowhere() -> None:
+    state = two_sharing()
+    memory = dict(pm.writes(state, "a", [[0, 1]], 0) + pm.writes(state, "b", [[0, 2]], 2))   # type: ignore[operator]
+    odd: dict[str, pm.Table] = {"a": [[0, True]], "b": [[0, "2"]]}                         # type: ignore[list-item]
+    assert pm.table_problems(state, odd, 5) == [
+        ("PAGED-DATA-SOUND", "request 'a', group 0: block index 1 holds True, not a block id (an int) or None"),
+        ("PAGED-DATA-SOUND", "request 'b', group 0: block index 1 holds '2', not a block id (an int) or None")]
+    assert [rule for rule, _ in pm.data_problems(state, odd, memory)] == ["PAGED-DATA-SOUND"] * 3
+    assert pm.data_problems(state, {"a": [[0, 1]], "b": [[0, 2]]}, memory) == []
+    assert pm.data_problems(state, odd, memory, only={"b"}) == [
+        ("PAGED-DATA-SOUND", "request 'b', group 0, position 2: no block")]
 
 
 def test_PAGED_CONSERVE_available_plus_held_is_the_pool() -> None:
