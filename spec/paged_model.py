@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections import Counter
+import functools
 from dataclasses import dataclass, replace
-from typing import Any, Mapping, Optional, Sequence, Union
+from typing import Any, Collection, Mapping, Optional, Sequence, Union
 
 from .model import INT_MAX, Rejected, _is_int
 
@@ -130,6 +130,19 @@ def fingerprints(keys: Sequence[str], tokens: Sequence[int]) -> list[int]:
     return out
 
 
+@functools.lru_cache(maxsize=4096)
+def _values(keys: tuple[str, ...], tokens: tuple[int, ...]) -> tuple[int, ...]:
+    """fingerprints, remembered: the judges ask again after every call for requests that did not move."""
+    return tuple(fingerprints(keys, tokens))
+
+
+def _block_at(row: Sequence[Any], position: int, size: int) -> Optional[int]:
+    """The block id a table row maps `position` to; None when it maps it to none (or to what is no block id,
+    which `table_problems` names)."""
+    block = row[position // size] if position // size < len(row) else None
+    return block if _is_int(block) else None
+
+
 def attended(group: Group, position: int) -> range:
     """What the query at `position` reads in this group (itself included)."""
     start = max(0, position - group.window + 1) if isinstance(group, WindowGroup) else 0
@@ -166,6 +179,13 @@ class PagedState:
     live: Mapping[str, Live]
     cached: frozenset[Prefix]          # every whole-block prefix some request computed: what a hit may cover
 
+    def key(self) -> tuple[PagedConfig, tuple[tuple[str, Live], ...], frozenset[Prefix]]:
+        """The state as a hashable value (an exhaustive checker's visited set)."""
+        return self.cfg, tuple(sorted(self.live.items())), self.cached
+
+    def __hash__(self) -> int:
+        return hash(self.key())
+
 
 def initial(cfg: PagedConfig) -> PagedState:
     return PagedState(cfg, {}, frozenset())
@@ -200,13 +220,18 @@ def _token_list(value: Any, allow_empty: bool) -> bool:
             and all(_is_int(token) and 0 <= token <= INT_MAX for token in value))
 
 
+def _is_str(value: Any) -> bool:
+    """Exactly a str: a subclass could compare or hash as another request's id (as ARG-INT says of ints)."""
+    return type(value) is str
+
+
 def _budget_ok(budget: Any) -> bool:
     return _is_int(budget) and 1 <= budget <= INT_MAX
 
 
 def lookup(state: PagedState, request: Any) -> Union[Live, Rejected]:
     """PAGED-ARGS: table(request) takes a live request."""
-    if not isinstance(request, str) or request not in state.live:
+    if not _is_str(request) or request not in state.live:
         return Rejected("PAGED-ARGS", "request")
     return state.live[request]
 
@@ -255,11 +280,11 @@ def max_hit(state: PagedState, tokens: Sequence[int], keys: Sequence[str]) -> in
 
 def admit(state: PagedState, request: Any, tokens: Any, keys: Any, budget: Any) -> Union[Rejected, Admission]:
     """PAGED-ARGS, PAGED-HIT, PAGED-RESERVE, PAGED-IDLE-FIT: a new request."""
-    if not isinstance(request, str) or request in state.live:
+    if not _is_str(request) or request in state.live:
         return Rejected("PAGED-ARGS", "request")
     if not _token_list(tokens, allow_empty=False) or len(tokens) > state.cfg.max_model_len:
         return Rejected("PAGED-ARGS", "tokens")
-    if not isinstance(keys, (list, tuple)) or not all(isinstance(key, str) for key in keys):
+    if not isinstance(keys, (list, tuple)) or not all(_is_str(key) for key in keys):
         return Rejected("PAGED-ARGS", "keys")
     if not _budget_ok(budget):
         return Rejected("PAGED-ARGS", "budget")
@@ -299,7 +324,7 @@ def extend(state: PagedState, request: Any, tokens: Any, budget: Any) -> Union[R
 
 def free(state: PagedState, request: Any) -> Union[Rejected, PagedState]:
     """PAGED-FREE: the request ends; what it computed stays hittable until the target evicts it."""
-    if not isinstance(request, str) or request not in state.live:
+    if not _is_str(request) or request not in state.live:
         return Rejected("PAGED-FREE", "request")
     return PagedState(state.cfg, {name: entry for name, entry in state.live.items() if name != request}, state.cached)
 
@@ -318,13 +343,13 @@ def writes(state: PagedState, request: str, table: Table, step_from: int) -> Uni
     """PAGED-RESERVE: the (slot, value) the runner writes after a step that computed positions step_from ..
     computed - 1 of `request`, every group; a problem when the table gives such a position no block."""
     entry = state.live[request]
-    values = fingerprints(entry.keys, entry.tokens[:entry.computed])
+    values = _values(entry.keys, entry.tokens[:entry.computed])
     size = state.cfg.block_size
     out: list[tuple[Slot, int]] = []
     for group in range(len(state.cfg.groups)):
         row = table[group] if group < len(table) else []
         for position in range(step_from, entry.computed):
-            block = row[position // size] if position // size < len(row) else None
+            block = _block_at(row, position, size)
             if block is None:
                 return ("PAGED-RESERVE", f"position {position} of group {group} has no block")
             out.append(((group, block, position % size), values[position]))
@@ -332,19 +357,23 @@ def writes(state: PagedState, request: str, table: Table, step_from: int) -> Uni
 
 
 def data_problems(state: PagedState, tables: Mapping[str, Table], memory: Mapping[Slot, int],
-                  stepped: Optional[tuple[str, int]] = None) -> list[Problem]:
+                  stepped: Optional[tuple[str, int]] = None, only: Optional[Collection[str]] = None) -> list[Problem]:
     """PAGED-DATA-SOUND (and PAGED-WINDOW-RELEASE where a window group shows None): every position each live
-    request must hold maps to a slot holding its value. `stepped` is (request, step_from) right after a step."""
+    request must hold maps to a slot holding its value. `stepped` is (request, step_from) right after a step.
+    A stale hit after a block was evicted and reused (PAGED-EVICT) shows here: the slot holds another value.
+    `only`: judge these live requests alone (a runner that knows which tables a call can have touched)."""
     size = state.cfg.block_size
     problems: list[Problem] = []
     for request, entry in sorted(state.live.items()):
-        values = fingerprints(entry.keys, entry.tokens[:entry.computed])
+        if only is not None and request not in only:
+            continue
+        values = _values(entry.keys, entry.tokens[:entry.computed])
         step_from = stepped[1] if stepped is not None and stepped[0] == request else None
         table = tables.get(request, [])
         for group, kind in enumerate(state.cfg.groups):
             row = table[group] if group < len(table) else []
             for position in must_hold(state, request, group, step_from):
-                block = row[position // size] if position // size < len(row) else None
+                block = _block_at(row, position, size)
                 where = f"request {request!r}, group {group}, position {position}"
                 if block is None:
                     rule = "PAGED-WINDOW-RELEASE" if isinstance(kind, WindowGroup) else "PAGED-DATA-SOUND"
@@ -373,8 +402,11 @@ def table_problems(state: PagedState, tables: Mapping[str, Table], available: in
                     problems.append(("PAGED-WINDOW-RELEASE", f"request {request!r}, full group {group}: "
                                                              f"block index {gaps[0]} released"))
             for index, block in enumerate(row):
-                if block is not None:
+                if _is_int(block):
                     holders.setdefault(block, []).append((request, group, index))
+                elif block is not None:
+                    problems.append(("PAGED-DATA-SOUND", f"request {request!r}, group {group}: block index {index} "
+                                                         f"holds {block!r}, not a block id (an int) or None"))
     for block, held in sorted(holders.items()):
         if len(held) < 2:
             continue
@@ -387,7 +419,8 @@ def table_problems(state: PagedState, tables: Mapping[str, Table], available: in
                                            f"{state.cfg.num_blocks} blocks"))
     if ref_counts is not None:
         counts = {block: len({(request, group) for request, group, _ in held}) for block, held in holders.items()}
-        wrong = sorted(block for block in set(counts) | set(ref_counts) if ref_counts.get(block) != counts.get(block))
+        wrong = sorted((block for block in set(counts) | set(ref_counts) if ref_counts.get(block) != counts.get(block)),
+                       key=repr)
         if wrong:
             problems.append(("PAGED-REFCOUNT", f"blocks {wrong[:5]}: counts differ from the live tables holding them"))
     return problems
@@ -400,14 +433,14 @@ def rewrite_problems(state: PagedState, tables: Mapping[str, Table], planned: Se
     size = state.cfg.block_size
     held: dict[Slot, tuple[str, int, int]] = {}                 # slot -> (request, position, its value)
     for request, entry in sorted(state.live.items()):
-        values = fingerprints(entry.keys, entry.tokens[:entry.computed])
+        values = _values(entry.keys, entry.tokens[:entry.computed])
         table = tables.get(request, [])
         for group in range(min(len(table), len(state.cfg.groups))):
             row = table[group]
             for position in must_hold(state, request, group, stepped[1] if request == stepped[0] else None):
                 if request == stepped[0] and position >= stepped[1]:
                     continue                                    # what this step writes
-                block = row[position // size] if position // size < len(row) else None
+                block = _block_at(row, position, size)
                 if block is not None:
                     held[(group, block, position % size)] = (request, position, values[position])
     problems: list[Problem] = []

@@ -556,8 +556,8 @@ PAGED_RULES: tuple[Rule, ...] = (
          "forever.",
          "A double-counted shared page; a count not dropped on free."),
     Rule("PAGED-EVICT",
-         "Only a block no live table holds is evicted or handed to another request, and once evicted and reused "
-         "it is never hit as the prefix it held before.",
+         "Only a block no live table holds is evicted (its slots given to other positions), and once evicted it is "
+         "never hit as the prefix it held before.",
          "Eviction under pressure is where use-after-free happens: a block still in a table, or still indexed by "
          "its old hash, serves the wrong K/V.",
          "An in-use block evicted to admit another request; a stale hit on a block whose slots were reused."),

@@ -48,6 +48,9 @@ OUT_OF_SCOPE: dict[str, str] = {
 CELL_PREFIX = "CELL-"
 # The rules of the op face (spec/op_model.py) bind op-face targets only, and only they do.
 OP_PREFIX = "OP-"
+# The rules of the paged layout (spec/paged_model.py; SPEC.md part 7) bind paged targets only, and only they
+# (with a declared scope's border) do.
+PAGED_PREFIX = "PAGED-"
 # Checked only when the target validates configurations itself (cmd: targets get JSON configs).
 CONFIG_VALIDATION = ("CFG-TYPE", "CFG-CAPACITY", "CFG-LAYERS", "CFG-POLICY", "CFG-MAX-WRITE", "CFG-SHAPE",
                      "CFG-INITIAL-CAPACITY")
@@ -95,6 +98,9 @@ RECOMPUTE_RULES = ("CELL-RECOMPUTE", "CELL-KEEP", "CELL-SHIFT", "CELL-OWNERS", "
 
 def _layout_rule(rule_id: str, layout: str) -> str:
     """'' when the rule binds a cache of this layout, else why it does not."""
+    if layout == "paged" or rule_id.startswith(PAGED_PREFIX):
+        binds = layout == "paged" and (rule_id.startswith(PAGED_PREFIX) or rule_id == "SCOPE-BORDER")
+        return "" if binds else f"a rule of another layout: this run drives the {layout} layout"
     if layout == "cell-recompute":
         return "" if rule_id in RECOMPUTE_RULES else \
             "not observable through outputs: this run drives a cell cache seen only through its outputs"

@@ -40,19 +40,22 @@ LIBRARIES: tuple[tuple[str, str, str, str], ...] = (
 # The rule families, the matrix's columns: every rule id of spec/rules.py in exactly one (tests/test_matrix.py).
 FAMILIES: dict[str, tuple[str, ...]] = {
     "configuration": ("CFG-TYPE", "CFG-CAPACITY", "CFG-LAYERS", "CFG-POLICY", "CFG-MAX-WRITE", "CFG-SHAPE",
-                      "CFG-INITIAL-CAPACITY", "CFG-DEDUP", "OP-CONFIG", "CELL-MAX-SEQS"),
+                      "CFG-INITIAL-CAPACITY", "CFG-DEDUP", "OP-CONFIG", "CELL-MAX-SEQS", "PAGED-CONFIG"),
     "arguments": ("ARG-INT", "ARG-RANGE", "ARG-TYPE", "LAYER-RANGE", "STEP-T", "STEP-T-MAX", "OP-ARGS", "OP-POS",
-                  "OP-MAX-WRITE", "CELL-SEQ-ID", "CELL-POS", "CELL-DECLARE", "CELL-STEP-SHAPE"),
-    "capacity": ("LEN-BOUNDS", "ADMIT", "OP-CAP", "CELL-USED-END"),
+                  "OP-MAX-WRITE", "CELL-SEQ-ID", "CELL-POS", "CELL-DECLARE", "CELL-STEP-SHAPE", "PAGED-ARGS"),
+    "capacity": ("LEN-BOUNDS", "ADMIT", "OP-CAP", "CELL-USED-END", "PAGED-RESERVE", "PAGED-CONSERVE", "PAGED-IDLE-FIT"),
     "attention": ("DATA-SOUND", "CELL-DATA-SOUND", "OP-ATTEND", "OP-MASK", "OP-HIST", "OP-BATCH", "OP-SINKS",
                   "CELL-MASK", "CELL-WINDOW-POS", "CELL-KEEP", "CELL-RECOMPUTE", "PLAN-PURE", "PLAN-SHAPE",
-                  "PLAN-WRITE", "PLAN-READ", "STEP-APPEND", "RETAINED", "CELL-PLACE", "CELL-FORWARD"),
+                  "PLAN-WRITE", "PLAN-READ", "STEP-APPEND", "RETAINED", "CELL-PLACE", "CELL-FORWARD",
+                  "PAGED-DATA-SOUND", "PAGED-HIT", "PAGED-HIT-GROUPS", "PAGED-WINDOW-RELEASE"),
     "layout": ("LAYOUT-CANON", "DEPTH", "CELL-LAYOUT-CANON"),
     "steps and atomicity": ("ATOMIC", "CELL-ATOMIC", "OP-ATOMIC", "OP-STEP", "COMMIT-ISSUED", "COMMIT-ADVANCE",
-                            "PROTO-COMMIT"),
+                            "PROTO-COMMIT", "PAGED-ATOMIC"),
     "trim and removal": ("REWIND-GROW", "REWIND-SOUND", "CLEAR", "CELL-CLEAR", "CELL-RM", "CELL-SHIFT", "OP-RM",
                          "OP-TRIM"),
-    "sequences": ("CELL-NEW", "CELL-ID-REUSE", "CELL-SEQ-LIVE", "CELL-FORK", "CELL-OWNERS", "OP-FORK"),
+    # a paged layout's requests: their lifetime, the blocks they share and the counts and eviction of those
+    "sequences": ("CELL-NEW", "CELL-ID-REUSE", "CELL-SEQ-LIVE", "CELL-FORK", "CELL-OWNERS", "OP-FORK", "PAGED-FREE",
+                  "PAGED-SHARE-FULL", "PAGED-NO-REWRITE", "PAGED-REFCOUNT", "PAGED-EVICT"),
     # Every SCOPE- rule (SPEC section 6.1) is of this family, however many the scope grows.
     "faces and scope": ("FACES", "ET-MAP", "REG-KEYS", "REG-SESSION", "THREADS",
                         *(rule.id for rule in RULES if rule.id.startswith("SCOPE-"))),
