@@ -92,11 +92,18 @@ def _tables_cover(cache: PagedCache) -> bool:
 
 
 def _only_full_blocks_shared(cache: PagedCache) -> bool:
-    """PAGED-SHARE-FULL: a block two tables hold is full (every position in it reserved) for each holder."""
+    """PAGED-SHARE-FULL: a block two tables hold sits in the same group at the same block index in each, and is full
+    (every position in it reserved) for each holder."""
     size, holders = cache.config.block_size, _holders(cache)
-    return all(holders[block] == 1 for request in cache._requests.values() for table in request.tables
-               for index, block in enumerate(table)
-               if block is not None and (index + 1) * size > request.computed)
+    places: dict[int, set[tuple[int, int]]] = {}
+    for request in cache._requests.values():
+        for group, table in enumerate(request.tables):
+            for index, block in enumerate(table):
+                if block is not None and holders[block] > 1:
+                    if (index + 1) * size > request.computed:
+                        return False
+                    places.setdefault(block, set()).add((group, index))
+    return all(len(where) == 1 for where in places.values())
 
 
 def _cached_blocks_hold_their_holders_prefix(cache: PagedCache) -> bool:
@@ -164,7 +171,8 @@ def _keeps_the_books(function: Any) -> Any:
             (_refs_are_holders, "PAGED-REFCOUNT: each block's reference count is the number of live tables holding it"),
             (_tables_cover, "PAGED-RESERVE: the tables cover every reserved position; a window group releases only "
                             "blocks below every needed window"),
-            (_only_full_blocks_shared, "PAGED-SHARE-FULL: a block in two tables is full for each holder"),
+            (_only_full_blocks_shared, "PAGED-SHARE-FULL: a block in two tables is at one group and index, and full "
+                                       "for each holder"),
             (_cached_blocks_hold_their_holders_prefix, "PAGED-HIT, PAGED-DATA-SOUND: a cached block a live request "
                                                        "holds is cached under exactly that request's keys and "
                                                        "prefix"))):
