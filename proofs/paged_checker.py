@@ -20,7 +20,7 @@ change nothing): the tables, available() and ref_counts(); bad calls of every ve
 prompt, a bool token, a negative token, a prompt past max_model_len, a zero budget, nothing to compute, a double
 free).
 
-Bounds (`PagedBounds`, `PROFILES`): small pools (2-4 blocks), block sizes 1-2, a full group, a window group and
+Bounds (`PagedBounds`, `PROFILES`): small pools (3 blocks; 2-4 in deep), block sizes 1-2, a full group, a window group and
 both, prefix caching on and off, two request ids, a two-token alphabet; to a depth bound per profile (every state
 reachable in at most D calls gets every check and every transition; the report counts the states past it). The
 space is not small: the model remembers every prefix ever computed and the memory every slot ever written, so
@@ -250,17 +250,19 @@ class PagedBounds:
 
 
 FULL, WINDOW, BOTH = (None,), (2,), (None, 2)
-#: The checker explores about 80 states a second on one core of this machine (the reference runs with every
-#: contract on, and each state gets ~20 checks and ~13 transitions, each judged by the model): the profiles are
-#: sized by depth. Measured (proofs/MEASUREMENTS.md, "paged"): block size 2, 3 blocks, a full group, prefix caching,
-#: prompts up to 3 tokens over {0, 1}: depth 3 1,833 states (8,064 more reached at depth 4), 22 s.
+#: The reference runs with every contract on, and each state gets ~20 checks and ~13-30 transitions, each judged by
+#: the model; the space grows with the depth (the model remembers every prefix computed, the memory every slot
+#: written), so the profiles bound the depth. Measured on this 2-core machine at load 9-10 (other jobs running):
+#: quick 4 configurations, 1,476 states, 10-15 s on 1-2 jobs (96-146 states/s); pre-merge 12 configurations,
+#: 12,644 states, 203 s on 2 jobs (62 states/s); the same bounds with 2 and 3 blocks (24 configurations) 19,394
+#: states, 307 s on 1 job (63 states/s). deep has not been run end to end.
 PROFILES: dict[str, PagedBounds] = {
     "quick": PagedBounds(sizes=(2,), num_blocks=(3,), windows=(FULL, BOTH), max_len=3, depth=2),
-    "pre-merge": PagedBounds(sizes=(1, 2), num_blocks=(2, 3), windows=(FULL, WINDOW, BOTH), max_len=3, depth=3),
+    "pre-merge": PagedBounds(sizes=(1, 2), num_blocks=(3,), windows=(FULL, WINDOW, BOTH), max_len=3, depth=3),
     "deep": PagedBounds(sizes=(1, 2), num_blocks=(2, 3, 4), windows=(FULL, WINDOW, BOTH, (1,)), max_len=4,
-                        keys=((), ("k",)), depth=5),
+                        keys=((), ("k",)), depth=4),
 }
-DEFAULT_BUDGET = {"quick": 60.0, "pre-merge": 900.0, "deep": 14400.0}
+DEFAULT_BUDGET = {"quick": 60.0, "pre-merge": 600.0, "deep": 14400.0}
 
 
 def _names(bounds: PagedBounds) -> list[str]:
