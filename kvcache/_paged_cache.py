@@ -11,10 +11,12 @@ tokens decoded since and reserves the next ones; `free` releases the request's r
 Contracts. Preconditions check the caller's input, raise a typed `KVCacheError` naming the argument and the rule
 before the body runs (a malformed call changes nothing) and stay enabled under `python -O`. The body checks that
 a reservation fits before it changes anything, so a refusal (None) changes nothing either. Postconditions (the
-books every call leaves: conservation, reference counts equal to the holders, only full blocks shared, tables
-covering the reserved positions, every cached block a live request holds holding exactly that request's prefix)
-and the pool's invariants check this implementation and follow `__debug__`: they vanish under `python -O`, where
-the conformance suite (the data check) still judges the cache from outside.
+books every changing call leaves: the pool's free queue and cache maps consistent, conservation, reference counts
+equal to the holders, only full blocks shared, tables covering the reserved positions, every cached block a live
+request holds holding exactly that request's prefix; and per verb the hit's bounds, one hit length for every
+group, no rewrite of a held block, no refusal of what fits an idle pool, a refusal changing nothing) check this
+implementation and follow `__debug__`: they vanish under `python -O`, where the conformance suite (the data check)
+still judges the cache from outside.
 """
 
 from __future__ import annotations
