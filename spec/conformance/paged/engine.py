@@ -110,15 +110,18 @@ class PagedEngine(Engine):
             raise self._fail(CRASH, rule, f"table({_show(args)}): protocol: answered {_brief(outcome.value)}, "
                                           f"not one list of block ids (ints or null) per group")
         if method == "ref_counts" and outcome.ok and isinstance(outcome.value, dict) and not all(
-                type(k) is int and type(v) is int for k, v in outcome.value.items()):
+                _block_key(k) is not None and type(v) is int for k, v in outcome.value.items()):
             raise self._fail(CRASH, rule, f"ref_counts(): protocol: answered {_brief(outcome.value)}, not ints "
                                           f"to ints")
 
     def _ask(self, method: str, args: dict[str, Any], rule: str) -> Any:
-        """A query the harness needs answered: its value (an error answer is a wrong finding)."""
+        """A query the harness needs answered: its value (an error answer is a wrong finding); ref_counts' block
+        ids as ints (over the protocol a JSON object's keys are decimal strings)."""
         got = self._call(method, args, rule)
         if not got.ok or got.value is None:
             raise self._fail(WRONG, rule, f"{method}({_show(args)}) answered {got.error or 'null'}")
+        if method == "ref_counts":
+            return {_block_key(block): count for block, count in got.value.items()}
         return got.value
 
     # --- what the core asks of a layout -----------------------------------------------------------------
@@ -502,6 +505,15 @@ class PagedEngine(Engine):
         self.freed.append(name)
         self.check_counts(f"after free({name!r})")
         return self.result.steps.pop()
+
+
+def _block_key(key: Any) -> Optional[int]:
+    """A ref_counts key as a block id: an int, or its decimal string (a JSON object's key); None otherwise."""
+    if type(key) is int:
+        return key
+    if isinstance(key, str) and key.lstrip("-").isdigit():
+        return int(key)
+    return None
 
 
 def _table_shape(value: Any, groups: int) -> bool:

@@ -219,7 +219,9 @@ def _simpler_configs(cfg: JsonConfig) -> list[JsonConfig]:
 
 def _simpler_paged_configs(cfg: JsonConfig) -> list[JsonConfig]:
     """A paged configuration one dimension smaller (paged/programs.py): fewer groups, a window group as a full
-    one, a narrower window, no prefix caching, fewer blocks, smaller blocks, a shorter max_model_len."""
+    one, a narrower window, no prefix caching, fewer blocks, smaller blocks. Not max_model_len: a program's
+    prompts bound it from below, so most smaller values only turn its admissions into caller errors (runs the
+    budget spends on the requests, tokens and blocks instead)."""
     groups = cfg["groups"]
     out: list[JsonConfig] = [{**cfg, "groups": groups[:drop] + groups[drop + 1:]} for drop in range(len(groups))]
     for index, entry in enumerate(groups):
@@ -229,7 +231,7 @@ def _simpler_paged_configs(cfg: JsonConfig) -> list[JsonConfig]:
                     for w in _below(entry["window"], 1)]
     if cfg.get("prefix_caching") is True:
         out.append({**cfg, "prefix_caching": False})
-    for name in ("num_blocks", "block_size", "max_model_len"):
+    for name in ("num_blocks", "block_size"):
         if _is_size(cfg.get(name)):
             out += [{**cfg, name: value} for value in _below(cfg[name], 1)]
     return [c for c in out if isinstance(paged_model.configured(c), paged_model.PagedConfig)]

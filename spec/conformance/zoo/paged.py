@@ -383,7 +383,7 @@ partial_block_shared = _factory(PartialBlockShared)
 # name -> (target, the class of finding, the rule it breaks)
 PAGED_ZOO: dict[str, tuple[str, str, str]] = {
     "stale_hit_after_reuse": ("python:kvcache_spec.conformance.zoo.paged:stale_hit_after_reuse", "wrong", "PAGED-EVICT"),
-    "in_use_evicted": ("python:kvcache_spec.conformance.zoo.paged:in_use_evicted", "wrong", "PAGED-CONSERVE"),
+    "in_use_evicted": ("python:kvcache_spec.conformance.zoo.paged:in_use_evicted", "wrong", "PAGED-EVICT"),
     "window_released_early": ("python:kvcache_spec.conformance.zoo.paged:window_released_early", "wrong",
                               "PAGED-WINDOW-RELEASE"),
     "refusal_keeps_hit": ("python:kvcache_spec.conformance.zoo.paged:refusal_keeps_hit", "wrong", "PAGED-ATOMIC"),
