@@ -407,7 +407,8 @@ def harness_cost(spec: str = "python:kvcache_spec.conformance.zoo.paged:paged_po
     """
     import time
 
-    from ..paged import drive_on, programs
+    from ..paged import programs
+    from ..paged.consequences import drive_on
     from ..paged.engine import PagedEngine
     from ..targets import Outcome, parse_target
 
@@ -444,4 +445,4 @@ def harness_cost(spec: str = "python:kvcache_spec.conformance.zoo.paged:paged_po
 if __name__ == "__main__":
     import json
     import sys
-    print(json.dumps(harness_cost(*sys.argv[1:2]), indent=1))
+    print(json.dumps(harness_cost(sys.argv[1]) if len(sys.argv) > 1 else harness_cost(), indent=1))
