@@ -103,7 +103,7 @@ class PagedEngine(Engine):
         self.freed: list[str] = []
         self.admitted = 0
         self.steps_since_full = 0
-        self.has_ref_counts = "ref_counts" in target.optional
+        self.has_ref_counts = False   # known once the cache is created (after_create)
 
     # --- the failure path ------------------------------------------------------------------------------
     def _check_type(self, method: str, args: dict[str, Any], outcome: Outcome, rule: str) -> None:
@@ -135,6 +135,7 @@ class PagedEngine(Engine):
         self.unchanged(context, lenient_rule)
 
     def after_create(self) -> None:
+        self.has_ref_counts = "ref_counts" in self.target.optional   # the optional method, as created
         available = self._ask("available", {}, RULE["conserve"])
         if available != self.pc.num_blocks:
             raise self._fail(WRONG, RULE["conserve"], f"after create: available() is {available!r}, not "
