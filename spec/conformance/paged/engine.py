@@ -9,13 +9,15 @@ fingerprint, whoever wrote it. Beside the data, bookkeeping read from the observ
 live tables is full for both (only full blocks are shared), available() plus the distinct block ids of the
 live tables is num_blocks (conservation), ref_counts() (when offered) counts the (request, group) tables
 holding each id, and a refusal or a refused malformed call changes none of these. The hit an admission
-answers is bounded by the model (`Admission.max_hit`); extend's count is the model's.
+answers is bounded by the model (`Admission.allows`); extend's count is the model's; on an idle pool a
+reservation that fits is not refused (`must_fit`).
 
 Cost, bounded by counts: a write is checked against a reverse map (group, block) -> the live readers of that
 block, so a write into a slot another live request still needs, with another value, is caught when it
 happens (a shared block rewritten, an in-use block handed out); a request's table is read after each of its
-calls and only the block indexes whose ids changed are verified again; every live table is read back and
-every needed position verified every FULL_CHECK_EVERY steps and at the end of the program.
+calls and only the positions it wrote, its hit and the block indexes whose ids changed are verified again;
+every live table is read back and every needed position verified every max(FULL_CHECK_EVERY, 2 x live
+requests) steps and at the end of the program (paged/cost.py measures what this costs).
 
 Program steps (spec/conformance/paged/programs.py): {"op": "admit", "tokens": [...], "keys": [...],
 "budget": b} (the harness names the request r<k>, its k-th admission; "request" overrides: a name, or
