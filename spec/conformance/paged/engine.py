@@ -36,7 +36,7 @@ from ... import model
 from ... import paged_model as pm
 from ...model import _is_int
 from ..configs import JsonConfig
-from ..engine import CRASH, LENIENT, OVER_STRICT, WRONG, Drive, Engine, RunResult, Step, Verdict, _show
+from ..engine import CRASH, LENIENT, OVER_STRICT, WRONG, Drive, Engine, RunResult, Step, Stop, Verdict, _show
 from ..targets import Outcome
 
 # The rule each kind of check judges (spec/rules.py, SPEC.md part 7).
@@ -108,6 +108,21 @@ class PagedEngine(Engine):
         self.has_ref_counts = False   # known once the cache is created (after_create)
 
     # --- the failure path ------------------------------------------------------------------------------
+    def _fail(self, kind: str, rule: str, message: str, detail: str = "") -> Stop:
+        """A finding with the blocks the live tables held as the harness last read them (its picture, drawn by the
+        HTML report): per block id, its holders (request, group, block index)."""
+        stop = super()._fail(kind, rule, message, detail)
+        number = {request: n for n, request in enumerate(self.mirrors)}
+        held: dict[int, list[tuple[str, int, int]]] = {}
+        for (g, block), readers in self.readers.items():
+            for request, indexes in readers.items():
+                held.setdefault(block, []).extend((request, g, index) for index in sorted(indexes))
+        stop.finding.picture = {"cells": {"layout": "paged", "cells": [
+            {"cell": block, "owners": sorted({number[r] for r, _, _ in places if r in number}),
+             "held": [f"{r} g{g} #{i}" for r, g, i in sorted(places)]}
+            for block, places in sorted(held.items())[:64]]}}
+        return stop
+
     def _check_type(self, method: str, args: dict[str, Any], outcome: Outcome, rule: str) -> None:
         super()._check_type(method, args, outcome, rule)
         if method == "table" and outcome.ok and outcome.value is not None and \
