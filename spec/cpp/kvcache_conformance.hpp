@@ -1,7 +1,8 @@
 // kvcache_conformance.hpp - header-only C++17 driver for the kvcache conformance suite.
 //
-// Turns a C++ KV cache into a `cmd:` target speaking spec/PROTOCOL.md (version 1) on stdin/stdout. Two
-// drivers, one per kind of cache:
+// Turns a C++ KV cache into a `cmd:` target speaking spec/PROTOCOL.md (version 1) on stdin/stdout. Three
+// drivers, one per kind of cache (the third, paged::run_main for a serving engine's block pool with prefix
+// caching, is at the very end: spec/PROTOCOL.md, "The C++ paged driver"):
 //
 // The op face (`update_and_fetch(layer, k, v, position)` answering the K/V history and an AttendSpec,
 // as ExecuTorch 1.5.1's caches and the MLX runtime's): op::run_main, one call with a factory from the op

@@ -1,0 +1,338 @@
+"""A C++ paged cache through the shipped header's paged driver (`kvcache_conformance::paged::run_main`),
+compiled with g++ and driven over the protocol (spec/PROTOCOL.md, "Paged targets").
+
+spec/cpp/example/serve_paged_cache.cpp serves paged_cache.h: a block pool with prefix caching by full-block chains
+keyed on tokens and keys, reference counts, an LRU free queue, full and window groups. Its -DKVCACHE_EXAMPLE_STALE_HIT
+variant forgets a cached block's key when the block is reused: a later request with the old prefix is served
+another request's K/V.
+
+`Runner` below plays the model runner as the protocol states it, at the level of data: after each admit or extend it
+writes a prefix-dependent fingerprint into every newly reserved slot, then reads every live request's tables back
+and checks the positions each still attends, conservation of blocks, the reference counts, that only full blocks are
+shared, and that refusals and malformed calls change nothing. It judges the wire answers (exact types) without the
+suite's paged engine, so the driver and the example are checked on their own.
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import json
+import random
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any, Optional
+
+import pytest
+
+from tests.cpp_builds import compile_all
+EXAMPLES = Path(__file__).resolve().parent.parent / "spec" / "cpp" / "example"
+SOURCE = EXAMPLES / "serve_paged_cache.cpp"
+GXX = shutil.which("g++")
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(GXX is None, reason="no g++ on PATH: the C++ paged target needs a C++17 compiler")]
+BUILDS = {"paged": (SOURCE, ()), "stale_hit": (SOURCE, ("KVCACHE_EXAMPLE_STALE_HIT",))}
+HELLO = {"protocol": "kvcache-conformance", "versions": [1]}
+
+
+@pytest.fixture(scope="module")
+def binaries(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Both builds, compiled in parallel, warnings as errors."""
+    assert GXX is not None
+    return compile_all(GXX, EXAMPLES.parent, tmp_path_factory.mktemp("cpp_paged"), BUILDS)
+
+
+class Rejected(Exception):
+    """The target answered `error` kind `rejected`."""
+
+
+class Session:
+    """One target process: a request, a response, with the protocol's framing checked on every line."""
+
+    def __init__(self, binary: Path) -> None:
+        self.process = subprocess.Popen([str(binary)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.next_id = 0
+        self.hello = self.call("hello", **HELLO)
+
+    def call(self, method: str, **params: Any) -> Any:
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.next_id += 1
+        self.process.stdin.write(json.dumps({"id": self.next_id, "method": method, "params": params}) + "\n")
+        self.process.stdin.flush()
+        response = json.loads(self.process.stdout.readline())
+        assert response["id"] == self.next_id and ("result" in response) != ("error" in response), response
+        if "error" in response:
+            assert response["error"]["kind"] == "rejected", response   # protocol / unsupported: a broken target
+            raise Rejected(response["error"]["message"])
+        return response["result"]
+
+    def close(self) -> None:
+        self.call("bye")
+        self.process.communicate(timeout=20)
+        assert self.process.returncode == 0
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.process.poll() is None:   # a test that failed mid-session: the target is ours to end
+            self.process.kill()
+            self.process.communicate(timeout=20)
+
+
+def fingerprints(keys: list[str], tokens: list[int]) -> list[int]:
+    """One value per position, depending on the keys and every token up to it (a hash chain)."""
+    state = hashlib.blake2b(json.dumps(keys).encode(), digest_size=8).digest()
+    values = []
+    for token in tokens:
+        state = hashlib.blake2b(state + token.to_bytes(8, "little"), digest_size=8).digest()
+        values.append(int.from_bytes(state[:6], "little"))
+    return values
+
+
+class Violation(AssertionError):
+    """The target broke the ground truth the protocol states."""
+
+
+class Runner:
+    """The model runner over one cache: its own KV memory, (group, block id, offset) -> value."""
+
+    def __init__(self, session: Session, config: dict[str, Any]) -> None:
+        self.session, self.config = session, config
+        self.block = config["block_size"]
+        self.memory: dict[tuple[int, int, int], int] = {}
+        self.live: dict[str, dict[str, Any]] = {}   # request -> tokens, keys, computed
+        self.seen = collections.Counter[str]()       # what the run exercised: hits, refusals, released entries
+        assert session.call("create", config=config) is None
+
+    def state(self) -> tuple[Any, ...]:
+        counts = self.session.call("ref_counts")
+        return self.session.call("available"), {r: self.session.call("table", request=r) for r in self.live}, counts
+
+    def admit(self, request: str, tokens: list[int], keys: list[str], budget: int) -> Optional[int]:
+        before = self.state()
+        hit = self.session.call("admit", request=request, tokens=tokens, keys=keys, budget=budget)
+        if hit is None:
+            return self.refused(before)
+        if type(hit) is not int or not 0 <= hit <= len(tokens) - 1 or hit % self.block:
+            raise Violation(f"admit answered the hit {hit!r} for {len(tokens)} tokens")
+        self.seen["hits"] += hit > 0
+        self.live[request] = {"tokens": list(tokens), "keys": list(keys), "computed": hit}
+        self.compute(request, min(len(tokens) - hit, budget))
+        return hit
+
+    def extend(self, request: str, tokens: list[int], budget: int) -> Optional[int]:
+        before = self.state()
+        n = self.session.call("extend", request=request, tokens=tokens, budget=budget)
+        if n is None:
+            return self.refused(before)
+        live = self.live[request]
+        live["tokens"] += tokens
+        if n != min(len(live["tokens"]) - live["computed"], budget) or type(n) is not int:
+            raise Violation(f"extend answered n = {n!r}")
+        self.compute(request, n)
+        return n
+
+    def free(self, request: str) -> None:
+        assert self.session.call("free", request=request) is None
+        del self.live[request]
+        self.check()
+
+    def refused(self, before: tuple[Any, ...]) -> None:
+        self.seen["refusals"] += 1
+        if self.state() != before:
+            raise Violation("a refusal changed the cache")
+        return None
+
+    def malformed(self, method: str, **params: Any) -> None:
+        """A call the protocol calls malformed: rejected, nothing changed."""
+        before = self.state()
+        try:
+            answer = self.session.call(method, **params)
+        except Rejected:
+            if self.state() != before:
+                raise Violation(f"a rejected {method} changed the cache") from None
+            return
+        raise Violation(f"{method}({params}) answered {answer!r}, not rejected")
+
+    def compute(self, request: str, n: int) -> None:
+        """Write the fingerprint of each newly reserved position into its slot in every group, then check all."""
+        live = self.live[request]
+        values = fingerprints(live["keys"], live["tokens"])
+        tables = self.session.call("table", request=request)
+        for group, table in enumerate(tables):
+            for p in range(live["computed"], live["computed"] + n):
+                block = table[p // self.block]
+                if block is None:
+                    raise Violation(f"{request}: no block for the reserved position {p}")
+                self.memory[(group, block, p % self.block)] = values[p]
+        live["computed"] += n
+        self.check()
+
+    def needed(self, group: dict[str, Any], computed: int) -> range:
+        start = 0 if group["kind"] == "full" else max(0, computed - group["window"] + 1)
+        return range(start, computed)
+
+    def check(self) -> None:
+        available, tables, counts = self.state()
+        holders: collections.Counter[int] = collections.Counter()
+        full_in: dict[int, list[bool]] = collections.defaultdict(list)
+        for request, live in self.live.items():
+            values = fingerprints(live["keys"], live["tokens"])
+            for index, (group, table) in enumerate(zip(self.config["groups"], tables[request])):
+                for p in self.needed(group, live["computed"]):
+                    block = table[p // self.block]
+                    if block is None or self.memory.get((index, block, p % self.block)) != values[p]:
+                        raise Violation(f"{request} reads position {p} from block {block}, which does not hold it")
+                for j, block in enumerate(table):
+                    self.seen["released"] += block is None
+                    if block is not None:
+                        holders[block] += 1
+                        full_in[block].append((j + 1) * self.block <= live["computed"])
+        if any(len(full) > 1 and not all(full) for full in full_in.values()):
+            raise Violation("a block that is not full is shared")
+        if available + len(holders) != self.config["num_blocks"]:
+            raise Violation(f"available {available} + {len(holders)} held != {self.config['num_blocks']} blocks")
+        if counts != {str(block): n for block, n in holders.items()}:
+            raise Violation(f"ref_counts {counts} != the holders {dict(holders)}")
+
+
+CONFIGS = [
+    {"block_size": 2, "num_blocks": 8, "max_model_len": 32, "groups": [{"kind": "full"}], "prefix_caching": True},
+    {"block_size": 2, "num_blocks": 12, "max_model_len": 32, "groups": [{"kind": "full"}, {"kind": "window", "window": 3}],
+     "prefix_caching": True},
+    {"block_size": 1, "num_blocks": 6, "max_model_len": 16, "groups": [{"kind": "window", "window": 2}],
+     "prefix_caching": True},
+    {"block_size": 4, "num_blocks": 6, "max_model_len": 32, "groups": [{"kind": "full"}], "prefix_caching": False},
+]
+
+
+def random_program(runner: Runner, rng: random.Random, steps: int) -> None:
+    """Requests that share and diverge from a few prompts, chunked prefill, decode, frees and pressure."""
+    prompts = [[rng.randrange(4) for _ in range(rng.randrange(2, 12))] for _ in range(3)]
+    for step in range(steps):
+        live = sorted(runner.live)
+        action = rng.choice(["admit", "admit", "extend", "extend", "free"] if live else ["admit"])
+        if action == "admit":
+            base = rng.choice(prompts)
+            tokens = base[:rng.randrange(1, len(base) + 1)] + [rng.randrange(4) for _ in range(rng.randrange(3))]
+            runner.admit(f"r{step}", tokens, rng.choice([[], [], ["lora"]]), rng.randrange(1, 12))
+        elif action == "extend":
+            request = rng.choice(live)
+            state = runner.live[request]
+            room = runner.config["max_model_len"] - len(state["tokens"])
+            decoded = [] if state["computed"] < len(state["tokens"]) else [rng.randrange(4)] * min(room, 1)
+            if state["computed"] < len(state["tokens"]) + len(decoded):
+                runner.extend(request, decoded, rng.randrange(1, 6))
+        else:
+            runner.free(rng.choice(live))
+
+
+def test_the_example_answers_the_protocols_session(binaries: dict[str, Path]) -> None:
+    """The session of spec/PROTOCOL.md, "Paged targets", answered as printed there."""
+    with Session(binaries["paged"]) as session:
+        _protocol_session(session)
+
+
+def _protocol_session(session: Session) -> None:
+    assert session.hello == {"protocol": "kvcache-conformance", "version": 1, "implementation": "example paged cache",
+                             "methods": ["ref_counts"], "layout": "paged"}
+    runner = Runner(session, {"block_size": 2, "num_blocks": 4, "max_model_len": 16, "groups": [{"kind": "full"}],
+                              "prefix_caching": True})
+    assert runner.admit("a", [5, 6, 7], [], 8) == 0 and runner.admit("b", [5, 6, 9], [], 8) == 2
+    assert session.call("table", request="b") == [[0, 2]] and session.call("ref_counts") == {"0": 2, "1": 1, "2": 1}
+    assert session.call("available") == 1
+    runner.malformed("free", request="c")
+    session.close()
+
+
+def test_the_example_keeps_the_ground_truth_over_random_programs(binaries: dict[str, Path]) -> None:
+    """Many programs over full, mixed and window pools, with and without prefix caching: no violation, and the
+    run really exercised hits, refusals under pressure and window releases."""
+    seen: collections.Counter[str] = collections.Counter()
+    with Session(binaries["paged"]) as session:
+        for seed in range(60):
+            runner = Runner(session, CONFIGS[seed % len(CONFIGS)])
+            random_program(runner, random.Random(seed), 30)
+            seen += runner.seen
+        session.close()
+    assert seen["hits"] > 20 and seen["refusals"] > 20 and seen["released"] > 20, seen
+
+
+def test_the_driver_and_the_example_refuse_malformed_calls_changing_nothing(binaries: dict[str, Path]) -> None:
+    with Session(binaries["paged"]) as session:
+        _malformed_calls(session)
+
+
+def _malformed_calls(session: Session) -> None:
+    runner = Runner(session, CONFIGS[1])
+    runner.admit("a", [1, 2, 3], ["k"], 2)
+    for method, params in [
+        ("admit", {"request": "a", "tokens": [1], "keys": [], "budget": 1}),    # already live
+        ("admit", {"request": "b", "tokens": [], "keys": [], "budget": 1}),     # empty prompt
+        ("admit", {"request": "b", "tokens": [1, -1], "keys": [], "budget": 1}),
+        ("admit", {"request": "b", "tokens": [1, True], "keys": [], "budget": 1}),   # bool is not an int
+        ("admit", {"request": "b", "tokens": [1, 1.5], "keys": [], "budget": 1}),
+        ("admit", {"request": "b", "tokens": [1], "keys": [1], "budget": 1}),
+        ("admit", {"request": "b", "tokens": [1], "keys": [], "budget": 0}),
+        ("admit", {"request": "b", "tokens": [1], "keys": [], "budget": True}),
+        ("admit", {"request": 7, "tokens": [1], "keys": [], "budget": 1}),
+        ("admit", {"request": "b", "tokens": [1] * 33, "keys": [], "budget": 1}),   # past max_model_len
+        ("extend", {"request": "b", "tokens": [], "budget": 1}),               # not live
+        ("extend", {"request": "a", "tokens": [1] * 30, "budget": 1}),          # past max_model_len
+        ("extend", {"request": "a", "tokens": [-2], "budget": 1}),
+        ("free", {"request": "b"}),
+        ("table", {"request": "b"}),
+    ]:
+        runner.malformed(method, **params)
+    runner.extend("a", [], 1)
+    runner.malformed("extend", request="a", tokens=[], budget=1)   # nothing left to compute
+    runner.free("a")
+    runner.malformed("free", request="a")   # freed already
+    for bad in [{**CONFIGS[0], "block_size": True}, {**CONFIGS[0], "num_blocks": 0}, {**CONFIGS[0], "groups": []},
+                {**CONFIGS[0], "groups": [{"kind": "window", "window": 0}]}, {**CONFIGS[0], "prefix_caching": 1},
+                {**CONFIGS[0], "groups": [{"kind": "full", "window": 2}]}]:
+        with pytest.raises(Rejected):
+            session.call("create", config=bad)
+    session.close()
+
+
+def test_the_stale_hit_variant_serves_another_requests_kv(binaries: dict[str, Path]) -> None:
+    """Three requests on a pool of two blocks: a's cached block is reused by b, and c with a's prefix is served
+    b's K/V. The correct example evicted that key when b took the block: c hits nothing and computes its own."""
+    config = {"block_size": 2, "num_blocks": 2, "max_model_len": 8, "groups": [{"kind": "full"}], "prefix_caching": True}
+
+    def program(binary: Path) -> Optional[int]:
+        with Session(binary) as session:
+            runner = Runner(session, config)
+            runner.admit("a", [1, 2, 3], [], 8)
+            runner.free("a")
+            runner.admit("b", [7, 8, 9], [], 8)
+            runner.free("b")
+            hit = runner.admit("c", [1, 2, 5], [], 8)
+            session.close()
+            return hit
+
+    assert program(binaries["paged"]) == 0   # b's allocation evicted a's block: no hit left for c
+    with pytest.raises(Violation, match="reads position 0 from block"):
+        program(binaries["stale_hit"])
+
+
+def test_the_stale_hit_variant_is_found_by_random_programs(binaries: dict[str, Path]) -> None:
+    found = None
+    with Session(binaries["stale_hit"]) as session:
+        for seed in range(60):
+            try:
+                random_program(Runner(session, CONFIGS[seed % len(CONFIGS)]), random.Random(seed), 30)
+            except Violation as violation:
+                found = violation
+                break
+    assert found is not None and "does not hold it" in str(found)
+
+
+def test_the_driver_has_no_vectors_mode_and_prints_its_usage(binaries: dict[str, Path]) -> None:
+    vectors = subprocess.run([str(binaries["paged"]), "--vectors", "x.json"], capture_output=True, text=True, timeout=20)
+    assert vectors.returncode == 2 and "no golden vectors" in vectors.stderr
+    usage = subprocess.run([str(binaries["paged"]), "--help"], capture_output=True, text=True, timeout=20)
+    assert usage.returncode == 0 and "usage:" in usage.stdout and "cmd:" in usage.stdout
