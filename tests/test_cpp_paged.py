@@ -284,9 +284,11 @@ def _malformed_calls(session: Session) -> None:
         ("extend", {"request": "a", "tokens": [-2], "budget": 1}),
         ("free", {"request": "b"}),
         ("table", {"request": "b"}),
+        ("admit", {"request": "b", "tokens": [1, 2**64], "keys": [], "budget": 1}),   # no 64-bit int: ARG-RANGE
+        ("admit", {"request": "b", "tokens": [1], "keys": [], "budget": -2**70}),
     ]:
         runner.malformed(method, **params)
-    runner.extend("a", [], 1)
+    assert runner.extend("a", [], 2**70) == 1   # a budget beyond INT_MAX: min(tokens left, budget)
     runner.malformed("extend", request="a", tokens=[], budget=1)   # nothing left to compute
     runner.free("a")
     runner.malformed("free", request="a")   # freed already

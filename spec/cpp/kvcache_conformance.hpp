@@ -1631,8 +1631,8 @@ int run_main(int argc, char** argv, const char* name, Scope scope, typename Driv
 //   optional: ref_counts() -> pairs of (block id, count), e.g. std::map<int, int> (announced in hello's methods).
 // A std::exception is a rejection (a malformed call); its rule is the message's leading "RULE-ID:" when it has one.
 // The driver refuses itself only what those signatures cannot receive (a request that is not a string, a token that
-// is not a 64-bit int, a key that is not a string, a budget or config field that is not a C++ int); negatives, zero
-// budgets and unknown requests reach the cache.
+// is not a 64-bit int, a key that is not a string, a budget that is not an integer, a config field that is not a C++
+// int); negatives, zero budgets and unknown requests reach the cache, and a budget beyond INT_MAX arrives as INT_MAX.
 namespace paged {
 
 using Tokens = std::vector<int64_t>;
@@ -1690,6 +1690,14 @@ class Driver {
     if (!v || !v->is(Json::Type::Int) || v->big || v->integer < INT_MIN || v->integer > INT_MAX)
       throw std::invalid_argument(what + " is not a C++ int");   // true is not 1
     return static_cast<int>(v->integer);
+  }
+
+  // A budget: any JSON integer (true is not 1). One beyond a C++ int is handed over as INT_MAX (or INT_MIN): a
+  // reservation is min(the tokens left, budget) and the tokens left fit an int, so n is the same.
+  static int budget(const Json& params) {
+    const Json* v = params.get("budget");
+    if (!v || !v->is(Json::Type::Int)) throw std::invalid_argument("budget is not an integer");
+    return static_cast<int>(std::clamp<long long>(v->integer, INT_MIN, INT_MAX));   // a big one holds LLONG_MIN/MAX
   }
 
   static std::string as_string(const Json* v, const std::string& what) {
@@ -1772,10 +1780,10 @@ class Driver {
     if (!cache_) return Response::error("protocol", "", "no cache: send create first");
     if (method == "admit")
       return Response::result(count(cache_->admit(as_string(params.get("request"), "request"), tokens(params),
-                                                   keys(params), as_int(params.get("budget"), "budget"))));
+                                                   keys(params), budget(params))));
     if (method == "extend")
       return Response::result(count(cache_->extend(as_string(params.get("request"), "request"), tokens(params),
-                                                    as_int(params.get("budget"), "budget"))));
+                                                    budget(params))));
     if (method == "free") {
       cache_->free(as_string(params.get("request"), "request"));
       return Response::result(Json::null());

@@ -47,7 +47,7 @@ class PagedCache {
     if (tokens.empty()) throw std::invalid_argument("admit: tokens is empty");
     check(tokens, budget, tokens.size(), "admit");
     Request r{tokens, keys, 0, std::vector<paged::Table>(c_.groups.size())};
-    const std::vector<std::string> chain = chain_keys(r, (static_cast<int>(tokens.size()) - 1) / c_.block_size);
+    const std::vector<std::string> chain = chain_keys(r, 0, (static_cast<int>(tokens.size()) - 1) / c_.block_size);
     const int hit_blocks = hit(chain);
     const int h = hit_blocks * c_.block_size;
     const int end = h + std::min(static_cast<int>(tokens.size()) - h, budget);
@@ -154,16 +154,16 @@ class PagedCache {
     return group.kind == "full" ? 0 : std::max(0, from - *group.window + 1) / c_.block_size;
   }
 
-  // The chain key of each of the request's first `count` blocks: its keys (length-prefixed) and every token up to
-  // the block's end, so equal keys mean equal prefixes.
-  std::vector<std::string> chain_keys(const Request& r, int count) const {
+  // The chain key of each of the request's blocks `from` .. `to` - 1 (chain[j - from]): its keys (length-prefixed)
+  // and every token up to the block's end, so equal keys mean equal prefixes.
+  std::vector<std::string> chain_keys(const Request& r, int from, int to) const {
     std::string key;
     for (const std::string& k : r.keys) key += std::to_string(k.size()) + ":" + k + ";";
     key += "|";
     std::vector<std::string> chain;
-    for (int j = 0; j < count; ++j) {
-      for (int p = j * c_.block_size; p < (j + 1) * c_.block_size; ++p) key += std::to_string(r.tokens[p]) + ",";
-      chain.push_back(key);
+    for (int p = 0; p < to * c_.block_size; ++p) {
+      key += std::to_string(r.tokens[p]) + ",";
+      if ((p + 1) % c_.block_size == 0 && p / c_.block_size >= from) chain.push_back(key);
     }
     return chain;
   }
@@ -213,11 +213,12 @@ class PagedCache {
       while (static_cast<int>(table.size()) < blocks_for(end)) table.push_back(take());
     r.computed = end;
     if (!c_.prefix_caching) return;
-    const std::vector<std::string> chain = chain_keys(r, end / c_.block_size);
+    const std::vector<std::string> chain = chain_keys(r, was_full, end / c_.block_size);
     for (size_t g = 0; g < c_.groups.size(); ++g)
       for (int j = was_full; j < end / c_.block_size; ++j) {
         Block& b = blocks_[*r.tables[g][j]];
-        if (b.key.empty() && cached_[g].emplace(chain[j], *r.tables[g][j]).second) b.key = chain[j], b.group = g;
+        const std::string& key = chain[j - was_full];
+        if (b.key.empty() && cached_[g].emplace(key, *r.tables[g][j]).second) b.key = key, b.group = g;
       }
   }
 };
