@@ -16,8 +16,8 @@ import sys
 from typing import Any, Optional, TextIO
 
 from ..rules import BY_ID
-from . import layouts, wire
 from . import scope as scopes
+from . import wire
 from .configs import config, layer
 from .targets import (FACE_METHODS, OP_LAYOUTS, OPTIONAL_METHODS, OPTIONAL_PARAMS, PROTOCOL_NAME, PROTOCOL_VERSION,
                       PythonTarget, TargetCrash, TargetError)
@@ -35,17 +35,11 @@ class Server:
         self.methods: list[str] = []
         if self.op:   # the op face has no optional methods to probe for
             return
-        self.methods = sorted(self.target.optional) if self._probe() else []
+        inside = layer("flat") if "flat" in self.target.scope.features else layer("ring", 1)   # its own scope
+        cell = {"max_seqs": self.target.scope.max_seqs or 1} if self.target.layout == "cell" else {}   # in scope
+        probe = self.target.create({**config(1, [inside]), **cell})
+        self.methods = sorted(self.target.optional) if probe.ok else []
         self.target.cache = None
-
-    def _probe(self) -> bool:
-        """Build one cache the target accepts, so that its optional methods are known for the hello."""
-        if self.target.layout in ("sequence", "cell"):   # one layer of a kind in its scope, its own max_seqs
-            inside = layer("flat") if "flat" in self.target.scope.features else layer("ring", 1)
-            cell = {"max_seqs": self.target.scope.max_seqs or 1} if self.target.layout == "cell" else {}
-            return self.target.create({**config(1, [inside]), **cell}).ok
-        # any other layout (paged, cell-recompute): the first of its own suite configurations it accepts
-        return any(self.target.create(cfg).ok for cfg in layouts.get(self.target.layout).configs)
 
     def handle(self, request: Any) -> Optional[dict[str, Any]]:
         """One request object -> one response object (None after bye)."""

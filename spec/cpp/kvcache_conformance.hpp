@@ -1800,11 +1800,6 @@ class Driver {
         return Response::error("unsupported", "", "ref_counts is not implemented");
       }
     }
-    if (method == "faces") {
-      Json same = Json::obj();
-      same.set("same_object", Json::of(true));   // one object serves the paged face
-      return Response::result(same);
-    }
     return Response::error("protocol", "", "unknown method " + method);
   }
 };
