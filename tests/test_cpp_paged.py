@@ -6,11 +6,13 @@ keyed on tokens and keys, reference counts, an LRU free queue, full and window g
 variant forgets a cached block's key when the block is reused: a later request with the old prefix is served
 another request's K/V.
 
-`Runner` below plays the model runner as the protocol states it, at the level of data: after each admit or extend it
-writes a prefix-dependent fingerprint into every newly reserved slot, then reads every live request's tables back
-and checks the positions each still attends, conservation of blocks, the reference counts, that only full blocks are
-shared, and that refusals and malformed calls change nothing. It judges the wire answers (exact types) without the
-suite's paged engine, so the driver and the example are checked on their own.
+The suite judges both (`kvcache conformance --target cmd:...`, quick and pre-merge): the example is CONFORMING
+(strict) with every paged rule exercised; the variant's stale hit is found (PAGED-EVICT) with a program of three
+requests, which replays. `Runner` below also plays the model runner as the protocol states it, at the level of
+data, without the suite's paged engine: after each admit or extend it writes a prefix-dependent fingerprint into
+every newly reserved slot, then reads every live request's tables back and checks the positions each still attends,
+conservation of blocks, the reference counts, that only full blocks are shared, and that refusals and malformed
+calls change nothing - the wire answers (exact types) and the protocol's printed session checked on their own.
 """
 
 from __future__ import annotations
@@ -26,6 +28,9 @@ from typing import Any, Optional
 
 import pytest
 
+from kvcache_spec.conformance import cli, replay
+from kvcache_spec.conformance.coverage import in_scope
+from kvcache_spec.conformance.suite import CONFORMING, NOT_CONFORMING
 from tests.cpp_builds import compile_all
 EXAMPLES = Path(__file__).resolve().parent.parent / "spec" / "cpp" / "example"
 SOURCE = EXAMPLES / "serve_paged_cache.cpp"
@@ -284,17 +289,20 @@ def _malformed_calls(session: Session) -> None:
         ("extend", {"request": "a", "tokens": [-2], "budget": 1}),
         ("free", {"request": "b"}),
         ("table", {"request": "b"}),
-        ("admit", {"request": "b", "tokens": [1, 2**64], "keys": [], "budget": 1}),   # no 64-bit int: ARG-RANGE
+        ("admit", {"request": "b", "tokens": [1, 2**31], "keys": [], "budget": 1}),   # ids are in [0, INT_MAX]
+        ("admit", {"request": "b", "tokens": [1, 2**64], "keys": [], "budget": 1}),
+        ("admit", {"request": "b", "tokens": [1], "keys": [], "budget": 2**31}),       # so are budgets
         ("admit", {"request": "b", "tokens": [1], "keys": [], "budget": -2**70}),
     ]:
         runner.malformed(method, **params)
-    assert runner.extend("a", [], 2**70) == 1   # a budget beyond INT_MAX: min(tokens left, budget)
+    assert runner.extend("a", [], 2**31 - 1) == 1   # the largest budget: min(tokens left, budget)
     runner.malformed("extend", request="a", tokens=[], budget=1)   # nothing left to compute
     runner.free("a")
     runner.malformed("free", request="a")   # freed already
     for bad in [{**CONFIGS[0], "block_size": True}, {**CONFIGS[0], "num_blocks": 0}, {**CONFIGS[0], "groups": []},
                 {**CONFIGS[0], "groups": [{"kind": "window", "window": 0}]}, {**CONFIGS[0], "prefix_caching": 1},
-                {**CONFIGS[0], "groups": [{"kind": "full", "window": 2}]}]:
+                {**CONFIGS[0], "groups": [{"kind": "full", "window": 2}]}, {**CONFIGS[0], "extra": 1},
+                {**CONFIGS[0], "groups": [{"kind": "full", "extra": 1}]}, {**CONFIGS[0], "max_model_len": 2**31}]:
         with pytest.raises(Rejected):
             session.call("create", config=bad)
     session.close()
@@ -338,3 +346,35 @@ def test_the_driver_has_no_vectors_mode_and_prints_its_usage(binaries: dict[str,
     assert vectors.returncode == 2 and "no golden vectors" in vectors.stderr
     usage = subprocess.run([str(binaries["paged"]), "--help"], capture_output=True, text=True, timeout=20)
     assert usage.returncode == 0 and "usage:" in usage.stdout and "cmd:" in usage.stdout
+
+
+def _judge(binary: Path, tmp_path: Path, profile: str) -> tuple[int, dict[str, Any]]:
+    report = tmp_path / f"{binary.name}-{profile}.json"
+    code = cli.main(["--target", f"cmd:{binary}", "--strict", "--profile", profile, "--json", str(report)])
+    return code, json.loads(report.read_text())
+
+
+@pytest.mark.parametrize("profile", ["quick", "pre-merge"])
+def test_the_suite_judges_the_example_conforming_with_every_paged_rule_exercised(
+        binaries: dict[str, Path], tmp_path: Path, profile: str) -> None:
+    code, judged = _judge(binaries["paged"], tmp_path, profile)
+    assert code == 0 and judged["verdict"] == CONFORMING, judged["semantic"]["findings"][:2]
+    assert not judged["coverage"]["incomplete"] and not judged["semantic"]["findings"]
+    owed = {rule for rule, why in in_scope(True, frozenset({"ref_counts"}), "paged").items()
+            if not why and rule.startswith("PAGED-")}   # SCOPE-BORDER: the paged layout declares no features
+    assert len(owed) == 15
+    assert owed <= set(judged["coverage"]["rules"]["exercised"]) and not judged["coverage"]["rules"]["not_exercised"]
+
+
+@pytest.mark.parametrize("profile", ["quick", "pre-merge"])
+def test_the_suite_finds_the_stale_hit_with_three_requests_and_the_program_replays(
+        binaries: dict[str, Path], tmp_path: Path, profile: str) -> None:
+    code, judged = _judge(binaries["stale_hit"], tmp_path, profile)
+    assert code == 1 and judged["verdict"] == NOT_CONFORMING
+    stale = [f for f in judged["semantic"]["findings"] if (f["class"], f["rule"]) == ("wrong", "PAGED-EVICT")]
+    assert stale and "stale hit" in stale[0]["message"], [(f["class"], f["rule"]) for f in judged["semantic"]["findings"]]
+    steps = stale[0]["steps"]
+    assert sum(step["op"] == "admit" for step in steps) <= 3 and len(steps) <= 6, steps
+    found = replay(f"cmd:{binaries['stale_hit']}", stale[0]["config"], steps)
+    assert found is not None and (found["class"], found["rule"]) == ("wrong", "PAGED-EVICT")
+    assert replay(f"cmd:{binaries['paged']}", stale[0]["config"], steps) is None

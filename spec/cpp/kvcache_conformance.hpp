@@ -1630,12 +1630,12 @@ int run_main(int argc, char** argv, const char* name, Scope scope, typename Driv
 //   free(const std::string& request); table(const std::string& request) -> std::vector<Table>; available() -> int;
 //   optional: ref_counts() -> pairs of (block id, count), e.g. std::map<int, int> (announced in hello's methods).
 // A std::exception is a rejection (a malformed call); its rule is the message's leading "RULE-ID:" when it has one.
-// The driver refuses itself only what those signatures cannot receive (a request that is not a string, a token that
-// is not a 64-bit int, a key that is not a string, a budget that is not an integer, a config field that is not a C++
-// int); negatives, zero budgets and unknown requests reach the cache, and a budget beyond INT_MAX arrives as INT_MAX.
+// The driver refuses itself only what those signatures cannot receive (a request that is not a string, a token or a
+// budget that is not a C++ int, a key that is not a string; a config field that is not a C++ int, a prefix_caching
+// that is not a bool, a key paged::Config has no field for); negatives, zero budgets, unknown requests reach the cache.
 namespace paged {
 
-using Tokens = std::vector<int64_t>;
+using Tokens = std::vector<int>;   // token ids are ints in [0, INT_MAX] (PAGED-ARGS): a C++ int holds each
 using Table = std::vector<std::optional<int>>;   // block index -> block id; nullopt where the group holds none
 
 // A KV group as the config says it (not checked here: the cache validates it).
@@ -1686,18 +1686,11 @@ class Driver {
   Factory factory_;
   std::unique_ptr<Cache> cache_;
 
+  // Each refusal names its argument and rule: PAGED-ARGS for a call's, PAGED-CONFIG for a config's.
   static int as_int(const Json* v, const std::string& what) {
     if (!v || !v->is(Json::Type::Int) || v->big || v->integer < INT_MIN || v->integer > INT_MAX)
-      throw std::invalid_argument(what + " is not a C++ int");   // true is not 1
+      throw std::invalid_argument(what + " is not a C++ int");   // true is not 1; nor is 2^31
     return static_cast<int>(v->integer);
-  }
-
-  // A budget: any JSON integer (true is not 1). One beyond a C++ int is handed over as INT_MAX (or INT_MIN): a
-  // reservation is min(the tokens left, budget) and the tokens left fit an int, so n is the same.
-  static int budget(const Json& params) {
-    const Json* v = params.get("budget");
-    if (!v || !v->is(Json::Type::Int)) throw std::invalid_argument("budget is not an integer");
-    return static_cast<int>(std::clamp<long long>(v->integer, INT_MIN, INT_MAX));   // a big one holds LLONG_MIN/MAX
   }
 
   static std::string as_string(const Json* v, const std::string& what) {
@@ -1705,38 +1698,49 @@ class Driver {
     return v->string;
   }
 
+  static std::string request(const Json& params) { return as_string(params.get("request"), "PAGED-ARGS: request"); }
+  static int budget(const Json& params) { return as_int(params.get("budget"), "PAGED-ARGS: budget"); }
+
   static Tokens tokens(const Json& params) {
     const Json* list = params.get("tokens");
-    if (!list || !list->is(Json::Type::Array)) throw std::invalid_argument("tokens is not an array");
+    if (!list || !list->is(Json::Type::Array)) throw std::invalid_argument("PAGED-ARGS: tokens is not an array");
     Tokens out;
-    for (const Json& t : list->array) {
-      if (!t.is(Json::Type::Int) || t.big) throw std::invalid_argument("tokens: a token is not a 64-bit int");
-      out.push_back(static_cast<int64_t>(t.integer));
-    }
+    for (const Json& t : list->array) out.push_back(as_int(&t, "PAGED-ARGS: tokens: a token"));
     return out;
   }
 
   static std::vector<std::string> keys(const Json& params) {
     const Json* list = params.get("keys");
-    if (!list || !list->is(Json::Type::Array)) throw std::invalid_argument("keys is not an array");
+    if (!list || !list->is(Json::Type::Array)) throw std::invalid_argument("PAGED-ARGS: keys is not an array");
     std::vector<std::string> out;
-    for (const Json& k : list->array) out.push_back(as_string(&k, "keys: a key"));
+    for (const Json& k : list->array) out.push_back(as_string(&k, "PAGED-ARGS: keys: a key"));
     return out;
   }
 
+  // A key paged::Config has no field for cannot reach the cache: refused here, named (PAGED-CONFIG: exactly these).
+  static void only(const Json& object, std::initializer_list<const char*> known, const std::string& what) {
+    for (const auto& kv : object.object)
+      if (std::none_of(known.begin(), known.end(), [&](const char* k) { return kv.first == k; }))
+        throw std::invalid_argument("PAGED-CONFIG: " + what + " has no key '" + kv.first + "'");
+  }
+
   static Config read_config(const Json& json) {
+    only(json, {"block_size", "num_blocks", "max_model_len", "groups", "prefix_caching"}, "a config");
     Config c;
-    c.block_size = as_int(json.get("block_size"), "config: block_size");
-    c.num_blocks = as_int(json.get("num_blocks"), "config: num_blocks");
-    c.max_model_len = as_int(json.get("max_model_len"), "config: max_model_len");
+    c.block_size = as_int(json.get("block_size"), "PAGED-CONFIG: block_size");
+    c.num_blocks = as_int(json.get("num_blocks"), "PAGED-CONFIG: num_blocks");
+    c.max_model_len = as_int(json.get("max_model_len"), "PAGED-CONFIG: max_model_len");
     const Json* caching = json.get("prefix_caching");
-    if (!caching || !caching->is(Json::Type::Bool)) throw std::invalid_argument("config: prefix_caching is not a boolean");
+    if (!caching || !caching->is(Json::Type::Bool))
+      throw std::invalid_argument("PAGED-CONFIG: prefix_caching is not a boolean");
     c.prefix_caching = caching->boolean;
     const Json* groups = json.get("groups");
-    if (!groups || !groups->is(Json::Type::Array)) throw std::invalid_argument("config: groups is not an array");
+    if (!groups || !groups->is(Json::Type::Array)) throw std::invalid_argument("PAGED-CONFIG: groups is not an array");
     for (const Json& g : groups->array) {
-      Group group{as_string(g.get("kind"), "config: a group's kind"), std::nullopt};
-      if (const Json* w = g.get("window")) group.window = as_int(w, "config: a group's window");
+      if (!g.is(Json::Type::Object)) throw std::invalid_argument("PAGED-CONFIG: a group is not an object");
+      only(g, {"kind", "window"}, "a group");
+      Group group{as_string(g.get("kind"), "PAGED-CONFIG: a group's kind"), std::nullopt};
+      if (const Json* w = g.get("window")) group.window = as_int(w, "PAGED-CONFIG: a group's window");
       c.groups.push_back(group);
     }
     return c;
@@ -1779,16 +1783,13 @@ class Driver {
     }
     if (!cache_) return Response::error("protocol", "", "no cache: send create first");
     if (method == "admit")
-      return Response::result(count(cache_->admit(as_string(params.get("request"), "request"), tokens(params),
-                                                   keys(params), budget(params))));
-    if (method == "extend")
-      return Response::result(count(cache_->extend(as_string(params.get("request"), "request"), tokens(params),
-                                                    budget(params))));
+      return Response::result(count(cache_->admit(request(params), tokens(params), keys(params), budget(params))));
+    if (method == "extend") return Response::result(count(cache_->extend(request(params), tokens(params), budget(params))));
     if (method == "free") {
-      cache_->free(as_string(params.get("request"), "request"));
+      cache_->free(request(params));
       return Response::result(Json::null());
     }
-    if (method == "table") return Response::result(tables(as_string(params.get("request"), "request")));
+    if (method == "table") return Response::result(tables(request(params)));
     if (method == "available") return Response::result(Json::of(static_cast<long long>(cache_->available())));
     if (method == "ref_counts") {
       if constexpr (has_ref_counts<Cache>::value) {

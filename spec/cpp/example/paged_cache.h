@@ -31,11 +31,11 @@ class PagedCache {
  public:
   explicit PagedCache(const paged::Config& c) : c_(c) {
     if (c.block_size < 1 || c.num_blocks < 1 || c.max_model_len < 1)
-      throw std::invalid_argument("config: block_size, num_blocks and max_model_len are ints >= 1");
-    if (c.groups.empty()) throw std::invalid_argument("config: groups is a non-empty list");
+      throw std::invalid_argument("PAGED-CONFIG: block_size, num_blocks and max_model_len are ints >= 1");
+    if (c.groups.empty()) throw std::invalid_argument("PAGED-CONFIG: groups is a non-empty list");
     for (const paged::Group& g : c.groups)
       if (!((g.kind == "full" && !g.window) || (g.kind == "window" && g.window && *g.window >= 1)))
-        throw std::invalid_argument("config: a group is {kind: full} or {kind: window, window: int >= 1}");
+        throw std::invalid_argument("PAGED-CONFIG: a group is {kind: full} or {kind: window, window: int >= 1}");
     blocks_.resize(static_cast<size_t>(c.num_blocks));
     for (int id = 0; id < c.num_blocks; ++id) blocks_[id].in_queue = free_queue_.insert(free_queue_.end(), id);
     cached_.resize(c.groups.size());
@@ -43,8 +43,8 @@ class PagedCache {
 
   std::optional<int> admit(const std::string& request, const paged::Tokens& tokens, const std::vector<std::string>& keys,
                            int budget) {
-    if (live_.count(request)) throw std::invalid_argument("admit: request '" + request + "' is already live");
-    if (tokens.empty()) throw std::invalid_argument("admit: tokens is empty");
+    if (live_.count(request)) throw std::invalid_argument("PAGED-ARGS: admit: request '" + request + "' is already live");
+    if (tokens.empty()) throw std::invalid_argument("PAGED-ARGS: admit: tokens is empty");
     check(tokens, budget, tokens.size(), "admit");
     Request r{tokens, keys, 0, std::vector<paged::Table>(c_.groups.size())};
     const std::vector<std::string> chain = chain_keys(r, 0, (static_cast<int>(tokens.size()) - 1) / c_.block_size);
@@ -72,7 +72,7 @@ class PagedCache {
     Request& r = held(request, "extend");
     check(tokens, budget, r.tokens.size() + tokens.size(), "extend");
     const int total = static_cast<int>(r.tokens.size() + tokens.size());
-    if (total == r.computed) throw std::invalid_argument("extend: request '" + request + "' has nothing to compute");
+    if (total == r.computed) throw std::invalid_argument("PAGED-ARGS: extend: request '" + request + "' has nothing to compute");
     const int end = r.computed + std::min(total - r.computed, budget);
     // The blocks every query from `computed` on has left behind go back first; count them before changing anything.
     std::vector<int> behind;
@@ -94,7 +94,7 @@ class PagedCache {
   }
 
   void free(const std::string& request) {
-    Request& r = held(request, "free");
+    Request& r = held(request, "free", "PAGED-FREE");
     for (paged::Table& table : r.tables)   // tail first: the end of a chain is the first evicted
       for (auto id = table.rbegin(); id != table.rend(); ++id)
         if (*id) release(**id);
@@ -133,16 +133,17 @@ class PagedCache {
   std::map<std::string, Request> live_;
 
   void check(const paged::Tokens& tokens, int budget, size_t total, const char* call) const {
-    for (int64_t t : tokens)
-      if (t < 0) throw std::invalid_argument(std::string(call) + ": a token id is negative");
-    if (budget < 1) throw std::invalid_argument(std::string(call) + ": budget is below 1");
+    for (int t : tokens)
+      if (t < 0) throw std::invalid_argument("PAGED-ARGS: " + std::string(call) + ": a token id is negative");
+    if (budget < 1) throw std::invalid_argument("PAGED-ARGS: " + std::string(call) + ": budget is below 1");
     if (total > static_cast<size_t>(c_.max_model_len))
-      throw std::invalid_argument(std::string(call) + ": more tokens than max_model_len");
+      throw std::invalid_argument("PAGED-ARGS: " + std::string(call) + ": more tokens than max_model_len");
   }
 
-  Request& held(const std::string& request, const char* call) {
+  Request& held(const std::string& request, const char* call, const char* rule = "PAGED-ARGS") {
     auto found = live_.find(request);
-    if (found == live_.end()) throw std::invalid_argument(std::string(call) + ": request '" + request + "' is not live");
+    if (found == live_.end())
+      throw std::invalid_argument(std::string(rule) + ": " + call + ": request '" + request + "' is not live");
     return found->second;
   }
 
