@@ -69,7 +69,7 @@ class Session:
         assert response["id"] == self.next_id and ("result" in response) != ("error" in response), response
         if "error" in response:
             assert response["error"]["kind"] == "rejected", response   # protocol / unsupported: a broken target
-            raise Rejected(response["error"]["message"])
+            raise Rejected(response["error"]["rule"], response["error"]["message"])
         return response["result"]
 
     def close(self) -> None:
@@ -150,15 +150,15 @@ class Runner:
             raise Violation("a refusal changed the cache")
         return None
 
-    def malformed(self, method: str, **params: Any) -> None:
-        """A call the protocol calls malformed: rejected, nothing changed."""
+    def malformed(self, method: str, **params: Any) -> Any:
+        """A call the protocol calls malformed: rejected, nothing changed. The rule it was refused with."""
         before = self.state()
         try:
             answer = self.session.call(method, **params)
-        except Rejected:
+        except Rejected as refused:
             if self.state() != before:
                 raise Violation(f"a rejected {method} changed the cache") from None
-            return
+            return refused.args[0]
         raise Violation(f"{method}({params}) answered {answer!r}, not rejected")
 
     def compute(self, request: str, n: int) -> None:
@@ -248,7 +248,9 @@ def _protocol_session(session: Session) -> None:
     assert runner.admit("a", [5, 6, 7], [], 8) == 0 and runner.admit("b", [5, 6, 9], [], 8) == 2
     assert session.call("table", request="b") == [[0, 2]] and session.call("ref_counts") == {"0": 2, "1": 1, "2": 1}
     assert session.call("available") == 1
-    runner.malformed("free", request="c")
+    with pytest.raises(Rejected) as refused:
+        session.call("free", request="c")
+    assert refused.value.args == ("PAGED-FREE", "PAGED-FREE: free: request 'c' is not live")
     session.close()
 
 
@@ -294,17 +296,20 @@ def _malformed_calls(session: Session) -> None:
         ("admit", {"request": "b", "tokens": [1], "keys": [], "budget": 2**31}),       # so are budgets
         ("admit", {"request": "b", "tokens": [1], "keys": [], "budget": -2**70}),
     ]:
-        runner.malformed(method, **params)
+        assert runner.malformed(method, **params) == ("PAGED-FREE" if method == "free" else "PAGED-ARGS")
     assert runner.extend("a", [], 2**31 - 1) == 1   # the largest budget: min(tokens left, budget)
     runner.malformed("extend", request="a", tokens=[], budget=1)   # nothing left to compute
     runner.free("a")
-    runner.malformed("free", request="a")   # freed already
+    assert runner.malformed("free", request="a") == "PAGED-FREE"   # freed already
     for bad in [{**CONFIGS[0], "block_size": True}, {**CONFIGS[0], "num_blocks": 0}, {**CONFIGS[0], "groups": []},
                 {**CONFIGS[0], "groups": [{"kind": "window", "window": 0}]}, {**CONFIGS[0], "prefix_caching": 1},
                 {**CONFIGS[0], "groups": [{"kind": "full", "window": 2}]}, {**CONFIGS[0], "extra": 1},
                 {**CONFIGS[0], "groups": [{"kind": "full", "extra": 1}]}, {**CONFIGS[0], "max_model_len": 2**31}]:
-        with pytest.raises(Rejected):
+        with pytest.raises(Rejected) as refused:
             session.call("create", config=bad)
+        assert refused.value.args[0] == "PAGED-CONFIG"
+    with pytest.raises(Rejected, match="a config has no key 'extra'"):
+        session.call("create", config={**CONFIGS[0], "extra": 1})
     session.close()
 
 
