@@ -9,7 +9,8 @@
 //
 // Build with -DKVCACHE_EXAMPLE_STALE_HIT for a broken variant the suite must find: taking a cached block from the
 // free queue forgets to drop its key, so a later request with the old prefix "hits" a block that now holds another
-// request's K/V (a stale hit after reuse).
+// request's K/V (a stale hit after reuse). -DKVCACHE_EXAMPLE_WINDOW_RELEASED_EARLY is another: a window group hands
+// back a block one query too soon, while the next token still reads its last position.
 #pragma once
 
 #include <algorithm>
@@ -77,7 +78,7 @@ class PagedCache {
     // The blocks every query from `computed` on has left behind go back first; count them before changing anything.
     std::vector<int> behind;
     for (size_t g = 0; g < c_.groups.size(); ++g)
-      for (int j = 0; j < first_needed(g, r.computed) && j < static_cast<int>(r.tables[g].size()); ++j)
+      for (int j = 0; j < left_behind(g, r) && j < static_cast<int>(r.tables[g].size()); ++j)
         if (r.tables[g][j]) behind.push_back(*r.tables[g][j]);
     int freed = 0;
     for (int id : behind) freed += blocks_[id].refs == 1;
@@ -85,7 +86,7 @@ class PagedCache {
     for (size_t g = 0; g < c_.groups.size(); ++g) wanted += blocks_for(end) - static_cast<int>(r.tables[g].size());
     if (wanted > available() + freed) return std::nullopt;
     for (size_t g = 0; g < c_.groups.size(); ++g)
-      for (int j = 0; j < first_needed(g, r.computed) && j < static_cast<int>(r.tables[g].size()); ++j)
+      for (int j = 0; j < left_behind(g, r) && j < static_cast<int>(r.tables[g].size()); ++j)
         if (r.tables[g][j]) release(*r.tables[g][j]), r.tables[g][j].reset();
     r.tokens.insert(r.tokens.end(), tokens.begin(), tokens.end());
     const int n = end - r.computed;
@@ -153,6 +154,15 @@ class PagedCache {
   int first_needed(size_t g, int from) const {
     const paged::Group& group = c_.groups[g];
     return group.kind == "full" ? 0 : std::max(0, from - *group.window + 1) / c_.block_size;
+  }
+
+  // The block indexes of group g below this one are behind every query the request still makes: released.
+  int left_behind(size_t g, const Request& r) const {
+#ifdef KVCACHE_EXAMPLE_WINDOW_RELEASED_EARLY
+    return first_needed(g, r.computed + 1);   // measured from the query after next: the next one's oldest block goes
+#else
+    return first_needed(g, r.computed);
+#endif
   }
 
   // The chain key of each of the request's blocks `from` .. `to` - 1 (chain[j - from]): its keys (length-prefixed)
