@@ -23,11 +23,13 @@ import json
 import random
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any, Optional
 
 import pytest
 
+import kvcache
 from kvcache_spec.conformance import cli, replay
 from kvcache_spec.conformance.coverage import in_scope
 from kvcache_spec.conformance.suite import CONFORMING, NOT_CONFORMING
@@ -35,8 +37,7 @@ from tests.cpp_builds import compile_all
 EXAMPLES = Path(__file__).resolve().parent.parent / "spec" / "cpp" / "example"
 SOURCE = EXAMPLES / "serve_paged_cache.cpp"
 GXX = shutil.which("g++")
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(GXX is None, reason="no g++ on PATH: the C++ paged target needs a C++17 compiler")]
+pytestmark = pytest.mark.slow   # compiles the targets, runs the suite on them
 # Each broken variant: the rule the suite must find it under, and at most how many requests and steps show it.
 # Each broken variant: the rule the suite must find it under, what its message says, and at most how many requests
 # and steps show it.
@@ -49,8 +50,9 @@ HELLO = {"protocol": "kvcache-conformance", "versions": [1]}
 
 @pytest.fixture(scope="module")
 def binaries(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Both builds, compiled in parallel, warnings as errors."""
-    assert GXX is not None
+    """Every build, compiled in parallel, warnings as errors."""
+    if GXX is None:
+        pytest.skip("no g++ on PATH: the C++ paged target needs a C++17 compiler")
     return compile_all(GXX, EXAMPLES.parent, tmp_path_factory.mktemp("cpp_paged"), BUILDS)
 
 
@@ -391,3 +393,57 @@ def test_the_suite_finds_each_broken_variant_with_a_few_requests_and_the_program
     replayed = replay(f"cmd:{binaries[variant]}", found[0]["config"], steps)
     assert replayed is not None and (replayed["class"], replayed["rule"]) == ("wrong", rule)
     assert replay(f"cmd:{binaries['paged']}", found[0]["config"], steps) is None
+
+
+class _WithoutRefCounts:
+    """The reference's paged cache behind the face's required methods only: no ref_counts."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.cache = kvcache.PagedCache(config)
+
+    def admit(self, request: str, tokens: list[int], keys: list[str], budget: int) -> Optional[int]:
+        return self.cache.admit(request, tokens, keys, budget)
+
+    def extend(self, request: str, tokens: list[int], budget: int) -> Optional[int]:
+        return self.cache.extend(request, tokens, budget)
+
+    def free(self, request: str) -> None:
+        self.cache.free(request)
+
+    def table(self, request: str) -> Any:
+        return self.cache.table(request)
+
+    def available(self) -> int:
+        return self.cache.available()
+
+
+def without_ref_counts(config: dict[str, Any]) -> _WithoutRefCounts:
+    return _WithoutRefCounts(config)
+
+
+without_ref_counts.kvcache_layout = "paged"   # type: ignore[attr-defined]
+
+
+def _served_hello(spec: str) -> dict[str, Any]:
+    line = json.dumps({"id": 1, "method": "hello", "params": HELLO}) + "\n"
+    done = subprocess.run([sys.executable, "-m", "kvcache_spec.conformance.serve", spec], input=line, text=True,
+                          capture_output=True, timeout=60)
+    result: dict[str, Any] = json.loads(done.stdout)["result"]
+    return result
+
+
+def test_the_python_server_announces_a_paged_targets_optional_methods_by_what_it_has(tmp_path: Path) -> None:
+    """serve.py serves a python: paged target: its hello lists ref_counts only when the cache has it (it listed every
+    optional method of every layout, and a target without ref_counts was then asked for it: a wrong finding), and the
+    suite over the protocol judges such a target without asking: no finding. (Its verdict is INCOMPLETE, for
+    PAGED-REFCOUNT is still owed by coverage.py - the harness's to fix, not the server's.)"""
+    assert _served_hello("python:kvcache:PagedCache") == {
+        "protocol": "kvcache-conformance", "version": 1, "implementation": "python:kvcache:PagedCache",
+        "methods": ["ref_counts"], "layout": "paged"}
+    spec = "python:tests.test_cpp_paged:without_ref_counts"
+    assert _served_hello(spec)["methods"] == []
+    report = tmp_path / "served.json"
+    cli.main(["--target", f"cmd:{sys.executable} -m kvcache_spec.conformance.serve {spec}", "--strict",
+                     "--json", str(report)])
+    judged = json.loads(report.read_text())
+    assert not judged["semantic"]["findings"] and judged["coverage"]["programs"]["run"] > 100, judged["semantic"]
