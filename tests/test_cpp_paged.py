@@ -13,6 +13,7 @@ data, without the suite's paged engine: after each admit or extend it writes a p
 every newly reserved slot, then reads every live request's tables back and checks the positions each still attends,
 conservation of blocks, the reference counts, that only full blocks are shared, and that refusals and malformed
 calls change nothing - the wire answers (exact types) and the protocol's printed session checked on their own.
+tests/cpp/paged_factory.cpp is the driver's other shape: a cache built by a factory, with no ref_counts.
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ pytestmark = pytest.mark.slow   # compiles the targets, runs the suite on them
 STALE = "KVCACHE_EXAMPLE_STALE_HIT"
 BROKEN = {STALE: ("PAGED-EVICT", "a stale hit", 3, 6),
           "KVCACHE_EXAMPLE_WINDOW_RELEASED_EARLY": ("PAGED-WINDOW-RELEASE", "maps it to no block", 1, 2)}
-BUILDS = {"paged": (SOURCE, ()), **{variant: (SOURCE, (variant,)) for variant in BROKEN}}
+FACTORY = Path(__file__).resolve().parent / "cpp" / "paged_factory.cpp"   # built by a factory, no ref_counts
+BUILDS = {"paged": (SOURCE, ()), **{variant: (SOURCE, (variant,)) for variant in BROKEN}, "factory": (FACTORY, ())}
 HELLO = {"protocol": "kvcache-conformance", "versions": [1]}
 
 
@@ -58,6 +60,10 @@ def binaries(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 class Rejected(Exception):
     """The target answered `error` kind `rejected`."""
+
+
+class Unsupported(Exception):
+    """The target answered `error` kind `unsupported` (an optional method it does not have)."""
 
 
 class Session:
@@ -75,8 +81,10 @@ class Session:
         self.process.stdin.flush()
         response = json.loads(self.process.stdout.readline())
         assert response["id"] == self.next_id and ("result" in response) != ("error" in response), response
+        if "error" in response and response["error"]["kind"] == "unsupported":
+            raise Unsupported(response["error"]["message"])
         if "error" in response:
-            assert response["error"]["kind"] == "rejected", response   # protocol / unsupported: a broken target
+            assert response["error"]["kind"] == "rejected", response   # protocol: a broken target
             raise Rejected(response["error"]["rule"], response["error"]["message"])
         return response["result"]
 
@@ -352,6 +360,25 @@ def test_the_stale_hit_variant_is_found_by_random_programs(binaries: dict[str, P
                 found = violation
                 break
     assert found is not None and "does not hold it" in str(found)
+
+
+def test_a_cache_built_by_a_factory_without_counts_is_served_and_never_asked_for_them(binaries: dict[str, Path],
+                                                                                      tmp_path: Path) -> None:
+    """tests/cpp/paged_factory.cpp: no constructor from paged::Config (the factory builds it), no ref_counts: the
+    hello lists no optional method, ref_counts is answered `unsupported`, and the suite asks for no count - no
+    finding (its verdict is INCOMPLETE while coverage.py still owes PAGED-REFCOUNT of a target without counts)."""
+    with Session(binaries["factory"]) as session:
+        assert session.hello["methods"] == [] and session.hello["layout"] == "paged"
+        assert session.call("create", config=CONFIGS[1]) is None   # a bare session: Runner reads ref_counts
+        assert session.call("admit", request="a", tokens=[1, 2, 3], keys=[], budget=8) == 0
+        assert session.call("table", request="a") == [[0, 1], [2, 3]]
+        with pytest.raises(Unsupported):
+            session.call("ref_counts")
+        session.close()
+    report = tmp_path / "factory.json"
+    cli.main(["--target", f"cmd:{binaries['factory']}", "--strict", "--json", str(report)])
+    judged = json.loads(report.read_text())
+    assert not judged["semantic"]["findings"] and judged["coverage"]["programs"]["run"] > 100, judged["semantic"]
 
 
 def test_the_driver_has_no_vectors_mode_and_prints_its_usage(binaries: dict[str, Path]) -> None:
