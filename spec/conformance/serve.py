@@ -41,9 +41,7 @@ class Server:
         inside = layer("flat") if "flat" in self.target.scope.features else layer("ring", 1)   # its own scope
         cell = {"max_seqs": self.target.scope.max_seqs or 1} if self.target.layout == "cell" else {}   # in scope
         probe = self.target.create(PAGED_PROBE if self.target.layout == "paged" else {**config(1, [inside]), **cell})
-        # read off the probe's cache: a target building from the JSON config (paged) keeps no `optional` of its own
-        self.methods = sorted(m for m in OPTIONAL_METHODS if callable(getattr(self.target.cache, m, None))) \
-            if probe.ok else []
+        self.methods = sorted(self.target.optional) if probe.ok else []
         self.target.cache = None
 
     def handle(self, request: Any) -> Optional[dict[str, Any]]:
