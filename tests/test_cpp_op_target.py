@@ -29,6 +29,7 @@ from kvcache_spec.conformance import cli
 from kvcache_spec.conformance import scope as scopes
 from kvcache_spec.conformance.op import checker as op_checker
 from kvcache_spec.conformance.suite import CONFORMING, NOT_CONFORMING
+from tests.cpp_builds import compile_all
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "spec" / "cpp" / "example"
 CONTIGUOUS, MLX = EXAMPLES / "serve_op_contiguous.cpp", EXAMPLES / "serve_mlx_shaped.cpp"
@@ -54,15 +55,7 @@ BUILDS = {"contiguous": (CONTIGUOUS, ()), "contiguous_window": (CONTIGUOUS, ("KV
 def binaries(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Every build, compiled in parallel, warnings as errors."""
     assert GXX is not None
-    out = tmp_path_factory.mktemp("cpp_op")
-    jobs = {name: subprocess.Popen([GXX, "-std=c++17", "-O1", "-Wall", "-Wextra", "-Wpedantic", "-Werror",
-                                    *(f"-D{d}" for d in defines), "-I", str(EXAMPLES.parent), "-o", str(out / name),
-                                    str(source)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-            for name, (source, defines) in BUILDS.items()}
-    for name, job in jobs.items():
-        output, _ = job.communicate(timeout=300)
-        assert job.returncode == 0, f"g++ failed for {name}:\n{output}"
-    return {name: out / name for name in BUILDS}
+    return compile_all(GXX, EXAMPLES.parent, tmp_path_factory.mktemp("cpp_op"), BUILDS)
 
 
 def _judge(binary: Path, tmp_path: Path, *extra: str) -> tuple[int, dict[str, Any]]:

@@ -1,7 +1,8 @@
 // kvcache_conformance.hpp - header-only C++17 driver for the kvcache conformance suite.
 //
-// Turns a C++ KV cache into a `cmd:` target speaking spec/PROTOCOL.md (version 1) on stdin/stdout. Two
-// drivers, one per kind of cache:
+// Turns a C++ KV cache into a `cmd:` target speaking spec/PROTOCOL.md (version 1) on stdin/stdout. Three
+// drivers, one per kind of cache (the third, paged::run_main for a serving engine's block pool with prefix
+// caching, is at the very end: spec/PROTOCOL.md, "The C++ paged driver"):
 //
 // The op face (`update_and_fetch(layer, k, v, position)` answering the K/V history and an AttendSpec,
 // as ExecuTorch 1.5.1's caches and the MLX runtime's): op::run_main, one call with a factory from the op
@@ -1609,4 +1610,221 @@ int run_main(int argc, char** argv, const char* name, Scope scope, typename Driv
 }
 
 }  // namespace op
+
+
+// --- the paged face: a C++ block pool with prefix caching (spec/PROTOCOL.md, "Paged targets") ----------
+//
+// A serving engine's KV bookkeeping (vLLM's KVCacheManager, SGLang's radix cache): a pool of blocks, one block
+// table per request and KV group, prefix caching by full blocks. The harness acts as the model runner: it writes a
+// fingerprint into every slot a reservation maps and reads the tables back, so the cache is judged by the data,
+// never by its block ids. One call serves it (spec/cpp/example/serve_paged_cache.cpp is a whole target):
+//
+//     namespace paged = kvcache_conformance::paged;
+//     int main(int argc, char** argv) { return paged::run_main<MyPagedCache>(argc, argv, "my paged cache"); }
+//
+// Requirements on the cache (duck-typed): constructible from `const paged::Config&` (or pass a factory
+// std::unique_ptr<Cache>(const paged::Config&) after the name), throwing to refuse a config;
+//   admit(const std::string& request, const Tokens& tokens, const std::vector<std::string>& keys, int budget)
+//       -> std::optional<int>   (the prefix hit, or nullopt when the reservation does not fit now);
+//   extend(const std::string& request, const Tokens& tokens, int budget) -> std::optional<int>   (the slots reserved);
+//   free(const std::string& request); table(const std::string& request) -> std::vector<Table>; available() -> int;
+//   optional: ref_counts() -> pairs of (block id, count), e.g. std::map<int, int> (announced in hello's methods).
+// A std::exception is a rejection (a malformed call); its rule is the message's leading "RULE-ID:" when it has one.
+// The driver refuses itself only what those signatures cannot receive (a request that is not a string, a token or a
+// budget that is not a C++ int, a key that is not a string; a config field that is not a C++ int, a prefix_caching
+// that is not a bool, a key paged::Config has no field for); negatives, zero budgets, unknown requests reach the cache.
+namespace paged {
+
+using Tokens = std::vector<int>;   // token ids are ints in [0, INT_MAX] (PAGED-ARGS): a C++ int holds each
+using Table = std::vector<std::optional<int>>;   // block index -> block id; nullopt where the group holds none
+
+// A KV group as the config says it (not checked here: the cache validates it).
+struct Group {
+  std::string kind;            // "full" or "window"
+  std::optional<int> window;   // empty when the config gives none (a full group)
+};
+
+// The paged config (spec/PROTOCOL.md, "Paged targets"), every field as sent: the cache validates it.
+struct Config {
+  int block_size = 0, num_blocks = 0, max_model_len = 0;
+  std::vector<Group> groups;
+  bool prefix_caching = false;
+};
+
+template <class C, class = void> struct has_ref_counts : std::false_type {};
+template <class C> struct has_ref_counts<C, std::void_t<decltype(std::declval<C&>().ref_counts().begin())>>
+    : std::true_type {};
+
+template <class Cache>
+class Driver {
+ public:
+  using Factory = std::function<std::unique_ptr<Cache>(const Config&)>;
+
+  Driver(std::string name, Factory factory) : name_(std::move(name)), factory_(std::move(factory)) {
+    if (!factory_) {
+      if constexpr (std::is_constructible_v<Cache, const Config&>)
+        factory_ = [](const Config& c) { return std::make_unique<Cache>(c); };
+    }
+  }
+
+  Response handle(const std::string& method, const Json& params) {
+    try {
+      return dispatch(method, params);
+    } catch (const std::exception& e) {
+      return Response::error("rejected", op::rule_of(e.what()), e.what());
+    }
+  }
+
+  int serve(std::istream& in, std::ostream& out) {
+    return serve_requests(in, out, [this](const std::string& method, const Json& params) {
+      return handle(method, params);
+    });
+  }
+
+ private:
+  std::string name_;
+  Factory factory_;
+  std::unique_ptr<Cache> cache_;
+
+  // Each refusal names its argument and rule: PAGED-ARGS for a call's, PAGED-CONFIG for a config's.
+  static int as_int(const Json* v, const std::string& what) {
+    if (!v || !v->is(Json::Type::Int) || v->big || v->integer < INT_MIN || v->integer > INT_MAX)
+      throw std::invalid_argument(what + " is not a C++ int");   // true is not 1; nor is 2^31
+    return static_cast<int>(v->integer);
+  }
+
+  static std::string as_string(const Json* v, const std::string& what) {
+    if (!v || !v->is(Json::Type::String)) throw std::invalid_argument(what + " is not a string");
+    return v->string;
+  }
+
+  static std::string request(const Json& params) { return as_string(params.get("request"), "PAGED-ARGS: request"); }
+  static int budget(const Json& params) { return as_int(params.get("budget"), "PAGED-ARGS: budget"); }
+
+  static Tokens tokens(const Json& params) {
+    const Json* list = params.get("tokens");
+    if (!list || !list->is(Json::Type::Array)) throw std::invalid_argument("PAGED-ARGS: tokens is not an array");
+    Tokens out;
+    for (const Json& t : list->array) out.push_back(as_int(&t, "PAGED-ARGS: tokens: a token"));
+    return out;
+  }
+
+  static std::vector<std::string> keys(const Json& params) {
+    const Json* list = params.get("keys");
+    if (!list || !list->is(Json::Type::Array)) throw std::invalid_argument("PAGED-ARGS: keys is not an array");
+    std::vector<std::string> out;
+    for (const Json& k : list->array) out.push_back(as_string(&k, "PAGED-ARGS: keys: a key"));
+    return out;
+  }
+
+  // A key paged::Config has no field for cannot reach the cache: refused here, named (PAGED-CONFIG: exactly these).
+  static void only(const Json& object, std::initializer_list<const char*> known, const std::string& what) {
+    for (const auto& kv : object.object)
+      if (std::none_of(known.begin(), known.end(), [&](const char* k) { return kv.first == k; }))
+        throw std::invalid_argument("PAGED-CONFIG: " + what + " has no key '" + kv.first + "'");
+  }
+
+  static Config read_config(const Json& json) {
+    only(json, {"block_size", "num_blocks", "max_model_len", "groups", "prefix_caching"}, "a config");
+    Config c;
+    c.block_size = as_int(json.get("block_size"), "PAGED-CONFIG: block_size");
+    c.num_blocks = as_int(json.get("num_blocks"), "PAGED-CONFIG: num_blocks");
+    c.max_model_len = as_int(json.get("max_model_len"), "PAGED-CONFIG: max_model_len");
+    const Json* caching = json.get("prefix_caching");
+    if (!caching || !caching->is(Json::Type::Bool))
+      throw std::invalid_argument("PAGED-CONFIG: prefix_caching is not a boolean");
+    c.prefix_caching = caching->boolean;
+    const Json* groups = json.get("groups");
+    if (!groups || !groups->is(Json::Type::Array)) throw std::invalid_argument("PAGED-CONFIG: groups is not an array");
+    for (const Json& g : groups->array) {
+      if (!g.is(Json::Type::Object)) throw std::invalid_argument("PAGED-CONFIG: a group is not an object");
+      only(g, {"kind", "window"}, "a group");
+      Group group{as_string(g.get("kind"), "PAGED-CONFIG: a group's kind"), std::nullopt};
+      if (const Json* w = g.get("window")) group.window = as_int(w, "PAGED-CONFIG: a group's window");
+      c.groups.push_back(group);
+    }
+    return c;
+  }
+
+  static Json count(const std::optional<int>& n) { return n ? Json::of(*n) : Json::null(); }
+
+  Json tables(const std::string& request) {
+    Json groups = Json::arr();
+    for (const Table& table : cache_->table(request)) {
+      Json ids = Json::arr();
+      for (const std::optional<int>& id : table) ids.push(count(id));
+      groups.push(ids);
+    }
+    return groups;
+  }
+
+  Response dispatch(const std::string& method, const Json& params) {
+    if (method == "hello") {
+      if (!offers_our_version(params)) return Response::error("protocol", "", "this driver speaks protocol version 1 only");
+      Json r = Json::obj(), methods = Json::arr();
+      if constexpr (has_ref_counts<Cache>::value) methods.push(Json::of("ref_counts"));
+      r.set("protocol", Json::of(kProtocolName));
+      r.set("version", Json::of(kProtocolVersion));
+      r.set("implementation", Json::of(name_));
+      r.set("methods", methods);
+      r.set("layout", Json::of("paged"));
+      return Response::result(r);
+    }
+    if (method == "bye") return Response::result(Json::null());
+    if (method == "create" || method == "reset") cache_.reset();
+    if (method == "reset") return Response::result(Json::null());
+    if (method == "create") {
+      const Json* json = params.get("config");
+      if (!json || !json->is(Json::Type::Object)) return Response::error("rejected", "", "config is not an object");
+      if (!factory_) return Response::error("rejected", "", "no factory, and the cache is not built from a paged::Config");
+      cache_ = factory_(read_config(*json));
+      if (!cache_) return Response::error("rejected", "", "the factory built no cache");
+      return Response::result(Json::null());
+    }
+    if (!cache_) return Response::error("protocol", "", "no cache: send create first");
+    if (method == "admit")
+      return Response::result(count(cache_->admit(request(params), tokens(params), keys(params), budget(params))));
+    if (method == "extend") return Response::result(count(cache_->extend(request(params), tokens(params), budget(params))));
+    if (method == "free") {
+      cache_->free(request(params));
+      return Response::result(Json::null());
+    }
+    if (method == "table") return Response::result(tables(request(params)));
+    if (method == "available") return Response::result(Json::of(static_cast<long long>(cache_->available())));
+    if (method == "ref_counts") {
+      if constexpr (has_ref_counts<Cache>::value) {
+        Json counts = Json::obj();   // JSON keys are strings: each block id in decimal (distinct: no set() search)
+        for (const auto& [id, n] : cache_->ref_counts())
+          counts.object.emplace_back(std::to_string(id), Json::of(static_cast<long long>(n)));
+        return Response::result(counts);
+      } else {
+        return Response::error("unsupported", "", "ref_counts is not implemented");
+      }
+    }
+    return Response::error("protocol", "", "unknown method " + method);
+  }
+};
+
+// Serve the paged protocol on stdin/stdout.
+template <class Cache>
+int run_main(int argc, char** argv, const char* name, typename Driver<Cache>::Factory factory = nullptr) {
+  if (argc >= 2) {
+    const std::string arg = argv[1];
+    if (arg == "--help" || arg == "-h") {
+      std::cout << name << " - a paged cache served over spec/PROTOCOL.md on stdin/stdout.\n"
+                << "usage: run it with no argument, as a cmd: target of the suite:\n"
+                << "  kvcache conformance --target cmd:PROGRAM --strict\n"
+                << "The paged face has no golden vectors: there is no --vectors mode.\n";
+      return 0;
+    }
+    std::cerr << argv[0] << ": unknown argument " << arg << " (the paged face has no golden vectors; --vectors is "
+              << "the plan faces'); run it with no argument as a cmd: target of `kvcache conformance`, or --help\n";
+    return 2;
+  }
+  Driver<Cache> driver(name, std::move(factory));
+  std::ios::sync_with_stdio(false);
+  return driver.serve(std::cin, std::cout);
+}
+
+}  // namespace paged
 }  // namespace kvcache_conformance
