@@ -263,8 +263,10 @@ def test_every_rule_is_in_scope_or_says_why_not() -> None:
     assert all("declaration rule" in scope[rule] for rule in DECLARATION_RULES)
     assert sorted(rule for rule, why in scope.items() if why and rule not in cell_rules + op_rules + paged_rules
                   and rule not in DECLARATION_RULES) == ["ET-MAP", "PROTO-COMMIT", "REG-KEYS", "REG-SESSION", "THREADS"]
-    paged = in_scope(config_validation=True, optional=frozenset(), layout="paged")
+    paged = in_scope(config_validation=True, optional=frozenset({"ref_counts"}), layout="paged")
     assert sorted(rule for rule, why in paged.items() if not why) == sorted(paged_rules + ["SCOPE-BORDER"])
+    uncounted = in_scope(config_validation=True, optional=frozenset(), layout="paged")   # ref_counts is optional
+    assert "ref_counts" in uncounted["PAGED-REFCOUNT"] and not uncounted["PAGED-HIT"]
     ops = in_scope(config_validation=True, optional=frozenset(), layout="op-cell")
     contiguous_only = ("OP-MAX-WRITE", "OP-TRIM", "OP-SINKS")   # cells have no rings to bound, trim or sink
     assert all(not ops[rule] for rule in op_rules if rule not in contiguous_only) and ops["CELL-MASK"] and \
