@@ -334,7 +334,8 @@ def writes(state: PagedState, request: str, table: Table, step_from: int) -> Uni
 def data_problems(state: PagedState, tables: Mapping[str, Table], memory: Mapping[Slot, int],
                   stepped: Optional[tuple[str, int]] = None) -> list[Problem]:
     """PAGED-DATA-SOUND (and PAGED-WINDOW-RELEASE where a window group shows None): every position each live
-    request must hold maps to a slot holding its value. `stepped` is (request, step_from) right after a step."""
+    request must hold maps to a slot holding its value. `stepped` is (request, step_from) right after a step.
+    A stale hit after a block was evicted and reused (PAGED-EVICT) shows here: the slot holds another value."""
     size = state.cfg.block_size
     problems: list[Problem] = []
     for request, entry in sorted(state.live.items()):

@@ -28,8 +28,8 @@ def test_every_example_in_the_spec_runs() -> None:
 
 def _rule_sections(document: str) -> list[tuple[str, str, str]]:
     """(number, id, text) of every '#### N. ID' section, in document order: part 2's (the sequence cache), part
-    4's (the cell layout), part 5's (the op face, then the cell cache seen through its outputs) and section
-    6.1's (conformance scope), numbered on from one part to the next."""
+    4's (the cell layout), part 5's (the op face, then the cell cache seen through its outputs), section
+    6.1's (conformance scope) and part 7's (the paged layout), numbered on from one part to the next."""
     pieces = re.split(r"^#### (\d+)\. ([A-Z][A-Z0-9-]*)\s*$", document, flags=re.MULTILINE)
     return list(zip(pieces[1::3], pieces[2::3], [text.split("\n## ")[0].split("\n### ")[0] for text in pieces[3::3]]))
 
@@ -61,8 +61,10 @@ def test_the_contents_lists_every_part(document: str) -> None:
 
 
 def test_every_face_has_executed_examples(document: str) -> None:
-    """Parts 2 (sequence), 4 (cells) and 5 (the op face) each carry examples the doctest run executes."""
-    for begin, end in (("\n## 2. ", "\n## 3. "), ("\n## 4. ", "\n## 5. "), ("\n## 5. ", "\n## 6. ")):
+    """Parts 2 (sequence), 4 (cells), 5 (the op face) and 7 (the paged layout) each carry examples the doctest run
+    executes."""
+    for begin, end in (("\n## 2. ", "\n## 3. "), ("\n## 4. ", "\n## 5. "), ("\n## 5. ", "\n## 6. "),
+                       ("\n## 7. ", "\n## 8. ")):
         part = document[document.index(begin):document.index(end)]
         assert part.count("\n>>> ") >= 20, begin
 
@@ -215,9 +217,11 @@ def test_user_pages_name_no_issue_numbers() -> None:
     assert len(pages) > 10 and named == []
 
 
-def test_the_spec_is_at_most_1700_lines(document: str) -> None:
-    """Each fact said once keeps the document readable in one sitting: 2,129 lines before its second pass."""
-    assert len(document.splitlines()) <= 1700
+def test_the_spec_is_at_most_1935_lines(document: str) -> None:
+    """Each fact said once keeps the document readable in one sitting: 2,129 lines before its second pass, then at
+    most 1,700. The cap rose once, for a new layout: part 7 (the paged layout: its objects, ground truth, policy and
+    15 rules with their examples) takes 212 lines; 1,700 + 212 + about 20 lines of headroom is 1,935."""
+    assert len(document.splitlines()) <= 1935
 
 
 def test_the_index_lists_every_rule_under_its_section(document: str) -> None:
