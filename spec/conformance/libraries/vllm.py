@@ -55,7 +55,11 @@ _MISSING = (missing_line("vllm", "kvcache_spec.conformance.libraries.vllm")
 if _MISSING:
     raise ImportError(_MISSING)
 
-SCOPE = ("trusted-args",)
+# The paged face has no relaxations yet (scope.py: RELAXATION_LAYOUTS names only op layouts), so the scope is the
+# whole face: full groups (`flat`) and window groups (`ring`). What vLLM documents would add `trusted-args` - the
+# manager validates nothing, the scheduler is its only caller - and the suite then sends it no malformed call.
+SCOPE = ("flat", "ring")
+DOCUMENTED_RELAXATIONS = ("trusted-args",)
 # The model's shape beside the bookkeeping: the manager never reads it (it sizes no tensor), but a spec needs one.
 NUM_KV_HEADS, HEAD_SIZE = 1, 64
 
@@ -82,14 +86,17 @@ class VllmPagedCache:
     def __init__(self, config: JsonConfig) -> None:
         cache = _module("vllm.config.cache")
         interface, utils = _module("vllm.v1.kv_cache_interface"), _module("vllm.v1.core.kv_cache_utils")
-        block_size, num_blocks = config["block_size"], config["num_blocks"]
+        # The user's settings go through vLLM's own CacheConfig, as the engine takes them (its checks and coercions,
+        # config/cache.py); the pool is num_gpu_blocks_override blocks, the null block among them.
+        defaults = cache.CacheConfig(block_size=config["block_size"], enable_prefix_caching=config["prefix_caching"],
+                                     num_gpu_blocks_override=config["num_blocks"] + 1)
+        block_size, num_blocks = defaults.block_size, defaults.num_gpu_blocks_override
         self.max_model_len: int = config["max_model_len"]
-        self.caching: bool = config["prefix_caching"]
-        defaults = cache.CacheConfig()   # the engine's defaults: retention interval 0, sha256 block hashes
+        self.caching: bool = defaults.enable_prefix_caching
         groups = [interface.KVCacheGroupSpec([f"model.layers.{index}.attn"], _group_spec(group, block_size))
                   for index, group in enumerate(config["groups"])]
         kv_cache_config = interface.KVCacheConfig(
-            num_blocks=num_blocks + 1, kv_cache_tensors=[], kv_cache_groups=groups,
+            num_blocks=num_blocks, kv_cache_tensors=[], kv_cache_groups=groups,
             prefix_cache_retention_interval=defaults.prefix_cache_retention_interval)
         self.manager: Any = _module("vllm.v1.core.kv_cache_manager").KVCacheManager(
             kv_cache_config=kv_cache_config, max_model_len=self.max_model_len,
