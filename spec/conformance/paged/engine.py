@@ -56,7 +56,9 @@ RULE = {
 }
 ANSWER_TYPES: dict[str, tuple[type, ...]] = {"admit": (int,), "extend": (int,), "table": (list,),
                                              "available": (int,), "ref_counts": (dict,)}
-FULL_CHECK_EVERY = 16   # steps between two full read-backs of every live table (and one at the end)
+# Steps between two full read-backs of every live table (and one at the end of every program): at least this
+# many, and twice the live requests, so that a read-back's table calls cost at most one call per step on average.
+FULL_CHECK_EVERY = 16
 CHECK: Step = {"op": "check"}
 Table = list[list[Optional[int]]]
 Slot = tuple[int, int, int]   # (group index, block id, offset)
@@ -390,7 +392,7 @@ class PagedEngine(Engine):
         else:
             raise ValueError(f"unknown paged step op {op!r}")
         self.steps_since_full += 1
-        if self.steps_since_full >= FULL_CHECK_EVERY:
+        if self.steps_since_full >= max(FULL_CHECK_EVERY, 2 * len(self.mirrors)):
             self.full_check(f"at the full read-back after step {self.index}")
         return concrete
 
@@ -477,12 +479,16 @@ class PagedEngine(Engine):
         self.check_shared(name, changed)
         for g, group in enumerate(self.pc.groups):
             reads = pm.step_reads(group, start, end)
-            again = {index for gg, index in changed if gg == g}
-            self.verify(name, g, (p for p in reads if p >= start or p < hit or p // self.B in again), context, hit)
+            # what this step's queries read that no earlier check covers: the positions written now, a hit's, and
+            # those of block indexes whose id changed (the others' data changes only by writes, judged on write)
+            fresh = {index for gg, index in changed if gg == g}
+            spans = [range(max(reads.start, start), end), range(reads.start, min(hit, end))] + [
+                range(max(reads.start, index * self.B), min(end, (index + 1) * self.B)) for index in sorted(fresh)]
+            self.verify(name, g, sorted({p for span in spans for p in span}), context, hit)
             row = self.mirrors[name].tables[g]
             if isinstance(group, pm.WindowGroup):
                 continue
-            released = [i for i in again if i < len(row) and row[i] is None and i * self.B < end]
+            released = [i for i in fresh if i < len(row) and row[i] is None and i * self.B < end]
             if released:
                 raise self._fail(WRONG, RULE["window"], f"{context}: the full group {g} of {name!r} released "
                                                         f"block index {released[0]}")

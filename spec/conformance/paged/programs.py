@@ -176,9 +176,11 @@ def many_concurrent(cfg: JsonConfig, count: int) -> list[Step]:
     prompts = [family(k % 6, min(M - 24, B * (1 + k % 4) + k % 3)) + [1000 + k] * (k % 2)
                for k in range(count)]
     keys = [["adapter-1"] if k % 5 == 4 else [] for k in range(count)]
-    steps = [admit(p, keys[k], budget=rng.choice([B, 2 * B, WHOLE])) for k, p in enumerate(prompts)]
-    for _ in range(2):   # finish the chunked prefills, then decode
-        steps += [extend(live(k), [], WHOLE) for k in range(count)]
+    budgets = [rng.choice([B, 2 * B, WHOLE]) for _ in prompts]
+    steps = [admit(p, keys[k], budget=budgets[k]) for k, p in enumerate(prompts)]
+    # finish the chunked prefills with their first decoded token (a hit may have left nothing else to compute;
+    # in admission order, the k-th live request is the k-th admitted), then decode
+    steps += [extend(live(k), [8], WHOLE) for k in range(count) if budgets[k] < len(prompts[k])]
     for round_ in range(3):
         steps += [extend(live(k), [round_ + k % 7], 1) for k in range(count)]
     steps += [free(live(k)) for k in range(0, count, 3)]

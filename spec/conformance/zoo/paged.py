@@ -394,3 +394,4 @@ PAGED_ZOO: dict[str, tuple[str, str, str]] = {
     "partial_block_shared": ("python:kvcache_spec.conformance.zoo.paged:partial_block_shared", "wrong",
                              "PAGED-SHARE-FULL"),
 }
+
