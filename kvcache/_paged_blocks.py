@@ -9,7 +9,8 @@ from __future__ import annotations
 import icontract
 
 
-@icontract.require(lambda positions, block_size: positions >= 0 and block_size >= 1)
+@icontract.require(lambda positions, block_size: positions >= 0 and block_size >= 1,
+                   "PAGED-RESERVE: a count of positions >= 0, a block size >= 1")
 @icontract.ensure(lambda positions, block_size, result: result * block_size >= positions
                   and (result - 1) * block_size < positions if positions > 0 else result == 0,
                   "PAGED-RESERVE: blocks_for(n) blocks are the fewest that hold positions 0 .. n-1")
@@ -17,7 +18,8 @@ def blocks_for(positions: int, block_size: int) -> int:
     return (positions + block_size - 1) // block_size
 
 
-@icontract.require(lambda computed, window, block_size: computed >= 0 and window >= 1 and block_size >= 1)
+@icontract.require(lambda computed, window, block_size: computed >= 0 and window >= 1 and block_size >= 1,
+                   "PAGED-WINDOW-RELEASE: a computed count >= 0, a window >= 1, a block size >= 1")
 @icontract.ensure(lambda computed, window, block_size, result:
                   result * block_size <= max(0, computed - window + 1) < (result + 1) * block_size,
                   "PAGED-WINDOW-RELEASE: the first needed block holds the oldest position the next query reads")
@@ -27,7 +29,8 @@ def first_needed_block(computed: int, window: int, block_size: int) -> int:
     return max(0, computed - window + 1) // block_size
 
 
-@icontract.require(lambda length, block_size: length >= 1 and block_size >= 1)
+@icontract.require(lambda length, block_size: length >= 1 and block_size >= 1,
+                   "PAGED-HIT: a prompt of at least one token, a block size >= 1")
 @icontract.ensure(lambda length, block_size, result: 0 <= result * block_size <= length - 1
                   < (result + 1) * block_size,
                   "PAGED-HIT: the most whole blocks a hit may take leave the last prompt token to compute")

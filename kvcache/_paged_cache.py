@@ -104,6 +104,34 @@ def _cached_blocks_hold_their_holders_prefix(cache: PagedCache) -> bool:
     return True
 
 
+def _held(cache: PagedCache) -> frozenset[int]:
+    """The blocks some live table holds."""
+    return frozenset(block for block, count in enumerate(cache._pool.refs) if count)
+
+
+def _written_blocks_were_free(cache: PagedCache, request: str, start: int, held_before: frozenset[int]) -> bool:
+    """PAGED-NO-REWRITE: the blocks the runner writes for positions start .. computed - 1 of `request` were held by
+    no table before the call - but the request's own partly written block, which it alone holds."""
+    live, size = cache._requests[request], cache.config.block_size
+    own = start // size if start % size else None
+    return all(table[index] not in held_before
+               for table in live.tables for index in range(start // size, len(table)) if index != own)
+
+
+def _hit_serves_every_group(cache: PagedCache, request: str, hit: int) -> bool:
+    """PAGED-HIT-GROUPS: after an admission with hit h, every group maps every position the queries from h read:
+    a full group every block, a window group every block from the one holding h - W + 1."""
+    size, live = cache.config.block_size, cache._requests[request]
+    return all(block is not None for window, table in zip(cache.config.windows, live.tables)
+               for block in table[0 if window is None else first_needed_block(hit, window, size):])
+
+
+def _idle_refusal(cache: PagedCache, alone: bool, length: int) -> bool:
+    """PAGED-IDLE-FIT: a refusal happens only with another request live or when every group holding every position
+    of the request, in whole blocks, outgrows the pool."""
+    return not alone or len(cache.config.windows) * blocks_for(length, cache.config.block_size) > cache.config.num_blocks
+
+
 def _keeps_the_books(function: Any) -> Any:
     """The postconditions every changing call leaves true (each states one rule)."""
     for condition, description in reversed((
@@ -112,8 +140,9 @@ def _keeps_the_books(function: Any) -> Any:
             (_tables_cover, "PAGED-RESERVE: the tables cover every reserved position; a window group releases only "
                             "blocks below every needed window"),
             (_only_full_blocks_shared, "PAGED-SHARE-FULL: a block in two tables is full for each holder"),
-            (_cached_blocks_hold_their_holders_prefix, "PAGED-HIT: a cached block a live request holds is cached "
-                                                       "under exactly that request's keys and prefix"))):
+            (_cached_blocks_hold_their_holders_prefix, "PAGED-HIT, PAGED-DATA-SOUND: a cached block a live request "
+                                                       "holds is cached under exactly that request's keys and "
+                                                       "prefix"))):
         function = icontract.ensure(_of_self(condition), description, error=_violated(description))(function)
     return function
 
@@ -250,6 +279,15 @@ class PagedCache:
     @icontract.ensure(lambda self, request, tokens, budget, result: result is None or
                       self._requests[request].computed == result + min(len(tokens) - result, budget),
                       "PAGED-RESERVE: admit reserves min(len(tokens) - hit, budget) positions after the hit")
+    @icontract.snapshot(lambda self: _held(self), name="held")
+    @icontract.snapshot(lambda self: not self._requests, name="idle")
+    @icontract.ensure(lambda self, request, result, OLD: result is None
+                      or _written_blocks_were_free(self, request, result, OLD.held),
+                      "PAGED-NO-REWRITE: the blocks reserved for the new positions were in no live table")
+    @icontract.ensure(lambda self, request, result: result is None or _hit_serves_every_group(self, request, result),
+                      "PAGED-HIT-GROUPS: one hit length: every group maps what the queries from the hit on read")
+    @icontract.ensure(lambda self, tokens, result, OLD: result is not None or _idle_refusal(self, OLD.idle, len(tokens)),
+                      "PAGED-IDLE-FIT: an admission is refused only beside other requests or past the whole pool")
     @_unchanged_if_refused
     @_keeps_the_books
     def admit(self, request: str, tokens: list[int], keys: list[str], budget: int) -> Optional[int]:
@@ -286,6 +324,16 @@ class PagedCache:
     @icontract.ensure(lambda self, tokens, budget, result, OLD: result is None
                       or result == min(OLD.pending + len(tokens), budget),
                       "PAGED-RESERVE: extend reserves min(tokens not yet reserved, budget) positions")
+    @icontract.snapshot(lambda self: _held(self), name="held")
+    @icontract.snapshot(lambda self, request: self._requests[request].computed, name="computed")
+    @icontract.snapshot(lambda self, request: set(self._requests) == {request}, name="alone")
+    @icontract.ensure(lambda self, request, result, OLD: result is None
+                      or _written_blocks_were_free(self, request, OLD.computed, OLD.held),
+                      "PAGED-NO-REWRITE: the blocks reserved for the new positions were in no live table but the "
+                      "request's own partly written one")
+    @icontract.ensure(lambda self, request, tokens, result, OLD: result is not None or _idle_refusal(
+        self, OLD.alone, len(self._requests[request].tokens) + len(tokens)),
+                      "PAGED-IDLE-FIT: an extension is refused only beside other requests or past the whole pool")
     @_unchanged_if_refused
     @_keeps_the_books
     def extend(self, request: str, tokens: list[int], budget: int) -> Optional[int]:
