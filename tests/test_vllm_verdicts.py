@@ -52,8 +52,10 @@ KINDS: dict[str, Kind] = {
         "an unknown key - is accepted",
         "the user's settings go through vLLM's CacheConfig (config/cache.py:187 block_size: Field(gt=0), :257 "
         "enable_prefix_caching: bool), a pydantic dataclass in lax mode that coerces true to 1 and 1 to true; "
-        "max_model_len and the sliding window come from the model's own config (ModelConfig), and KVCacheManager "
-        "takes them as given; a key vLLM has no setting for does not reach it"),
+        "max_model_len is checked by ModelConfig (config/model.py:1070-1075 refuses one below 1), which is built "
+        "from a model's own config and so is not among the classes driven here, and the sliding window comes from "
+        "the model's config as well: KVCacheManager and the specs take both as given; a key vLLM has no setting "
+        "for does not reach it"),
     "unknown_free_skipped": Kind(
         "stricter", "free of a request never admitted, or already freed, does nothing and raises nothing",
         f"{SCHEDULER}:2993-2996, finish_requests skips an id it does not hold (\"if request is None or "
