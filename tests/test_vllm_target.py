@@ -231,8 +231,8 @@ def test_vllm_gives_its_documented_verdict_and_causes() -> None:
     from kvcache_spec.conformance.suite import report_json, run_suite
     from kvcache_spec.conformance.targets import PythonTarget
 
-    from .library_verdicts import cause_key
-    from .test_vllm_verdicts import EXPECTED, PROFILE, TARGET
+    from .library_verdicts import cause_key, page_line
+    from .test_vllm_verdicts import EXPECTED, PAGE, PROFILE, TARGET
 
     started = time.monotonic()
     report = report_json(run_suite(PythonTarget(f"python:kvcache_spec.conformance.libraries.{TARGET}"), PROFILE),
@@ -246,6 +246,9 @@ def test_vllm_gives_its_documented_verdict_and_causes() -> None:
     assert report["verdict"] == EXPECTED["verdict"], (report["verdict"], sorted(found))
     assert found == Counter(EXPECTED["causes"].keys()), {"new": sorted(set(found) - set(EXPECTED["causes"])),
                                                          "gone": sorted(set(EXPECTED["causes"]) - set(found))}
+    missing = [line for line in (page_line(TARGET, finding) for finding in report["semantic"]["findings"])
+               if line not in PAGE.read_text()]
+    assert not missing, f"docs/vllm.md does not list (python -m tests.test_vllm_verdicts): {missing}"
 
 
 def test_vllm_refused_extend_releases_window_blocks() -> None:
