@@ -120,6 +120,12 @@ def test_the_correct_pool_is_conforming_strict_with_every_paged_rule_exercised()
     assert report["coverage"]["configurations"]["created"] == len(programs.PAGED_CONFIGS)
 
 
+def test_a_pool_without_ref_counts_owes_no_PAGED_REFCOUNT_and_is_conforming() -> None:
+    report = _report("python:kvcache_spec.conformance.zoo.paged:pool_without_counts")
+    assert report["verdict"] == CONFORMING, report["semantic"]["findings"][:2] or report["coverage"]["incomplete"]
+    assert "ref_counts" in report["coverage"]["rules"]["out_of_scope"]["PAGED-REFCOUNT"]
+
+
 def test_a_paged_run_owes_only_the_paged_rules_and_other_layouts_owe_none_of_them() -> None:
     paged = in_scope(True, frozenset(), "paged")
     owed = {rule for rule, why in paged.items() if not why}

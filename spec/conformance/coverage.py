@@ -71,7 +71,7 @@ RELAXATION_RULES: dict[str, dict[str, tuple[str, ...]]] = {
 }
 RELAXED_ATOMIC = (frozenset({"trusted-args", "unbounded"}), frozenset({"positions", "steps", "max_write"}))
 # An optional method -> the rule only it can show.
-OPTIONAL_RULES = {"depth": "DEPTH", "retained_from": "RETAINED"}
+OPTIONAL_RULES = {"depth": "DEPTH", "retained_from": "RETAINED", "ref_counts": "PAGED-REFCOUNT"}
 
 # The rules besides the CELL- family that bind a cell cache too: its configuration, argument types
 # and ranges, layer indices, one object behind both faces, and a declared scope's border.

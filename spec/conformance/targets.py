@@ -343,8 +343,10 @@ class PythonTarget(Target):
     def _create(self, cfg: JsonConfig) -> Outcome:
         self.cache, self.issued = None, {}
         try:
-            if self.layout in JSON_CONFIG_LAYOUTS:   # the op and recompute faces build their own from the JSON
+            if self.layout in JSON_CONFIG_LAYOUTS:   # the op, recompute and paged faces build their own from the JSON
                 self.cache = self.factory(dict(cfg))
+                if self.layout == "paged":   # its optional ref_counts(), as for the other layouts' optional methods
+                    self.optional = frozenset(m for m in OPTIONAL_METHODS if callable(getattr(self.cache, m, None)))
                 return Outcome(True)
             config = to_kvcache(cfg)
             # a cell config carries max_seqs (CELL-MAX-SEQS), handed over unchecked: the target checks it

@@ -240,6 +240,12 @@ def paged_pool(config: dict[str, Any]) -> PagedPool:
 paged_pool.kvcache_layout = "paged"   # type: ignore[attr-defined]
 
 
+class PoolWithoutCounts(PagedPool):
+    """The correct pool without the optional ref_counts(): judged on everything else."""
+
+    ref_counts = None   # type: ignore[assignment]
+
+
 # --- stand-ins: one defect each -----------------------------------------------------------------------------
 
 class StaleHitAfterReuse(PagedPool):
@@ -371,6 +377,7 @@ def _factory(cls: type[PagedPool]) -> Any:
     return build
 
 
+pool_without_counts = _factory(PoolWithoutCounts)
 stale_hit_after_reuse = _factory(StaleHitAfterReuse)
 in_use_evicted = _factory(InUseEvicted)
 window_released_early = _factory(WindowReleasedEarly)
