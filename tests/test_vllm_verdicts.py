@@ -26,7 +26,7 @@ MANAGER = "v1/core/kv_cache_manager.py"
 SCHEDULER = "v1/core/sched/scheduler.py"
 KINDS: dict[str, Kind] = {
     "refusal_releases_window": Kind(
-        "stricter", "a refused extend on a model with a sliding-window group first hands the window group's blocks "
+        "stricter", "a refused extend of a request with a sliding-window group first hands the window group's blocks "
         "that left every window back to the pool (their table entries become the null block): available() grows "
         "and the table changes although the call was refused",
         f"{MANAGER}:557-568, allocate_slots frees the skipped blocks before it checks the fit, on purpose: \"We can "
@@ -35,12 +35,13 @@ KINDS: dict[str, Kind] = {
         "blocks out of every window the request still reads go (PAGED-WINDOW-RELEASE holds), so nothing attended "
         "is lost; PAGED-ATOMIC asks more (a refusal changes nothing)", "test_vllm_refused_extend_releases_window_blocks"),
     "trusted_args": Kind(
-        "stricter", "a malformed call - a negative or bool token id, a bool budget, keys not strings, a total past "
-        "max_model_len - is served as a well-formed one",
+        "stricter", "a malformed call - a negative or bool token id, a bool budget, a request id or keys not "
+        "strings, a total past max_model_len, the table of a request not live - is served as a well-formed one",
         f"KVCacheManager and Request check none of their arguments: the engine validates a prompt before a Request "
         f"exists (v1/engine/input_processor.py:557-600: an empty prompt or one longer than max_model_len is refused; "
         f":646-647, token ids checked by the renderer), the scheduler stops a request at max_model_len before "
-        f"appending past it, and computes each step's token count itself ({SCHEDULER}:1845-1859). The manager's "
+        f"appending past it, and computes each step's token count itself ({SCHEDULER}:1845-1859); the table of an "
+        f"id the manager does not hold is empty (v1/core/kv_cache_coordinator.py:456-461). The manager's "
         f"only caller is the scheduler; the paged face has no trusted-args relaxation yet to declare it"),
     "after_a_trusted_call": Kind(
         "stricter", "a wrong finding in a program run on past such a served malformed call: vLLM's state follows "
@@ -71,31 +72,39 @@ KINDS: dict[str, Kind] = {
 }
 
 EXPECTED: dict[str, Any] = {"verdict": "NOT CONFORMING", "causes": {
-    'wrong PAGED-ATOMIC: wrong PAGED-ATOMIC, after lenient PAGED-FREE in free: at admit; full+window | B 2, 12 blocks, max_len 24, full+window(2), prefix_caching False':
+    'wrong PAGED-ATOMIC: wrong PAGED-ATOMIC, after lenient PAGED-FREE in free: at admit; full+window | B 2, 6 blocks, max_len 24, full+window(1), prefix_caching False':
         'refusal_releases_window',
-    'wrong PAGED-ATOMIC: wrong PAGED-ATOMIC: at extend (available); full+window | B 2, 4 blocks, max_len 24, full+window(1), prefix_caching False':
+    'wrong PAGED-ATOMIC: wrong PAGED-ATOMIC: at extend (available); full+window | B 2, 6 blocks, max_len 24, full+window(1), prefix_caching False':
+        'refusal_releases_window',
+    'wrong PAGED-ATOMIC: wrong PAGED-ATOMIC: at extend (table); full+window | B 2, 8 blocks, max_len 24, full+window(2)':
+        'refusal_releases_window',
+    'wrong PAGED-ATOMIC: wrong PAGED-ATOMIC, after lenient PAGED-ARGS in table: at admit; full+window | B 2, 4 blocks, max_len 24, full+window(3), prefix_caching False':
         'refusal_releases_window',
     'wrong PAGED-ATOMIC: wrong PAGED-ATOMIC, after lenient PAGED-FREE in free: at extend; full+window | B 2, 2 blocks, max_len 24, full+window(1), prefix_caching False':
         'refusal_releases_window',
-    'wrong PAGED-ATOMIC: wrong PAGED-ATOMIC, after lenient PAGED-ARGS in extend: at admit; full+window | B 2, 16 blocks, max_len 24, full+window(3), prefix_caching False':
+    'wrong PAGED-ATOMIC: wrong PAGED-ATOMIC: at extend (table); window | B 4, 12 blocks, max_len 32, window(2)':
+        'refusal_releases_window',
+    'wrong PAGED-ATOMIC: wrong PAGED-ATOMIC: at extend (available); window | B 4, 6 blocks, max_len 32, window(1), prefix_caching False':
         'refusal_releases_window',
     'wrong PAGED-CONSERVE: wrong PAGED-CONSERVE, after lenient PAGED-ARGS in admit: at admit; full | B 1, 1 blocks, max_len 12, full, prefix_caching False':
         'after_a_trusted_call',
-    'wrong PAGED-RESERVE: wrong PAGED-RESERVE, after lenient PAGED-ARGS in extend: at extend; window | B 1, 1 blocks, max_len 24, window(1), prefix_caching False':
+    'wrong PAGED-RESERVE: wrong PAGED-RESERVE, after lenient PAGED-ARGS in extend: at extend; full | B 1, 4 blocks, max_len 16, full, prefix_caching False':
         'after_a_trusted_call',
-    'wrong PAGED-RESERVE: wrong PAGED-RESERVE, after lenient PAGED-ARGS in extend: at admit; full | B 2, 2 blocks, max_len 96, full, prefix_caching False':
+    'wrong PAGED-RESERVE: wrong PAGED-RESERVE, after lenient PAGED-ARGS in extend: at check; full | B 4, 1 blocks, max_len 32, full, prefix_caching False':
         'after_a_trusted_call',
-    'wrong PAGED-RESERVE: wrong PAGED-RESERVE, after lenient PAGED-ARGS in extend: at check; full | B 3, 2 blocks, max_len 96, full, prefix_caching False':
+    'wrong PAGED-RESERVE: wrong PAGED-RESERVE, after lenient PAGED-ARGS in extend: at admit; full | B 2, 2 blocks, max_len 24, full, prefix_caching False':
         'after_a_trusted_call',
-    'wrong PAGED-RESERVE: wrong PAGED-RESERVE, after lenient PAGED-ARGS in extend: at extend; full | B 2, 2 blocks, max_len 32, full, prefix_caching False':
+    'wrong PAGED-RESERVE: wrong PAGED-RESERVE, after lenient PAGED-ARGS in extend: at free; full | B 8, 7 blocks, max_len 96, full, prefix_caching False':
         'after_a_trusted_call',
-    'wrong PAGED-RESERVE: wrong PAGED-RESERVE, after lenient PAGED-ARGS in extend: at free; full | B 8, 4 blocks, max_len 96, full, prefix_caching False':
+    'wrong PAGED-WINDOW-RELEASE: wrong PAGED-WINDOW-RELEASE, after lenient PAGED-ARGS in extend: at admit; full+window | B 2, 6 blocks, max_len 24, full+window(2), prefix_caching False':
         'after_a_trusted_call',
-    'wrong PAGED-WINDOW-RELEASE: wrong PAGED-WINDOW-RELEASE, after lenient PAGED-ARGS in extend: at extend; window | B 1, 2 blocks, max_len 24, window(2), prefix_caching False':
+    'wrong PAGED-WINDOW-RELEASE: wrong PAGED-WINDOW-RELEASE, after lenient PAGED-ARGS in extend: at extend; window | B 8, 2 blocks, max_len 96, window(4), prefix_caching False':
         'after_a_trusted_call',
-    'wrong PAGED-WINDOW-RELEASE: wrong PAGED-WINDOW-RELEASE, after lenient PAGED-ARGS in extend: at free; window | B 8, 9 blocks, max_len 96, window(4), prefix_caching False':
+    'wrong PAGED-WINDOW-RELEASE: wrong PAGED-WINDOW-RELEASE, after lenient PAGED-ARGS in extend: at admit; window | B 1, 2 blocks, max_len 32, window(2), prefix_caching False':
         'after_a_trusted_call',
-    'wrong PAGED-WINDOW-RELEASE: wrong PAGED-WINDOW-RELEASE, after lenient PAGED-ARGS in extend: at admit; window | B 4, 2 blocks, max_len 32, window(5), prefix_caching False':
+    'wrong PAGED-WINDOW-RELEASE: wrong PAGED-WINDOW-RELEASE, after lenient PAGED-ARGS in extend: at free; window | B 4, 5 blocks, max_len 32, window(5), prefix_caching False':
+        'after_a_trusted_call',
+    'wrong PAGED-WINDOW-RELEASE: wrong PAGED-WINDOW-RELEASE, after lenient PAGED-ARGS in extend: at check; window | B 8, 9 blocks, max_len 96, window(4), prefix_caching False':
         'after_a_trusted_call',
     'lenient PAGED-ARGS: lenient PAGED-ARGS: at extend (tokens); full | B 8, 12 blocks, max_len 96, full, prefix_caching False':
         'trusted_args',
@@ -105,11 +114,19 @@ EXPECTED: dict[str, Any] = {"verdict": "NOT CONFORMING", "causes": {
         'trusted_args',
     'lenient PAGED-ARGS: lenient PAGED-ARGS: at admit (budget); full | B 1, 1 blocks, max_len 12, full, prefix_caching False':
         'trusted_args',
-    'lenient PAGED-ARGS: lenient PAGED-ARGS: at admit (budget); full+window | B 8, 1024 blocks, max_len 96, full+window(12)':
+    'lenient PAGED-ARGS: lenient PAGED-ARGS: at admit (request); full | B 1, 1 blocks, max_len 12, full, prefix_caching False':
+        'trusted_args',
+    'lenient PAGED-ARGS: lenient PAGED-ARGS: at table (request); full | B 1, 1 blocks, max_len 24, full, prefix_caching False':
+        'trusted_args',
+    'lenient PAGED-ARGS: lenient PAGED-ARGS: at table (request); full+window | B 8, 1024 blocks, max_len 96, full+window(12)':
+        'trusted_args',
+    'lenient PAGED-ARGS: lenient PAGED-ARGS: at extend (budget); full | B 1, 2 blocks, max_len 16, full, prefix_caching False':
+        'trusted_args',
+    'lenient PAGED-ARGS: lenient PAGED-ARGS: at table (request); window | B 4, 12 blocks, max_len 32, window(5)':
         'trusted_args',
     'lenient PAGED-ARGS: lenient PAGED-ARGS: at extend (tokens); full+window | B 8, 1024 blocks, max_len 96, full+window(12)':
         'trusted_args',
-    'lenient PAGED-ARGS: lenient PAGED-ARGS: at extend (budget); full | B 4, 10 blocks, max_len 24, full, prefix_caching False':
+    'lenient PAGED-ARGS: lenient PAGED-ARGS: at extend (budget); full+window | B 2, 16 blocks, max_len 24, full+window(3)':
         'trusted_args',
     'lenient PAGED-ARGS: lenient PAGED-ARGS: at admit (budget); window | B 4, 12 blocks, max_len 32, window(5)':
         'trusted_args',
@@ -126,8 +143,6 @@ EXPECTED: dict[str, Any] = {"verdict": "NOT CONFORMING", "causes": {
     'lenient PAGED-CONFIG: lenient PAGED-CONFIG: at create (extra int); full | B 4, 8 blocks, max_len 32, full':
         'engine_config',
     'lenient PAGED-FREE: lenient PAGED-FREE: at free (request); full | B 1, 1 blocks, max_len 12, full, prefix_caching False':
-        'unknown_free_skipped',
-    'lenient PAGED-FREE: lenient PAGED-FREE: at free (request); full+window | B 8, 1024 blocks, max_len 96, full+window(12)':
         'unknown_free_skipped',
     'over-strict PAGED-IDLE-FIT: over-strict PAGED-IDLE-FIT: at admit; full | B 1, 1 blocks, max_len 12, full, prefix_caching False':
         'whole_prompt_must_fit',
