@@ -7,7 +7,8 @@ spec asks more than vLLM's documented contract), `uncertain`, `false alarm`. The
 tests/test_vllm_target.py holds a fresh run to exactly these (where vllm is installed); the tests here hold the page
 to them and need no vllm.
 
-    python -m tests.test_vllm_verdicts          # the page's list of causes, by kind, from a fresh run (needs vllm)
+    python -m tests.test_vllm_verdicts            # the page's list of causes, by kind, from a fresh run (needs vllm)
+    python -m tests.test_vllm_verdicts --entries  # a fresh run's causes as EXPECTED entries, each kind a suggestion
 """
 
 from __future__ import annotations
@@ -149,6 +150,18 @@ EXPECTED: dict[str, Any] = {"verdict": "NOT CONFORMING", "causes": {
 }}
 
 
+def suggested_kind(finding: dict[str, Any]) -> str:
+    """The kind a cause most likely is, for a person to check against its message and program before it enters
+    EXPECTED: how the causes above were classed (a refused extend that changed something is the window release;
+    anything past a served malformed call follows from it)."""
+    if finding["rule"] == "PAGED-ATOMIC" and "after the refused extend" in finding["message"]:
+        return "refusal_releases_window"
+    if "after lenient" in finding["label"]:
+        return "after_a_trusted_call"
+    return {"PAGED-ARGS": "trusted_args", "PAGED-CONFIG": "engine_config", "PAGED-FREE": "unknown_free_skipped",
+            "PAGED-IDLE-FIT": "whole_prompt_must_fit"}.get(finding["rule"], "unclassed")
+
+
 def counts() -> dict[str, int]:
     """The distinct causes counted by class (CLASSES' order)."""
     kinds = list(EXPECTED["causes"].values())
@@ -198,5 +211,9 @@ if __name__ == "__main__":
 
     judged = report_json(run_suite(PythonTarget(f"python:kvcache_spec.conformance.libraries.{TARGET}"), PROFILE),
                          True, False)
-    print(page_section(judged))
+    if sys.argv[1:] == ["--entries"]:
+        for finding in judged["semantic"]["findings"]:
+            print(f"    {cause_key(finding)!r}:\n        {suggested_kind(finding)!r},   # suggested: check it")
+    else:
+        print(page_section(judged))
     sys.exit(0)
