@@ -1,0 +1,240 @@
+"""SGLang 0.5.23's KV bookkeeping (RadixCache over its token-to-KV allocator and ReqToTokenPool) as a paged-face
+target, driven as its scheduler drives it, on the CPU.
+
+    kvcache conformance --target python:kvcache_spec.conformance.libraries.sglang:radix --strict
+
+Needs the `sglang` extra (pyproject.toml) and sglang itself with --no-deps: `.ci/install-sglang.sh VENV`.
+
+What one face call does is what SGLang's scheduler does for one request at that point (read in the installed
+package, sglang/srt):
+- `admit`: a scheduler `Req` (managers/schedule_batch.py) with the prompt as origin_input_ids and the keys as its
+  `extra_key`; `req.init_next_round_input(tree_cache)`, which matches the prefix (mem_cache/common.py
+  match_kv_cache: RadixKey(tokens, extra_key), capped at len - 1 by Req._compute_max_prefix_len). Then the
+  PrefillAdder's budget check under a lock on the matched node (managers/schedule_policy.py add_one_req /
+  _lock_node): the chunk must fit in the allocator's free slots plus the tree's evictable ones, and a request row
+  must be free; if not, the lock is dropped and nothing was allocated (a refusal, None). Otherwise the lock is
+  kept as `req.lock` (_commit_prefill_admission), and alloc_for_extend's steps for this one request
+  (mem_cache/allocation.py): a ReqToTokenPool row, `alloc_token_slots` (evict_from_tree_cache, then the
+  allocator's alloc), the matched prefix (`prefix_device_indices`) and the new slots written into the row,
+  kv_allocated_len = kv_committed_len = the row's length. After the forward the batch result processor
+  checkpoints an unfinished prefill request (`checkpoint_kv_cache`: the computed prefix inserted into the tree,
+  duplicates freed, the row repointed, the lock moved to the new node); here that is done before the call returns,
+  since the harness computes the reserved slots right after it (the tree records slot ids, not their contents).
+- `extend`: the appended tokens become output_ids (`refresh_fill_ids`). While the prompt is not all computed, a
+  chunked-prefill continuation (no new match: `init_next_round_input()` without a tree, as scheduler.py calls it
+  for its chunked request), its slots allocated as above and checkpointed after; past the prompt, a decode step
+  (allocation.py alloc_for_decode_default: `alloc_token_slots`, the row written at the sequence's end, the
+  lengths advanced), not checkpointed (the result processor checkpoints prefill only). A refusal is decided
+  as at admission, before anything is allocated.
+- `free`: `release_kv_cache(req, tree_cache, checkpoint=True)`, what the result processor calls for a finished
+  request: the computed sequence inserted, the row's private slots freed, the lock dropped, the row returned.
+- `table`: the request's row of req_to_token up to what it computed, one block per slot (page size 1), the same
+  row for every full group (SGLang serves every full-attention layer from one row).
+- `available`: the allocator's available_size() + the tree's evictable_size().
+- `ref_counts`: a slot on the tree counts its node's `lock_ref` (the live requests whose locked path holds it),
+  times the groups; a slot only in one row (a decode tail not yet inserted) counts once per group.
+
+prefix_caching false builds RadixCache with its own `disable` flag (a tree that holds and matches nothing);
+SGLang's launcher builds a disabled UnifiedRadixCache there instead, which this target does not drive.
+
+Scope (KVCACHE_SCOPE below): page size 1 (block_size 1) and full-attention groups only. A block_size other than
+1 or a window group is refused at creation: SGLang's paged allocator and its sliding-window caches
+(allocator/paged.py, allocator/swa.py, unified_radix_cache.py) are not driven by this adapter yet (docs/sglang.md).
+The cache's callers are the scheduler's own code, after the tokenizer manager validated the request (a prompt
+longer than the context is refused there): the cache validates no argument, so this target declares trusted
+arguments, and a malformed call is served as SGLang serves it.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from array import array
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+from ..._extras import missing_line, version_line
+
+_MISSING = (missing_line("sglang", "kvcache_spec.conformance.libraries.sglang")
+            or version_line("sglang", "kvcache_spec.conformance.libraries.sglang"))
+if _MISSING:
+    raise ImportError(_MISSING)
+
+from . import _sglang_torchvision  # noqa: E402  (after the extra's check: it imports transformers)
+
+_sglang_torchvision.install()
+with warnings.catch_warnings():
+    # Importing the quantization layers warns that CUDA-only methods are unavailable on this CPU build.
+    warnings.simplefilter("ignore")
+    import torch  # noqa: E402
+    from sglang.srt.managers.schedule_batch import Req  # noqa: E402
+    from sglang.srt.mem_cache.allocator import TokenToKVPoolAllocator  # noqa: E402
+    from sglang.srt.mem_cache.cache_init_params import CacheInitParams  # noqa: E402
+    from sglang.srt.mem_cache.common import (  # noqa: E402
+        checkpoint_kv_cache, evict_from_tree_cache, release_kv_cache)
+    from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, ReqToTokenPool  # noqa: E402
+    from sglang.srt.mem_cache.radix_cache import RadixCache  # noqa: E402
+    from sglang.srt.sampling.sampling_params import SamplingParams  # noqa: E402
+    from sglang.srt.server_args import ServerArgs, set_global_server_args_for_scheduler  # noqa: E402
+
+# What this target declares (SPEC.md section 6.1): the paged face's features it implements and what it owes less.
+KVCACHE_SCOPE = ("full", "prefix-caching", "trusted-args")
+# A request's decode length is the scheduler's max_new_tokens; the face ends a request with free, never by length.
+_UNBOUNDED_NEW_TOKENS = 1 << 30
+
+_server_args_published = False
+
+
+def _publish_server_args() -> None:
+    """Req.owned_kv_len and release_kv_cache read the scheduler's published server arguments
+    (runtime_context.get_serving / get_spec): published once, as SGLang's own cache tests do, with page size 1 on
+    the CPU and no model."""
+    global _server_args_published
+    if not _server_args_published:
+        set_global_server_args_for_scheduler(ServerArgs(model_path="dummy", page_size=1, device="cpu"))
+        _server_args_published = True
+
+
+@dataclass
+class _Live:
+    req: Any
+    prompt_len: int
+    computed: int
+
+
+def extra_key(keys: list[str]) -> Optional[str]:
+    """The request's keys as SGLang's one `extra_key` string (LoRA id, cache salt ... joined by the engine): no
+    keys is no extra key; JSON keeps ["a", "b"] apart from ["ab"]."""
+    return json.dumps(keys) if keys else None
+
+
+class SGLangRadix:
+    """One scheduler's KV bookkeeping: a ReqToTokenPool, a TokenToKVPoolAllocator over a one-layer CPU KV pool, and
+    a RadixCache over both (the tree cache SGLang builds for a full-attention model at page size 1)."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        groups = config["groups"]
+        if config["block_size"] != 1:
+            raise ValueError("block_size: this target drives SGLang at page size 1 only (its scope)")
+        if any(group.get("kind") != "full" for group in groups):
+            raise ValueError("groups: this target drives full-attention groups only (its scope)")
+        _publish_server_args()
+        self.groups = len(groups)
+        self.num_blocks = int(config["num_blocks"])
+        # The KV tensors themselves are never read: the harness keeps the data (one layer, one head of width 1).
+        kv_pool = MHATokenToKVPool(self.num_blocks, 1, torch.float32, 1, 1, 1, "cpu", False)
+        self.allocator = TokenToKVPoolAllocator(self.num_blocks, torch.float32, "cpu", kv_pool, need_sort=False)
+        # Every live request holds at least one slot (its last prompt token is always computed), so as many rows
+        # as slots never refuse a request for want of a row.
+        self.rows = ReqToTokenPool(self.num_blocks, int(config["max_model_len"]), "cpu", False)
+        self.tree = RadixCache(CacheInitParams(disable=not config["prefix_caching"], req_to_token_pool=self.rows,
+                                               token_to_kv_pool_allocator=self.allocator, page_size=1))
+        self.live: dict[str, _Live] = {}
+
+    # --- the face ------------------------------------------------------------------------------------------------
+
+    def admit(self, request: str, tokens: list[int], keys: list[str], budget: int) -> Optional[int]:
+        if request in self.live:
+            raise ValueError(f"request: {request!r} is live")
+        req = Req(request, "", array("q", tokens), SamplingParams(max_new_tokens=_UNBOUNDED_NEW_TOKENS),
+                  extra_key=extra_key(keys))
+        req.init_next_round_input(self.tree)
+        hit = int(req.prefix_len)
+        n = min(len(tokens) - hit, budget)
+        lock = self.tree.lock(req.last_node)
+        if not self._fits(n) or self.rows.available_size() < 1:
+            self.tree.unlock(lock)
+            return None
+        req.lock = lock
+        req.extend_end = hit + n
+        prefix = self.tree.prefix_device_indices(req)
+        self.rows.alloc([req])
+        self.rows.write((req.kv.req_pool_idx, slice(0, hit)), prefix)
+        self._reserve(req, hit, n)
+        self.live[request] = _Live(req, len(tokens), hit + n)
+        checkpoint_kv_cache(req, self.tree)
+        return hit
+
+    def extend(self, request: str, tokens: list[int], budget: int) -> Optional[int]:
+        entry = self.live[request]
+        req = entry.req
+        total = len(req.origin_input_ids) + len(req.output_ids) + len(tokens)
+        n = min(total - entry.computed, budget)
+        if n < 1:
+            raise ValueError(f"tokens: request {request!r} has nothing to compute")
+        if not self._fits(n):
+            return None
+        req.output_ids.extend(tokens)
+        req.refresh_fill_ids()
+        prefill = entry.computed < entry.prompt_len
+        if prefill:
+            req.extend_end = req.prefix_len + n
+        self._reserve(req, entry.computed, n)
+        entry.computed += n
+        if prefill:
+            checkpoint_kv_cache(req, self.tree)
+        return n
+
+    def free(self, request: str) -> None:
+        entry = self.live.pop(request)
+        release_kv_cache(entry.req, self.tree, checkpoint=True)
+
+    def table(self, request: str) -> list[list[Optional[int]]]:
+        entry = self.live[request]
+        row: list[Optional[int]] = self.rows.req_to_token[entry.req.kv.req_pool_idx, :entry.computed].tolist()
+        return [list(row) for _ in range(self.groups)]
+
+    def available(self) -> int:
+        return int(self.allocator.available_size()) + int(self.tree.evictable_size())
+
+    def ref_counts(self) -> dict[int, int]:
+        on_tree = self._tree_locks()
+        counts: dict[int, int] = {}
+        for entry in self.live.values():
+            for slot in self.rows.req_to_token[entry.req.kv.req_pool_idx, :entry.computed].tolist():
+                counts[slot] = on_tree.get(slot, 1) * self.groups
+        return counts
+
+    def faces(self) -> list[str]:
+        return ["paged"]
+
+    # --- SGLang's steps ------------------------------------------------------------------------------------------
+
+    def _fits(self, n: int) -> bool:
+        """The PrefillAdder's memory check for n new tokens: free slots plus what eviction can free."""
+        return n <= self.available()
+
+    def _reserve(self, req: Any, start: int, n: int) -> None:
+        """alloc_token_slots (evict from the tree, then the allocator's alloc) and the row written at start."""
+        evict_from_tree_cache(self.tree, n)
+        slots = self.allocator.alloc(n)
+        if slots is None:
+            raise RuntimeError(f"SGLang's allocator refused {n} slots after the budget check admitted them")
+        self.rows.write((req.kv.req_pool_idx, slice(start, start + n)), slots.to(torch.int32))
+        req.kv.kv_allocated_len = start + n
+        req.kv.kv_committed_len = start + n
+
+    def _tree_locks(self) -> dict[int, int]:
+        """slot -> the lock_ref of the tree node holding it."""
+        locks: dict[int, int] = {}
+        stack = list(self.tree.root_node.children.values())
+        while stack:
+            node = stack.pop()
+            if node.value is not None:
+                for slot in node.value.tolist():
+                    locks[int(slot)] = int(node.lock_ref)
+            stack.extend(node.children.values())
+        return locks
+
+
+def radix(config: dict[str, Any]) -> SGLangRadix:
+    """SGLang's RadixCache at page size 1, full-attention groups."""
+    return SGLangRadix(config)
+
+
+def _declare(factory: Callable[..., Any]) -> None:
+    setattr(factory, "kvcache_layout", "paged")
+    setattr(factory, "kvcache_scope_declared", KVCACHE_SCOPE)
+
+
+_declare(radix)
