@@ -27,17 +27,18 @@ pytestmark = pytest.mark.filterwarnings("ignore::Warning")
 Value = tuple[tuple[str, ...], tuple[int, ...]]
 
 
-def config(num_blocks: int, groups: int = 1, prefix_caching: bool = True, max_model_len: int = 64) -> dict[str, Any]:
-    return {"block_size": 1, "num_blocks": num_blocks, "max_model_len": max_model_len,
+def config(num_blocks: int, groups: int = 1, prefix_caching: bool = True, block_size: int = 1,
+           max_model_len: int = 64) -> dict[str, Any]:
+    return {"block_size": block_size, "num_blocks": num_blocks, "max_model_len": max_model_len,
             "groups": [{"kind": "full"}] * groups, "prefix_caching": prefix_caching}
 
 
 class Runner:
-    """The model runner and the judge: the KV memory is a dict (group, slot) -> the value written there."""
+    """The model runner and the judge: the KV memory is a dict (group, block, offset) -> the value written there."""
 
-    def __init__(self, cache: Any, num_blocks: int, groups: int) -> None:
-        self.cache, self.num_blocks, self.groups = cache, num_blocks, groups
-        self.memory: dict[tuple[int, int], Value] = {}
+    def __init__(self, cache: Any, num_blocks: int, groups: int, block_size: int = 1) -> None:
+        self.cache, self.num_blocks, self.groups, self.size = cache, num_blocks, groups, block_size
+        self.memory: dict[tuple[int, int, int], Value] = {}
         self.live: dict[str, tuple[list[int], tuple[str, ...], int]] = {}     # tokens, keys, computed
         self.hits = self.refusals = self.evicting_admissions = 0
 
@@ -53,38 +54,47 @@ class Runner:
         tables = self.cache.table(request)
         for group in range(self.groups):
             for position in range(start, self.live[request][2]):
-                self.memory[(group, tables[group][position])] = self.value(request, position)
+                block = tables[group][position // self.size]
+                assert block is not None
+                self.memory[(group, block, position % self.size)] = self.value(request, position)
 
     def check(self) -> None:
         available, tables, ref_counts = self.snapshot()
         holders: dict[int, int] = {}
         for request, (_, _, computed) in self.live.items():
             assert len(tables[request]) == self.groups
+            blocks = -(-computed // self.size)
             for group, row in enumerate(tables[request]):
-                assert len(row) >= computed
+                assert len(row) >= blocks
                 for position in range(computed):
-                    slot = row[position]
-                    assert slot is not None and self.memory.get((group, slot)) == self.value(request, position), (
-                        f"{request!r} position {position} group {group}: slot {slot} holds another value")
-                for slot in set(row[:computed]):
-                    holders[slot] = holders.get(slot, 0) + 1
+                    block = row[position // self.size]
+                    assert block is not None and (self.memory.get((group, block, position % self.size))
+                                                  == self.value(request, position)), (
+                        f"{request!r} position {position} group {group}: block {block} holds another value")
+                for block in set(row[:blocks]):
+                    assert block is not None
+                    holders[block] = holders.get(block, 0) + 1
+                shared_partial = [index for index in range(blocks) if (index + 1) * self.size > computed
+                                  and any(row[index] in other[group] for name, other in tables.items()
+                                          if name != request)]
+                assert not shared_partial, f"{request!r}: a partial block shared"
         assert available + len(holders) == self.num_blocks, (
             f"available {available} + held {len(holders)} != {self.num_blocks} blocks")
         assert ref_counts == holders
 
     def admit(self, request: str, tokens: list[int], keys: tuple[str, ...], budget: int) -> Optional[int]:
         before = self.snapshot()
-        free_before = before[0] - int(self.cache.tree.evictable_size())
+        free_before = before[0] - int(self.cache.tree.evictable_size()) // self.size
         hit = self.cache.admit(request, tokens, list(keys), budget)
         if hit is None:
             self.refusals += 1
             assert self.snapshot() == before, "a refused admission changed what the harness sees"
             return None
         assert 0 <= hit <= len(tokens) - 1
-        assert hit <= self.longest_cached_prefix(tokens, keys)
+        assert hit <= self.longest_cached_prefix(tokens, keys) and hit % self.size == 0
         self.hits += hit > 0
         n = min(len(tokens) - hit, budget)
-        self.evicting_admissions += n > free_before
+        self.evicting_admissions += -(-n // self.size) > free_before
         self.live[request] = (list(tokens), keys, hit + n)
         self.write(request, hit)
         self.check()
@@ -143,11 +153,13 @@ def random_program(runner: Runner, seed: int, steps: int) -> None:
             runner.free(rng.choice(live))
 
 
-@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("seed", range(9))
 def test_random_programs_keep_every_live_position_its_own_value(seed: int) -> None:
     groups = 2 if seed % 3 == 2 else 1
-    num_blocks = 24
-    runner = Runner(adapter.radix(config(num_blocks, groups, prefix_caching=seed % 3 != 1)), num_blocks, groups)
+    block_size = (1, 2, 4)[seed // 3]
+    num_blocks = 24 // block_size + 2
+    runner = Runner(adapter.radix(config(num_blocks, groups, prefix_caching=seed % 3 != 1, block_size=block_size)),
+                    num_blocks, groups, block_size)
     random_program(runner, seed, steps=120)
     for request in sorted(runner.live):
         runner.free(request)
@@ -177,10 +189,18 @@ def test_a_request_that_does_not_fit_is_refused_and_fits_once_blocks_are_freed()
     assert runner.refusals == 1 and runner.evicting_admissions == 1
 
 
-@pytest.mark.parametrize("outside", [{"block_size": 2}, {"groups": [{"kind": "full"}, {"kind": "window", "window": 4}]}])
-def test_a_configuration_outside_the_scope_is_refused_at_creation(outside: dict[str, Any]) -> None:
-    with pytest.raises(ValueError, match="block_size|groups"):
-        adapter.radix({**config(8), **outside})
+def test_a_window_group_outside_the_scope_is_refused_at_creation() -> None:
+    with pytest.raises(ValueError, match="groups"):
+        adapter.radix({**config(8), "groups": [{"kind": "full"}, {"kind": "window", "window": 4}]})
+
+
+def test_pages_hit_whole_pages_only() -> None:
+    runner = Runner(adapter.radix(config(16, block_size=4)), 16, 1, 4)
+    assert runner.admit("a", list(range(1, 11)), (), 64) == 0          # 10 tokens: pages 0-1 full, page 2 partial
+    assert runner.admit("b", list(range(1, 11)), (), 64) == 8          # the partial page is not on the tree
+    assert runner.admit("c", list(range(1, 9)), (), 64) == 4           # 8 cached, the last token recomputed
+    runner.free("a")
+    assert runner.admit("d", list(range(1, 13)), (), 64) == 8
 
 
 class UnlockedHit(adapter.SGLangRadix):

@@ -28,18 +28,23 @@ package, sglang/srt):
   as at admission, before anything is allocated.
 - `free`: `release_kv_cache(req, tree_cache, checkpoint=True)`, what the result processor calls for a finished
   request: the computed sequence inserted, the row's private slots freed, the lock dropped, the row returned.
-- `table`: the request's row of req_to_token up to what it computed, one block per slot (page size 1), the same
-  row for every full group (SGLang serves every full-attention layer from one row).
-- `available`: the allocator's available_size() + the tree's evictable_size().
-- `ref_counts`: a slot on the tree counts its node's `lock_ref` (the live requests whose locked path holds it),
-  times the groups; a slot only in one row (a decode tail not yet inserted) counts once per group.
+- A block is one of SGLang's pages (block_size = page_size; slot = page * page_size + offset). At page size 1 the
+  allocation is `alloc_token_slots`; above it `alloc_paged_token_slots_extend` (a decode token:
+  `alloc_paged_token_slots_decode`), with the row's last slot as last_loc, as alloc_for_extend builds it.
+- `table`: the page of each block index of the request's req_to_token row up to what it computed, the same for
+  every full group (SGLang serves every full-attention layer from one row). A row whose slot is not at its
+  position's offset of its block's page cannot be shown as a table: that raises.
+- `available`: (the allocator's available_size() + the tree's evictable_size()) in pages.
+- `ref_counts`: a page on the tree counts its node's `lock_ref` (the live requests whose locked path holds it),
+  times the groups; a page only in one row (a partial page or a decode tail not yet inserted) counts once per
+  group.
 
 prefix_caching false builds RadixCache with its own `disable` flag (a tree that holds and matches nothing);
 SGLang's launcher builds a disabled UnifiedRadixCache there instead, which this target does not drive.
 
-Scope (KVCACHE_SCOPE below): page size 1 (block_size 1) and full-attention groups only. A block_size other than
-1 or a window group is refused at creation: SGLang's paged allocator and its sliding-window caches
-(allocator/paged.py, allocator/swa.py, unified_radix_cache.py) are not driven by this adapter yet (docs/sglang.md).
+Scope (KVCACHE_SCOPE below): full-attention groups, any page size. A window group is refused at creation: SGLang's
+sliding-window caches (pure_swa_radix_cache.py and unified_radix_cache.py over allocator/swa.py) are not driven by
+this adapter yet (docs/sglang.md).
 The cache's callers are the scheduler's own code, after the tokenizer manager validated the request (a prompt
 longer than the context is refused there): the cache validates no argument, so this target declares trusted
 arguments, and a malformed call is served as SGLang serves it.
@@ -68,10 +73,12 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     import torch  # noqa: E402
     from sglang.srt.managers.schedule_batch import Req  # noqa: E402
-    from sglang.srt.mem_cache.allocator import TokenToKVPoolAllocator  # noqa: E402
+    from sglang.srt.mem_cache.allocation import (  # noqa: E402
+        alloc_paged_token_slots_decode, alloc_paged_token_slots_extend, alloc_token_slots)
+    from sglang.srt.mem_cache.allocator import PagedTokenToKVPoolAllocator, TokenToKVPoolAllocator  # noqa: E402
     from sglang.srt.mem_cache.cache_init_params import CacheInitParams  # noqa: E402
     from sglang.srt.mem_cache.common import (  # noqa: E402
-        checkpoint_kv_cache, evict_from_tree_cache, release_kv_cache)
+        checkpoint_kv_cache, release_kv_cache)
     from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, ReqToTokenPool  # noqa: E402
     from sglang.srt.mem_cache.radix_cache import RadixCache  # noqa: E402
     from sglang.srt.sampling.sampling_params import SamplingParams  # noqa: E402
@@ -82,17 +89,17 @@ KVCACHE_SCOPE = ("full", "prefix-caching", "trusted-args")
 # A request's decode length is the scheduler's max_new_tokens; the face ends a request with free, never by length.
 _UNBOUNDED_NEW_TOKENS = 1 << 30
 
-_server_args_published = False
+_published_page_size: Optional[int] = None
 
 
-def _publish_server_args() -> None:
+def _publish_server_args(page_size: int) -> None:
     """Req.owned_kv_len and release_kv_cache read the scheduler's published server arguments
-    (runtime_context.get_serving / get_spec): published once, as SGLang's own cache tests do, with page size 1 on
-    the CPU and no model."""
-    global _server_args_published
-    if not _server_args_published:
-        set_global_server_args_for_scheduler(ServerArgs(model_path="dummy", page_size=1, device="cpu"))
-        _server_args_published = True
+    (runtime_context.get_serving / get_spec): published as SGLang's own cache tests do, with the page size, on the
+    CPU and with no model (again only when another page size is asked for)."""
+    global _published_page_size
+    if _published_page_size != page_size:
+        set_global_server_args_for_scheduler(ServerArgs(model_path="dummy", page_size=page_size, device="cpu"))
+        _published_page_size = page_size
 
 
 @dataclass
@@ -110,25 +117,30 @@ def extra_key(keys: list[str]) -> Optional[str]:
 
 class SGLangRadix:
     """One scheduler's KV bookkeeping: a ReqToTokenPool, a TokenToKVPoolAllocator over a one-layer CPU KV pool, and
-    a RadixCache over both (the tree cache SGLang builds for a full-attention model at page size 1)."""
+    a RadixCache over both (the tree cache SGLang builds for a full-attention model). A block is one of SGLang's
+    pages: at page size 1 the TokenToKVPoolAllocator, above it the PagedTokenToKVPoolAllocator (its torch
+    kernels: Triton does not launch on the CPU)."""
 
     def __init__(self, config: dict[str, Any]) -> None:
         groups = config["groups"]
-        if config["block_size"] != 1:
-            raise ValueError("block_size: this target drives SGLang at page size 1 only (its scope)")
         if any(group.get("kind") != "full" for group in groups):
             raise ValueError("groups: this target drives full-attention groups only (its scope)")
-        _publish_server_args()
+        self.page = int(config["block_size"])
+        _publish_server_args(self.page)
         self.groups = len(groups)
         self.num_blocks = int(config["num_blocks"])
+        tokens = self.num_blocks * self.page
         # The KV tensors themselves are never read: the harness keeps the data (one layer, one head of width 1).
-        kv_pool = MHATokenToKVPool(self.num_blocks, 1, torch.float32, 1, 1, 1, "cpu", False)
-        self.allocator = TokenToKVPoolAllocator(self.num_blocks, torch.float32, "cpu", kv_pool, need_sort=False)
+        kv_pool = MHATokenToKVPool(tokens, self.page, torch.float32, 1, 1, 1, "cpu", False)
+        self.allocator = (TokenToKVPoolAllocator(tokens, torch.float32, "cpu", kv_pool, need_sort=False)
+                          if self.page == 1 else
+                          PagedTokenToKVPoolAllocator(tokens, self.page, torch.float32, "cpu", kv_pool, need_sort=False))
         # Every live request holds at least one slot (its last prompt token is always computed), so as many rows
         # as slots never refuse a request for want of a row.
         self.rows = ReqToTokenPool(self.num_blocks, int(config["max_model_len"]), "cpu", False)
         self.tree = RadixCache(CacheInitParams(disable=not config["prefix_caching"], req_to_token_pool=self.rows,
-                                               token_to_kv_pool_allocator=self.allocator, page_size=1))
+                                               token_to_kv_pool_allocator=self.allocator,
+                                               page_size=self.page))
         self.live: dict[str, _Live] = {}
 
     # --- the face ------------------------------------------------------------------------------------------------
@@ -142,7 +154,7 @@ class SGLangRadix:
         hit = int(req.prefix_len)
         n = min(len(tokens) - hit, budget)
         lock = self.tree.lock(req.last_node)
-        if not self._fits(n) or self.rows.available_size() < 1:
+        if not self._fits(hit, n) or self.rows.available_size() < 1:
             self.tree.unlock(lock)
             return None
         req.lock = lock
@@ -150,7 +162,7 @@ class SGLangRadix:
         prefix = self.tree.prefix_device_indices(req)
         self.rows.alloc([req])
         self.rows.write((req.kv.req_pool_idx, slice(0, hit)), prefix)
-        self._reserve(req, hit, n)
+        self._reserve(req, hit, n, decode=False)
         self.live[request] = _Live(req, len(tokens), hit + n)
         checkpoint_kv_cache(req, self.tree)
         return hit
@@ -162,14 +174,14 @@ class SGLangRadix:
         n = min(total - entry.computed, budget)
         if n < 1:
             raise ValueError(f"tokens: request {request!r} has nothing to compute")
-        if not self._fits(n):
+        if not self._fits(entry.computed, n):
             return None
         req.output_ids.extend(tokens)
         req.refresh_fill_ids()
         prefill = entry.computed < entry.prompt_len
         if prefill:
             req.extend_end = req.prefix_len + n
-        self._reserve(req, entry.computed, n)
+        self._reserve(req, entry.computed, n, decode=not prefill and n == 1)
         entry.computed += n
         if prefill:
             checkpoint_kv_cache(req, self.tree)
@@ -180,19 +192,18 @@ class SGLangRadix:
         release_kv_cache(entry.req, self.tree, checkpoint=True)
 
     def table(self, request: str) -> list[list[Optional[int]]]:
-        entry = self.live[request]
-        row: list[Optional[int]] = self.rows.req_to_token[entry.req.kv.req_pool_idx, :entry.computed].tolist()
-        return [list(row) for _ in range(self.groups)]
+        blocks: list[Optional[int]] = list(self._pages(request))
+        return [list(blocks) for _ in range(self.groups)]
 
     def available(self) -> int:
-        return int(self.allocator.available_size()) + int(self.tree.evictable_size())
+        return (int(self.allocator.available_size()) + int(self.tree.evictable_size())) // self.page
 
     def ref_counts(self) -> dict[int, int]:
         on_tree = self._tree_locks()
         counts: dict[int, int] = {}
-        for entry in self.live.values():
-            for slot in self.rows.req_to_token[entry.req.kv.req_pool_idx, :entry.computed].tolist():
-                counts[slot] = on_tree.get(slot, 1) * self.groups
+        for request in self.live:
+            for page in self._pages(request):
+                counts[page] = on_tree.get(page, 1) * self.groups
         return counts
 
     def faces(self) -> list[str]:
@@ -200,29 +211,54 @@ class SGLangRadix:
 
     # --- SGLang's steps ------------------------------------------------------------------------------------------
 
-    def _fits(self, n: int) -> bool:
-        """The PrefillAdder's memory check for n new tokens: free slots plus what eviction can free."""
-        return n <= self.available()
+    def _fits(self, start: int, n: int) -> bool:
+        """The PrefillAdder's memory check for positions start .. start+n-1: the new pages they need within the
+        free pages plus what eviction can free."""
+        pages = -(-(start + n) // self.page) - -(-start // self.page)
+        return pages <= self.available()
 
-    def _reserve(self, req: Any, start: int, n: int) -> None:
-        """alloc_token_slots (evict from the tree, then the allocator's alloc) and the row written at start."""
-        evict_from_tree_cache(self.tree, n)
-        slots = self.allocator.alloc(n)
-        if slots is None:
-            raise RuntimeError(f"SGLang's allocator refused {n} slots after the budget check admitted them")
+    def _reserve(self, req: Any, start: int, n: int, decode: bool) -> None:
+        """The allocation step of alloc_for_extend (or, for one decode token, alloc_for_decode_default) for one
+        request, and the row written at start: page size 1 alloc_token_slots; paged, alloc_paged_token_slots_extend
+        or _decode with the row's last slot as last_loc (each evicts from the tree first; each raises on a failed
+        allocation, as the scheduler does: the budget check above admitted it)."""
+        row = self.rows.req_to_token[req.kv.req_pool_idx]
+        if self.page == 1:
+            slots = alloc_token_slots(self.tree, n)
+        else:
+            last_loc = torch.tensor([int(row[start - 1]) if start else -1], dtype=torch.int64)
+            end = torch.tensor([start + n], dtype=torch.int64)
+            if decode:
+                slots = alloc_paged_token_slots_decode(self.tree, end, end, last_loc)
+            else:
+                begin = torch.tensor([start], dtype=torch.int64)
+                slots = alloc_paged_token_slots_extend(self.tree, begin, begin, end, end, last_loc, n)
         self.rows.write((req.kv.req_pool_idx, slice(start, start + n)), slots.to(torch.int32))
         req.kv.kv_allocated_len = start + n
         req.kv.kv_committed_len = start + n
 
+    def _pages(self, request: str) -> list[int]:
+        """The request's block table: the page of each of its block indexes, read off its req_to_token row. A
+        position whose slot is not at its own offset of its block's page is SGLang's row contradicting its page
+        layout, which no table can show: it is raised."""
+        entry = self.live[request]
+        row = self.rows.req_to_token[entry.req.kv.req_pool_idx, :entry.computed].tolist()
+        pages = [int(slot) // self.page for slot in row[::self.page]]
+        wrong = [p for p, slot in enumerate(row) if slot != pages[p // self.page] * self.page + p % self.page]
+        if wrong:
+            raise RuntimeError(f"request {request!r}: req_to_token position {wrong[0]} holds slot {row[wrong[0]]}, "
+                               f"not offset {wrong[0] % self.page} of page {pages[wrong[0] // self.page]}")
+        return pages
+
     def _tree_locks(self) -> dict[int, int]:
-        """slot -> the lock_ref of the tree node holding it."""
+        """page -> the lock_ref of the tree node holding it (the tree holds whole pages)."""
         locks: dict[int, int] = {}
         stack = list(self.tree.root_node.children.values())
         while stack:
             node = stack.pop()
             if node.value is not None:
-                for slot in node.value.tolist():
-                    locks[int(slot)] = int(node.lock_ref)
+                for slot in node.value.tolist()[::self.page]:
+                    locks[int(slot) // self.page] = int(node.lock_ref)
             stack.extend(node.children.values())
         return locks
 
