@@ -1,4 +1,4 @@
-"""kvcache: the contract-checked reference of off-graph LLM KV-cache controllers (sequence and cell layouts).
+"""kvcache: the contract-checked reference of off-graph LLM KV-cache controllers (sequence, cell and paged layouts).
 
 The public surface mirrors ExecuTorch's `extension/llm/cache` so code and docs translate one to one.
 The normative rules live in `kvcache_spec.rules`; every contract here cites their ids. The op face
@@ -13,6 +13,7 @@ from ._errors import (ArgumentTypeError, ArgumentValueError, CapacityError, Conf
                       ForwardError, KVCacheError, LayerIndexError, PlanError, StepError, TrimError)
 from ._faces import BatchControl, CacheBase, CacheControl, CellStepper, SequenceControl, SequencePlanner
 from ._ints import INT_MAX
+from ._paged_cache import PagedCache
 from ._policies import FlatPolicy, LayoutPolicy, RingPolicy
 from ._registry import CacheBuilderRegistry, CacheRegistry, CacheSession, make_unique_key
 from ._types import CacheConfig, CellStep, Kind, LayerConfig, LayerPolicy, Run, SeqStepPlan
@@ -21,6 +22,6 @@ __all__ = [
     "INT_MAX", "MAX_SEQS", "ArgumentTypeError", "ArgumentValueError", "BatchControl", "CacheBase", "CacheBuilderRegistry",
     "CacheConfig", "CacheControl", "CapacityError", "CacheRegistry", "CacheSession", "CellCache", "CellStep", "CellStepper", "ConfigError",
     "ConfigTypeError", "FlatPolicy", "ForwardError", "KVCacheError", "Kind",
-    "LayerConfig", "LayerIndexError", "LayerPolicy", "LayoutPolicy", "PlanError", "RingPolicy", "Run",
+    "LayerConfig", "LayerIndexError", "LayerPolicy", "LayoutPolicy", "PagedCache", "PlanError", "RingPolicy", "Run",
     "SeqStepPlan", "SequenceCache", "SequenceControl", "SequencePlanner", "StepError", "TrimError", "make_unique_key",
 ]

@@ -487,7 +487,110 @@ SCOPE_RULES: tuple[Rule, ...] = (
          "A cache written against an earlier release must keep its verdict when the suite grows: judged on what "
          "came later, a spec-1 cache that never heard of keep would be handed one and serve the ring as keep 0."),
 )
-RULES = RULES + OP_RULES + RECOMPUTE_RULES + SCOPE_RULES
+# --- the paged layout (SPEC.md part 7; spec/paged_model.py): requests over a pool of fixed-size blocks, with block
+# tables per KV group and prefix caching, as serving engines keep their KV memory. Ids are the target's own: the
+# rules judge the data its tables map to, and counts computed from what it shows.
+PAGED_RULES: tuple[Rule, ...] = (
+    Rule("PAGED-DATA-SOUND",
+         "Every position a live request attends maps, through that request's table of that group, to a slot holding "
+         "exactly the K/V computed for that position from that request's own prefix (its tokens up to it) and keys, "
+         "whoever computed it: on a full group every position it computed, on a window group of window W its last "
+         "W - 1, and while a step computes, everything that step's queries read.",
+         "This is what attention needs; every other PAGED- rule exists to make it true or to refuse what would break "
+         "it. The suite checks it by the values it wrote, never by block ids.",
+         "Another request's K/V, a stale block or an unwritten slot served with no error."),
+    Rule("PAGED-CONFIG",
+         "A configuration has exactly block_size, num_blocks and max_model_len (ints, bool not, in [1, INT_MAX]), "
+         "groups (a non-empty list of {kind: full} or {kind: window, window: W}, W an int in [1, INT_MAX]) and "
+         "prefix_caching (a bool); anything else is refused at creation, naming the key.",
+         "A pool of no blocks, a zero window or a misspelt key serves nothing right and fails far from the cause.",
+         "A zero block size dividing positions into no block; a window group read as a full one."),
+    Rule("PAGED-ARGS",
+         "admit takes a request id (a str) not live, tokens (a non-empty list of ints in [0, INT_MAX], bool not) of "
+         "at most max_model_len, keys (a list of str) and a budget (an int in [1, INT_MAX]); extend takes a live "
+         "request, tokens (a list of such ints, possibly empty) keeping the total within max_model_len and leaving at "
+         "least one token to compute, and a budget; table takes a live request; a call breaking this is refused "
+         "with a typed error naming the argument.",
+         "A bad id or count that slips into a block table is a silent corruption in every engine: the scheduler's "
+         "bug must stop at the boundary, loudly.",
+         "A negative or bool token hashed into a prefix; an empty prompt admitted with nothing to compute; a "
+         "request admitted twice under one id."),
+    Rule("PAGED-RESERVE",
+         "A served admit with hit h reserves slots for the n = min(len(tokens) - h, budget) positions h .. h + n - 1 "
+         "and returns h; a served extend appends its tokens, reserves the n = min(total - computed, budget) "
+         "positions after the computed ones and returns n; computed then grows by n.",
+         "The model runner writes exactly the positions it was given slots for; a short reservation leaves "
+         "positions written nowhere, a long one computes tokens the runner never asked for.",
+         "A chunked prefill whose budget is ignored; a decode token given no slot."),
+    Rule("PAGED-HIT",
+         "A prefix hit h of an admission is a whole number of blocks, at most len(tokens) - 1, and covers only a "
+         "prefix some request computed with identical tokens and identical keys; it is 0 when prefix_caching is "
+         "false.",
+         "Reusing K/V is right only when everything that determines it is equal - every token before and the extra "
+         "keys (adapter, images, salt); the last prompt token is computed because its logits are needed, and only "
+         "whole blocks are cached.",
+         "A hash collision or a hash of the block alone serving another request's prefix; a hit across different "
+         "extra keys; a prompt hit whole, leaving no logits."),
+    Rule("PAGED-HIT-GROUPS",
+         "One hit length holds for every group: after an admission with hit h each group maps every position the "
+         "request's queries from h on read.",
+         "The groups are layers of one model: a token computed once reads all of them, so a hit one group cannot "
+         "serve is a hit no group may take.",
+         "A hybrid model whose full group hits further than its window group holds, the window's blocks missing."),
+    Rule("PAGED-SHARE-FULL",
+         "A block id in more than one live table is in the same group at the same block index in each, and full "
+         "(all B positions computed) for every holder.",
+         "A partly filled block is still being written by its owner: shared, the next write of one request lands "
+         "in the other's slots.",
+         "Two requests that diverge inside a block both writing their next token into it."),
+    Rule("PAGED-NO-REWRITE",
+         "A slot holding a position some live request must hold is never given to another position, and a cached "
+         "block is rewritten only after it is evicted, never while a hit can still map to it.",
+         "Shared and cached blocks are read by requests that did not write them; a rewrite changes their K/V under "
+         "them with no error.",
+         "A shared block rewritten by one of its holders; a cached block reused in place and then hit."),
+    Rule("PAGED-REFCOUNT",
+         "A block's reference count (when the target shows counts) equals the number of (live request, group) "
+         "tables holding it.",
+         "Counts decide when a block can be evicted: one too low frees a block still read, one too high leaks it "
+         "forever.",
+         "A double-counted shared page; a count not dropped on free."),
+    Rule("PAGED-EVICT",
+         "Only a block no live table holds is evicted or handed to another request, and once evicted and reused "
+         "it is never hit as the prefix it held before.",
+         "Eviction under pressure is where use-after-free happens: a block still in a table, or still indexed by "
+         "its old hash, serves the wrong K/V.",
+         "An in-use block evicted to admit another request; a stale hit on a block whose slots were reused."),
+    Rule("PAGED-CONSERVE",
+         "available() plus the number of distinct block ids held in live tables equals num_blocks.",
+         "Every block is free, cached or held, and each once: a block counted twice or lost shows as a pool that "
+         "grows or shrinks.",
+         "A leaked block after a refusal or a free; a shared block freed twice into the free list."),
+    Rule("PAGED-ATOMIC",
+         "A refusal (None) and a refused call change nothing: available(), every live table and every reference "
+         "count are as before, and a refused admission leaves the request not live.",
+         "A scheduler retries a refused request later or stops; blocks taken by a refusal leak, and a half-made "
+         "table serves garbage.",
+         "Blocks allocated for part of a request that was then refused; a hit's blocks touched by a refusal."),
+    Rule("PAGED-FREE",
+         "free(request) of a live request ends it and releases each of its references exactly once; free of a "
+         "request not live (never admitted, or already freed) is refused.",
+         "Every block a request held is returned once: twice frees a block another request holds, never leaks it.",
+         "A double free putting a shared block in the free list; a free of an unknown id that releases something."),
+    Rule("PAGED-WINDOW-RELEASE",
+         "A window group releases (maps to None) only block indexes whose positions all lie before every window "
+         "the request still needs; a full group releases nothing of a live request.",
+         "Sliding-window groups hand blocks back as they leave the window; one released early is read by the next "
+         "token.",
+         "A window block released one block early; a window measured as W positions where W - 1 are read."),
+    Rule("PAGED-IDLE-FIT",
+         "With no other request live, an admission or extension whose reservation fits the pool - every group "
+         "holding every position of the request counted in whole blocks - is not refused.",
+         "A refusal says 'not now': on an idle pool that can hold the request, now is the best there will be, and a "
+         "target that refuses everything would otherwise never be wrong.",
+         "A cache that leaks blocks until it refuses every request; a watermark that refuses on an empty pool."),
+)
+RULES = RULES + OP_RULES + RECOMPUTE_RULES + SCOPE_RULES + PAGED_RULES
 # The scope rules that bind the conformance suite (what it sends a target declaring a scope item, and what that
 # target owes) rather than a call of a cache: no model or reference cites them (spec/trace.py, EXEMPTIONS).
 DECLARATION_RULES: tuple[str, ...] = tuple(rule.id for rule in SCOPE_RULES if rule.id != "SCOPE-BORDER")

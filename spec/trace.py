@@ -44,7 +44,7 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 from .rules import DECLARATION_RULES, RULES, Rule
 
 
-MODEL_MODULES = ("model", "cell_model", "op_model")  # the executable model, one module per layout or face
+MODEL_MODULES = ("model", "cell_model", "op_model", "paged_model")  # the executable model, one module per layout or face
 COLUMNS = ("model", "kvcache", "tests")
 
 # Rules a column cannot cite, each with the reason. These are part of the spec's claims: the matrix
@@ -361,7 +361,7 @@ class Matrix:
         return problems
 
 
-_COLUMN_TEXT = {"model": "model (spec/model.py, spec/cell_model.py, spec/op_model.py)",
+_COLUMN_TEXT = {"model": "model (spec/model.py, spec/cell_model.py, spec/op_model.py, spec/paged_model.py)",
                 "kvcache": "reference (a contract or a typed error/check in kvcache/)",
                 "tests": "tests (tests/test_*.py) or vectors (spec/vectors/*.json)"}
 

@@ -257,9 +257,11 @@ def test_every_rule_is_in_scope_or_says_why_not() -> None:
     assert cell_rules and all("cell layout" in scope[rule] for rule in cell_rules)
     op_rules = sorted(rule.id for rule in RULES if rule.id.startswith("OP-"))
     assert op_rules and all("another face" in scope[rule] for rule in op_rules)
+    paged_rules = sorted(rule.id for rule in RULES if rule.id.startswith("PAGED-"))   # the paged layout's own
+    assert paged_rules and all("paged layout" in scope[rule] for rule in paged_rules)
     from kvcache_spec.rules import DECLARATION_RULES   # the scope rules binding the suite (SPEC.md 6.1)
     assert all("declaration rule" in scope[rule] for rule in DECLARATION_RULES)
-    assert sorted(rule for rule, why in scope.items() if why and rule not in cell_rules + op_rules
+    assert sorted(rule for rule, why in scope.items() if why and rule not in cell_rules + op_rules + paged_rules
                   and rule not in DECLARATION_RULES) == ["ET-MAP", "PROTO-COMMIT", "REG-KEYS", "REG-SESSION", "THREADS"]
     ops = in_scope(config_validation=True, optional=frozenset(), layout="op-cell")
     contiguous_only = ("OP-MAX-WRITE", "OP-TRIM", "OP-SINKS")   # cells have no rings to bound, trim or sink

@@ -82,10 +82,12 @@ def test_the_sources_are_read_from_the_imported_packages(sources: trace.Sources)
     import kvcache_spec.cell_model
     import kvcache_spec.model
     import kvcache_spec.op_model
+    import kvcache_spec.paged_model
 
     assert sources.model == {"spec/model.py": Path(kvcache_spec.model.__file__).read_text(),
                              "spec/cell_model.py": Path(kvcache_spec.cell_model.__file__).read_text(),
-                             "spec/op_model.py": Path(kvcache_spec.op_model.__file__).read_text()}
+                             "spec/op_model.py": Path(kvcache_spec.op_model.__file__).read_text(),
+                             "spec/paged_model.py": Path(kvcache_spec.paged_model.__file__).read_text()}
     assert sources.kvcache["kvcache/__init__.py"] == Path(kvcache.__file__).read_text()
     assert "spec/vectors/kvcache_vectors.json" in sources.vectors
     assert "tests/test_rules.py" in sources.tests and sources.tests_checked

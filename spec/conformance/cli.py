@@ -25,7 +25,7 @@ from .layouts import add_layout_hint
 from .suite import (CONFORMING, INCOMPLETE, MAX_CAUSES, PROFILES, SuiteResult, baseline_problem, compare_to_baseline,
                     report_json, report_junit, run_suite, wrap)
 from .suite.against import differences
-from .targets import OP_LAYOUTS, HarnessInterrupted, Target, TargetError, parse_target, stop_on_signals
+from .targets import LAYOUTS, OP_LAYOUTS, HarnessInterrupted, Target, TargetError, parse_target, stop_on_signals
 from .vectors import save_findings
 
 EXIT_CODES = {CONFORMING: 0, "NOT CONFORMING": 1, INCOMPLETE: 3}
@@ -43,7 +43,7 @@ def _parser() -> argparse.ArgumentParser:
                                      description="Run the kvcache conformance suite against a target.")
     parser.add_argument("--target", default="reference",
                         help="reference (default), python:MODULE:FACTORY, or cmd:COMMAND (spec/PROTOCOL.md)")
-    parser.add_argument("--layout", choices=("sequence", "cell", "op-contiguous", "op-cell", "cell-recompute"),
+    parser.add_argument("--layout", choices=LAYOUTS,
                         help="the layout the target implements (default: what it declares - a python: "
                              "factory's kvcache_layout, a cmd: target's hello - else sequence)")
     parser.add_argument("--profile", choices=sorted(PROFILES), default="quick", help=profile_help())

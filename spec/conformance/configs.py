@@ -46,9 +46,23 @@ def to_kvcache(cfg: JsonConfig) -> Any:
                                cfg.get("max_write"))
 
 
+def describe_paged(cfg: JsonConfig) -> str:
+    """A paged config's short name (paged/programs.py)."""
+    groups = cfg.get("groups")
+    kinds = "+".join(f"window({entry.get('window')!r})" if entry.get("kind") == "window" else str(entry.get("kind"))
+                     if isinstance(entry, dict) else repr(entry) for entry in groups) \
+        if isinstance(groups, list) else repr(groups)
+    caching = "" if cfg.get("prefix_caching") is True else f", prefix_caching {cfg.get('prefix_caching')!r}"
+    return (f"B {cfg.get('block_size')!r}, {cfg.get('num_blocks')!r} blocks, max_len {cfg.get('max_model_len')!r}, "
+            f"{kinds or 'no groups'}{caching}")
+
+
 def describe(cfg: JsonConfig) -> str:
     """A short human name: 'cap 20, ring(4) x2, max_write 2' - with 'max_seqs 3' for a cell config
-    (its max_seqs decides which ids exist: two configs differing only there are not one)."""
+    (its max_seqs decides which ids exist: two configs differing only there are not one). A paged config:
+    'B 4, 8 blocks, max_len 32, full+window(3), no prefix caching'."""
+    if "groups" in cfg:
+        return describe_paged(cfg)
     layers = cfg.get("layers", [])
     if not isinstance(layers, list):   # an invalid configuration's (accepted ones are causes of their own)
         layers = [layers]

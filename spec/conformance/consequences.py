@@ -104,6 +104,10 @@ SAFETY: tuple[Safety, ...] = (
            "read_len <= capacity, "
            "and length x read_len mask bytes of 0 or 1.",
            "The backend indexes the mask and gathers the cells without checks."),
+    Safety("SAFE-PAGED-DATA", "PAGED-DATA-SOUND",
+           "(Paged layout) Whatever a call the spec refuses did, every position a live request reads still maps to a "
+           "slot holding its own K/V, and the pool's counts still add up (read back from the target's tables).",
+           "A double free or a malformed admission served must not hand another request's K/V to a live one."),
     Safety("SAFE-ONE-HISTORY", "CELL-RECOMPUTE",
            "(Cell cache seen through outputs) After a seq_cp onto a destination holding tokens was served, the "
            "destination's next token attends one history: its output is the recompute over its own rows or over the "

@@ -46,6 +46,8 @@ OUT_OF_SCOPE: dict[str, str] = {
 }
 # The rules of the cell layout (spec/cell_model.py) bind cell caches only.
 CELL_PREFIX = "CELL-"
+# The rules of the paged layout (spec/paged_model.py) bind paged caches only, and only they do (with SCOPE-BORDER).
+PAGED_PREFIX = "PAGED-"
 # The rules of the op face (spec/op_model.py) bind op-face targets only, and only they do.
 OP_PREFIX = "OP-"
 # Checked only when the target validates configurations itself (cmd: targets get JSON configs).
@@ -95,6 +97,10 @@ RECOMPUTE_RULES = ("CELL-RECOMPUTE", "CELL-KEEP", "CELL-SHIFT", "CELL-OWNERS", "
 
 def _layout_rule(rule_id: str, layout: str) -> str:
     """'' when the rule binds a cache of this layout, else why it does not."""
+    if layout == "paged" or rule_id.startswith(PAGED_PREFIX):
+        binds = (layout == "paged") == rule_id.startswith(PAGED_PREFIX) or layout == "paged" and rule_id == "SCOPE-BORDER"
+        return "" if binds else (f"a rule of the paged layout: this run drives the {layout} layout" if layout != "paged"
+                                 else "a rule of another layout: this run drives a paged cache")
     if layout == "cell-recompute":
         return "" if rule_id in RECOMPUTE_RULES else \
             "not observable through outputs: this run drives a cell cache seen only through its outputs"
@@ -208,7 +214,9 @@ def clauses_summary(clauses: dict[str, str], exercised: set[str]) -> dict[str, A
 
 def family(cfg: JsonConfig) -> str:
     """A configuration's family: its layer kinds, and whether max_write is set ('flat+ring, max_write')."""
-    kinds = sorted({str(entry.get("kind")) for entry in cfg.get("layers", []) if isinstance(entry, dict)})
+    entries = cfg.get("groups", cfg.get("layers", []))   # a paged config's groups (paged/programs.py)
+    kinds = sorted({str(entry.get("kind")) for entry in entries if isinstance(entry, dict)}) \
+        if isinstance(entries, list) else []
     name = "+".join(kinds) or "no layers"
     return name + (", max_write" if cfg.get("max_write") is not None else "")
 

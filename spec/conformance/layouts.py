@@ -27,7 +27,8 @@ from .targets import FACE_METHODS, FEATURE_METHODS, OPTIONAL_METHODS, PythonTarg
 RunProgram = Callable[..., RunResult]
 
 # The subpackage of each layout (two op layouts share the op face's package), in report order.
-PACKAGES = {"sequence": "sequence", "cell": "cell", "op-contiguous": "op", "op-cell": "op", "cell-recompute": "cell"}
+PACKAGES = {"sequence": "sequence", "cell": "cell", "op-contiguous": "op", "op-cell": "op", "cell-recompute": "cell",
+            "paged": "paged"}
 
 
 @dataclass(frozen=True)
@@ -91,7 +92,7 @@ def run_any(target: Target, cfg: JsonConfig, steps: list[Step], exact: bool = Fa
 # The methods that tell each layout's objects apart, named in the hint.
 SIGNATURE = {"sequence": ("plan", "commit"), "cell": ("declare_step", "place_step"),
              "op-contiguous": ("update_and_fetch", "used"), "op-cell": ("update_and_fetch", "begin_step"),
-             "cell-recompute": ("decode", "recompute")}
+             "cell-recompute": ("decode", "recompute"), "paged": ("admit", "table")}
 
 
 def _faces(cache: Any) -> list[str]:

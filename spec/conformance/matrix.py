@@ -53,6 +53,8 @@ FAMILIES: dict[str, tuple[str, ...]] = {
     "trim and removal": ("REWIND-GROW", "REWIND-SOUND", "CLEAR", "CELL-CLEAR", "CELL-RM", "CELL-SHIFT", "OP-RM",
                          "OP-TRIM"),
     "sequences": ("CELL-NEW", "CELL-ID-REUSE", "CELL-SEQ-LIVE", "CELL-FORK", "CELL-OWNERS", "OP-FORK"),
+    # Every PAGED- rule (SPEC.md part 7: a serving engine's block pool) is of this family.
+    "paged memory": tuple(rule.id for rule in RULES if rule.id.startswith("PAGED-")),
     # Every SCOPE- rule (SPEC section 6.1) is of this family, however many the scope grows.
     "faces and scope": ("FACES", "ET-MAP", "REG-KEYS", "REG-SESSION", "THREADS",
                         *(rule.id for rule in RULES if rule.id.startswith("SCOPE-"))),

@@ -87,6 +87,7 @@ FEATURES: dict[str, str] = {
     "max_write": "the max_write config field (configs with max_write set)",
 }
 BORDER_RULE = "SCOPE-BORDER"
+PAGED_GROUP_KINDS = {"full": "flat", "window": "ring"}   # a paged group's kind -> the feature it needs
 # The cell layout's fixed-max_seqs feature: "max_seqs=64" in a declaration. Not a member of FEATURES:
 # it carries a value, and no declaration (the whole spec) means every max_seqs.
 MAX_SEQS = "max_seqs"
@@ -191,6 +192,7 @@ LAYOUT_FEATURES: dict[str, frozenset[str]] = {
     "op-contiguous": frozenset({"flat", "ring", "max_write", "batch", "mla", "positions", "steps", "trim", "sinks"}),
     "op-cell": frozenset({"flat", "ring", "mla", "positions", "steps", "declarations"}),
     "cell-recompute": frozenset({"flat", "ring", "position-gaps"}),
+    "paged": frozenset({"flat", "ring"}),   # a paged config's groups: full ones need `flat`, window ones `ring`
 }
 
 
@@ -241,6 +243,10 @@ def _user_layer(entry: Any, chosen: dict[str, Any]) -> Any:
 def needs(cfg: JsonConfig) -> frozenset[str]:
     """The features a (valid) configuration needs: its layer kinds, and max_write when it is set."""
     kinds = {entry.get("kind") for entry in cfg.get("layers", []) if isinstance(entry, dict)}
+    # a paged config's groups (paged/programs.py): a full group is a flat layer's kind, a window group a ring's
+    groups = cfg.get("groups")
+    kinds |= {PAGED_GROUP_KINDS.get(str(entry.get("kind"))) for entry in (groups if isinstance(groups, list) else [])
+              if isinstance(entry, dict)}
     wanted = {kind for kind in kinds if kind in FEATURES}
     if cfg.get("max_write") is not None:
         wanted.add("max_write")

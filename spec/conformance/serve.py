@@ -23,6 +23,9 @@ from .targets import (FACE_METHODS, OP_LAYOUTS, OPTIONAL_METHODS, OPTIONAL_PARAM
                       PythonTarget, TargetCrash, TargetError)
 
 
+# the smallest paged config (PROTOCOL.md, "Paged targets"): built once to see which optional methods it has
+PAGED_PROBE = {"block_size": 1, "num_blocks": 1, "max_model_len": 1, "groups": [{"kind": "full"}],
+               "prefix_caching": False}
 BRACKETED = re.compile(r"\[([^\[\]]*)\]")
 
 
@@ -37,7 +40,7 @@ class Server:
             return
         inside = layer("flat") if "flat" in self.target.scope.features else layer("ring", 1)   # its own scope
         cell = {"max_seqs": self.target.scope.max_seqs or 1} if self.target.layout == "cell" else {}   # in scope
-        probe = self.target.create({**config(1, [inside]), **cell})
+        probe = self.target.create(PAGED_PROBE if self.target.layout == "paged" else {**config(1, [inside]), **cell})
         self.methods = sorted(self.target.optional) if probe.ok else []
         self.target.cache = None
 

@@ -36,7 +36,7 @@ PROTOCOL_NAME = "kvcache-conformance"
 PROTOCOL_VERSION = 1
 # Methods a target may leave out (announced in hello's `methods`). `live` is the cell layout's: upstream's
 # cell cache (PR #21902) keeps its live set private; its live ids are then seen only through the verbs.
-OPTIONAL_METHODS = ("length", "depth", "retained_from", "live")
+OPTIONAL_METHODS = ("length", "depth", "retained_from", "live", "ref_counts")
 MAX_LINE_BYTES = 1 << 20          # a response line longer than this is garbage
 STDERR_KEEP_BYTES = 16 << 10      # the tail of the target's log kept for findings
 
@@ -165,9 +165,9 @@ def die_with_parent() -> None:
         pass
 
 
-LAYOUTS = ("sequence", "cell", "op-contiguous", "op-cell", "cell-recompute")   # the layouts a target may implement (PROTOCOL.md)
+LAYOUTS = ("sequence", "cell", "op-contiguous", "op-cell", "cell-recompute", "paged")   # the layouts a target may implement (PROTOCOL.md)
 OP_LAYOUTS = ("op-contiguous", "op-cell")   # python: targets only: the op face passes tensors
-JSON_CONFIG_LAYOUTS = OP_LAYOUTS + ("cell-recompute",)   # a python: factory of these gets the JSON config
+JSON_CONFIG_LAYOUTS = OP_LAYOUTS + ("cell-recompute", "paged")   # a python: factory of these gets the JSON config
 # The protocol's methods of each layout and their parameters (PROTOCOL.md, "Methods", "Cell methods");
 # a parameter in OPTIONAL_PARAMS may be left out (null).
 FACE_METHODS: dict[str, dict[str, tuple[str, ...]]] = {
@@ -188,6 +188,9 @@ FACE_METHODS: dict[str, dict[str, tuple[str, ...]]] = {
     "cell-recompute": {"decode": ("seq_ids", "positions", "tokens"), "recompute": ("tokens", "positions"),
                        "seq_cp": ("src", "dst", "upto"), "seq_rm": ("seq", "p0", "p1"), "next_pos": ("seq",),
                        "seq_keep": ("seq",), "seq_add": ("seq", "p0", "p1", "delta"), "clear": ()},
+    # a serving engine's paged KV memory (spec/paged_model.py; paged/engine.py): requests over a block pool
+    "paged": {"admit": ("request", "tokens", "keys", "budget"), "extend": ("request", "tokens", "budget"),
+              "free": ("request",), "table": ("request",), "available": (), "ref_counts": ()},
 }
 OPTIONAL_PARAMS = ("upto", "p1")
 # The methods a scope feature adds (scope.py): called only on a target that declares the feature.

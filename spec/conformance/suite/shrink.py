@@ -14,7 +14,7 @@ import time
 from dataclasses import replace
 from typing import Any, Callable, Iterator, Optional
 
-from ... import model, op_model
+from ... import model, op_model, paged_model
 from ..configs import JsonConfig, to_model
 from ..consequences import UNACCEPTED_TOKEN
 from ..engine import CRASH, WRONG, Finding, RunResult, Step
@@ -174,6 +174,8 @@ def _simpler_configs(cfg: JsonConfig) -> list[JsonConfig]:
     """Every configuration one dimension smaller, the plainest first: fewer layers, a ring as a flat layer,
     a narrower window, no max_write or a smaller one, less capacity, batch, heads, widths - each dimension
     at every smaller value, smallest first. Only configurations the spec accepts."""
+    if "groups" in cfg:
+        return _simpler_paged_configs(cfg)
     out: list[JsonConfig] = []
     layers = cfg["layers"]
     n_layers = cfg["n_layers"]
@@ -213,6 +215,26 @@ def _simpler_configs(cfg: JsonConfig) -> list[JsonConfig]:
                 changed["layers"] = [{**entry, name: smaller} for entry in layers]
             out.append(changed)
     return [c for c in out if _valid(c)]
+
+
+def _simpler_paged_configs(cfg: JsonConfig) -> list[JsonConfig]:
+    """A paged configuration one dimension smaller (paged/programs.py): fewer groups, a window group as a full
+    one, a narrower window, no prefix caching, fewer blocks, smaller blocks. Not max_model_len: a program's
+    prompts bound it from below, so most smaller values only turn its admissions into caller errors (runs the
+    budget spends on the requests, tokens and blocks instead)."""
+    groups = cfg["groups"]
+    out: list[JsonConfig] = [{**cfg, "groups": groups[:drop] + groups[drop + 1:]} for drop in range(len(groups))]
+    for index, entry in enumerate(groups):
+        if isinstance(entry, dict) and entry.get("kind") == "window" and isinstance(entry.get("window"), int):
+            out.append({**cfg, "groups": [*groups[:index], {"kind": "full"}, *groups[index + 1:]]})
+            out += [{**cfg, "groups": [*groups[:index], {**entry, "window": w}, *groups[index + 1:]]}
+                    for w in _below(entry["window"], 1)]
+    if cfg.get("prefix_caching") is True:
+        out.append({**cfg, "prefix_caching": False})
+    for name in ("num_blocks", "block_size"):
+        if _is_size(cfg.get(name)):
+            out += [{**cfg, name: value} for value in _below(cfg[name], 1)]
+    return [c for c in out if isinstance(paged_model.configured(c), paged_model.PagedConfig)]
 
 
 def _is_size(value: Any) -> bool:

@@ -1,0 +1,346 @@
+"""The paged layout's reference: requests with block tables per KV group over one shared block pool, with prefix
+caching and sliding-window groups (the bookkeeping a serving engine's KV manager does).
+
+A request is admitted with its prompt and extra keys: the cache finds the longest prefix whose K/V it already
+holds for exactly these tokens and keys (whole blocks, one hit length for every group, the last prompt token
+left to compute), holds those blocks and reserves blocks for the next `budget` tokens. `extend` appends the
+tokens decoded since and reserves the next ones; `free` releases the request's references once. The caller
+(the model runner) writes every reserved position right after the call returns; a block is made hittable
+(cached) once every position in it is reserved, so by the next call its K/V is there.
+
+Contracts. Preconditions check the caller's input, raise a typed `KVCacheError` naming the argument and the rule
+before the body runs (a malformed call changes nothing) and stay enabled under `python -O`. The body checks that
+a reservation fits before it changes anything, so a refusal (None) changes nothing either. Postconditions (the
+books every call leaves: conservation, reference counts equal to the holders, only full blocks shared, tables
+covering the reserved positions, every cached block a live request holds holding exactly that request's prefix)
+and the pool's invariants check this implementation and follow `__debug__`: they vanish under `python -O`, where
+the conformance suite (the data check) still judges the cache from outside.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+import icontract
+
+from ._errors import ArgumentValueError
+from ._paged_args import budget_fault, first_fault, found, keys_fault, length_fault, request_fault, tokens_fault
+from ._paged_blocks import blocks_for, first_needed_block, most_hit_blocks
+from ._paged_config import PagedConfig, paged_config
+from ._paged_pool import BlockPool, PrefixKey, prefix_keys
+
+Table = list[Optional[int]]
+
+
+@dataclass
+class _Request:
+    tokens: list[int]
+    keys: tuple[str, ...]
+    computed: int                 # positions reserved so far (the runner writes them right after each call)
+    tables: list[Table]           # per group: block index -> block id, None where a window group released it
+    chain: list[PrefixKey] = field(default_factory=list)   # the keys of its full reserved blocks (prefix caching)
+
+
+# --- the books, stated from the tables alone (postconditions) --------------------------------------------
+
+def _holders(cache: PagedCache) -> dict[int, int]:
+    """block id -> the number of (request, group) tables holding it."""
+    counts: dict[int, int] = {}
+    for request in cache._requests.values():
+        for table in request.tables:
+            for block in table:
+                if block is not None:
+                    counts[block] = counts.get(block, 0) + 1
+    return counts
+
+
+def _conserved(cache: PagedCache) -> bool:
+    """PAGED-CONSERVE: available() + the distinct blocks in live tables == num_blocks."""
+    return len(cache._pool.free) + len(_holders(cache)) == cache.config.num_blocks
+
+
+def _refs_are_holders(cache: PagedCache) -> bool:
+    """PAGED-REFCOUNT: a block's reference count is the number of live tables holding it (0: in no table)."""
+    holders = _holders(cache)
+    return all(count == holders.get(block, 0) for block, count in enumerate(cache._pool.refs))
+
+
+def _tables_cover(cache: PagedCache) -> bool:
+    """PAGED-RESERVE: every group's table has one entry per block of the reserved positions; a full group's are all
+    blocks, a window group's are None exactly on a prefix that ends at or below its first needed block."""
+    size = cache.config.block_size
+    for request in cache._requests.values():
+        for window, table in zip(cache.config.windows, request.tables):
+            if len(table) != blocks_for(request.computed, size):
+                return False
+            released = sum(1 for block in table if block is None)
+            if window is None and released or window is not None and (
+                    any(block is None for block in table[released:])
+                    or released > first_needed_block(request.computed, window, size)):
+                return False
+    return True
+
+
+def _only_full_blocks_shared(cache: PagedCache) -> bool:
+    """PAGED-SHARE-FULL: a block two tables hold is full (every position in it reserved) for each holder."""
+    size, holders = cache.config.block_size, _holders(cache)
+    return all(holders[block] == 1 for request in cache._requests.values() for table in request.tables
+               for index, block in enumerate(table)
+               if block is not None and (index + 1) * size > request.computed)
+
+
+def _cached_blocks_hold_their_holders_prefix(cache: PagedCache) -> bool:
+    """PAGED-HIT: a cached block a live request holds at index j is cached, in that group, under exactly the
+    request's keys and tokens 0 .. (j+1)B - 1 - so what a later hit on it serves is that prefix's K/V."""
+    size, keys = cache.config.block_size, cache._pool.keys
+    for request in cache._requests.values():
+        for group, table in enumerate(request.tables):
+            for index, block in enumerate(table):
+                entry = None if block is None else keys[block]
+                if entry is not None and (entry[0] != group or entry[1].keys != request.keys
+                                          or entry[1].tokens != tuple(request.tokens[:(index + 1) * size])):
+                    return False
+    return True
+
+
+def _keeps_the_books(function: Any) -> Any:
+    """The postconditions every changing call leaves true (each states one rule)."""
+    for condition, description in reversed((
+            (_conserved, "PAGED-CONSERVE: available() + the distinct blocks in live tables == num_blocks"),
+            (_refs_are_holders, "PAGED-REFCOUNT: each block's reference count is the number of live tables holding it"),
+            (_tables_cover, "PAGED-RESERVE: the tables cover every reserved position; a window group releases only "
+                            "blocks below every needed window"),
+            (_only_full_blocks_shared, "PAGED-SHARE-FULL: a block in two tables is full for each holder"),
+            (_cached_blocks_hold_their_holders_prefix, "PAGED-HIT: a cached block a live request holds is cached "
+                                                       "under exactly that request's keys and prefix"))):
+        function = icontract.ensure(_of_self(condition), description, error=_violated(description))(function)
+    return function
+
+
+def _of_self(condition: Callable[[PagedCache], bool]) -> Callable[[PagedCache], bool]:
+    """`condition` as a contract of `self` alone (icontract resolves a condition's parameters by name)."""
+    return lambda self: condition(self)
+
+
+def _violated(description: str) -> Callable[[PagedCache], icontract.ViolationError]:
+    """The error of a book-keeping postcondition made in a loop: icontract shows a failed condition by reading its
+    decorator's source, which a loop has not got, so the error is built here (the description names the rule)."""
+    return lambda self: icontract.ViolationError(description)
+
+
+def _unchanged_if_refused(function: Any) -> Any:
+    """PAGED-ATOMIC: a refusal (None) leaves every count, table and cached block as it was."""
+    return icontract.snapshot(lambda self: self._snapshot(), name="state")(
+        icontract.ensure(lambda self, result, OLD: result is not None or self._snapshot() == OLD.state,
+                         "PAGED-ATOMIC: a refusal (None) changes nothing")(function))
+
+
+# --- the cache -------------------------------------------------------------------------------------------
+
+def _admit_fault(self: PagedCache, request: Any, tokens: Any, keys: Any, budget: Any) -> Any:
+    # The order of the checks (which argument is named when several are wrong) is the model's.
+    return first_fault(lambda: request_fault(request, self._requests, must_be_live=False),
+                       lambda: tokens_fault(tokens, allow_empty=False),
+                       lambda: length_fault(len(tokens), self.config.max_model_len), lambda: keys_fault(keys),
+                       lambda: budget_fault(budget))
+
+
+def _extend_fault(self: PagedCache, request: Any, tokens: Any, budget: Any) -> Any:
+    return first_fault(lambda: request_fault(request, self._requests, must_be_live=True),
+                       lambda: tokens_fault(tokens, allow_empty=True),
+                       lambda: length_fault(len(self._requests[request].tokens) + len(tokens),
+                                            self.config.max_model_len),
+                       lambda: _nothing_to_compute(self._requests[request], tokens), lambda: budget_fault(budget))
+
+
+def _nothing_to_compute(request: _Request, tokens: Sequence[int]) -> Any:
+    if len(request.tokens) + len(tokens) == request.computed:
+        return lambda: ArgumentValueError("PAGED-ARGS", "tokens", "leave nothing to compute (every token of the "
+                                          "request is reserved: pass the tokens decoded since)",
+                                          computed=request.computed)
+    return None
+
+
+def _live_fault(self: PagedCache, request: Any) -> Any:
+    return request_fault(request, self._requests, must_be_live=True)
+
+
+def _free_fault(self: PagedCache, request: Any) -> Any:
+    return request_fault(request, self._requests, must_be_live=True, rule="PAGED-FREE")
+
+
+class PagedCache:
+    """The paged layout's reference: `PagedCache(config)` with the JSON configuration (block_size, num_blocks,
+    max_model_len, groups, prefix_caching). Not thread-safe, like the other layouts."""
+
+    kvcache_layout = "paged"   # the conformance suite drives `python:kvcache:PagedCache` as a paged cache
+
+    @_keeps_the_books
+    def __init__(self, config: Mapping[str, Any]) -> None:
+        self.config: PagedConfig = paged_config(config)
+        self._pool = BlockPool(self.config.num_blocks, len(self.config.windows))
+        self._requests: dict[str, _Request] = {}
+
+    def _snapshot(self) -> tuple[Any, ...]:
+        """Everything a call may change, as a value."""
+        pool = self._pool
+        return (tuple(pool.free), tuple(pool.refs), tuple(pool.keys),
+                tuple((name, tuple(r.tokens), r.keys, r.computed, tuple(map(tuple, r.tables)))
+                      for name, r in self._requests.items()))
+
+    # --- queries -------------------------------------------------------------------------------------
+
+    @icontract.ensure(lambda self, result: result == self.config.num_blocks - len(_holders(self)),
+                      "PAGED-CONSERVE: available() is num_blocks less the distinct blocks in live tables")
+    def available(self) -> int:
+        """Blocks a new reservation could take now without touching a live request's blocks."""
+        return len(self._pool.free)
+
+    @icontract.require(lambda self, request: _live_fault(self, request) is None, "PAGED-ARGS: request is live",
+                       error=lambda self, request: found(_live_fault(self, request)), enabled=True)
+    def table(self, request: str) -> list[list[Optional[int]]]:
+        """Per group (config order), the block id of each block index of the request (None where released)."""
+        return [list(table) for table in self._requests[request].tables]
+
+    @icontract.ensure(lambda self, result: result == _holders(self),
+                      "PAGED-REFCOUNT: ref_counts() is, per held block, the number of live tables holding it")
+    def ref_counts(self) -> dict[int, int]:
+        """Each block held by a live request -> its reference count."""
+        return {block: count for block, count in enumerate(self._pool.refs) if count}
+
+    def faces(self) -> dict[str, bool]:
+        """The paged layout has one face: the object is its own."""
+        return {"same_object": True}
+
+    # --- admit ---------------------------------------------------------------------------------------
+
+    def _hit(self, keys: tuple[str, ...], tokens: list[int]) -> tuple[int, list[PrefixKey]]:
+        """PAGED-HIT, PAGED-HIT-GROUPS: the most whole blocks k whose K/V every group holds for exactly these keys
+        and tokens - a full group blocks 0 .. k-1, a window group the blocks of the window the query at kB reads and
+        always block k-1 (so the hit is a prefix some request computed, even where the window reads nothing of the
+        past) - with kB <= len(tokens) - 1; and the keys of the first k blocks."""
+        config, cached = self.config, self._pool.cached
+        if not config.prefix_caching:
+            return 0, []
+        size = config.block_size
+        chain = prefix_keys(keys, tokens, [], most_hit_blocks(len(tokens), size), size)
+        most = len(chain)
+        for group, window in enumerate(config.windows):
+            if window is None:
+                most = next((j for j in range(most) if chain[j] not in cached[group]), most)
+        while most > 0 and not all(chain[j] in cached[group]
+                                   for group, window in enumerate(config.windows) if window is not None
+                                   for j in range(min(first_needed_block(most * size, window, size), most - 1),
+                                                  most)):
+            most -= 1
+        return most, chain[:most]
+
+    @icontract.require(lambda self, request, tokens, keys, budget:
+                       _admit_fault(self, request, tokens, keys, budget) is None,
+                       "PAGED-ARGS: admit takes a new request, a prompt of token ids within max_model_len, its extra "
+                       "keys and a budget >= 1",
+                       error=lambda self, request, tokens, keys, budget:
+                       found(_admit_fault(self, request, tokens, keys, budget)), enabled=True)
+    @icontract.ensure(lambda self, tokens, result: result is None or (
+            0 <= result <= len(tokens) - 1 and result % self.config.block_size == 0
+            and (self.config.prefix_caching or result == 0)),
+                      "PAGED-HIT: a hit is whole blocks, leaves the last prompt token to compute, and is 0 "
+                      "without prefix caching")
+    @icontract.ensure(lambda self, request, tokens, budget, result: result is None or
+                      self._requests[request].computed == result + min(len(tokens) - result, budget),
+                      "PAGED-RESERVE: admit reserves min(len(tokens) - hit, budget) positions after the hit")
+    @_unchanged_if_refused
+    @_keeps_the_books
+    def admit(self, request: str, tokens: list[int], keys: list[str], budget: int) -> Optional[int]:
+        """Admit a new request: returns its prefix hit h and reserves the next min(len(tokens) - h, budget)
+        positions; None (nothing changed) when that does not fit now."""
+        config, pool, size = self.config, self._pool, self.config.block_size
+        prompt, extra = list(tokens), tuple(keys)
+        hit, chain = self._hit(extra, prompt)
+        end = hit * size + min(len(prompt) - hit * size, budget)
+        tables: list[Table] = []
+        for group, window in enumerate(config.windows):
+            start = 0 if window is None else first_needed_block(hit * size, window, size)
+            tables.append([None] * start + [pool.cached[group][chain[j]] for j in range(start, hit)])
+        held = [block for table in tables for block in table if block is not None]
+        fresh = blocks_for(end, size) - hit
+        if fresh * len(tables) + sum(1 for block in held if pool.refs[block] == 0) > len(pool.free):
+            return None
+        pool.hold(held)   # first: the blocks hit must not be the ones taken below
+        for table in tables:
+            table.extend(pool.take(fresh))
+        self._requests[request] = _Request(prompt, extra, end, tables, chain)
+        self._cache_full_blocks(self._requests[request])
+        return hit * size
+
+    # --- extend --------------------------------------------------------------------------------------
+
+    @icontract.require(lambda self, request, tokens, budget: _extend_fault(self, request, tokens, budget) is None,
+                       "PAGED-ARGS: extend takes a live request, the token ids decoded since (within max_model_len, "
+                       "leaving something to compute) and a budget >= 1",
+                       error=lambda self, request, tokens, budget:
+                       found(_extend_fault(self, request, tokens, budget)), enabled=True)
+    @icontract.snapshot(lambda self, request: len(self._requests[request].tokens) - self._requests[request].computed,
+                        name="pending")
+    @icontract.ensure(lambda self, tokens, budget, result, OLD: result is None
+                      or result == min(OLD.pending + len(tokens), budget),
+                      "PAGED-RESERVE: extend reserves min(tokens not yet reserved, budget) positions")
+    @_unchanged_if_refused
+    @_keeps_the_books
+    def extend(self, request: str, tokens: list[int], budget: int) -> Optional[int]:
+        """Append the tokens decoded since and reserve the next min(uncomputed, budget) positions; returns that
+        count, or None (nothing changed) when it does not fit now."""
+        config, pool, size = self.config, self._pool, self.config.block_size
+        live = self._requests[request]
+        grown = live.tokens + list(tokens)
+        count = min(len(grown) - live.computed, budget)
+        end = live.computed + count
+        # PAGED-WINDOW-RELEASE: the blocks below the window the next query (at `computed`) reads leave every window.
+        leaving = [0 if window is None else first_needed_block(live.computed, window, size)
+                   for window in config.windows]
+        released = [block for table, stop in zip(live.tables, leaving) for block in table[:stop] if block is not None]
+        fresh = blocks_for(end, size) - len(live.tables[0])
+        if fresh * len(live.tables) > len(pool.free) + sum(1 for block in released if pool.refs[block] == 1):
+            return None
+        live.tokens = grown
+        for table, stop in zip(live.tables, leaving):
+            table[:stop] = [None] * stop
+        pool.release(released)
+        for table in live.tables:
+            table.extend(pool.take(fresh))
+        live.computed = end
+        self._cache_full_blocks(live)
+        return count
+
+    def _cache_full_blocks(self, live: _Request) -> None:
+        """Make the request's newly full blocks hittable (the runner writes them before the next call)."""
+        config = self.config
+        if not config.prefix_caching:
+            return
+        full = live.computed // config.block_size
+        settled = len(live.chain)
+        live.chain = prefix_keys(live.keys, live.tokens, live.chain, full, config.block_size)
+        for group, table in enumerate(live.tables):
+            for index in range(settled, full):
+                block = table[index]
+                if block is not None:
+                    self._pool.cache(group, block, live.chain[index])
+
+    # --- free ----------------------------------------------------------------------------------------
+
+    @icontract.require(lambda self, request: _free_fault(self, request) is None,
+                       "PAGED-FREE: free takes a live request (an unknown or already freed one is refused)",
+                       error=lambda self, request: found(_free_fault(self, request)), enabled=True)
+    @icontract.snapshot(lambda self: sum(self._pool.refs), name="references")
+    @icontract.snapshot(lambda self, request: sum(block is not None for table in self._requests[request].tables
+                                                  for block in table), name="held")
+    @icontract.ensure(lambda self, request, OLD: request not in self._requests
+                      and sum(self._pool.refs) == OLD.references - OLD.held,
+                      "PAGED-FREE: free ends the request and releases each of its references exactly once")
+    @_keeps_the_books
+    def free(self, request: str) -> None:
+        """End the request: release each of its references once (tail blocks first, so they are evicted first)."""
+        live = self._requests.pop(request)
+        for table in live.tables:
+            self._pool.release([block for block in reversed(table) if block is not None])
