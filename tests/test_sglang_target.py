@@ -155,16 +155,16 @@ def random_program(runner: Runner, seed: int, steps: int) -> None:
 
 @pytest.mark.parametrize("seed", range(9))
 def test_random_programs_keep_every_live_position_its_own_value(seed: int) -> None:
-    groups = 2 if seed % 3 == 2 else 1
+    groups = 1
     block_size = (1, 2, 4)[seed // 3]
     num_blocks = 24 // block_size + 2
-    runner = Runner(adapter.radix(config(num_blocks, groups, prefix_caching=seed % 3 != 1, block_size=block_size)),
+    runner = Runner(adapter.radix(config(num_blocks, groups, prefix_caching=seed % 2 == 0, block_size=block_size)),
                     num_blocks, groups, block_size)
     random_program(runner, seed, steps=120)
     for request in sorted(runner.live):
         runner.free(request)
     assert runner.cache.available() == num_blocks
-    if seed % 3 != 1:   # with prefix caching on, these programs share and evict (the test exercises both)
+    if seed % 2 == 0:   # with prefix caching on, these programs share and evict (the test exercises both)
         assert runner.hits > 0 and runner.evicting_admissions > 0, (runner.hits, runner.evicting_admissions)
 
 
@@ -189,9 +189,18 @@ def test_a_request_that_does_not_fit_is_refused_and_fits_once_blocks_are_freed()
     assert runner.refusals == 1 and runner.evicting_admissions == 1
 
 
-def test_a_window_group_outside_the_scope_is_refused_at_creation() -> None:
+@pytest.mark.parametrize("groups", [[{"kind": "full"}, {"kind": "window", "window": 4}], [{"kind": "window", "window": 4}],
+                                    [{"kind": "full"}, {"kind": "full"}]])
+def test_a_configuration_outside_the_scope_is_refused_at_creation(groups: list[dict[str, Any]]) -> None:
     with pytest.raises(ValueError, match="groups"):
-        adapter.radix({**config(8), "groups": [{"kind": "full"}, {"kind": "window", "window": 4}]})
+        adapter.radix({**config(8), "groups": groups})
+
+
+def test_a_prompt_as_long_as_the_context_is_refused_as_sglang_refuses_it() -> None:
+    cache = adapter.radix(config(16, max_model_len=8))
+    with pytest.raises(ValueError, match="tokens"):
+        cache.admit("a", list(range(8)), [], 8)
+    assert cache.admit("a", list(range(7)), [], 8) == 0 and cache.extend("a", [9], 1) == 1
 
 
 def test_pages_hit_whole_pages_only() -> None:

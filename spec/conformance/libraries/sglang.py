@@ -31,23 +31,23 @@ package, sglang/srt):
 - A block is one of SGLang's pages (block_size = page_size; slot = page * page_size + offset). At page size 1 the
   allocation is `alloc_token_slots`; above it `alloc_paged_token_slots_extend` (a decode token:
   `alloc_paged_token_slots_decode`), with the row's last slot as last_loc, as alloc_for_extend builds it.
-- `table`: the page of each block index of the request's req_to_token row up to what it computed, the same for
-  every full group (SGLang serves every full-attention layer from one row). A row whose slot is not at its
+- `table`: the page of each block index of the request's req_to_token row up to what it computed (one group:
+  SGLang serves every full-attention layer from that one row). A row whose slot is not at its
   position's offset of its block's page cannot be shown as a table: that raises.
 - `available`: (the allocator's available_size() + the tree's evictable_size()) in pages.
-- `ref_counts`: a page on the tree counts its node's `lock_ref` (the live requests whose locked path holds it),
-  times the groups; a page only in one row (a partial page or a decode tail not yet inserted) counts once per
-  group.
+- `ref_counts`: a page on the tree counts its node's `lock_ref` (the live requests whose locked path holds it);
+  a page only in one row (a partial page or a decode tail not yet inserted) counts once.
 
 prefix_caching false builds RadixCache with its own `disable` flag (a tree that holds and matches nothing);
 SGLang's launcher builds a disabled UnifiedRadixCache there instead, which this target does not drive.
 
-Scope (KVCACHE_SCOPE below): full-attention groups, any page size. A window group is refused at creation: SGLang's
-sliding-window caches (pure_swa_radix_cache.py and unified_radix_cache.py over allocator/swa.py) are not driven by
-this adapter yet (docs/sglang.md).
-The cache's callers are the scheduler's own code, after the tokenizer manager validated the request (a prompt
-longer than the context is refused there): the cache validates no argument, so this target declares trusted
-arguments, and a malformed call is served as SGLang serves it.
+Scope (KVCACHE_SCOPE below): `flat` - one full-attention group, any page size. A configuration with a window group
+is refused at creation: SGLang's sliding-window caches (pure_swa_radix_cache.py, and unified_radix_cache.py over
+allocator/swa.py with a second pool for the window layers) are not driven by this adapter (docs/sglang.md). So is
+one with two full groups: SGLang keeps one row for every full-attention layer, one group.
+The cache's callers are the scheduler's own code, after SGLang's API layer validated the request; the paged face
+has no trusted-arguments relaxation, so the checks below stand for that layer (a prompt as long as the context
+is refused, as TokenizerManager refuses it), and a malformed call is refused before SGLang is called.
 """
 
 from __future__ import annotations
@@ -84,8 +84,9 @@ with warnings.catch_warnings():
     from sglang.srt.sampling.sampling_params import SamplingParams  # noqa: E402
     from sglang.srt.server_args import ServerArgs, set_global_server_args_for_scheduler  # noqa: E402
 
-# What this target declares (SPEC.md section 6.1): the paged face's features it implements and what it owes less.
-KVCACHE_SCOPE = ("full", "prefix-caching", "trusted-args")
+# What this target declares (SPEC.md section 6.1, spec/conformance/scope.py): of the paged face's features, `flat`
+# (full-attention groups; a window group needs `ring`), and `trusted-args`: its callers are the scheduler's own code.
+KVCACHE_SCOPE = ("flat",)
 # A request's decode length is the scheduler's max_new_tokens; the face ends a request with free, never by length.
 _UNBOUNDED_NEW_TOKENS = 1 << 30
 
@@ -109,6 +110,53 @@ class _Live:
     computed: int
 
 
+# --- what reaches the scheduler: SGLang's API layer (its pydantic request types, TokenizerManager) validates a request
+# before the scheduler sees it, and ServerArgs the configuration; the cache itself validates nothing. These checks
+# stand for that layer, so PAGED-ARGS and PAGED-CONFIG judge this adapter, not SGLang's bookkeeping (docs/sglang.md).
+
+_INT_MAX = 2**31 - 1
+
+
+def _is_count(value: Any, least: int) -> bool:
+    return type(value) is int and least <= value <= _INT_MAX
+
+
+def _check_tokens(tokens: Any, empty: bool) -> None:
+    if (not isinstance(tokens, list) or (not tokens and not empty)
+            or not all(_is_count(token, 0) for token in tokens)):
+        raise ValueError("tokens: not a list of token ids (ints >= 0)" + ("" if empty else ", non-empty")
+                         + " (PAGED-ARGS)")
+
+
+def _check_budget(budget: Any) -> None:
+    if not _is_count(budget, 1):
+        raise ValueError(f"budget: {budget!r} is not an int >= 1 (PAGED-ARGS)")
+
+
+def _check_config(config: Any) -> None:
+    """PAGED-CONFIG's refusals, and this target's scope: SGLang serves every full-attention layer from one
+    req_to_token row, so a model's full layers are one group; window groups are not driven (module docstring)."""
+    keys = ("block_size", "num_blocks", "max_model_len", "groups", "prefix_caching")
+    if not isinstance(config, dict) or set(config) != set(keys):
+        raise ValueError(f"config: the keys are {', '.join(keys)} (PAGED-CONFIG)")
+    for key in ("block_size", "num_blocks", "max_model_len"):
+        if not _is_count(config[key], 1):
+            raise ValueError(f"{key}: {config[key]!r} is not an int >= 1 (PAGED-CONFIG)")
+    if type(config["prefix_caching"]) is not bool:
+        raise ValueError("prefix_caching: not a bool (PAGED-CONFIG)")
+    groups = config["groups"]
+    if not isinstance(groups, list) or not groups or not all(isinstance(group, dict) for group in groups):
+        raise ValueError("groups: not a non-empty list of groups (PAGED-CONFIG)")
+    for index, group in enumerate(groups):
+        window = group.get("window")
+        if not (group == {"kind": "full"} or (set(group) == {"kind", "window"} and group["kind"] == "window"
+                                               and _is_count(window, 1))):
+            raise ValueError(f"groups[{index}]: not a full or window group (PAGED-CONFIG)")
+    if groups != [{"kind": "full"}]:
+        raise ValueError("groups: this target serves one full-attention group (SGLang's one row for every full "
+                         "layer); window groups are outside its scope")
+
+
 def extra_key(keys: list[str]) -> Optional[str]:
     """The request's keys as SGLang's one `extra_key` string (LoRA id, cache salt ... joined by the engine): no
     keys is no extra key; JSON keeps ["a", "b"] apart from ["ab"]."""
@@ -122,13 +170,13 @@ class SGLangRadix:
     kernels: Triton does not launch on the CPU)."""
 
     def __init__(self, config: dict[str, Any]) -> None:
+        _check_config(config)
         groups = config["groups"]
-        if any(group.get("kind") != "full" for group in groups):
-            raise ValueError("groups: this target drives full-attention groups only (its scope)")
         self.page = int(config["block_size"])
         _publish_server_args(self.page)
         self.groups = len(groups)
         self.num_blocks = int(config["num_blocks"])
+        self.max_model_len = int(config["max_model_len"])
         tokens = self.num_blocks * self.page
         # The KV tensors themselves are never read: the harness keeps the data (one layer, one head of width 1).
         kv_pool = MHATokenToKVPool(tokens, self.page, torch.float32, 1, 1, 1, "cpu", False)
@@ -146,8 +194,15 @@ class SGLangRadix:
     # --- the face ------------------------------------------------------------------------------------------------
 
     def admit(self, request: str, tokens: list[int], keys: list[str], budget: int) -> Optional[int]:
-        if request in self.live:
-            raise ValueError(f"request: {request!r} is live")
+        if not isinstance(request, str) or request in self.live:
+            raise ValueError(f"request: {request!r} is live or not a name (PAGED-ARGS)")
+        _check_tokens(tokens, empty=False)
+        if len(tokens) >= self.max_model_len:
+            raise ValueError(f"tokens: the input ({len(tokens)} tokens) is not shorter than the context length "
+                             f"({self.max_model_len}): SGLang's TokenizerManager refuses it (PAGED-ARGS)")
+        if not isinstance(keys, list) or not all(isinstance(key, str) for key in keys):
+            raise ValueError("keys: not a list of str (PAGED-ARGS)")
+        _check_budget(budget)
         req = Req(request, "", array("q", tokens), SamplingParams(max_new_tokens=_UNBOUNDED_NEW_TOKENS),
                   extra_key=extra_key(keys))
         req.init_next_round_input(self.tree)
@@ -168,12 +223,15 @@ class SGLangRadix:
         return hit
 
     def extend(self, request: str, tokens: list[int], budget: int) -> Optional[int]:
-        entry = self.live[request]
+        entry = self._live(request)
         req = entry.req
+        _check_tokens(tokens, empty=True)
         total = len(req.origin_input_ids) + len(req.output_ids) + len(tokens)
+        if total > self.max_model_len or total == entry.computed:
+            raise ValueError(f"tokens: {total} tokens for request {request!r}: past the context length or nothing "
+                             f"to compute (PAGED-ARGS)")
+        _check_budget(budget)
         n = min(total - entry.computed, budget)
-        if n < 1:
-            raise ValueError(f"tokens: request {request!r} has nothing to compute")
         if not self._fits(entry.computed, n):
             return None
         req.output_ids.extend(tokens)
@@ -188,7 +246,8 @@ class SGLangRadix:
         return n
 
     def free(self, request: str) -> None:
-        entry = self.live.pop(request)
+        entry = self._live(request)
+        del self.live[request]
         release_kv_cache(entry.req, self.tree, checkpoint=True)
 
     def table(self, request: str) -> list[list[Optional[int]]]:
@@ -208,6 +267,11 @@ class SGLangRadix:
 
     def faces(self) -> list[str]:
         return ["paged"]
+
+    def _live(self, request: Any) -> _Live:
+        if not isinstance(request, str) or request not in self.live:
+            raise ValueError(f"request: {request!r} is not live (PAGED-ARGS)")
+        return self.live[request]
 
     # --- SGLang's steps ------------------------------------------------------------------------------------------
 
@@ -241,7 +305,7 @@ class SGLangRadix:
         """The request's block table: the page of each of its block indexes, read off its req_to_token row. A
         position whose slot is not at its own offset of its block's page is SGLang's row contradicting its page
         layout, which no table can show: it is raised."""
-        entry = self.live[request]
+        entry = self._live(request)
         row = self.rows.req_to_token[entry.req.kv.req_pool_idx, :entry.computed].tolist()
         pages = [int(slot) // self.page for slot in row[::self.page]]
         wrong = [p for p, slot in enumerate(row) if slot != pages[p // self.page] * self.page + p % self.page]
@@ -270,7 +334,7 @@ def radix(config: dict[str, Any]) -> SGLangRadix:
 
 def _declare(factory: Callable[..., Any]) -> None:
     setattr(factory, "kvcache_layout", "paged")
-    setattr(factory, "kvcache_scope_declared", KVCACHE_SCOPE)
+    setattr(factory, "kvcache_scope", KVCACHE_SCOPE)
 
 
 _declare(radix)
