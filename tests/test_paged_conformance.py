@@ -26,6 +26,7 @@ from kvcache_spec.conformance.targets import parse_target
 from kvcache_spec.conformance.zoo.paged import PAGED_ZOO
 
 POOL = "python:kvcache_spec.conformance.zoo.paged:paged_pool"
+REFERENCE = "python:kvcache:PagedCache"   # kvcache.paged, the contract-checked reference
 
 
 def _report(spec: str, profile: str = "quick") -> dict[str, Any]:
@@ -161,6 +162,14 @@ def test_bad_configurations_are_refused_and_bad_calls_change_nothing() -> None:
     report = _report(POOL)
     assert "PAGED-CONFIG" in report["coverage"]["rules"]["exercised"]
     assert {"PAGED-ARGS", "PAGED-FREE", "PAGED-ATOMIC"} <= set(report["coverage"]["rules"]["exercised"])
+
+
+@pytest.mark.slow
+def test_the_reference_paged_cache_is_conforming_strict_with_every_paged_rule_exercised() -> None:
+    report = _report(REFERENCE)
+    assert report["verdict"] == CONFORMING, report["semantic"]["findings"][:2] or report["coverage"]["incomplete"]
+    assert not report["coverage"]["rules"]["not_exercised"]
+    assert "PAGED-REFCOUNT" in report["coverage"]["rules"]["exercised"]
 
 
 @pytest.mark.slow

@@ -21,8 +21,8 @@ Program steps (spec/conformance/paged/programs.py): {"op": "admit", "tokens": [.
 "budget": b} (the harness names the request r<k>, its k-th admission; "request" overrides: a name, or
 {"live": k} - the k-th live request in admission order, for a malformed admission of a live one),
 {"op": "extend", "request": R, "tokens": [...], "budget": b}, {"op": "free", "request": R} with R a name,
-{"live": k}, {"freed": k} (the k-th newest freed one) or {"unknown": 0} (a name never admitted), and
-{"op": "check"} (every table read back now).
+{"live": k}, {"freed": k} (the k-th newest freed one) or {"unknown": 0} (a name never admitted),
+{"op": "table", "request": R} (one request's tables read back now) and {"op": "check"} (every table).
 """
 
 from __future__ import annotations
@@ -108,7 +108,8 @@ class PagedEngine(Engine):
     # --- the failure path ------------------------------------------------------------------------------
     def _check_type(self, method: str, args: dict[str, Any], outcome: Outcome, rule: str) -> None:
         super()._check_type(method, args, outcome, rule)
-        if method == "table" and outcome.ok and not _table_shape(outcome.value, len(self.pc.groups)):
+        if method == "table" and outcome.ok and outcome.value is not None and \
+                not _table_shape(outcome.value, len(self.pc.groups)):
             raise self._fail(CRASH, rule, f"table({_show(args)}): protocol: answered {_brief(outcome.value)}, "
                                           f"not one list of block ids (ints or null) per group")
         if method == "ref_counts" and outcome.ok and isinstance(outcome.value, dict) and not all(
@@ -385,6 +386,8 @@ class PagedEngine(Engine):
             concrete = self.extend(step)
         elif op == "free":
             concrete = self.free(step)
+        elif op == "table":
+            concrete = self.table_op(step)
         elif op == "check":
             self.result.steps.append(dict(CHECK))
             self.full_check("at a full read-back")
@@ -493,6 +496,28 @@ class PagedEngine(Engine):
                 raise self._fail(WRONG, RULE["window"], f"{context}: the full group {g} of {name!r} released "
                                                         f"block index {released[0]}")
         self.check_counts(context)
+
+    def table_op(self, step: Step) -> Step:
+        """table(request) asked alone: a request not live is refused (PAGED-ARGS), changing nothing; a live
+        one's tables are read back and what it must hold verified."""
+        name = self.request(step["request"])
+        args = {"request": name}
+        self.result.steps.append({"op": "table", **args})
+        verdict = pm.lookup(self.state, name)
+        if isinstance(verdict, model.Rejected):
+            outcome = self._call("table", args, verdict.rule)
+            self.judged = ("table", args, outcome)
+            if outcome.ok and outcome.value is not None:
+                raise self._fail(LENIENT, verdict.rule, f"table({name!r}) of a request not live is a caller error "
+                                                        f"({verdict.rule}) but the target answered "
+                                                        f"{_brief(outcome.value)}", detail="request")
+            self.unchanged(f"after the rejected table({name!r})", verdict.rule)
+            return self.result.steps.pop()
+        changed = self.hold(name, self.read_table(name, RULE["data"]))
+        self.check_shared(name, changed)
+        for g, group in enumerate(self.pc.groups):
+            self.verify(name, g, pm.needed(group, self.computed(name)), f"at table({name!r})")
+        return self.result.steps.pop()
 
     def free(self, step: Step) -> Step:
         name = self.request(step["request"])
