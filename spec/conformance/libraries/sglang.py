@@ -328,7 +328,7 @@ class SGLangRadix:
 
 
 def radix(config: dict[str, Any]) -> SGLangRadix:
-    """SGLang's RadixCache at page size 1, full-attention groups."""
+    """SGLang's RadixCache (block_size = its page size) for one full-attention group."""
     return SGLangRadix(config)
 
 
