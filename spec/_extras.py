@@ -24,6 +24,9 @@ EXTRAS: dict[str, tuple[tuple[str, str], ...]] = {
     "llamacpp": (("llama_cpp", "llama-cpp-python"), ("gguf", "gguf")),
     # vLLM's KV-cache bookkeeping as a paged-face target (spec/conformance/libraries/vllm.py)
     "vllm": (("torch", "torch"), ("vllm", "vllm")),
+    # SGLang's KV bookkeeping as a paged-face target (spec/conformance/libraries/sglang.py): sglang goes in with
+    # --no-deps (.ci/install-sglang.sh), so its import chain's packages are checked here too
+    "sglang": (("torch", "torch"), ("transformers", "transformers"), ("triton", "triton"), ("sglang", "sglang")),
 }
 
 
@@ -35,6 +38,7 @@ WRITTEN_FOR: dict[str, tuple[str, str]] = {
     "hf": ("transformers", "5.23.0"),
     "mlx": ("mlx-lm", "0.32.2"),
     "vllm": ("vllm", "0.33.0"),
+    "sglang": ("sglang", "0.5.23"),
 }
 # Set to 1, a shipped adapter loads on another version of its library too (a user trying an upgrade on purpose).
 ANY_VERSION = "KVCACHE_ANY_LIBRARY_VERSION"
