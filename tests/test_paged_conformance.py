@@ -190,3 +190,14 @@ def test_a_refusal_that_keeps_references_is_caught_over_the_protocol_through_ref
     cfg, steps = MINIMAL["refusal_keeps_hit"]
     finding = replay(f"cmd:{sys.executable} -m kvcache_spec.conformance.serve {spec}", cfg, steps)
     assert finding is not None and (finding["class"], finding["rule"]) == (kind, rule)
+
+
+def test_a_paged_finding_carries_the_blocks_held_and_the_report_draws_them() -> None:
+    from kvcache_spec.conformance.drawing import CELL_DRAWINGS
+    spec, _, _ = PAGED_ZOO["shared_block_rewritten"]
+    cfg, steps = MINIMAL["shared_block_rewritten"]
+    result = run_program(parse_target(spec), cfg, steps)
+    assert result.finding is not None
+    cells = result.finding.picture["cells"]
+    assert cells["layout"] == "paged" and any(len(cell["held"]) > 1 for cell in cells["cells"])   # the shared one
+    assert CELL_DRAWINGS["paged"](cells).startswith("<svg")

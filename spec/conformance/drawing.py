@@ -213,6 +213,14 @@ def draw_cell_table(cells: dict[str, Any]) -> str:
                                      _owners_words(cell["owners"])])
 
 
+@draws_cells("paged")
+def draw_paged_blocks(cells: dict[str, Any]) -> str:
+    """A paged cache (paged/engine.py): each block the live tables held as the harness last read them, and where -
+    request, group, block index."""
+    return _cell_boxes(cells["cells"], "the blocks the live tables held at the failing step (as last read): "
+                                       "request, group, block index", lambda cell: list(cell["held"])[:3])
+
+
 @draws_cells("op-cell")
 def draw_op_cells(cells: dict[str, Any]) -> str:
     """An op-face cell cache: its answer's rows are its cells; per row, the token read from it and its owners."""

@@ -9,13 +9,15 @@ fingerprint, whoever wrote it. Beside the data, bookkeeping read from the observ
 live tables is full for both (only full blocks are shared), available() plus the distinct block ids of the
 live tables is num_blocks (conservation), ref_counts() (when offered) counts the (request, group) tables
 holding each id, and a refusal or a refused malformed call changes none of these. The hit an admission
-answers is bounded by the model (`Admission.max_hit`); extend's count is the model's.
+answers is bounded by the model (`Admission.allows`); extend's count is the model's; on an idle pool a
+reservation that fits is not refused (`must_fit`).
 
 Cost, bounded by counts: a write is checked against a reverse map (group, block) -> the live readers of that
 block, so a write into a slot another live request still needs, with another value, is caught when it
 happens (a shared block rewritten, an in-use block handed out); a request's table is read after each of its
-calls and only the block indexes whose ids changed are verified again; every live table is read back and
-every needed position verified every FULL_CHECK_EVERY steps and at the end of the program.
+calls and only the positions it wrote, its hit and the block indexes whose ids changed are verified again;
+every live table is read back and every needed position verified every max(FULL_CHECK_EVERY, 2 x live
+requests) steps and at the end of the program (paged/cost.py measures what this costs).
 
 Program steps (spec/conformance/paged/programs.py): {"op": "admit", "tokens": [...], "keys": [...],
 "budget": b} (the harness names the request r<k>, its k-th admission; "request" overrides: a name, or
@@ -34,7 +36,7 @@ from ... import model
 from ... import paged_model as pm
 from ...model import _is_int
 from ..configs import JsonConfig
-from ..engine import CRASH, LENIENT, OVER_STRICT, WRONG, Drive, Engine, RunResult, Step, Verdict, _show
+from ..engine import CRASH, LENIENT, OVER_STRICT, WRONG, Drive, Engine, RunResult, Step, Stop, Verdict, _show
 from ..targets import Outcome
 
 # The rule each kind of check judges (spec/rules.py, SPEC.md part 7).
@@ -106,6 +108,21 @@ class PagedEngine(Engine):
         self.has_ref_counts = False   # known once the cache is created (after_create)
 
     # --- the failure path ------------------------------------------------------------------------------
+    def _fail(self, kind: str, rule: str, message: str, detail: str = "") -> Stop:
+        """A finding with the blocks the live tables held as the harness last read them (its picture, drawn by the
+        HTML report): per block id, its holders (request, group, block index)."""
+        stop = super()._fail(kind, rule, message, detail)
+        number = {request: n for n, request in enumerate(self.mirrors)}
+        held: dict[int, list[tuple[str, int, int]]] = {}
+        for (g, block), readers in self.readers.items():
+            for request, indexes in readers.items():
+                held.setdefault(block, []).extend((request, g, index) for index in sorted(indexes))
+        stop.finding.picture = {"cells": {"layout": "paged", "cells": [
+            {"cell": block, "owners": sorted({number[r] for r, _, _ in places if r in number}),
+             "held": [f"{r} g{g} #{i}" for r, g, i in sorted(places)]}
+            for block, places in sorted(held.items())[:64]]}}
+        return stop
+
     def _check_type(self, method: str, args: dict[str, Any], outcome: Outcome, rule: str) -> None:
         super()._check_type(method, args, outcome, rule)
         if method == "table" and outcome.ok and outcome.value is not None and \
