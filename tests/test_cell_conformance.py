@@ -120,12 +120,12 @@ def test_the_layout_is_declared_by_the_factory_the_hello_or_the_option() -> None
 
 
 def test_a_hello_with_an_unknown_layout_is_a_protocol_crash(tmp_path: Any) -> None:
-    hello = {"protocol": "kvcache-conformance", "version": 1, "layout": "paged"}
+    hello = {"protocol": "kvcache-conformance", "version": 1, "layout": "tree"}
     script = tmp_path / "target.py"
     script.write_text(f"import json, sys\nHELLO = {hello!r}\nfor line in sys.stdin:\n"
                       f"    print(json.dumps({{'id': json.loads(line)['id'], 'result': HELLO}}), flush=True)\n")
     target = SubprocessTarget(f"cmd:{sys.executable} {script}")
-    with pytest.raises(TargetCrash, match="layout 'paged'"):
+    with pytest.raises(TargetCrash, match="layout 'tree'"):
         target.declared_scope()
     target.close()
 
