@@ -96,7 +96,8 @@ def test_the_suite_finds_each_stand_in_shrunk_to_a_few_requests_and_prints_a_rep
     report = _report(spec)
     found = [f for f in report["semantic"]["findings"] if (f["class"], f["rule"]) == (kind, rule)]
     assert found, [(f["class"], f["rule"]) for f in report["semantic"]["findings"]]
-    finding = found[0]
+    # the shortest of its findings (one stand-in's bug shows in several causes; each is shrunk on its own)
+    finding = min(found, key=lambda f: (sum(step["op"] == "admit" for step in f["steps"]), len(f["steps"])))
     assert sum(step["op"] == "admit" for step in finding["steps"]) <= 3, finding["steps"]
     assert len(finding["steps"]) <= 6, finding["steps"]
     replayed = replay(spec, finding["config"], finding["steps"])

@@ -329,9 +329,10 @@ class PagedEngine(Engine):
             return "hit", f"the same tokens' K/V under other keys ({list(keys)}, not {list(mine_keys)})"
         return "hit", f"position {written[1]} of another prefix"
 
-    def check_shared(self, request: str, entries: list[tuple[int, int]]) -> None:
+    def check_shared(self, request: str, entries: list[tuple[int, int]], reserved_from: Optional[int] = None) -> None:
         """PAGED-SHARE-FULL: a block of `request` that another live table holds is at the same group and block
-        index there, and full for both."""
+        index there, and full for both. A block reserved in this step (block index from `reserved_from` on, not
+        a hit's) that another live request holds at another place was handed out in use: PAGED-EVICT."""
         for g, index in entries:
             row = self.mirrors[request].tables[g]
             block = row[index] if index < len(row) else None
@@ -342,6 +343,12 @@ class PagedEngine(Engine):
                       for reader, indexes in readers.items() for i in indexes]
             spots = {(gg, i) for _, gg, i in places}
             partial = [(who, i) for who, _, i in places if (i + 1) * self.B > self.computed(who)]
+            if reserved_from is not None and index >= reserved_from and len(spots) > 1:
+                other = next(place for place in sorted(places) if place != (request, g, index))
+                raise self._fail(WRONG, RULE["evict"], f"block {block} of group {g}, reserved for {request!r} at "
+                                                       f"block index {index}, is still held by {other[0]!r} (group "
+                                                       f"{other[1]}, block index {other[2]})",
+                                 detail="in use")
             if len(spots) > 1 or partial:
                 why = (f"not full for {partial[0][0]!r} (block index {partial[0][1]}, computed "
                        f"{self.computed(partial[0][0])})" if partial else "at different places")
@@ -497,7 +504,7 @@ class PagedEngine(Engine):
                        for g, row in enumerate(self.mirrors[name].tables)}
         changed = self.hold(name, self.read_table(name, RULE["reserve"]))
         self.write(name, range(start, end), held_before)   # first: a write that clobbers names the block's reader
-        self.check_shared(name, changed)
+        self.check_shared(name, changed, reserved_from=-(-max(start, hit) // self.B))
         for g, group in enumerate(self.pc.groups):
             reads = pm.step_reads(group, start, end)
             # what this step's queries read that no earlier check covers: the positions written now, a hit's, and
