@@ -46,6 +46,8 @@ class _OpenStep:
 
 @icontract.invariant(lambda self: all(0 <= self._used(layer) <= self.config.capacity
                                      for layer in range(self.config.n_layers)), "OP-CAP: 0 <= used <= capacity")
+@icontract.invariant(lambda self: not (self.config.record_past and self._ring_rows),
+                     "OP-RECORD: a config recording its past lays no ring out as a ring (every trim is served)")
 @icontract.invariant(lambda self: self._pools.within_depths(),
                      "OP-CAP: a layer's K and V rows never exceed its depth (capacity; a kept ring's slots)")
 @icontract.invariant(lambda self: self._step is None or (

@@ -167,6 +167,9 @@ class OpModel:
         self.abandoned = 0   # steps abandoned partway (a target without the `steps` feature is not judged past one)
         # OP-TRIM: per layer, the floor F: a ring layer may have dropped its positions below F (its sinks aside)
         self.floors = [0] * cfg.n_layers
+        # OP-RECORD: the floors the rings would have if the config did not record its past (a trim owed only
+        # because it does is the recording's: the suite names OP-RECORD when such a trim is refused)
+        self.unrecorded = [0] * cfg.n_layers
 
     def snapshot(self) -> "OpModel":
         """A copy of the state (a call refused that the model served is followed from the state before it)."""
@@ -174,7 +177,7 @@ class OpModel:
         copy.held = {seq: dict(tokens) for seq, tokens in self.held.items()}
         copy.step = None if self.step is None else replace(self.step, served=set(self.step.served))
         copy.dropped_declaration, copy.abandoned = self.dropped_declaration, self.abandoned
-        copy.floors = list(self.floors)
+        copy.floors, copy.unrecorded = list(self.floors), list(self.unrecorded)
         return copy
 
     # --- observations ------------------------------------------------------------------------------
@@ -224,6 +227,7 @@ class OpModel:
     def reset(self) -> None:
         self.held, self.step, self.dropped_declaration = {}, None, False
         self.floors = [0] * self.cfg.n_layers
+        self.unrecorded = [0] * self.cfg.n_layers
 
     def trim_answer(self, n: Any) -> Union[Rejected, str]:
         """OP-TRIM's ordered procedure (the first check that applies decides), asked before trim(n): a Rejected
@@ -272,6 +276,7 @@ class OpModel:
         self.floors = [max(min(floor, end), end - (self.cfg.windows[l] - self.cfg.keep(l) - 1))
                        if self.cfg.windows[l] and self.cfg.record_past else min(floor, end)
                        for l, floor in enumerate(self.floors)]
+        self.unrecorded = [min(floor, end) for floor in self.unrecorded]
         return None
 
     def begin_step(self, seq_ids: Any) -> Optional[Rejected]:
@@ -460,6 +465,8 @@ class OpModel:
         end = positions[-1] + 1
         self.floors = [max(floor, end - self.cfg.retained(l)) if self.cfg.windows[l] and not self.cfg.record_past
                        else max(floor, self.cfg.chunk_start(l, positions[0])) for l, floor in enumerate(self.floors)]
+        self.unrecorded = [max(floor, end - self.cfg.retained(l)) if self.cfg.windows[l] else floor
+                           for l, floor in enumerate(self.unrecorded)]
         return self._serve(layer, positions, uids)
 
     def _serve(self, layer: int, positions: tuple[int, ...], uids: tuple[int, ...]) -> Attends:

@@ -468,10 +468,10 @@ class OpEngine(Caller):
 
     def _owed_by_recording(self) -> bool:
         """OP-RECORD: the trim just judged owed is so only because the config records its past: before it, a ring
-        layer's floor was above its sinks (a ring of the least size not recording may have dropped a row)."""
+        of the least size that did not record may have dropped a row (its floor above its sinks)."""
         before, cfg = self.before_call, self.mcfg
         return before is not None and cfg.record_past and any(
-            cfg.windows[layer] and floor > cfg.keep(layer) for layer, floor in enumerate(before.floors))
+            cfg.windows[layer] and floor > cfg.keep(layer) for layer, floor in enumerate(before.unrecorded))
 
     def _optional_trim(self, args: dict[str, Any], concrete: Step) -> Step:
         """OP-TRIM: a trim after a ring layer may have dropped rows, the target's choice. Served, the model has
