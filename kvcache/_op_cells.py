@@ -94,6 +94,14 @@ class CellReferenceCache:
                                                         "sinks: every keep must be 0",
                                                         keeps=[policy.keep for policy in config.layers]),
                        enabled=True)
+    @icontract.require(lambda config: not any(policy.chunk for policy in config.layers) and not config.record_past,
+                       "OP-CONFIG: the cell cache has no chunk layers (OP-CHUNK) and records no past (OP-RECORD): "
+                       "both are the contiguous cache's",
+                       error=lambda config: ConfigError("OP-CONFIG", "CacheConfig.layers", "the cell cache has no chunk "
+                                                        "layers and no record_past (the contiguous cache's)",
+                                                        chunks=[policy.chunk for policy in config.layers],
+                                                        record_past=config.record_past),
+                       enabled=True)
     @takes_op_config
     def __init__(self, config: CacheConfig) -> None:
         config = validated(config)  # OP-CONFIG: re-validated and copied; the caller's object cannot reach it later

@@ -4,8 +4,9 @@ The integer layout decides the rows: each call plans the layer's step with `Sequ
 the step's K/V across the plan's write runs, commits, and returns the rows of the read runs in logical
 order with the mask of OP-ATTEND. Flat layers keep every row; a ring layer keeps a ring of
 `window + max_write - 1` rows when the config sets `max_write`, else its whole history (the window is then
-applied by the mask alone, as upstream's reference does); a ring with sinks (OP-SINKS) keeps its whole
-history too, its mask attending the sinks and the window. The byte layer is one numpy array per layer
+applied by the mask alone, as upstream's reference does); a ring with sinks (OP-SINKS), a ring of a config
+recording its past (OP-RECORD) and a chunk layer (OP-CHUNK) keep their whole history too, their masks
+attending the sinks and the window, or the query's chunk. The byte layer is one numpy array per layer
 for K and one for V, [batch_size, n_kv_heads, rows, dim].
 
 `trim(n)` gives back the newest n tokens (OP-TRIM) whenever its rows allow: a ring laid out as a ring
@@ -45,6 +46,8 @@ class _OpenStep:
 
 @icontract.invariant(lambda self: all(0 <= self._used(layer) <= self.config.capacity
                                      for layer in range(self.config.n_layers)), "OP-CAP: 0 <= used <= capacity")
+@icontract.invariant(lambda self: not (self.config.record_past and self._ring_rows),
+                     "OP-RECORD: a config recording its past lays no ring out as a ring (every trim is served)")
 @icontract.invariant(lambda self: self._pools.within_depths(),
                      "OP-CAP: a layer's K and V rows never exceed its depth (capacity; a kept ring's slots)")
 @icontract.invariant(lambda self: self._step is None or (
@@ -63,7 +66,7 @@ class ContiguousReferenceCache:
     def __init__(self, config: CacheConfig) -> None:
         config = validated(config)  # OP-CONFIG: re-validated and copied; the caller's object cannot reach it later
         self.config = config
-        self._ring_rows = config.max_write is not None
+        self._ring_rows = config.max_write is not None and not config.record_past   # OP-RECORD: the past kept
         self._has_ring = any(config.window(layer) for layer in range(config.n_layers))
         self._layout = SequenceCache(layout_config(config, ring_rows=self._ring_rows))
         self._depth = tuple(self._layout.depth(layer) for layer in range(config.n_layers))
@@ -144,9 +147,9 @@ class ContiguousReferenceCache:
         mask_of(result[2], len(to_numpy(position)), to_numpy(result[0]).shape[2]),
         attended_by_formula([int(p) for p in to_numpy(position).reshape(-1)],
                             range(self._used(layer_id) - to_numpy(result[0]).shape[2], self._used(layer_id)),
-                            self.config.window(layer_id), self.config.keep(layer_id))),
-                      "OP-ATTEND, OP-SINKS: the rows are the newest positions held; a query attends exactly those at "
-                      "or before it, inside its window or among its sinks")
+                            self.config.window(layer_id), self.config.keep(layer_id), self.config.chunk(layer_id))),
+                      "OP-ATTEND, OP-SINKS, OP-CHUNK: the rows are the newest positions held; a query attends exactly "
+                      "those at or before it, inside its window or among its sinks, and in its own chunk")
     @icontract.ensure(lambda self, layer_id, position: self._used(layer_id) == int(to_numpy(position)[-1, 0]) + 1,
                       "OP-POS: the layer holds the positions up to the step's last")
     def update_and_fetch(self, layer_id: int, k: Any, v: Any, position: Any) -> tuple[Any, Any, AttendSpec]:
@@ -170,7 +173,7 @@ class ContiguousReferenceCache:
         self._step = None if len(served) == config.n_layers else _OpenStep(first, tuple(positions), served)
         k_hist, v_hist = self._pools.read(layer_id, rows_of(plan.read))
         mask = attended_by_formula(positions, range(plan.read_base_pos, plan.end), config.window(layer_id),
-                                   config.keep(layer_id))
+                                   config.keep(layer_id), config.chunk(layer_id))
         return to_kind(k_hist, kind), to_kind(v_hist, kind), spec_for(mask, kind)
 
     def _abandon(self) -> None:

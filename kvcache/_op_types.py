@@ -43,10 +43,12 @@ class MaskKind(enum.Enum):
 
 class LayerKind(enum.Enum):
     """A layer's attention policy: FLAT attends the whole history, RING the newest `window` positions (of
-    which the first `keep` positions of the sequence, its sinks, when it keeps any: OP-SINKS)."""
+    which the first `keep` positions of the sequence, its sinks, when it keeps any: OP-SINKS), CHUNK the
+    query's own chunk of `chunk` positions (OP-CHUNK)."""
 
     FLAT = "flat"
     RING = "ring"
+    CHUNK = "chunk"
 
 
 def _config_int(owner: str, name: str, value: Any, low: int) -> None:
@@ -60,18 +62,21 @@ def _config_int(owner: str, name: str, value: Any, low: int) -> None:
 
 @dataclass(frozen=True)
 class LayerPolicy:
-    """A layer's policy: `flat()` (window 0) or `ring(window, keep=0)` (window >= 1; keep in [0, window))."""
+    """A layer's policy: `flat()` (window 0), `ring(window, keep=0)` (window >= 1; keep in [0, window)) or
+    `chunked(chunk)` (window 0, chunk >= 1)."""
 
     kind: LayerKind = LayerKind.FLAT
     window: int = 0
     keep: int = 0   # OP-SINKS: a ring layer's sinks, the first `keep` positions every query attends
+    chunk: int = 0  # OP-CHUNK: a chunk layer's chunk size (0 on every other kind)
 
     def __post_init__(self) -> None:
         if not isinstance(self.kind, LayerKind):
             raise ConfigTypeError("OP-CONFIG", "LayerPolicy.kind", "must be a LayerKind", value=self.kind)
         _config_int("LayerPolicy", "window", self.window, 0)
-        if self.kind is LayerKind.FLAT and self.window != 0:
-            raise ConfigError("OP-CONFIG", "LayerPolicy.window", "a flat layer's window must be 0", value=self.window)
+        if self.kind in (LayerKind.FLAT, LayerKind.CHUNK) and self.window != 0:
+            raise ConfigError("OP-CONFIG", "LayerPolicy.window", f"a {self.kind.value} layer's window must be 0",
+                              value=self.window)
         if self.kind is LayerKind.RING and self.window < 1:
             raise ConfigError("OP-CONFIG", "LayerPolicy.window", "a ring layer needs a window >= 1", value=self.window)
         _config_int("LayerPolicy", "keep", self.keep, 0)
@@ -79,6 +84,11 @@ class LayerPolicy:
             raise ConfigError("OP-CONFIG", "LayerPolicy.keep", "OP-SINKS: keep must be below the window (a flat "
                                                                "layer keeps 0): the window needs a position of its own",
                               keep=self.keep, window=self.window)
+        _config_int("LayerPolicy", "chunk", self.chunk, 0)
+        if (self.chunk < 1) if self.kind is LayerKind.CHUNK else (self.chunk != 0):
+            raise ConfigError("OP-CONFIG", "LayerPolicy.chunk", "OP-CHUNK: a chunk layer's chunk is >= 1 (a chunk of 0 "
+                                                                "holds no query); another kind of layer has none",
+                              chunk=self.chunk, kind=self.kind.value)
 
     @classmethod
     def flat(cls) -> LayerPolicy:
@@ -90,6 +100,11 @@ class LayerPolicy:
         """Attend `window` positions: the first `keep` (sinks) and the newest `window - keep`, the query's own
         included."""
         return cls(LayerKind.RING, window, keep)
+
+    @classmethod
+    def chunked(cls, chunk: int) -> LayerPolicy:
+        """Attend the query's own chunk: the positions from chunk * (p // chunk) up to the query's own p."""
+        return cls(LayerKind.CHUNK, 0, 0, chunk)
 
 
 def _check_mask(kind: MaskKind, mask: Any) -> None:
@@ -150,6 +165,8 @@ class CacheConfig:
     of V, which may differ from K's (MLA). `max_write`, when set, makes the contiguous cache keep only a
     ring of `window + max_write - 1` rows on each ring layer, and bounds every step to `max_write` tokens;
     unset, a ring layer keeps its whole history and the window is applied by the mask alone.
+    `record_past` (transformers' `activate_past_recording`) makes ring layers keep their past for a later
+    trim (OP-RECORD): the contiguous cache then keeps a ring's whole history, `max_write` set or not.
     """
 
     n_layers: int
@@ -162,6 +179,7 @@ class CacheConfig:
     layers: Sequence[LayerPolicy] = field(default=(LayerPolicy.flat(),))
     v_head_dim: Optional[int] = None
     max_write: Optional[int] = None
+    record_past: bool = False
 
     def __post_init__(self) -> None:
         for name in ("n_layers", "n_kv_heads", "head_dim", "capacity", "batch_size"):
@@ -171,6 +189,9 @@ class CacheConfig:
         _config_int("CacheConfig", "v_head_dim", self.v_head_dim, 1)
         if self.max_write is not None:
             _config_int("CacheConfig", "max_write", self.max_write, 1)
+        if type(self.record_past) is not bool:
+            raise ConfigTypeError("OP-CONFIG", "CacheConfig.record_past", "must be True or False (OP-RECORD)",
+                                  value=self.record_past, type=type(self.record_past).__name__)
         if not isinstance(self.sizing, CacheSizing):
             raise ConfigTypeError("OP-CONFIG", "CacheConfig.sizing", "must be a CacheSizing", value=self.sizing)
         numpy_dtype(self.dtype)
@@ -185,7 +206,7 @@ class CacheConfig:
             if not isinstance(policy, LayerPolicy):
                 raise ConfigTypeError("OP-CONFIG", f"CacheConfig.layers[{index}]", "must be a LayerPolicy",
                                       value=policy)
-            LayerPolicy(policy.kind, policy.window, policy.keep)  # re-validated: frozen fields yield to object.__setattr__
+            LayerPolicy(policy.kind, policy.window, policy.keep, policy.chunk)  # re-validated: frozen fields yield to object.__setattr__
 
     def policy_for(self, layer_id: int) -> LayerPolicy:
         """The policy of layer `layer_id` (the broadcast one when `layers` holds one)."""
@@ -199,6 +220,10 @@ class CacheConfig:
         """The layer's sinks (OP-SINKS); 0 for a flat layer or a plain ring."""
         return self.policy_for(layer_id).keep
 
+    def chunk(self, layer_id: int) -> int:
+        """The layer's chunk size (OP-CHUNK); 0 for every other kind of layer."""
+        return self.policy_for(layer_id).chunk
+
 
 def validated(config: Any) -> CacheConfig:
     """OP-CONFIG: a fresh, re-validated copy of an op-face config (a cache keeps its own)."""
@@ -206,7 +231,8 @@ def validated(config: Any) -> CacheConfig:
         raise ConfigTypeError("OP-CONFIG", "config", "must be a kvcache.op.CacheConfig", value=config,
                               type=type(config).__name__)
     return CacheConfig(config.n_layers, config.n_kv_heads, config.head_dim, config.capacity, config.sizing,
-                       config.dtype, config.batch_size, tuple(config.layers), config.v_head_dim, config.max_write)
+                       config.dtype, config.batch_size, tuple(config.layers), config.v_head_dim, config.max_write,
+                       config.record_past)
 
 
 def _is_op_config(config: Any) -> bool:
@@ -226,9 +252,10 @@ takes_op_config = icontract.require(_is_op_config, "OP-CONFIG: config is a kvcac
 def layout_config(config: CacheConfig, *, ring_rows: bool) -> LayoutConfig:
     """The integer layouts' config of an op config. `ring_rows`: a ring layer is laid out as a ring (its
     window's rows only); otherwise it is laid out flat and its window is the mask's business. A ring with
-    sinks is always laid out flat: the integer layouts have no sinks (its rows are bounded by capacity)."""
+    sinks is always laid out flat: the integer layouts have no sinks (its rows are bounded by capacity); so is a
+    chunk layer (its chunk is the mask's business) and a ring that records its past (OP-RECORD)."""
     def policy(op_policy: LayerPolicy) -> LayoutPolicy:
-        if op_policy.kind is LayerKind.RING and ring_rows and not op_policy.keep:
+        if op_policy.kind is LayerKind.RING and ring_rows and not op_policy.keep and not config.record_past:
             return LayoutPolicy.ring(op_policy.window)
         return LayoutPolicy.flat()
     layers = tuple(LayerConfig(policy(p), config.n_kv_heads, config.head_dim) for p in config.layers)
@@ -275,14 +302,16 @@ def spec_for(mask: Mask, kind: ArrayKind) -> AttendSpec:
 
 
 def attended_by_formula(query_positions: Sequence[int], key_positions: Sequence[int], window: int,
-                        keep: int = 0) -> Mask:
-    """OP-ATTEND, OP-SINKS for one sequence, written out: query at p attends key at q iff q <= p and,
-    windowed (window > 0), q < keep or q > p - (window - keep)."""
+                        keep: int = 0, chunk: int = 0) -> Mask:
+    """OP-ATTEND, OP-SINKS, OP-CHUNK for one sequence, written out: query at p attends key at q iff q <= p and,
+    windowed (window > 0), q < keep or q > p - (window - keep); chunked (chunk > 0), q >= chunk * (p // chunk)."""
     queries = np.asarray(query_positions, dtype=np.int64)[:, None]
     keys = np.asarray(key_positions, dtype=np.int64)[None, :]
     attends: Mask = keys <= queries
     if window > 0:
         attends &= (keys < keep) | (keys > queries - (window - keep))
+    if chunk > 0:
+        attends &= keys >= queries - queries % chunk
     return attends
 
 

@@ -51,9 +51,19 @@ class OpConfig:
     max_write: Optional[int] = None   # OP-MAX-WRITE: the most tokens a step writes (with a ring layer); None = no bound
     keeps: tuple[int, ...] = ()       # OP-SINKS: per layer, the sink positions a ring layer keeps (empty = none)
     bounded: bool = True   # OP-CAP binds; False for a target declaring `unbounded` (SPEC.md 6.1): capacity a hint
+    chunks: tuple[int, ...] = ()      # OP-CHUNK: per layer, a chunk layer's chunk size (0 = not chunked; empty = none)
+    record_past: bool = False         # OP-RECORD: ring layers keep their past until a trim
 
     def keep(self, layer: int) -> int:
         return self.keeps[layer] if self.keeps else 0
+
+    def chunk(self, layer: int) -> int:
+        return self.chunks[layer] if self.chunks else 0
+
+    def chunk_start(self, layer: int, position: int) -> int:
+        """OP-CHUNK: the first position of the chunk holding `position` on a chunk layer (0 on any other)."""
+        size = self.chunk(layer)
+        return position - position % size if size else 0
 
     def retained(self, layer: int) -> int:
         """OP-TRIM: the newest positions beside its sinks a ring layer retains at least (its floor's lag)."""
@@ -79,14 +89,22 @@ def make_config(cfg: dict[str, Any], kind: str) -> Union[OpConfig, Rejected]:
         return Rejected("OP-CONFIG", "layers must be one policy, or one per layer")
     windows: list[int] = []
     keeps: list[int] = []
+    chunks: list[int] = []
     for entry in layers:
         if not isinstance(entry, dict):
             return Rejected("OP-CONFIG", f"a layer policy is {entry!r}")
         window = entry.get("window")
-        if not isinstance(window, int) or not _is_int(window) or (entry.get("kind") == "flat" and window != 0) or \
-                (entry.get("kind") == "ring" and window < 1) or entry.get("kind") not in ("flat", "ring"):
-            return Rejected("OP-CONFIG", f"layer policy {entry!r} is not flat (window 0) or ring (window >= 1)")
+        if not isinstance(window, int) or not _is_int(window) or (entry.get("kind") in ("flat", "chunk") and window != 0) \
+                or (entry.get("kind") == "ring" and window < 1) or entry.get("kind") not in ("flat", "ring", "chunk"):
+            return Rejected("OP-CONFIG", f"layer policy {entry!r} is not flat (window 0), ring (window >= 1) or chunk "
+                                         "(window 0)")
         windows.append(window)
+        chunk = entry.get("chunk", 0)
+        if not _is_int(chunk) or (chunk < 1 if entry.get("kind") == "chunk" else chunk != 0) or (chunk and kind == CELL):
+            # OP-CHUNK: a chunk of 0 holds no query; a chunk on another kind of layer has no meaning
+            return Rejected("OP-CONFIG", f"layer policy {entry!r}: chunk must be an int >= 1 on a chunk layer (absent "
+                                         "on another; the cell cache has none)", case="chunk")
+        chunks.append(chunk)
         keep = entry.get("keep", 0)
         if not _is_int(keep) or not 0 <= keep < max(window, 1) or (keep and kind == CELL):
             # OP-SINKS: keep >= window leaves no position for the window part; the cell cache has no sinks
@@ -100,13 +118,19 @@ def make_config(cfg: dict[str, Any], kind: str) -> Union[OpConfig, Rejected]:
     max_write = cfg.get("max_write")
     if max_write is not None and (not _is_int(max_write) or max_write < 1):
         return Rejected("OP-CONFIG", f"max_write must be null or an int >= 1, got {max_write!r}")
+    record_past = cfg.get("record_past", False)
+    if type(record_past) is not bool or (record_past and kind == CELL):
+        return Rejected("OP-CONFIG", f"record_past must be true or false (false on a cell cache), got {record_past!r}",
+                        case="record_past")
     n_layers = sizes["n_layers"]
     windows = windows * n_layers if len(windows) == 1 else windows
     keeps = keeps * n_layers if len(keeps) == 1 else keeps
+    chunks = chunks * n_layers if len(chunks) == 1 else chunks
     return OpConfig(kind, n_layers, tuple(windows), sizes["n_kv_heads"], sizes["head_dim"], sizes["v_head_dim"],
                     sizes["capacity"], sizes["batch_size"],
                     max_write if kind == CONTIGUOUS and any(windows) else None,   # cells have no rings to bound
-                    tuple(keeps) if any(keeps) else ())
+                    tuple(keeps) if any(keeps) else (), chunks=tuple(chunks) if any(chunks) else (),
+                    record_past=record_past)
 
 
 @dataclass
@@ -143,6 +167,9 @@ class OpModel:
         self.abandoned = 0   # steps abandoned partway (a target without the `steps` feature is not judged past one)
         # OP-TRIM: per layer, the floor F: a ring layer may have dropped its positions below F (its sinks aside)
         self.floors = [0] * cfg.n_layers
+        # OP-RECORD: the floors the rings would have if the config did not record its past (a trim owed only
+        # because it does is the recording's: the suite names OP-RECORD when such a trim is refused)
+        self.unrecorded = [0] * cfg.n_layers
 
     def snapshot(self) -> "OpModel":
         """A copy of the state (a call refused that the model served is followed from the state before it)."""
@@ -150,7 +177,7 @@ class OpModel:
         copy.held = {seq: dict(tokens) for seq, tokens in self.held.items()}
         copy.step = None if self.step is None else replace(self.step, served=set(self.step.served))
         copy.dropped_declaration, copy.abandoned = self.dropped_declaration, self.abandoned
-        copy.floors = list(self.floors)
+        copy.floors, copy.unrecorded = list(self.floors), list(self.unrecorded)
         return copy
 
     # --- observations ------------------------------------------------------------------------------
@@ -200,23 +227,36 @@ class OpModel:
     def reset(self) -> None:
         self.held, self.step, self.dropped_declaration = {}, None, False
         self.floors = [0] * self.cfg.n_layers
+        self.unrecorded = [0] * self.cfg.n_layers
 
     def trim_answer(self, n: Any) -> Union[Rejected, str]:
         """OP-TRIM's ordered procedure (the first check that applies decides), asked before trim(n): a Rejected
         for an n that is no int (bool included), negative, or above the tokens held before an open step (which
         the trim abandons first); else "owed" when n == 0 (the state a new step at L leaves, owed by OP-STEP)
-        or every ring layer still retains everything (its floor at most its keep), else "optional": a ring may
-        have dropped rows, so the target serves it (judged by its later answers) or refuses it."""
+        or every layer of the least size still holds what the next query attends (`_keeps_for`), else
+        "optional": a layer may have dropped rows, so the target serves it (judged by its later answers) or
+        refuses it."""
         if not _is_int(n):
             return Rejected("OP-TRIM", f"n {n!r} is not an int", case="n type")
         held = len(self.held.get(0, {}))
         if not 0 <= n <= held:
             return Rejected("OP-TRIM", f"n {n} is not in [0, {held}]: the tokens held",
                             case="n negative" if n < 0 else "n above held")
-        if n == 0 or all(floor <= self.cfg.keep(layer) for layer, floor in enumerate(self.floors)
-                         if self.cfg.windows[layer]):
+        end = held - n
+        if n == 0 or all(self._keeps_for(layer, floor, end) for layer, floor in enumerate(self.floors)):
             return "owed"
         return "optional"
+
+    def _keeps_for(self, layer: int, floor: int, end: int) -> bool:
+        """OP-TRIM, OP-CHUNK, OP-RECORD: whether a layer of the least size, its floor `floor`, still holds every
+        position the query at `end` attends: a ring while nothing is dropped (floor <= keep), or, recording its
+        past, while the positions beside its sinks that query reads are >= floor; a chunk layer while that query's
+        chunk starts at or above its floor; a flat layer always."""
+        cfg = self.cfg
+        window, keep = cfg.windows[layer], cfg.keep(layer)
+        if window:
+            return floor <= keep or (cfg.record_past and end - (window - keep - 1) >= floor)
+        return cfg.chunk_start(layer, end) >= floor
 
     def trim_owed(self, n: Any) -> bool:
         return self.trim_answer(n) == "owed"
@@ -231,7 +271,12 @@ class OpModel:
         end = len(self.held.get(0, {})) - n
         self._abandon()
         self.held = {0: {uid: pos for uid, pos in self.held.get(0, {}).items() if pos < end}} if end else {}
-        self.floors = [min(floor, end) for floor in self.floors]
+        # a recording ring gives its past up at a trim (transformers' crop): it keeps the w - k - 1 positions
+        # the next query reads beside its sinks and itself
+        self.floors = [max(min(floor, end), end - (self.cfg.windows[l] - self.cfg.keep(l) - 1))
+                       if self.cfg.windows[l] and self.cfg.record_past else min(floor, end)
+                       for l, floor in enumerate(self.floors)]
+        self.unrecorded = [min(floor, end) for floor in self.unrecorded]
         return None
 
     def begin_step(self, seq_ids: Any) -> Optional[Rejected]:
@@ -415,9 +460,13 @@ class OpModel:
         self.step = Step((0,) * len(positions))
         # OP-TRIM: a step begun moves every ring layer's floor, served or not: a cache may map the step's
         # positions to ring slots once for every layer (a shared slot map), freeing them before it writes
+        # (a recording ring keeps its past until a trim, OP-RECORD); a chunk layer may drop what lies below the
+        # chunk of the step's first query (OP-CHUNK)
         end = positions[-1] + 1
-        self.floors = [max(floor, end - self.cfg.retained(l)) if self.cfg.windows[l] else floor
-                       for l, floor in enumerate(self.floors)]
+        self.floors = [max(floor, end - self.cfg.retained(l)) if self.cfg.windows[l] and not self.cfg.record_past
+                       else max(floor, self.cfg.chunk_start(l, positions[0])) for l, floor in enumerate(self.floors)]
+        self.unrecorded = [max(floor, end - self.cfg.retained(l)) if self.cfg.windows[l] else floor
+                           for l, floor in enumerate(self.unrecorded)]
         return self._serve(layer, positions, uids)
 
     def _serve(self, layer: int, positions: tuple[int, ...], uids: tuple[int, ...]) -> Attends:
@@ -430,11 +479,12 @@ class OpModel:
         window, keep = self.cfg.windows[layer], self.cfg.keep(layer)
         attends: Attends = []
         for seq, pos in zip(step.seqs, positions):
-            # OP-ATTEND, OP-SINKS: the window's newest w - k positions, and the first k
+            # OP-ATTEND, OP-SINKS: the window's newest w - k positions, and the first k; OP-CHUNK: its own chunk
+            start = self.cfg.chunk_start(layer, pos)
             seen = [uid for uid, q in self.held.get(seq, {}).items()
-                    if q <= pos and (window == 0 or q < keep or q > pos - (window - keep))]
+                    if start <= q <= pos and (window == 0 or q < keep or q > pos - (window - keep))]
             seen += [uid for s, q, uid in zip(step.seqs, positions, step.uids)
-                     if s == seq and q <= pos and (window == 0 or q < keep or q > pos - (window - keep))]
+                     if s == seq and start <= q <= pos and (window == 0 or q < keep or q > pos - (window - keep))]
             attends.append(sorted(seen))
         if len(step.served) == self.cfg.n_layers:
             self._commit()

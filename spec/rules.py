@@ -350,7 +350,8 @@ OP_RULES: tuple[Rule, ...] = (
          "tokens held before an open step: refused; (3) an open step is abandoned (OP-STEP), and the trim goes "
          "on from L; (4) n = 0: owed; (5) every ring layer of window w, keep k still retains everything - its "
          "floor F <= k, where F starts at 0, becomes max(F, end - (w - k - 1 + max_write)) (max_write null "
-         "counts 0) when a step ending at end begins, and min(F, L - n) at a trim: owed; (6) otherwise "
+         "counts 0) when a step ending at end begins, and min(F, L - n) at a trim (a recording ring's: OP-RECORD) "
+         "- and every chunk layer the chunk the query at L - n reads (OP-CHUNK): owed; (6) otherwise "
          "optional: the target serves it, every later answer then judged by its rows, or refuses it, changing "
          "nothing. A valid n is never refused for what a ring may have dropped.",
          "Speculative decoding rolls back its rejected draft tokens (HF's crop, mlx-lm's trim); whether a ring "
@@ -359,6 +360,29 @@ OP_RULES: tuple[Rule, ...] = (
          "wrong, one that refuses (mlx-lm's is_trimmable: offset < max_size) is right.",
          "A trim that only lowers the length (the rows come back); a trim past a wrapped ring that then serves "
          "overwritten rows; a negative trim that grows the cache over rows never written."),
+    Rule("OP-CHUNK",
+         "Contiguous: a chunk layer of chunk size c (an int >= 1, window 0) is what one query attends: the query at "
+         "position p attends exactly the positions q with c * floor(p / c) <= q <= p. Its floor F becomes max(F, "
+         "c * floor(s / c)) when a step whose first position is s begins, and min(F, L - n) at a trim; it holds the "
+         "chunk the query at L - n reads while c * floor((L - n) / c) >= F (OP-TRIM). A config with a chunk "
+         "below 1 or not an int, a chunk layer with a window or without a chunk, or a chunk on another kind of "
+         "layer is refused; the cell cache has no chunk layers.",
+         "Chunked attention (llama4's attention_chunk_size, mlx-lm's ChunkedKVCache) bounds each query to its own "
+         "chunk: a cache may drop every earlier chunk once a step starts in a new one, and a trim back across the "
+         "boundary then needs rows only a cache that kept them has.",
+         "A query attending across its chunk's start (a sliding window of c instead of a chunk); a chunk start "
+         "that a trim back across the boundary does not move back; a chunk of 0 served."),
+    Rule("OP-RECORD",
+         "Contiguous: with record_past true (a bool; absent = false), every ring layer of window w, keep k keeps "
+         "its past until a trim: a step begun moves no ring's floor, and a trim to L - n sets it to max(min(F, "
+         "L - n), L - n - (w - k - 1)); it retains what the query at L - n reads while F <= k or F <= L - n - (w - k "
+         "- 1) (OP-TRIM) - so after an owed trim (or a reset) a trim no lower than it left is owed however far the "
+         "steps between them went. A record_past that is not a bool is refused; the cell cache records no past.",
+         "Speculative decoding over sliding layers (transformers' activate_past_recording, then crop after each "
+         "verification) keeps the rows a rollback needs beyond the window; a cache that promises it and keeps "
+         "only its window cannot give back what it rejected.",
+         "A recording ring that keeps only its window (an owed trim refused, or served over rows it lost); a "
+         "record_past of 1 or 'yes' taken for true."),
 )
 
 # --- a cell cache seen only through its outputs (SPEC.md section 5.3): the op face's cell verbs, and a decode

@@ -33,9 +33,11 @@ def test_every_feature_is_added_by_exactly_one_version_and_versions_only_add() -
     added = [feature for _, features in scopes.SPEC_VERSIONS.values() for feature in features]
     assert sorted(added) == sorted(scopes.EVERY_FEATURE) and len(added) == len(set(added))
     assert list(scopes.SPEC_VERSIONS) == list(range(scopes.FIRST_VERSION, scopes.CURRENT_VERSION + 1))
-    assert scopes.features_of(1) < scopes.features_of(2) == frozenset(scopes.EVERY_FEATURE)
+    assert scopes.features_of(1) < scopes.features_of(2) < scopes.features_of(3) == frozenset(scopes.EVERY_FEATURE)
     assert scopes.version_of("trim") == scopes.version_of("sinks") == 2 and scopes.version_of("batch") == 1
-    assert scopes.later_keys(1) == {"keep"} and not scopes.later_keys(scopes.CURRENT_VERSION)
+    assert scopes.version_of("chunk") == scopes.version_of("recording") == 3
+    assert scopes.later_keys(1) == {"keep", "chunk"} and scopes.later_keys(2) == {"chunk"}
+    assert not scopes.later_keys(scopes.CURRENT_VERSION)
 
 
 @pytest.mark.parametrize("items, version, has_trim", [
@@ -81,12 +83,17 @@ def test_a_newer_version_is_reported_in_a_hello_and_refused_in_kvcache_scope() -
 
 def test_a_spec_1_scope_is_sent_no_configuration_of_a_later_version() -> None:
     """A config key outside the declared version is never sent: a spec-1 cache sees no `keep`, not even keep 0,
-    and no invalid keep either; a spec-2 scope is sent them all."""
+    and no invalid keep either; a spec-2 scope is sent them, but no chunk layer nor `record_past` (spec 3); a
+    spec-3 scope is sent them all."""
     kept, notes = scopes.in_version(CONTIGUOUS_CONFIGS, scopes.FULL)
     assert kept and not any("keep" in entry for cfg in kept for entry in cfg["layers"])
     assert len(kept) < len(CONTIGUOUS_CONFIGS) and notes and "sinks" in notes[0]
     assert not scopes.FULL.speaks({**CONTIGUOUS_CONFIGS[0], "layers": [{"kind": "ring", "window": 2, "keep": 0}]})
-    assert scopes.in_version(CONTIGUOUS_CONFIGS, scopes.parse(["spec=2"], "test")) == (list(CONTIGUOUS_CONFIGS), [])
+    spec2, notes2 = scopes.in_version(CONTIGUOUS_CONFIGS, scopes.parse(["spec=2"], "test"))
+    assert any("keep" in entry for cfg in spec2 for entry in cfg["layers"]) and len(spec2) < len(CONTIGUOUS_CONFIGS)
+    assert not any("chunk" in entry for cfg in spec2 for entry in cfg["layers"]) and \
+        not any("record_past" in cfg for cfg in spec2) and notes2
+    assert scopes.in_version(CONTIGUOUS_CONFIGS, scopes.parse(["spec=3"], "test")) == (list(CONTIGUOUS_CONFIGS), [])
 
 
 # --- caches of the previous release keep their verdict (each NOT CONFORMING before spec versions) -------------

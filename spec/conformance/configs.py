@@ -70,12 +70,15 @@ def describe(cfg: JsonConfig) -> str:
              (f"ring({entry.get('window')}" + (f", keep {entry['keep']!r})" if "keep" in entry else ")")
               if entry.get("kind") == "ring" else str(entry.get("kind")) + (f"(keep {entry['keep']!r})"
                                                                             if "keep" in entry else ""))
+             + (f"(chunk {entry['chunk']!r})" if "chunk" in entry else "")   # an op chunk layer's (OP-CHUNK)
              for entry in layers] or ["no layers"]   # an op ring's sinks (OP-SINKS)
     text = f"cap {cfg.get('capacity')!r}, " + "+".join(parts)
     if len(layers) == 1 and cfg.get("n_layers", 1) != 1:
         text += f" x{cfg['n_layers']}"
     if cfg.get("max_write") is not None:
         text += f", max_write {cfg['max_write']}"
+    if "record_past" in cfg:   # OP-RECORD
+        text += f", record_past {cfg['record_past']!r}"
     if "max_seqs" in cfg:
         text += f", max_seqs {cfg['max_seqs']!r}"
     # an op-face config's own fields, where they differ from the defaults (op/programs.py, op_config)

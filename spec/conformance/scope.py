@@ -107,6 +107,8 @@ OP_FEATURES: dict[str, str] = {
     # additive: the target implements them (absent: its programs send no trim, its configs carry no keep)
     "trim": "the trim(n) verb: drop the newest n tokens of every layer (OP-TRIM)",
     "sinks": "ring layers with attention sinks (a policy's keep > 0, OP-SINKS)",
+    "chunk": "chunk layers: a query attends its own chunk of `chunk` positions (OP-CHUNK)",
+    "recording": "configs with record_past: ring layers keep their past until a trim (OP-RECORD)",
 }
 # The recompute face's part a target may leave out (SPEC.md 5.3): llama.cpp keeps each sequence's positions
 # consecutive, so a decode past next_pos ends its program unjudged.
@@ -120,11 +122,14 @@ EVERY_FEATURE: dict[str, str] = {**FEATURES, **OP_FEATURES, **RECOMPUTE_FEATURES
 SPEC = "spec"   # "spec=2" in a declaration: the version the target was written against
 SPEC_VERSIONS: dict[int, tuple[str, frozenset[str]]] = {
     1: ("the first release: the sequence, cell, op and recompute faces, before trim and sinks",
-        frozenset(EVERY_FEATURE) - {"trim", "sinks"}),
+        frozenset(EVERY_FEATURE) - {"trim", "sinks", "chunk", "recording"}),
     2: ("the op face's trim(n) verb (OP-TRIM) and ring layers with attention sinks (OP-SINKS)",
         frozenset({"trim", "sinks"})),
+    3: ("chunk layers (OP-CHUNK) and rings recording their past for a trim (OP-RECORD)",
+        frozenset({"chunk", "recording"})),
 }
-VERSION_LAYER_KEYS: dict[int, frozenset[str]] = {2: frozenset({KEEP})}   # config keys a version added
+CHUNK, RECORD_PAST = "chunk", "record_past"   # a layer entry's chunk size; the config's recording flag
+VERSION_LAYER_KEYS: dict[int, frozenset[str]] = {2: frozenset({KEEP}), 3: frozenset({CHUNK})}   # config keys a version added
 FIRST_VERSION, CURRENT_VERSION = min(SPEC_VERSIONS), max(SPEC_VERSIONS)
 UNDECLARED_VERSION = FIRST_VERSION   # a target that names no version nor any later feature (see the docstring)
 
@@ -189,7 +194,8 @@ SIZE_FEATURES = frozenset({"mla", "batch", MIN_HEAD_DIM})
 LAYOUT_FEATURES: dict[str, frozenset[str]] = {
     "sequence": frozenset(FEATURES),
     "cell": frozenset(FEATURES),
-    "op-contiguous": frozenset({"flat", "ring", "max_write", "batch", "mla", "positions", "steps", "trim", "sinks"}),
+    "op-contiguous": frozenset({"flat", "ring", "max_write", "batch", "mla", "positions", "steps", "trim", "sinks",
+                                "chunk", "recording"}),
     "op-cell": frozenset({"flat", "ring", "mla", "positions", "steps", "declarations"}),
     "cell-recompute": frozenset({"flat", "ring", "position-gaps"}),
     "paged": frozenset({"flat", "ring"}),   # a paged config's groups: full ones need `flat`, window ones `ring`
@@ -256,6 +262,10 @@ def needs(cfg: JsonConfig) -> frozenset[str]:
         wanted.add("batch")
     if any(isinstance(entry, dict) and entry.get("keep", 0) != 0 for entry in cfg.get("layers", [])):
         wanted.add("sinks")   # a ring with attention sinks (OP-SINKS)
+    if any(isinstance(entry, dict) and (entry.get("kind") == CHUNK or CHUNK in entry) for entry in cfg.get("layers", [])):
+        wanted.add("chunk")   # a chunk layer, or a chunk size on another (OP-CHUNK)
+    if RECORD_PAST in cfg:
+        wanted.add("recording")   # the config's record_past, whatever its value (OP-RECORD)
     return frozenset(wanted)
 
 

@@ -23,6 +23,7 @@ states and programs it checked, and how many states it left unexpanded at the bo
     python -m kvcache_spec.conformance.op.checker --target python:kvcache_spec.conformance.op.targets:cell
     python -m kvcache_spec.conformance.op.checker --target cmd:./my_op_server      (spec/PROTOCOL.md)
     python -m kvcache_spec.conformance.op.checker --target python:kvcache_spec.conformance.op.targets:contiguous --sinks
+    python -m kvcache_spec.conformance.op.checker --target python:kvcache_spec.conformance.op.targets:contiguous --chunk
 """
 
 from __future__ import annotations
@@ -49,6 +50,12 @@ CHECK_CONFIGS = {
 }
 # OP-SINKS (--sinks): a ring of 3 keeping 1 sink beside a flat layer; 5 tokens reach past its window part.
 SINKS_CONFIG = op_config(5, (3, 0), keep=1)
+# OP-CHUNK (--chunk): one chunk layer of 2, a boundary every two tokens; OP-RECORD (--record): one recording
+# ring of 2, whose trims stay owed past its window. One layer each, so a trim back across a boundary, or below
+# what a ring that did not record would keep, and the query after it fit in 4 steps.
+CHUNK_CONFIG = op_config(4, (0,), chunks=(2,))
+RECORD_CONFIG = op_config(4, (2,), record_past=True)
+EXTRA_CONFIGS = {"sinks": SINKS_CONFIG, "chunk": CHUNK_CONFIG, "record": RECORD_CONFIG}
 
 
 def alphabet(kind: str, cfg: dict[str, Any], trims: bool = False) -> list[Step]:
@@ -56,9 +63,11 @@ def alphabet(kind: str, cfg: dict[str, Any], trims: bool = False) -> list[Step]:
     `trims` (a contiguous target with the `trim` feature) trims of 0, 1 and 2 tokens and a negative one."""
     layers = [fetch(layer) for layer in range(cfg["n_layers"])]
     if kind == "op-contiguous":
-        sinks = any(entry.get("keep") for entry in cfg["layers"])   # a two-token step on every layer, then
+        # with sinks, a chunk layer or recording, a two-token step on every layer (past a window part, across a
+        # chunk boundary), then
+        whole = any(entry.get("keep") or entry.get("chunk") for entry in cfg["layers"]) or cfg.get("record_past")
         return layers + [fetch(0, 2), at(0, [0]), at(0, [-1]), RESET] + \
-            [fetch(layer, 2) for layer in range(1, cfg["n_layers"]) if sinks] + \
+            [fetch(layer, 2) for layer in range(1, cfg["n_layers"]) if whole] + \
             ([trim(0), trim(1), trim(2), trim(-1)] if trims else [])
     return layers + [begin(0), begin(1), begin(0, 1), begin(0, 0), begin(0, 0, 0), cp(0, 1), cp(1, 0, 1), rm(0), rm(1, 1),
                      at(0, [0]), at(0, [INT32_LIMIT]), RESET]
@@ -177,6 +186,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--timeout", type=float, default=5.0, help="seconds per request of a cmd: target")
     parser.add_argument("--sinks", action="store_true",
                         help="op-contiguous: check a ring with an attention sink (OP-SINKS) beside a flat layer")
+    parser.add_argument("--chunk", action="store_true",
+                        help="op-contiguous: check a chunk layer of chunk 2 (OP-CHUNK)")
+    parser.add_argument("--record", action="store_true",
+                        help="op-contiguous: check a recording ring of 2 (OP-RECORD)")
     args = parser.parse_args(argv)
     try:
         target = parse_target(args.target, timeout=args.timeout)
@@ -188,7 +201,11 @@ def main(argv: Optional[list[str]] = None) -> int:
         if target.layout not in CHECK_CONFIGS:
             print(f"{args.target}: layout {target.layout!r} is not an op-face layout", file=sys.stderr)
             return 2
-        result = check(target, args.depth, SINKS_CONFIG if args.sinks and target.layout == "op-contiguous" else None)
+        chosen = [EXTRA_CONFIGS[name] for name in EXTRA_CONFIGS if getattr(args, name)]
+        if len(chosen) > 1:
+            print("--sinks, --chunk and --record each choose the configuration: give one", file=sys.stderr)
+            return 2
+        result = check(target, args.depth, chosen[0] if chosen and target.layout == "op-contiguous" else None)
     finally:
         target.close()
     print(json.dumps(result.summary(), indent=1))

@@ -154,8 +154,9 @@ class OpEngine(Caller):
         if self.rejected_config is not None:
             rule = self.rejected_config.rule
             self.result.exercised.add(rule)
-            if self.rejected_config.case == "keep":
-                self.result.exercised.add("OP-SINKS")
+            case_rule = {"keep": "OP-SINKS", "chunk": "OP-CHUNK", "record_past": "OP-RECORD"}
+            if self.rejected_config.case in case_rule:
+                self.result.exercised.add(case_rule[self.rejected_config.case])
             case = config_case("op-" + self.kind, self.cfg)   # the configuration clause it breaks
             if case is not None:   # sent: the clause is broken (coverage counts it, refused or accepted)
                 self.result.exercised |= {CLAUSE_PREFIX + case.clause.id, CLAUSE_PREFIX + case.name}
@@ -457,9 +458,20 @@ class OpEngine(Caller):
             return None
         if not owed:   # the target's choice (a ring may have dropped rows): the lockstep follows what it did
             return self._optional_trim(args, concrete)
-        self._accepted("trim", args, "OP-STEP" if self.model.abandoned != before else "OP-TRIM")
+        recorded = self._owed_by_recording()
+        self._accepted("trim", args, "OP-STEP" if self.model.abandoned != before else
+                       "OP-RECORD" if recorded else "OP-TRIM")
         self.result.exercised.add("OP-TRIM")
+        if recorded:
+            self.result.exercised.add("OP-RECORD")
         return concrete
+
+    def _owed_by_recording(self) -> bool:
+        """OP-RECORD: the trim just judged owed is so only because the config records its past: before it, a ring
+        of the least size that did not record may have dropped a row (its floor above its sinks)."""
+        before, cfg = self.before_call, self.mcfg
+        return before is not None and cfg.record_past and any(
+            cfg.windows[layer] and floor > cfg.keep(layer) for layer, floor in enumerate(before.unrecorded))
 
     def _optional_trim(self, args: dict[str, Any], concrete: Step) -> Step:
         """OP-TRIM: a trim after a ring layer may have dropped rows, the target's choice. Served, the model has
@@ -690,6 +702,8 @@ class OpEngine(Caller):
         self.result.exercised.add("OP-ATTEND")
         if cfg.keep(layer):
             self.result.exercised.add("OP-SINKS")
+        if cfg.chunk(layer):
+            self.result.exercised.add("OP-CHUNK")
         CHECKED["queries"] += q * cfg.batch_size * cfg.n_kv_heads
         CHECKED["answers"] += 1
         if cfg.batch_size > 1:

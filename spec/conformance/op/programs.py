@@ -26,13 +26,18 @@ from ..malform import Case, case_of, cases, config_cases, id_value, int_value, s
 
 def op_config(capacity: int, windows: tuple[int, ...] = (0,), n_layers: Optional[int] = None, heads: int = 1,
               head_dim: int = 2, v_head_dim: Optional[int] = None, batch: int = 1,
-              sizing: str = "dynamic", max_write: Optional[int] = None, keep: int = 0) -> JsonConfig:
+              sizing: str = "dynamic", max_write: Optional[int] = None, keep: int = 0, chunks: tuple[int, ...] = (),
+              record_past: Optional[bool] = None) -> JsonConfig:
     """A JSON op config; the layer entries repeat the shape so the shared shrinker can read them. `keep`:
-    the sinks of every ring layer (OP-SINKS; said only when not 0)."""
-    layers = [{**layer("ring" if w else "flat", w, heads, head_dim), **({"keep": keep} if keep and w else {})}
-              for w in windows]
+    the sinks of every ring layer (OP-SINKS; said only when not 0); `chunks`: per layer, a chunk layer's chunk
+    size where it is not 0 (OP-CHUNK; its window 0); `record_past` said only when given (OP-RECORD)."""
+    chunk_of = chunks or (0,) * len(windows)
+    layers = [{**layer("chunk" if c else "ring" if w else "flat", w, heads, head_dim),
+               **({"keep": keep} if keep and w else {}), **({"chunk": c} if c else {})}
+              for w, c in zip(windows, chunk_of)]
     return {**config(capacity, layers, n_layers, max_write=max_write), "n_kv_heads": heads, "head_dim": head_dim,
-            "v_head_dim": head_dim if v_head_dim is None else v_head_dim, "batch_size": batch, "sizing": sizing}
+            "v_head_dim": head_dim if v_head_dim is None else v_head_dim, "batch_size": batch, "sizing": sizing,
+            **({"record_past": record_past} if record_past is not None else {})}
 
 
 CONTIGUOUS_CONFIGS: tuple[JsonConfig, ...] = (
@@ -54,6 +59,16 @@ CONTIGUOUS_CONFIGS: tuple[JsonConfig, ...] = (
     # them (keep 4); a window wider than the capacity (transformers' StaticCache with max_cache_len < sliding_window)
     op_config(10, (6,), keep=4),
     op_config(3, (4,), sizing="static"),
+    # OP-CHUNK: a chunk of 3 beside a flat layer (llama4's chunked and global layers), a boundary three tokens in;
+    # a chunk of 2 beside a ring laid out as a ring; a chunk of 1 (every query attends itself alone)
+    op_config(10, (0, 0), chunks=(3, 0)),
+    op_config(9, (0, 3), chunks=(2, 0), max_write=2),
+    op_config(5, (0,), chunks=(1,), sizing="static"),
+    # OP-RECORD: a recording ring beside a flat layer (transformers' sliding layers); one of a ring laid out as
+    # a ring but for the recording, with sinks
+    op_config(10, (3, 0), record_past=True),
+    op_config(9, (3,), max_write=2, record_past=True, sizing="static"),
+    op_config(10, (4,), keep=1, record_past=True),
 )
 CELL_CONFIGS: tuple[JsonConfig, ...] = (
     op_config(8, (0,), n_layers=2),
@@ -86,9 +101,26 @@ BAD_SINK_CONFIGS: tuple[tuple[str, JsonConfig], ...] = (
 )
 
 
+# OP-CHUNK: a chunk of 0 (no query has a chunk), negative or not an int, a chunk on a flat or a ring layer, a
+# chunk layer with a window; OP-RECORD: record_past not a bool. Sent only to a target with `chunk` / `recording`
+# (for another they lie outside its scope, like the sinks' above).
+BAD_CHUNK_CONFIGS: tuple[tuple[str, JsonConfig], ...] = (
+    _bad("chunk 0", layers=[{**layer("chunk"), "chunk": 0}]),
+    _bad("chunk -1", layers=[{**layer("chunk"), "chunk": -1}]),
+    _bad("chunk true", layers=[{**layer("chunk"), "chunk": True}]),
+    _bad("chunk 2.0", layers=[{**layer("chunk"), "chunk": 2.0}]),
+    _bad("a chunk layer without a chunk", layers=[layer("chunk")]),
+    _bad("a chunk layer with a window", layers=[{**layer("chunk", 2), "chunk": 2}]),
+    _bad("a flat layer with a chunk", layers=[{**layer("flat"), "chunk": 2}]),
+    _bad("a ring layer with a chunk", layers=[{**layer("ring", 2), "chunk": 2}]),
+    _bad("record_past 1", record_past=1),
+    _bad("record_past 'yes'", record_past="yes"),
+)
+
+
 def bad_contiguous_configs(validates_configs: bool) -> list[JsonConfig]:
     """The invalid configs a target must refuse (an op target builds its own config from the JSON)."""
-    return [cfg for _, cfg in config_cases("op-contiguous")] + [cfg for _, cfg in BAD_SINK_CONFIGS]
+    return [cfg for _, cfg in config_cases("op-contiguous")] + [cfg for _, cfg in BAD_SINK_CONFIGS + BAD_CHUNK_CONFIGS]
 
 
 def bad_cell_configs(validates_configs: bool) -> list[JsonConfig]:
@@ -161,6 +193,21 @@ def trim_programs(cfg: JsonConfig) -> list[tuple[str, list[Step]]]:
     ]
     if layers > 1:
         out.append(("trim in the middle of a step", forward(cfg, 2) + [fetch(0, 1), trim(1)] + forward(cfg, 1)))
+    chunks = [entry["chunk"] for entry in cfg["layers"] if entry["kind"] == "chunk"]
+    if chunks:   # OP-CHUNK: decodes past a chunk boundary, then trims back into the chunk and across its start
+        size = min(chunks)
+        decodes = min(cap - 1, 2 * size + 1)
+        for n in sorted({1, size, size + 1, decodes}):
+            if n <= decodes:
+                out.append((f"decodes past a chunk boundary, trim {n}", forward(cfg, 1) * decodes + [trim(n)]
+                            + forward(cfg, 1) * 2))
+        out.append(("a step across a chunk boundary, trim into it", forward(cfg, min(cap - 1, size + 1))
+                    + [trim_most(1)] + forward(cfg, 1)))
+    if rings and cfg.get("record_past"):   # OP-RECORD: a trim no lower than the last one left is owed however far
+        # the steps between them went past the window
+        steps = max(1, min(cap - 3, max(entry["window"] for entry in rings) + 1))
+        out.append(("recording: decodes, trim, decodes, trim back", forward(cfg, 1) * steps + [trim_most(1)]
+                    + forward(cfg, 1) * 3 + [trim_most(3)] + forward(cfg, 1)))
     if rings:   # decodes past the window, then trims of each size, and two trims in a row: a ring of the least
         # size gives back up to max_write tokens below its newest step, down to its sinks, or everything
         window = max(entry["window"] for entry in rings)

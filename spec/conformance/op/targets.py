@@ -6,7 +6,8 @@
 `kvcache.op` mirrors upstream's names, so one builder (`config_for`) serves it and upstream's module
 (upstream.py): it maps the JSON config field by field onto the module's own CacheConfig, and the
 module's constructors validate it (OP-CONFIG). The reference declares the whole op face of the current spec
-version (`spec=2`, scope.py: a target that names no version is judged as spec 1, without trim and sinks).
+version (`spec=3`, scope.py: a target that names no version is judged as spec 1, without trim, sinks, chunks and
+recording).
 """
 
 from __future__ import annotations
@@ -21,8 +22,10 @@ from ..configs import JsonConfig
 def config_for(module: Any, cfg: JsonConfig, dtype: Any, **extra: Any) -> Any:
     """`module.CacheConfig` for a JSON op config (programs.op_config), nothing checked here."""
     layers = tuple(module.LayerPolicy(kind=module.LayerKind(entry["kind"]), window=entry["window"],
-                                      **({"keep": entry["keep"]} if "keep" in entry else {}))   # OP-SINKS
+                                      **{key: entry[key] for key in ("keep", "chunk") if key in entry})   # OP-SINKS, OP-CHUNK
                    for entry in cfg["layers"])
+    if "record_past" in cfg:   # OP-RECORD
+        extra["record_past"] = cfg["record_past"]
     return module.CacheConfig(n_layers=cfg["n_layers"], n_kv_heads=cfg["n_kv_heads"], head_dim=cfg["head_dim"],
                               capacity=cfg["capacity"], sizing=module.CacheSizing(cfg.get("sizing", "dynamic")),
                               dtype=dtype, batch_size=cfg["batch_size"], layers=layers, **extra)
