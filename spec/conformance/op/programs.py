@@ -7,7 +7,9 @@ Programs are JSON step lists (spec/PROTOCOL.md, "Op-face programs"):
   "n" gives them explicitly; "clause" and "variant" (malform.py) break one clause of the argument
   contract (spec/arguments.py): a dimension, a dtype or rank, the positions;
 - begin(...), {"op": "cp", "src", "dst", "upto"}, {"op": "rm", "seq", "p0", "p1"}:
-  the cell cache's begin_step, seq_cp, seq_rm; {"op": "reset"}.
+  the cell cache's begin_step, seq_cp, seq_rm; {"op": "reset"};
+- contiguous: {"op": "trim", "n"}; {"op": "pad", "left_padding"}, {"op": "select" / "reorder", "rows"},
+  {"op": "repeat", "times"} (OP-PAD, OP-ROWS: sent only to a target with the `pad` / `batch-verbs` feature).
 
 "Next" positions are resolved against the model when the step runs, so a program the shrinker cut
 still means a well-formed step where it meant one; `RunResult.steps` holds the concrete positions.
@@ -69,6 +71,8 @@ CONTIGUOUS_CONFIGS: tuple[JsonConfig, ...] = (
     op_config(10, (3, 0), record_past=True),
     op_config(9, (3,), max_write=2, record_past=True, sizing="static"),
     op_config(10, (4,), keep=1, record_past=True),
+    # OP-PAD, OP-ROWS: three batch rows over a ring laid out as a ring and a flat layer (beams, left padding)
+    op_config(8, (2, 0), batch=3, max_write=2),
 )
 CELL_CONFIGS: tuple[JsonConfig, ...] = (
     op_config(8, (0,), n_layers=2),
@@ -160,6 +164,59 @@ def begin(*seqs: Any) -> Step:
 RESET: Step = {"op": "reset"}
 
 
+# OP-PAD, OP-ROWS: the batch verbs (a target without `pad` / `batch-verbs` is sent none: the engine leaves them out)
+BATCH_OPS = ("pad", "select", "reorder", "repeat")
+MAX_BATCH = 8   # the most batch rows a program makes (repeat grows the batch; the labels' radix is sized for it)
+
+
+def pad(left_padding: Any) -> Step:
+    return {"op": "pad", "left_padding": left_padding}
+
+
+def select(rows: Any) -> Step:
+    return {"op": "select", "rows": rows}
+
+
+def reorder(rows: Any) -> Step:
+    return {"op": "reorder", "rows": rows}
+
+
+def repeat(times: Any) -> Step:
+    return {"op": "repeat", "times": times}
+
+
+def batch_programs(cfg: JsonConfig) -> list[tuple[str, list[Step]]]:
+    """OP-PAD, OP-ROWS: left-padded prefills, beams started, reordered and selected (a reorder that moves a
+    row without its pads is found at the next query), and each bad argument of the verbs."""
+    b, cap = cfg["batch_size"], cfg["capacity"]
+    if b < 2:
+        return []
+    pads = [min(2, cap - 2)] + [0] * (b - 1)
+    swap = [b - 1 - row for row in range(b)]   # the rows reversed: a row with pads moves
+    beams = [1] * b   # every beam continues row 1
+    out: list[tuple[str, list[Step]]] = [
+        ("left padding: prefill, decode", [pad(pads)] + forward(cfg, 3) + forward(cfg, 1)),
+        ("left padding: decodes past the window", [pad(pads)] + forward(cfg, 1) * min(cap, 5)),
+        ("left padding, reversed rows", [pad(pads)] + forward(cfg, 3) + [reorder(swap)] + forward(cfg, 1)),
+        ("left padding, reorder, select", [pad(pads)] + forward(cfg, 3) + [reorder(beams), select([0])]
+         + forward(cfg, 1)),
+        ("beams: repeat, reorder, decode", forward(cfg, 2) + [repeat(2), reorder([2 * b - 1 - r for r in range(2 * b)])]
+         + forward(cfg, 1)),
+        ("select the last row", forward(cfg, 2) + [select([b - 1])] + forward(cfg, 1)),
+        ("select mid-step", [fetch(0, 2), select(list(reversed(range(b))))] + forward(cfg, 1)),
+        ("padding, reset, no padding", [pad(pads)] + forward(cfg, 2) + [RESET] + forward(cfg, 2)),
+    ]
+    for name, step in (("select []", select([])), ("select [B]", select([b])), ("select [-1]", select([-1])),
+                       ("select [true]", select([True])), ("select [0.0]", select([0.0])),
+                       ("select [0, 0]", select([0, 0])), ("reorder of one row too few", reorder(list(range(b - 1)))),
+                       ("repeat 0", repeat(0)), ("repeat true", repeat(True)), ("pad one row too few", pad([0] * (b - 1))),
+                       ("pad [true]", pad([True] + [0] * (b - 1))), ("pad -1", pad([-1] + [0] * (b - 1)))):
+        out.append((f"malformed {name}", forward(cfg, 1) * (name.startswith("pad") is False) + [step]
+                    + forward(cfg, 1)))
+    out.append(("pad after a step", forward(cfg, 1) + [pad(pads)] + forward(cfg, 1)))
+    return out
+
+
 def trim(n: Any, **extra: Any) -> Step:
     """Contiguous: trim(n) (OP-TRIM); sent only to a target with the `trim` feature (the engine leaves it out
     of another's program)."""
@@ -241,6 +298,7 @@ def edge_contiguous_programs(cfg: JsonConfig) -> list[tuple[str, list[Step]]]:
     if max_write is not None:   # OP-MAX-WRITE: an exact fit is served (one token more is a clause's case below)
         out.append(("a step of exactly max_write", forward(cfg, 1) + forward(cfg, max_write) + forward(cfg, 1)))
     out += trim_programs(cfg)
+    out += batch_programs(cfg)
     for case in cases("op-contiguous", cfg):   # one program per malformation (malform.py)
         if case.clause.call == "trim":
             continue   # trim_programs'
