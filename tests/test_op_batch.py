@@ -5,6 +5,7 @@ spec/conformance/zoo/op_batch.py found with a short program, and the exhaustive 
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import numpy as np
@@ -14,6 +15,12 @@ from kvcache import KVCacheError
 from kvcache._op_types import mask_of
 from kvcache.op import CacheConfig, ContiguousReferenceCache, LayerPolicy
 from kvcache_spec import op_model
+from kvcache_spec.conformance import scope as scopes
+from kvcache_spec.conformance.op.engine import OpEngine
+from kvcache_spec.conformance.op.programs import BATCH_OPS, CONTIGUOUS_CONFIGS, batch_programs
+from kvcache_spec.conformance.suite import CONFORMING, NOT_CONFORMING, replay, report_json, run_suite
+from kvcache_spec.conformance.targets import PythonTarget
+from kvcache_spec.conformance.zoo.op_batch import FOUND_AS
 
 FLAT = {"kind": "flat", "window": 0}
 RING2 = {"kind": "ring", "window": 2}
@@ -212,3 +219,67 @@ def test_OP_ROWS_torch_tensors_move_alike() -> None:
     k_hist, _, spec = cache.update_and_fetch(0, k[:, :, :1] + 2, k[:, :, :1] + 2, torch.tensor([[2]]))
     assert isinstance(k_hist, torch.Tensor) and k_hist[:, 0, :, 0].tolist() == [[0.0, 1.0, 2.0], [0.0, 1.0, 12.0]]
     assert spec.mask[:, 0].tolist() == [[False, True, True], [False, True, True]]
+
+
+# --- the suite: programs, scope, stand-ins ---------------------------------------------------------------
+
+REFERENCE = "python:kvcache_spec.conformance.op.targets:contiguous"
+STANDINS = "python:kvcache_spec.conformance.zoo.op_batch:{}"
+BATCH_CONFIG = next(cfg for cfg in CONTIGUOUS_CONFIGS if cfg["batch_size"] == 3)
+
+
+def _run(spec: str, program: list[Any], scope: Any = None) -> Any:
+    return OpEngine(PythonTarget(spec), BATCH_CONFIG, op_model.CONTIGUOUS, scope).run(program)
+
+
+def test_OP_ROWS_the_reference_serves_every_batch_program() -> None:
+    programs = batch_programs(BATCH_CONFIG)
+    assert len(programs) >= 15
+    for name, program in programs:
+        result = _run(REFERENCE, program)
+        assert result.finding is None, (name, result.finding)
+        assert {"OP-PAD", "OP-ROWS"} & result.exercised or name.startswith("malformed"), name
+
+
+def test_OP_PAD_a_target_of_spec_3_is_sent_no_batch_verb() -> None:
+    """A target that leaves `pad` and `batch-verbs` out is judged as before them: the verbs are left out of its
+    programs (said in its skipped notes), so a stand-in that ignores padding passes them."""
+    spec3 = scopes.parse(["spec=3"], "test")
+    assert not {"pad", "batch-verbs"} & spec3.features
+    for name, program in batch_programs(BATCH_CONFIG):
+        result = _run(STANDINS.format("padding_ignored"), program, spec3)
+        assert result.finding is None, (name, result.finding)
+        assert all(step["op"] not in BATCH_OPS for step in result.steps)
+    assert any("pad steps not sent" in note for note in result.skipped) or \
+        any("select steps not sent" in note for note in result.skipped)
+
+
+def _report(spec: str) -> dict[str, Any]:
+    return report_json(run_suite(PythonTarget(spec), "quick"), True, False)
+
+
+@pytest.mark.slow   # the reference's quick run, ~25 s (CI's conformance job runs it at pre-merge)
+def test_the_reference_is_conforming_strict_with_pad_and_batch_verbs_in_scope() -> None:
+    report = _report(REFERENCE)
+    assert report["verdict"] == CONFORMING and report["coverage"]["complete"], report["semantic"]["findings"][:1]
+    assert {"OP-PAD", "OP-ROWS", "OP-BATCH"} <= set(report["coverage"]["rules"]["exercised"])
+    assert {"pad", "batch-verbs"} <= set(report["scope"]["features"]) and report["scope"]["full"]
+
+
+# (class, rule) each stand-in is found as (FOUND_AS); its shortest program has at most 4 steps
+@pytest.mark.parametrize("name", [pytest.param(name, marks=pytest.mark.slow) if name != "reorder_drops_padding"
+                                  else name for name in sorted(FOUND_AS)])
+def test_each_batch_standin_is_found_with_a_short_program_that_replays(name: str) -> None:
+    """OP-PAD, OP-ROWS: each stand-in is found as FOUND_AS says, with a program of at most 4 steps, replayed the
+    same; the reference serves that program with no finding."""
+    spec = STANDINS.format(name)
+    report = _report(spec)
+    found = [f for f in report["semantic"]["findings"] if (f["class"], f["rule"]) == FOUND_AS[name]]
+    assert report["verdict"] == NOT_CONFORMING and found, [(f["class"], f["rule"]) for f in
+                                                           report["semantic"]["findings"]]
+    first = min(found, key=lambda f: len(f["steps"]))
+    assert len(first["steps"]) <= 4, first["steps"]
+    json.dumps(first)
+    again = replay(spec, first["config"], first["steps"])
+    assert again is not None and (again["class"], again["rule"]) == FOUND_AS[name]
+    assert replay(REFERENCE, first["config"], first["steps"]) is None
