@@ -176,6 +176,7 @@ class OpModel:
         # holds for each held token (uid -> (uid, row written for)); absent = the token itself, for this row
         self.pads: list[int] = [0] * cfg.batch_size
         self.row_labels: list[dict[int, Label]] = [{} for _ in range(cfg.batch_size)]
+        self.rows_moved = False   # a batch verb moved rows since the last reset (a finding then names OP-ROWS)
 
     def snapshot(self) -> "OpModel":
         """A copy of the state (a call refused that the model served is followed from the state before it)."""
@@ -185,6 +186,7 @@ class OpModel:
         copy.dropped_declaration, copy.abandoned = self.dropped_declaration, self.abandoned
         copy.floors, copy.unrecorded = list(self.floors), list(self.unrecorded)
         copy.pads, copy.row_labels = list(self.pads), [dict(labels) for labels in self.row_labels]
+        copy.rows_moved = self.rows_moved
         return copy
 
     # --- observations ------------------------------------------------------------------------------
@@ -237,6 +239,7 @@ class OpModel:
         self.unrecorded = [0] * self.cfg.n_layers
         self.pads = [0] * self.cfg.batch_size   # OP-PAD: a reset forgets the padding with the tokens
         self.row_labels = [{} for _ in range(self.cfg.batch_size)]
+        self.rows_moved = False
 
     def trim_answer(self, n: Any) -> Union[Rejected, str]:
         """OP-TRIM's ordered procedure (the first check that applies decides), asked before trim(n): a Rejected
@@ -565,6 +568,7 @@ class OpModel:
         self.pads = [self.pads[row] for row in rows]
         self.row_labels = [{uid: self.label(row, uid) for uid in self.held.get(0, {})} for row in rows]
         self.cfg = replace(self.cfg, batch_size=len(rows))
+        self.rows_moved = True
 
     def select(self, rows: Any) -> Optional[Rejected]:
         """OP-ROWS: keep the rows named, in that order, each at most once (mlx-lm's filter, transformers'
@@ -611,6 +615,7 @@ class OpModel:
         self.floors = [max(a, b) for a, b in zip(self.floors, other.floors)]
         self.unrecorded = [max(a, b) for a, b in zip(self.unrecorded, other.unrecorded)]
         self.cfg = replace(self.cfg, batch_size=self.cfg.batch_size + other.cfg.batch_size)
+        self.rows_moved = True
         return None
 
     def extract(self, row: Any) -> Union[Rejected, "OpModel"]:

@@ -16,6 +16,7 @@ from kvcache._op_types import mask_of
 from kvcache.op import CacheConfig, ContiguousReferenceCache, LayerPolicy
 from kvcache_spec import op_model
 from kvcache_spec.conformance import scope as scopes
+from kvcache_spec.conformance.op import checker as op_checker
 from kvcache_spec.conformance.op.engine import OpEngine
 from kvcache_spec.conformance.op.programs import BATCH_OPS, CONTIGUOUS_CONFIGS, batch_programs
 from kvcache_spec.conformance.suite import CONFORMING, NOT_CONFORMING, replay, report_json, run_suite
@@ -283,3 +284,20 @@ def test_each_batch_standin_is_found_with_a_short_program_that_replays(name: str
     again = replay(spec, first["config"], first["steps"])
     assert again is not None and (again["class"], again["rule"]) == FOUND_AS[name]
     assert replay(REFERENCE, first["config"], first["steps"]) is None
+
+
+# --- the exhaustive checker ---------------------------------------------------------------------------------
+
+
+@pytest.mark.slow   # ~10 s a target
+def test_the_exhaustive_checker_finds_a_reorder_that_drops_a_rows_padding() -> None:
+    """--batch: every program to depth 4 on two batch rows over one flat layer: the reference passes; a reorder
+    that leaves the pads at their old indices, and one that moves K but not V, are found within 4 steps."""
+    config = op_checker.EXTRA_CONFIGS["batch"]
+    passed = op_checker.check(PythonTarget(REFERENCE), 4, config)
+    assert not passed.findings and passed.states > 500, passed.summary()
+    for name, rules in (("reorder_drops_padding", {"OP-ROWS", "OP-PAD"}), ("reorder_k_only", {"OP-ATTEND"})):
+        found = op_checker.check(PythonTarget(STANDINS.format(name)), 4, config)
+        assert {rule for _, rule in found.findings} == rules, found.summary()
+        for _, steps in found.findings.values():
+            assert len(steps) <= 4 and any(step["op"] in ("reorder", "repeat", "select") for step in steps)
