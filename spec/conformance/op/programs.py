@@ -369,7 +369,32 @@ def random_contiguous_program(cfg: JsonConfig, rng: random.Random, size: int) ->
                                                        if case.clause.call != "trim"]))
     # the side generator's seed: the hash of the Mersenne state's 625 ints, the same in every process (the whole
     # state's hash is not: its last item may be None, whose hash is its address)
-    return with_trims(cfg, program, random.Random(hash(rng.getstate()[1])))
+    side = random.Random(hash(rng.getstate()[1]))
+    return with_batch_verbs(cfg, with_trims(cfg, program, side), side)
+
+
+def with_batch_verbs(cfg: JsonConfig, program: list[Step], side: random.Random) -> list[Step]:
+    """OP-PAD, OP-ROWS: on a config of two or more batch rows, the program with a pad first (half the time) and a
+    few batch verbs between its steps, valid for the batch size they meet (at most MAX_BATCH rows), drawn from
+    `side` after the trims: the other steps are what they were, and a target without the features is sent none."""
+    b = cfg["batch_size"]
+    if b < 2:
+        return program
+    out: list[Step] = [pad([side.randrange(min(3, cfg["capacity"])) for _ in range(b)])] if side.random() < 0.5 else []
+    for step in program:
+        out.append(step)
+        if side.random() < 0.1:
+            roll = side.random()
+            if roll < 0.5:
+                out.append(reorder([side.randrange(b) for _ in range(b)]))
+            elif roll < 0.75 or 2 * b > MAX_BATCH:
+                rows = side.sample(range(b), side.randrange(1, b + 1))
+                out.append(select(rows))
+                b = len(rows)
+            else:
+                out.append(repeat(2))
+                b *= 2
+    return out
 
 
 def with_trims(cfg: JsonConfig, program: list[Step], side: random.Random) -> list[Step]:
