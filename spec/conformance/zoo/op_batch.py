@@ -13,6 +13,7 @@ and each must be found with a short program (tests/test_op_batch.py). Use one as
 
 from __future__ import annotations
 
+import importlib
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -21,7 +22,6 @@ from kvcache import op
 
 from .. import scope as scopes
 from ..configs import JsonConfig
-from ..op.targets import contiguous
 
 
 class PaddingIgnored(op.ContiguousReferenceCache):
@@ -66,7 +66,8 @@ class NegativeRowWraps(op.ContiguousReferenceCache):
 
 def _factory(name: str, cls: type) -> Callable[[JsonConfig], Any]:
     def factory(cfg: JsonConfig) -> Any:
-        return cls(contiguous(cfg).config)
+        # the reference's own config of the JSON one; the op layout reached by name (the zoo imports no layout)
+        return cls(importlib.import_module("kvcache_spec.conformance.op.targets").contiguous(cfg).config)
     factory.__name__ = factory.__qualname__ = name
     factory.kvcache_layout = "op-contiguous"   # type: ignore[attr-defined]
     factory.kvcache_scope = (f"spec={scopes.CURRENT_VERSION}",)   # type: ignore[attr-defined]   # the reference's
