@@ -39,7 +39,7 @@ from ..targets import Outcome, Target
 from ..wire import Unreadable
 from . import pictures
 from .answers import Labels, allowed_rows, as_array, mask_kind, refusal_text, row_text, show_args
-from .programs import BATCH_OPS, MAX_BATCH, trim_n, well_formed_step
+from .programs import BATCH_OPS, MAX_BATCH, batch_value, trim_n, well_formed_step
 
 RULE_WORD = re.compile(r"(?<![A-Z0-9-])[A-Z][A-Z0-9]*(?:-[A-Z0-9]+)+(?![A-Z0-9-])")   # a rule id in a text
 OP_RULES = frozenset(rule.id for rule in RULES if rule.id.startswith("OP-"))
@@ -486,7 +486,9 @@ class OpEngine(Caller):
         pending = self.model.step
         if pending is not None and pending.served and self._excused("steps", f"a {op} in the middle of a step"):
             return None
-        args = {name: step.get(name)}
+        args = {name: batch_value(self.cfg, step, self.mcfg.batch_size)}
+        concrete: Step = {**step, name: args[name]}
+        self.current = concrete
         before = self.model.abandoned
         self.before_call = self.model.snapshot()
         rejected = getattr(self.model, op)(args[name])
@@ -495,8 +497,8 @@ class OpEngine(Caller):
                                     f"declares '{scopes.TRUSTED_ARGS}'")
             return NOT_SENT
         if rejected is not None:
-            self._refused(op, args, rejected, dict(step))
-            return dict(step)
+            self._refused(op, args, rejected, concrete)
+            return concrete
         if self.model.cfg.batch_size > MAX_BATCH:   # past what the labels name: not judged (a stated bound)
             self.model = self.before_call
             self.result.skipped.add(f"harness: programs past a batch of more than {MAX_BATCH} rows not judged")
@@ -504,7 +506,7 @@ class OpEngine(Caller):
         self.mcfg = self.model.cfg   # select and repeat change the batch's size
         self._accepted(op, args, "OP-STEP" if self.model.abandoned != before else rule)
         self.result.exercised.add(rule)
-        return dict(step)
+        return concrete
 
     def _owed_by_recording(self) -> bool:
         """OP-RECORD: the trim just judged owed is so only because the config records its past: before it, a ring

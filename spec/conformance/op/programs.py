@@ -185,6 +185,25 @@ def repeat(times: Any) -> Step:
     return {"op": "repeat", "times": times}
 
 
+def batch_value(cfg: JsonConfig, step: Step, batch: int) -> Any:
+    """The argument a batch verb's step sends with `batch` rows: its own, or the value its case (a clause of
+    spec/arguments.py) breaks: one row index malformed among valid ones, a list that is empty or none, a
+    malformed times, one malformed pad count among zeros."""
+    op = step["op"]
+    name = "left_padding" if op == "pad" else "times" if op == "repeat" else "rows"
+    case = case_of(step)
+    if case is None or case.clause.call != op:
+        return step.get(name)
+    clause, variant = case.clause, case.variant
+    if clause.kind == LIST:
+        return [] if variant == "empty" else 0
+    if clause.kind == ID:
+        return [id_value(variant, batch)] + (list(range(1, batch)) if op == "reorder" else [])
+    if op == "repeat":
+        return int_value(clause, variant)
+    return [int_value(clause, variant, above=cfg["capacity"] + 1)] + [0] * (batch - 1)
+
+
 def batch_programs(cfg: JsonConfig) -> list[tuple[str, list[Step]]]:
     """OP-PAD, OP-ROWS: left-padded prefills, beams started, reordered and selected (a reorder that moves a
     row without its pads is found at the next query), and each bad argument of the verbs."""
@@ -206,13 +225,13 @@ def batch_programs(cfg: JsonConfig) -> list[tuple[str, list[Step]]]:
         ("select mid-step", [fetch(0, 2), select(list(reversed(range(b))))] + forward(cfg, 1)),
         ("padding, reset, no padding", [pad(pads)] + forward(cfg, 2) + [RESET] + forward(cfg, 2)),
     ]
-    for name, step in (("select []", select([])), ("select [B]", select([b])), ("select [-1]", select([-1])),
-                       ("select [true]", select([True])), ("select [0.0]", select([0.0])),
-                       ("select [0, 0]", select([0, 0])), ("reorder of one row too few", reorder(list(range(b - 1)))),
-                       ("repeat 0", repeat(0)), ("repeat true", repeat(True)), ("pad one row too few", pad([0] * (b - 1))),
-                       ("pad [true]", pad([True] + [0] * (b - 1))), ("pad -1", pad([-1] + [0] * (b - 1)))):
-        out.append((f"malformed {name}", forward(cfg, 1) * (name.startswith("pad") is False) + [step]
-                    + forward(cfg, 1)))
+    for name, step in (("select [0, 0]", select([0, 0])), ("reorder of one row too few", reorder(list(range(b - 1)))),
+                       ("pad one row too few", pad([0] * (b - 1)))):   # what no clause's case says: a length
+        out.append((f"malformed {name}", forward(cfg, 1) * (step["op"] != "pad") + [step] + forward(cfg, 1)))
+    for case in cases("op-contiguous", cfg):   # the verbs' argument clauses (spec/arguments.py)
+        if case.clause.call in BATCH_OPS:
+            out.append((f"malformed {case.name}", forward(cfg, 1) * (case.clause.call != "pad")
+                        + malformed_call(cfg, case) + forward(cfg, 1)))
     out.append(("pad after a step", forward(cfg, 1) + [pad(pads)] + forward(cfg, 1)))
     return out
 
@@ -300,8 +319,8 @@ def edge_contiguous_programs(cfg: JsonConfig) -> list[tuple[str, list[Step]]]:
     out += trim_programs(cfg)
     out += batch_programs(cfg)
     for case in cases("op-contiguous", cfg):   # one program per malformation (malform.py)
-        if case.clause.call == "trim":
-            continue   # trim_programs'
+        if case.clause.call in ("trim", *BATCH_OPS):
+            continue   # trim_programs', batch_programs'
         out.append((f"malformed {case.name}", forward(cfg, 1) + malformed_call(cfg, case) + forward(cfg, 1) * 2))
     if layers > 1:
         out += [("stopped step", [fetch(0, 2), fetch(0, 1)] + [fetch(l, 1) for l in range(1, layers)] + forward(cfg, 1)),
@@ -366,7 +385,7 @@ def random_contiguous_program(cfg: JsonConfig, rng: random.Random, size: int) ->
             program.append(RESET)
         else:   # trim's cases are with_trims' (drawn apart, so the other draws are what they were)
             program += malformed_call(cfg, rng.choice([case for case in cases("op-contiguous", cfg)
-                                                       if case.clause.call != "trim"]))
+                                                       if case.clause.call not in ("trim", *BATCH_OPS)]))
     # the side generator's seed: the hash of the Mersenne state's 625 ints, the same in every process (the whole
     # state's hash is not: its last item may be None, whose hash is its address)
     side = random.Random(hash(rng.getstate()[1]))
@@ -453,6 +472,8 @@ def malformed_call(cfg: JsonConfig, case: Case, cell: bool = False, seq: int = 0
             list(range(cfg["n_layers"])) if cell else [0]
         n = tokens_of(variant) if clause.kind == POSITIONS else case.q_len
         return ([begin(*[seq] * n)] if cell else []) + [fetch(layer_id, n, **tag) for layer_id in layer_ids]
+    if clause.call in BATCH_OPS:   # the value is resolved against the batch when the step runs (batch_value)
+        return [{"op": clause.call, **tag}]
     if clause.kind == LIST:
         return [{"op": "begin", "seqs": [] if variant == "empty" else str(seq), **tag}]
     value = id_value(variant, 63) if clause.kind == ID else None
