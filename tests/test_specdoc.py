@@ -215,9 +215,9 @@ def test_user_pages_name_no_issue_numbers() -> None:
     assert len(pages) > 10 and named == []
 
 
-def test_the_spec_is_at_most_1724_lines(document: str) -> None:
+def test_the_spec_is_at_most_1718_lines(document: str) -> None:
     """Each fact said once keeps the document readable in one sitting: 2,129 lines before its second pass."""
-    assert len(document.splitlines()) <= 1724   # 1700 before OP-PAD and OP-ROWS (29 lines)
+    assert len(document.splitlines()) <= 1718   # 1700 before OP-PAD and OP-ROWS (29 lines, 11 made up nearby)
 
 
 def test_the_index_lists_every_rule_under_its_section(document: str) -> None:
