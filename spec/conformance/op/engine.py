@@ -229,8 +229,11 @@ class OpEngine(Caller):
             if self.current is not None and entry.step_index == len(self.result.steps):
                 self.result.steps.append(self.current)   # the failing step, concrete
             # the drive first: _after_refusal's second run creates the target's cache afresh
-            batch = any(step.get("op") in BATCH_OPS for step in program)
-            if batch and entry.kind in (LENIENT, OVER_STRICT):   # the consequences' record has no batch rows
+            # the consequences' record has no batch rows that differ: a program whose batch verbs the target is sent
+            # is not driven past its finding (a target without the features is sent none: its drive leaves them out)
+            batch = bool({"pad", "batch-verbs"} & self.scope_features()) and \
+                any(step.get("op") in BATCH_OPS for step in program)
+            if batch and entry.kind in (LENIENT, OVER_STRICT):
                 self.result.skipped.add("consequences: a program with batch verbs is not driven past its finding")
             if entry.kind in (LENIENT, OVER_STRICT) and entry.step_index >= 0 and not self.nested \
                     and not self.outside and entry.step_index == len(self.result.steps) - 1 and not batch:
@@ -287,25 +290,36 @@ class OpEngine(Caller):
         return again.consequence
 
     def _after_refusal(self, finding: Finding) -> Finding:
-        """OP-ATOMIC: a finding on a call served after a refused one is the refusal's doing when the same
-        program without the (last) refused step is served as the spec says (a second run, on a fresh cache)."""
+        """OP-ATOMIC: a finding on a call served after refused ones is the refusals' doing when the same program
+        without them is served as the spec says (a second run, on a fresh cache): without the last refused step,
+        else without every refused step before the finding (two refusals may each have changed the cache)."""
         refused = self.refused_at
         if refused is None or self.nested or finding.kind not in (WRONG, OVER_STRICT) or \
                 finding.step_index <= refused:
             return finding
-        without = self.program[:refused] + self.program[refused + 1:finding.step_index + 1]
+        earlier = [index for index in self.refusals if index < finding.step_index]
+        for removed in ([refused],) + ((earlier,) if len(earlier) > 1 else ()):
+            if self._served_without(set(removed), finding.step_index):
+                which = f"call of step {removed[0]}" if len(removed) == 1 else \
+                    f"calls of steps {', '.join(map(str, removed))}"
+                return Finding(finding.kind, "OP-ATOMIC", f"{finding.message} - and without the refused {which} "
+                                                          "this call is served as the spec says: that refusal "
+                                                          "changed the cache", finding.step_index)
+        return finding
+
+    def _served_without(self, removed: set[int], end: int) -> bool:
+        """Whether the program up to step `end`, without the refused steps `removed`, is served as the spec says,
+        with the same calls after the first of them (positions and token numbers, as `fetch` keeps them: a refused
+        call uses up none) - evidence that the refusals changed state."""
+        without = [step for index, step in enumerate(self.program[:end + 1]) if index not in removed]
         again = OpEngine(self.target, self.cfg, self.kind, self.scope, nested=True).run(without)
         self.result.calls += again.calls
         if again.finding is not None:
-            return finding
-        # evidence that the refusal changed state: the same calls after it (positions and token numbers, as
-        # `fetch` keeps them: a refused call uses up none) answered otherwise than without it
-        after = [_sent(step) for step in self.result.steps[refused + 1:finding.step_index + 1]]
-        if after != [_sent(step) for step in again.steps[refused:]]:
-            return finding
-        return Finding(finding.kind, "OP-ATOMIC", f"{finding.message} - and without the refused call of step "
-                                                  f"{refused} this call is served as the spec says: that refusal "
-                                                  "changed the cache", finding.step_index)
+            return False
+        first = min(removed)
+        after = [_sent(step) for index, step in enumerate(self.result.steps[:end + 1])
+                 if index > first and index not in removed]
+        return after == [_sent(step) for step in again.steps[first:]]
 
     def border_finding(self, finding: Optional[Finding], end: int) -> Finding:
         head = (f"create({describe(self.cfg)}) needs {', '.join(sorted(self.outside))}, outside the declared scope, "
