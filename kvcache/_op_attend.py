@@ -57,8 +57,8 @@ def _attend_args(q: Any, k: Any, v: Any, spec: Any, scale: Any,
         raise ArgumentValueError("OP-ARGS", "q", "must hold at least one query", shape=tuple(q_values.shape))
     if not isinstance(spec, AttendSpec):
         raise ArgumentTypeError("OP-MASK", "spec", "must be an AttendSpec", type=type(spec).__name__)
-    mask = mask_of(spec, q_len, rows)
-    empty = np.flatnonzero(~mask.any(axis=1))
+    mask = mask_of(spec, q_len, rows, b)
+    empty = np.flatnonzero(~mask.any(axis=-1).all(axis=0) if mask.ndim == 3 else ~mask.any(axis=1))
     if empty.size:
         raise ArgumentValueError("OP-MASK", "spec", "a query attends no row (its softmax is undefined)",
                                  query=int(empty[0]))
@@ -107,7 +107,7 @@ def attend(q: Any, k: Any, v: Any, spec: AttendSpec, scale: Optional[float] = No
     keys = np.repeat(k_values.astype(np.float64), group, axis=1)
     values = np.repeat(v_values.astype(np.float64), group, axis=1)
     scores = np.einsum("bhqd,bhkd->bhqk", q_values.astype(np.float64), keys) * scale_value
-    scores = np.where(mask[None, None], scores, -np.inf)
+    scores = np.where(mask[:, None] if mask.ndim == 3 else mask[None, None], scores, -np.inf)
     scores -= scores.max(axis=-1, keepdims=True)
     weights = np.exp(scores)
     weights /= weights.sum(axis=-1, keepdims=True)

@@ -27,6 +27,7 @@ import icontract
 import numpy as np
 
 from ._cache import SequenceCache
+from ._op_batch import BatchRows, masks_agree, rows_mask
 from ._errors import ArgumentTypeError, ArgumentValueError, CapacityError, KVCacheError, StepError, TrimError
 from ._op_arrays import found, layer_error, to_kind, to_numpy
 from ._op_pools import KVPools, checked_step, fetch_contracts, step_positions_or_error
@@ -54,7 +55,7 @@ class _OpenStep:
     self._step.start + len(self._step.positions) == self._layout.length()
     and 0 < len(self._step.served) < self.config.n_layers),
                      "OP-STEP: an open step ends at the length and some layer has not served it yet")
-class ContiguousReferenceCache:
+class ContiguousReferenceCache(BatchRows):
     """One sequence's per-layer K/V history, appended in place (upstream's `ContiguousReferenceCache`).
 
     A step is the tokens of one forward: it begins at the first layer served, and every layer of it takes
@@ -98,7 +99,7 @@ class ContiguousReferenceCache:
 
     def _state(self) -> tuple[Any, ...]:
         """Everything a later call can observe, as values (the tests' before/after snapshots)."""
-        return self._layout._state(), self._step, self._pools.snapshot()
+        return self._layout._state(), self._step, self._pools.snapshot(), self._batch_state()
 
     # --- validation (before anything changes) -----------------------------------------------------------
 
@@ -143,13 +144,13 @@ class ContiguousReferenceCache:
 
     @fetch_contracts("OP-ARGS, OP-POS, OP-STEP, OP-CAP, OP-ATOMIC: a valid step for this layer, checked before "
                      "anything changes")
-    @icontract.ensure(lambda self, layer_id, position, result: np.array_equal(
-        mask_of(result[2], len(to_numpy(position)), to_numpy(result[0]).shape[2]),
-        attended_by_formula([int(p) for p in to_numpy(position).reshape(-1)],
-                            range(self._used(layer_id) - to_numpy(result[0]).shape[2], self._used(layer_id)),
-                            self.config.window(layer_id), self.config.keep(layer_id), self.config.chunk(layer_id))),
-                      "OP-ATTEND, OP-SINKS, OP-CHUNK: the rows are the newest positions held; a query attends exactly "
-                      "those at or before it, inside its window or among its sinks, and in its own chunk")
+    @icontract.ensure(lambda self, layer_id, position, result: masks_agree(
+        mask_of(result[2], len(to_numpy(position)), to_numpy(result[0]).shape[2], self.config.batch_size),
+        self._formula(layer_id, [int(p) for p in to_numpy(position).reshape(-1)],
+                      range(self._used(layer_id) - to_numpy(result[0]).shape[2], self._used(layer_id)))),
+                      "OP-ATTEND, OP-SINKS, OP-CHUNK, OP-PAD: the rows are the newest positions held; a query attends "
+                      "exactly those at or before it, inside its window or among its sinks, in its own chunk, and "
+                      "none of its row's pads")
     @icontract.ensure(lambda self, layer_id, position: self._used(layer_id) == int(to_numpy(position)[-1, 0]) + 1,
                       "OP-POS: the layer holds the positions up to the step's last")
     def update_and_fetch(self, layer_id: int, k: Any, v: Any, position: Any) -> tuple[Any, Any, AttendSpec]:
@@ -172,9 +173,14 @@ class ContiguousReferenceCache:
         served = frozenset({layer_id}) if step is None else step.served | {layer_id}
         self._step = None if len(served) == config.n_layers else _OpenStep(first, tuple(positions), served)
         k_hist, v_hist = self._pools.read(layer_id, rows_of(plan.read))
-        mask = attended_by_formula(positions, range(plan.read_base_pos, plan.end), config.window(layer_id),
-                                   config.keep(layer_id), config.chunk(layer_id))
+        mask = self._formula(layer_id, positions, range(plan.read_base_pos, plan.end))
         return to_kind(k_hist, kind), to_kind(v_hist, kind), spec_for(mask, kind)
+
+    def _formula(self, layer_id: int, positions: list[int], keys: range) -> Any:
+        """OP-ATTEND, OP-SINKS, OP-CHUNK, then OP-PAD: the mask of a step's queries over the rows at `keys`."""
+        config = self.config
+        return rows_mask(attended_by_formula(positions, keys, config.window(layer_id), config.keep(layer_id),
+                                             config.chunk(layer_id)), positions, keys, self.pads())
 
     def _abandon(self) -> None:
         """OP-STEP: the open step's tokens leave every layer (rows past the length are never read again)."""
@@ -190,6 +196,7 @@ class ContiguousReferenceCache:
         """Forget every token (and an open step); DYNAMIC sizing also frees the rows."""
         self._layout.clear()
         self._step = None
+        self._pads = ()   # OP-PAD: the padding goes with the tokens
         if self.config.sizing is CacheSizing.DYNAMIC:
             self._pools.reset()
 

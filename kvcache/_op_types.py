@@ -113,8 +113,9 @@ def _check_mask(kind: MaskKind, mask: Any) -> None:
             raise ConfigTypeError("OP-MASK", "AttendSpec.mask", "an EXPLICIT spec needs a bool numpy array or "
                                                                 "torch tensor", type=type(mask).__name__)
         values = to_numpy(mask)
-        if values.dtype != np.bool_ or values.ndim != 2:
-            raise ConfigError("OP-MASK", "AttendSpec.mask", "must be a 2-D bool mask [q_len, rows]",
+        if values.dtype != np.bool_ or values.ndim not in (2, 3):
+            raise ConfigError("OP-MASK", "AttendSpec.mask", "must be a bool mask [q_len, rows] (or [B, q_len, rows]: "
+                                                            "one per batch row)",
                               dtype=str(values.dtype), shape=tuple(values.shape))
     elif mask is not None:
         raise ConfigError("OP-MASK", "AttendSpec.mask", f"must be None for kind {kind.name}",
@@ -125,7 +126,8 @@ def _check_mask(kind: MaskKind, mask: Any) -> None:
 class AttendSpec:
     """How the queries of a step attend the returned history (OP-MASK).
 
-    `mask` is given for EXPLICIT only: bool [q_len, rows], true = attend, broadcast over batch and heads.
+    `mask` is given for EXPLICIT only: bool [q_len, rows], true = attend, broadcast over batch and heads; or
+    [B, q_len, rows], one mask per batch row (rows that differ: OP-PAD), broadcast over heads.
     """
 
     kind: MaskKind
@@ -265,8 +267,9 @@ def layout_config(config: CacheConfig, *, ring_rows: bool) -> LayoutConfig:
 Mask = NDArray[np.bool_]
 
 
-def mask_of(spec: AttendSpec, q_len: int, rows: int) -> Mask:
-    """OP-MASK: the bool mask [q_len, rows] (true = attend) a spec means for q_len queries over rows rows.
+def mask_of(spec: AttendSpec, q_len: int, rows: int, batch: Optional[int] = None) -> Mask:
+    """OP-MASK: the bool mask [q_len, rows] (true = attend) a spec means for q_len queries over rows rows; a
+    per-row mask [B, q_len, rows] as it is (B must be `batch` when given).
 
     :raises ArgumentValueError: CAUSAL with q_len != rows (torch's upper-left is_causal would hide the
         prior rows), or an EXPLICIT mask of another shape
@@ -283,16 +286,21 @@ def mask_of(spec: AttendSpec, q_len: int, rows: int) -> Mask:
                                      q_len=q_len, rows=rows)
         return np.tril(np.ones((q_len, rows), dtype=np.bool_))
     mask = to_numpy(spec.mask)
-    if mask.shape != (q_len, rows):
-        raise ArgumentValueError("OP-MASK", "spec.mask", f"must have shape [q_len, rows] = [{q_len}, {rows}]",
-                                 shape=tuple(mask.shape))
+    if mask.shape[-2:] != (q_len, rows) or mask.ndim == 3 and batch is not None and mask.shape[0] != batch:
+        raise ArgumentValueError("OP-MASK", "spec.mask", f"must have shape [q_len, rows] = [{q_len}, {rows}] (or "
+                                                         f"[B, q_len, rows], B = {batch})", shape=tuple(mask.shape))
     result: Mask = mask.astype(np.bool_, copy=True)
     return result
 
 
 def spec_for(mask: Mask, kind: ArrayKind) -> AttendSpec:
     """OP-MASK: the plainest spec that means `mask`: NONE when every query attends every row, CAUSAL when it
-    is square and exactly upper-left causal, else EXPLICIT (its mask of the given array kind)."""
+    is square and exactly upper-left causal, else EXPLICIT (its mask of the given array kind). A per-row mask
+    [B, q_len, rows] whose rows all agree is answered as their one mask (OP-PAD)."""
+    if mask.ndim == 3 and (mask == mask[:1]).all():
+        mask = mask[0]
+    if mask.ndim == 3:
+        return AttendSpec(MaskKind.EXPLICIT, to_kind(mask.copy(), kind))
     q_len, rows = mask.shape
     if mask.all():
         return AttendSpec(MaskKind.NONE)
@@ -324,4 +332,4 @@ def hist_shapes_hold(config: CacheConfig, result: tuple[Any, Any, AttendSpec], q
     dtype = numpy_dtype(config.dtype)
     return (k_hist.shape == (b, h, rows, config.head_dim) and v_hist.shape == (b, h, rows, config.v_head_dim)
             and k_hist.dtype == dtype and v_hist.dtype == dtype and rows >= q_len
-            and mask_of(result[2], q_len, rows).shape == (q_len, rows))
+            and mask_of(result[2], q_len, rows, b).shape[-2:] == (q_len, rows))

@@ -94,6 +94,17 @@ CLAUSES: tuple[Clause, ...] = (
            variants=("repeat", "descending", "held", "gap"), feature="positions"),
     Clause("op.trim.n", "OP-TRIM", OP_CONTIGUOUS, "trim", "n", INT, "trim's n is an int (not bool) in [0, held]",
            "held", feature="trim"),
+    # OP-PAD, OP-ROWS: the batch verbs' arguments (a list's own length and repeats are the programs' cases)
+    Clause("op.pad.left_padding", "OP-PAD", OP_CONTIGUOUS, "pad", "left_padding", INT,
+           "pad's counts are ints (not bool) in [0, capacity]", "capacity", feature="pad"),
+    Clause("op.select.rows", "OP-ROWS", OP_CONTIGUOUS, "select", "rows", LIST, "select(rows): a non-empty list",
+           feature="batch-verbs"),
+    Clause("op.select.rows.id", "OP-ROWS", OP_CONTIGUOUS, "select", "rows", ID,
+           "select's rows are ints (not bool) in [0, batch_size)", "batch_size", feature="batch-verbs"),
+    Clause("op.reorder.rows.id", "OP-ROWS", OP_CONTIGUOUS, "reorder", "rows", ID,
+           "reorder's rows are ints (not bool) in [0, batch_size)", "batch_size", feature="batch-verbs"),
+    Clause("op.repeat.times", "OP-ROWS", OP_CONTIGUOUS, "repeat", "times", INT, "repeat's times is an int (not "
+           "bool) >= 1", low="1", feature="batch-verbs"),
     Clause("op.begin_step.seq_ids", "OP-STEP", OP_CELL, "begin_step", "seq_ids", LIST,
            "begin_step(seq_ids): a non-empty list"),
     Clause("op.begin_step.seq_ids.id", "OP-STEP", OP_CELL, "begin_step", "seq_ids", ID,

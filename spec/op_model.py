@@ -154,6 +154,8 @@ class Shapes:
 
 
 Attends = list[list[int]]   # per query of the step: the sorted uids it must attend
+Label = tuple[int, int]     # OP-ROWS: what a batch row holds for a token: (the uid written, the batch row it was written for)
+RowAttends = list[list[Optional[list[Label]]]]   # per batch row, per query: its labels, None for a pad query (OP-PAD)
 
 
 class OpModel:
@@ -170,6 +172,11 @@ class OpModel:
         # OP-RECORD: the floors the rings would have if the config did not record its past (a trim owed only
         # because it does is the recording's: the suite names OP-RECORD when such a trim is refused)
         self.unrecorded = [0] * cfg.n_layers
+        # OP-PAD: per batch row, the positions below which it holds pads; OP-ROWS: per batch row, the label it
+        # holds for each held token (uid -> (uid, row written for)); absent = the token itself, for this row
+        self.pads: list[int] = [0] * cfg.batch_size
+        self.row_labels: list[dict[int, Label]] = [{} for _ in range(cfg.batch_size)]
+        self.rows_moved = False   # a batch verb moved rows since the last reset (a finding then names OP-ROWS)
 
     def snapshot(self) -> "OpModel":
         """A copy of the state (a call refused that the model served is followed from the state before it)."""
@@ -178,6 +185,8 @@ class OpModel:
         copy.step = None if self.step is None else replace(self.step, served=set(self.step.served))
         copy.dropped_declaration, copy.abandoned = self.dropped_declaration, self.abandoned
         copy.floors, copy.unrecorded = list(self.floors), list(self.unrecorded)
+        copy.pads, copy.row_labels = list(self.pads), [dict(labels) for labels in self.row_labels]
+        copy.rows_moved = self.rows_moved
         return copy
 
     # --- observations ------------------------------------------------------------------------------
@@ -228,6 +237,9 @@ class OpModel:
         self.held, self.step, self.dropped_declaration = {}, None, False
         self.floors = [0] * self.cfg.n_layers
         self.unrecorded = [0] * self.cfg.n_layers
+        self.pads = [0] * self.cfg.batch_size   # OP-PAD: a reset forgets the padding with the tokens
+        self.row_labels = [{} for _ in range(self.cfg.batch_size)]
+        self.rows_moved = False
 
     def trim_answer(self, n: Any) -> Union[Rejected, str]:
         """OP-TRIM's ordered procedure (the first check that applies decides), asked before trim(n): a Rejected
@@ -489,3 +501,129 @@ class OpModel:
         if len(step.served) == self.cfg.n_layers:
             self._commit()
         return attends
+
+    # --- rows of a batch that differ, and the batch verbs (OP-PAD, OP-ROWS) ---------------------------
+    def label(self, row: int, uid: int) -> Label:
+        """OP-ROWS: what batch row `row` holds for token `uid` (a token written since the last verb: its own)."""
+        return self.row_labels[row].get(uid, (uid, row))
+
+    def row_attends(self, attends: Attends, positions: Sequence[int]) -> RowAttends:
+        """OP-PAD, OP-ROWS: per batch row, the labels each query of a served step attends - the step's shared
+        `attends` without the row's pads, each token as the row holds it; a pad query's entry None (not judged)."""
+        where = dict(self.held.get(0, {}))
+        if self.step is not None:   # the step still open: its tokens are not held yet
+            where.update(zip(self.step.uids, self.step.positions or ()))
+        out: RowAttends = []
+        for row, pad in enumerate(self.pads):
+            out.append([None if pos < pad else [self.label(row, uid) for uid in uids if where.get(uid, pad) >= pad]
+                        for pos, uids in zip(positions, attends)])
+        return out
+
+    def _batch_free(self, verb: str) -> Optional[Rejected]:
+        if self.cfg.kind != CONTIGUOUS:
+            return Rejected("OP-ROWS", f"{verb}: the cell cache has one batch row (OP-BATCH)", case="cell")
+        return None
+
+    def pad(self, left_padding: Any) -> Optional[Rejected]:
+        """OP-PAD: on a cache that holds nothing, batch row b's first left_padding[b] positions become pads."""
+        wrong = self._batch_free("pad")
+        if wrong is not None:
+            return Rejected("OP-PAD", wrong.why, case="cell")
+        if not isinstance(left_padding, list) or len(left_padding) != self.cfg.batch_size:
+            return Rejected("OP-PAD", f"left_padding {left_padding!r} is not a list of {self.cfg.batch_size} ints "
+                                      "(one per batch row)", case="length")
+        for pad in left_padding:
+            if not _is_int(pad) or not 0 <= pad <= self.cfg.capacity:
+                return Rejected("OP-PAD", f"a pad {pad!r} is not an int in [0, capacity {self.cfg.capacity}]",
+                                case="pad type" if not _is_int(pad) else "pad range")
+        if self.held.get(0) or self.step is not None:
+            return Rejected("OP-PAD", "padding is declared before the first step (the cache holds tokens)",
+                            case="not empty")
+        self.pads = list(left_padding)
+        return None
+
+    def _rows_error(self, verb: str, rows: Any, *, distinct: bool, length: Optional[int]) -> Optional[Rejected]:
+        """OP-ROWS: a list of batch-row indices, each an int (not a bool) in [0, batch), not empty; distinct
+        where the verb keeps each row at most once; exactly `length` of them where the batch keeps its size."""
+        wrong = self._batch_free(verb)
+        if wrong is not None:
+            return wrong
+        batch = self.cfg.batch_size
+        if not isinstance(rows, list) or not rows:
+            return Rejected("OP-ROWS", f"{verb}: rows {rows!r} is not a non-empty list (an empty batch)", case="empty")
+        for row in rows:
+            if not _is_int(row):
+                return Rejected("OP-ROWS", f"{verb}: row {row!r} is not an int", case="row type")
+            if not 0 <= row < batch:
+                return Rejected("OP-ROWS", f"{verb}: row {row} is not in [0, {batch})", case="row range")
+        if length is not None and len(rows) != length:
+            return Rejected("OP-ROWS", f"{verb}: {len(rows)} rows for a batch of {length}", case="length")
+        if distinct and len(set(rows)) != len(rows):
+            return Rejected("OP-ROWS", f"{verb}: rows {rows} repeat a row", case="repeat")
+        return None
+
+    def _take(self, rows: list[int]) -> None:
+        """The batch becomes the rows named, in that order (an open step abandoned first: OP-STEP)."""
+        self._abandon_started()
+        self.pads = [self.pads[row] for row in rows]
+        self.row_labels = [{uid: self.label(row, uid) for uid in self.held.get(0, {})} for row in rows]
+        self.cfg = replace(self.cfg, batch_size=len(rows))
+        self.rows_moved = True
+
+    def select(self, rows: Any) -> Optional[Rejected]:
+        """OP-ROWS: keep the rows named, in that order, each at most once (mlx-lm's filter, transformers'
+        batch_select_indices)."""
+        wrong = self._rows_error("select", rows, distinct=True, length=None)
+        if wrong is None:
+            self._take(rows)
+        return wrong
+
+    def reorder(self, rows: Any) -> Optional[Rejected]:
+        """OP-ROWS: batch row b becomes row rows[b] (beam search's beam_idx: repeats allowed, the size kept)."""
+        wrong = self._rows_error("reorder", rows, distinct=False, length=self.cfg.batch_size)
+        if wrong is None:
+            self._take(rows)
+        return wrong
+
+    def repeat(self, times: Any) -> Optional[Rejected]:
+        """OP-ROWS: each row `times` times in a row (transformers' batch_repeat_interleave, as beams start)."""
+        wrong = self._batch_free("repeat")
+        if wrong is not None:
+            return wrong
+        if not _is_int(times) or times < 1:
+            return Rejected("OP-ROWS", f"repeat: times {times!r} is not an int >= 1", case="times")
+        self._take([row for row in range(self.cfg.batch_size) for _ in range(times)])
+        return None
+
+    def extend(self, other: Any) -> Optional[Rejected]:
+        """OP-ROWS: other's rows (each with its own history and pads) after this cache's; both hold the same
+        positions (rows that differ in length differ by their pads) and have configs equal but for batch_size."""
+        wrong = self._batch_free("extend")
+        if wrong is not None:
+            return wrong
+        if not isinstance(other, OpModel) or replace(other.cfg, batch_size=1) != replace(self.cfg, batch_size=1):
+            return Rejected("OP-ROWS", "extend: other is not a cache of this config", case="config")
+        mine, theirs = self.held.get(0, {}), other.held.get(0, {})
+        if len(mine) != len(theirs) or other.step is not None and other.step.served:
+            return Rejected("OP-ROWS", f"extend: other holds {len(theirs)} positions, this cache {len(mine)}",
+                            case="length")
+        at = {pos: uid for uid, pos in theirs.items()}
+        self._abandon_started()
+        self.pads += other.pads
+        self.row_labels = [{uid: self.label(row, uid) for uid in mine} for row in range(self.cfg.batch_size)] + \
+            [{uid: other.label(row, at[pos]) for uid, pos in mine.items()} for row in range(other.cfg.batch_size)]
+        self.floors = [max(a, b) for a, b in zip(self.floors, other.floors)]
+        self.unrecorded = [max(a, b) for a, b in zip(self.unrecorded, other.unrecorded)]
+        self.cfg = replace(self.cfg, batch_size=self.cfg.batch_size + other.cfg.batch_size)
+        self.rows_moved = True
+        return None
+
+    def extract(self, row: Any) -> Union[Rejected, "OpModel"]:
+        """OP-ROWS: batch row `row` as a cache of its own (batch 1, its history and pads); this one unchanged."""
+        wrong = self._rows_error("extract", [row], distinct=True, length=None)
+        if wrong is not None:
+            return wrong
+        out = self.snapshot()
+        out.step = None
+        out._take([row])
+        return out

@@ -260,7 +260,7 @@ OP_RULES: tuple[Rule, ...] = (
          "AttendSpec NONE: every query attends every returned row. CAUSAL: torch's is_causal (upper-left): query i "
          "attends rows 0..i; a cache answers it only when q_len == rows (a fresh full prefill), and a CAUSAL answer "
          "with q_len != rows is wrong. EXPLICIT: a bool mask of shape [q_len, rows], true = attend, broadcast over "
-         "batch and heads; a mask of another shape or dtype is wrong.",
+         "batch and heads, or [B, q_len, rows], one per batch row (OP-PAD); a mask of another shape or dtype is wrong.",
          "The cache hands back a mask semantic that another function applies; both sides must read it alike.",
          "A CAUSAL over a continuation (upper-left alignment hides the history); a mask of the wrong shape."),
     Rule("OP-HIST",
@@ -383,6 +383,30 @@ OP_RULES: tuple[Rule, ...] = (
          "only its window cannot give back what it rejected.",
          "A recording ring that keeps only its window (an owed trim refused, or served over rows it lost); a "
          "record_past of 1 or 'yes' taken for true."),
+    Rule("OP-PAD",
+         "Contiguous: pad(left_padding) on a cache holding nothing (one int in [0, capacity] per batch row) makes batch "
+         "row b's positions below left_padding[b] its pads, until a reset: no query of row b at a position >= "
+         "left_padding[b] attends a pad of row b, on any layer, however the batch is reordered later; a query at a "
+         "pad position is not judged (its output is the caller's to discard). A wrong length, a pad that is no int "
+         "or out of range, or a cache already holding tokens is refused.",
+         "Batched generation left-pads shorter prompts (mlx-lm's BatchKVCache(left_padding), transformers' "
+         "attention_mask): the pads share the positions but are no tokens of the row, so a query that attends one "
+         "reads filler as context.",
+         "A pad attended after a step (the mask of a shared causal prefix); a reorder or select that leaves a "
+         "row's pads behind with its old index."),
+    Rule("OP-ROWS",
+         "Contiguous: select(rows) keeps the batch rows named, in that order (distinct); reorder(rows) makes row b "
+         "the old row rows[b] (len(rows) == B, repeats allowed: beam_idx); repeat(k) repeats each row k times in a "
+         "row (k an int >= 1); extend(other) appends the rows of another cache of the same config but batch_size "
+         "that holds the same positions; extract(row) returns row `row` as a cache of batch 1, this one unchanged. "
+         "Each row keeps its own history and pads; positions are kept; an open step is abandoned (OP-STEP). An "
+         "empty list, an index that is no int (a bool, a float) or out of [0, B), a repeat in select, a wrong "
+         "length for reorder, or an other of another config or length is refused, changing nothing.",
+         "Beam search and continuous batching move whole rows (transformers' reorder_cache, "
+         "batch_select_indices, batch_repeat_interleave; mlx-lm's filter, extend, extract): each row's K, V and "
+         "pads must move together, on every layer.",
+         "A reorder applied to K and not V or to some layers; a row's pads left at its old index; a negative "
+         "index wrapping to the last row; True taken for row 1."),
 )
 
 # --- a cell cache seen only through its outputs (SPEC.md section 5.3): the op face's cell verbs, and a decode

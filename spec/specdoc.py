@@ -161,7 +161,8 @@ def collect_contracts() -> list[ContractEntry]:
                 entries += _entries(module, name, "invariant", value.__dict__.get("__invariants__", []))
                 for attribute, member in vars(value).items():
                     function = getattr(member, "__func__", member)  # unwrap static/class methods
-                    if inspect.isfunction(function):
+                    # an inherited method an invariant re-wrapped here is listed once, under the class defining it
+                    if inspect.isfunction(function) and function.__qualname__.split(".")[0] == name:
                         entries += _function_entries(module, f"{name}.{attribute}", function)
             elif inspect.isfunction(value):
                 entries += _function_entries(module, name, value)

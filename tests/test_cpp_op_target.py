@@ -5,7 +5,8 @@ compiled with g++ and judged over the protocol, as a C++ `update_and_fetch` cach
   (no positions, no steps), with attention sinks and the driver's optional trim; correct, it conforms
   strictly inside its scope, serving every trim (it keeps every row); with its window one too wide, the suite
   and the exhaustive checker catch it; with its ring losing the rows a ring of the least size drops, the
-  trim it still serves there shows in the next answer (wrong OP-ATTEND).
+  trim it still serves there shows in the next answer (wrong OP-ATTEND); with left padding and the batch verbs
+  through the driver's optional batch callable (spec 4), a reorder that leaves the pads behind is caught.
 - spec/cpp/example/serve_mlx_shaped.cpp: a stand-in shaped like the MLX runtime's cache (batch-1 pools that
   grow from empty, max_write, positions read off the step) behind at most 30 lines of glue. Correct, it is
   CONFORMING (strict) within its declared scope - no INCOMPLETE from batch, no over-strict finding for its
@@ -48,6 +49,7 @@ MLX_BUGS = {
 CRASHES = "MLXS_BUG_ABORTS_PAST_CAPACITY"   # an assert where a refusal belongs: the process dies
 BUILDS = {"contiguous": (CONTIGUOUS, ()), "contiguous_window": (CONTIGUOUS, ("KVCACHE_EXAMPLE_WINDOW_OFF_BY_ONE",)),
           "contiguous_ring_loses_rows": (CONTIGUOUS, ("KVCACHE_EXAMPLE_RING_LOSES_ROWS",)),
+          "contiguous_reorder_drops_pads": (CONTIGUOUS, ("KVCACHE_EXAMPLE_REORDER_DROPS_PADS",)),
           "mlx": (MLX, ()), **{bug: (MLX, (bug,)) for bug in (*MLX_BUGS, CRASHES)}, "relaxed": (RELAXED, ())}
 
 
@@ -76,10 +78,10 @@ def test_the_cpp_op_target_conforms_within_its_scope_and_its_broken_window_is_ca
     correct, broken = binaries["contiguous"], binaries["contiguous_window"]
     code, judged = _judge(correct, tmp_path)
     assert code == 0 and capsys.readouterr().out.strip().splitlines()[-1] == \
-        "  CONFORMING (strict) within the scope flat,ring,batch,mla,trim,sinks only"
+        "  CONFORMING (strict) within the scope flat,ring,batch,mla,trim,sinks,pad,batch-verbs only"
     assert judged["verdict"] == CONFORMING and not judged["coverage"]["incomplete"]
-    assert {"OP-ATTEND", "OP-MASK", "OP-HIST", "OP-ARGS", "OP-CAP", "OP-ATOMIC", "OP-BATCH", "OP-TRIM", "OP-SINKS"} <= \
-        set(judged["coverage"]["rules"]["exercised"])
+    assert {"OP-ATTEND", "OP-MASK", "OP-HIST", "OP-ARGS", "OP-CAP", "OP-ATOMIC", "OP-BATCH", "OP-TRIM", "OP-SINKS",
+            "OP-PAD", "OP-ROWS"} <= set(judged["coverage"]["rules"]["exercised"])
 
     code, judged = _judge(broken, tmp_path)
     found = [f for f in judged["semantic"]["findings"] if (f["class"], f["rule"]) == ("wrong", "OP-ATTEND")]
@@ -126,7 +128,8 @@ def test_the_mlx_shaped_cache_is_conforming_strictly_within_its_scope(
     assert "'batch'" in rules["out_of_scope"]["OP-BATCH"] and not rules["not_exercised"]
     scope = judged["scope"]
     assert scope["features"] == ["flat", "ring", "max_write", "positions", "steps"] and not scope["full"]
-    assert set(scope["unexercised"]["families"]) == {"flat+batch", "ring+batch", "flat+mla"}   # no sinks: spec 1
+    # no sinks: spec 1; flat+ring+max_write+batch is the batch verbs' config (three rows, a ring laid out as a ring)
+    assert set(scope["unexercised"]["families"]) == {"flat+batch", "ring+batch", "flat+mla", "flat+ring+max_write+batch"}
     assert "'trim'" in rules["out_of_scope"]["OP-TRIM"] and "'sinks'" in rules["out_of_scope"]["OP-SINKS"]
 
 
@@ -178,6 +181,25 @@ def test_a_cache_that_aborts_is_a_crash_finding_and_the_run_goes_on(binaries: di
     assert code == 1 and judged["verdict"] == NOT_CONFORMING
     assert crashes and "SIGABRT" in crashes[0]["message"] and len(crashes[0]["steps"]) == 1
     assert judged["coverage"]["programs"]["run"] > judged["stats"]["first_counterexample_programs"] + 24
+
+
+def test_a_cpp_reorder_that_leaves_the_pads_behind_is_caught(binaries: dict[str, Path], tmp_path: Path) -> None:
+    """OP-PAD, OP-ROWS through the driver's optional batch callable: the variant whose verbs move K and V but not
+    the pads is found (wrong) with a program of at most 4 steps; the driver refuses a row index that is no C++ int,
+    and a driver given no batch callable answers the verbs `unsupported`."""
+    code, judged = _judge(binaries["contiguous_reorder_drops_pads"], tmp_path)
+    found = [f for f in judged["semantic"]["findings"] if f["class"] == "wrong" and f["rule"] in ("OP-PAD", "OP-ROWS")]
+    assert code == 1 and found and min(len(f["steps"]) for f in found) <= 4, judged["semantic"]["findings"][:2]
+    config = {"n_layers": 1, "n_kv_heads": 1, "head_dim": 1, "v_head_dim": 1, "batch_size": 2, "capacity": 4,
+              "sizing": "dynamic", "layers": [{"kind": "flat", "window": 0}], "max_write": None}
+    replies = _session(binaries["contiguous"], [("create", {"config": config}), ("select", {"rows": [True]}),
+                                                ("pad", {"left_padding": [1, 0.0]}), ("reorder", {"rows": [1, 0]}),
+                                                ("create", {"config": {**config, "record_past": False}})])
+    assert {"pad", "batch-verbs", "spec=4"} <= set(replies[0]["result"]["scope"])
+    assert [r["error"]["rule"] for r in replies[2:4]] == ["OP-ROWS", "OP-PAD"] and replies[4] == {"id": 5, "result": None}
+    assert replies[5]["error"]["rule"] == "SCOPE-BORDER"   # spec 3's recording: no Config field carries it
+    unsupported = _session(binaries["mlx"], [("create", {"config": {**config, "batch_size": 1}}), ("pad", {"left_padding": [0]})])
+    assert unsupported[2]["error"]["kind"] == "unsupported" and "pad" not in unsupported[0]["result"]["scope"]
 
 
 def test_the_op_driver_refuses_what_a_cpp_signature_cannot_receive_and_the_border(binaries: dict[str, Path]) -> None:

@@ -44,7 +44,7 @@ FAMILIES: dict[str, tuple[str, ...]] = {
     "arguments": ("ARG-INT", "ARG-RANGE", "ARG-TYPE", "LAYER-RANGE", "STEP-T", "STEP-T-MAX", "OP-ARGS", "OP-POS",
                   "OP-MAX-WRITE", "CELL-SEQ-ID", "CELL-POS", "CELL-DECLARE", "CELL-STEP-SHAPE", "PAGED-ARGS"),
     "capacity": ("LEN-BOUNDS", "ADMIT", "OP-CAP", "CELL-USED-END", "PAGED-RESERVE", "PAGED-CONSERVE", "PAGED-IDLE-FIT"),
-    "attention": ("DATA-SOUND", "CELL-DATA-SOUND", "OP-ATTEND", "OP-MASK", "OP-HIST", "OP-BATCH", "OP-SINKS", "OP-CHUNK",
+    "attention": ("DATA-SOUND", "CELL-DATA-SOUND", "OP-ATTEND", "OP-MASK", "OP-HIST", "OP-BATCH", "OP-SINKS", "OP-CHUNK", "OP-PAD",
                   "CELL-MASK", "CELL-WINDOW-POS", "CELL-KEEP", "CELL-RECOMPUTE", "PLAN-PURE", "PLAN-SHAPE",
                   "PLAN-WRITE", "PLAN-READ", "STEP-APPEND", "RETAINED", "CELL-PLACE", "CELL-FORWARD",
                   "PAGED-DATA-SOUND", "PAGED-HIT", "PAGED-HIT-GROUPS", "PAGED-WINDOW-RELEASE"),
@@ -54,7 +54,7 @@ FAMILIES: dict[str, tuple[str, ...]] = {
     "trim and removal": ("REWIND-GROW", "REWIND-SOUND", "CLEAR", "CELL-CLEAR", "CELL-RM", "CELL-SHIFT", "OP-RM",
                          "OP-TRIM", "OP-RECORD"),
     # a paged layout's requests: their lifetime, the blocks they share and the counts and eviction of those
-    "sequences": ("CELL-NEW", "CELL-ID-REUSE", "CELL-SEQ-LIVE", "CELL-FORK", "CELL-OWNERS", "OP-FORK", "PAGED-FREE",
+    "sequences": ("CELL-NEW", "CELL-ID-REUSE", "CELL-SEQ-LIVE", "CELL-FORK", "CELL-OWNERS", "OP-FORK", "OP-ROWS", "PAGED-FREE",
                   "PAGED-SHARE-FULL", "PAGED-NO-REWRITE", "PAGED-REFCOUNT", "PAGED-EVICT"),
     # Every SCOPE- rule (SPEC section 6.1) is of this family, however many the scope grows.
     "faces and scope": ("FACES", "ET-MAP", "REG-KEYS", "REG-SESSION", "THREADS",

@@ -1244,7 +1244,7 @@ struct Tensor {
 enum class Mask { None, Causal, Explicit };   // AttendSpec kinds; Causal is torch's, upper-left (OP-MASK)
 
 // An update_and_fetch answer: the K/V history [B, Hkv, rows, D|Dv] and the AttendSpec (`mask`, a bool
-// [q_len, rows] tensor, only for Explicit).
+// [q_len, rows] tensor, or [B, q_len, rows] - one per batch row, OP-PAD - only for Explicit).
 struct Fetched {
   Tensor k_hist, v_hist;
   Mask kind = Mask::Explicit;
@@ -1307,10 +1307,13 @@ struct Scope {
     whole.features = {"flat", "ring", "max_write", "batch", "mla", "positions", "steps"};
     return whole;
   }
+  // full(4) adds `pad` and `batch-verbs` (OP-PAD, OP-ROWS); spec 3's `chunk` and `recording` the Config does not
+  // carry, so full(3) and full(4) leave them out and the driver refuses such configs at the border.
   static Scope full(int spec_version) {
-    if (spec_version < 1 || spec_version > 2) throw std::invalid_argument("op::Scope::full: spec versions are 1 and 2");
+    if (spec_version < 1 || spec_version > 4) throw std::invalid_argument("op::Scope::full: spec versions are 1 to 4");
     Scope whole = full();
     if (spec_version >= 2) whole.features.insert(whole.features.end(), {"trim", "sinks"});
+    if (spec_version >= 4) whole.features.insert(whole.features.end(), {"pad", "batch-verbs"});
     whole.spec = spec_version;
     return whole;
   }
@@ -1366,10 +1369,14 @@ class Driver {
   using Factory = std::function<std::unique_ptr<Cache>(const Config&)>;
   using Fetch = std::function<Fetched(Cache&, int, const Tensor&, const Tensor&, const Tensor&)>;
   using Trim = std::function<void(Cache&, int)>;   // optional: trim(n), OP-TRIM
+  // optional: the batch verbs (OP-PAD, OP-ROWS): the verb ("pad", "select", "reorder", "repeat") and its ints (a
+  // pad count or a row index each; repeat's one `times`)
+  using Batch = std::function<void(Cache&, const std::string&, const std::vector<int>&)>;
 
-  Driver(std::string name, Scope scope, Factory factory, Fetch fetch, Trim trim = nullptr)
-      : name_(std::move(name)), scope_(trim ? std::move(scope) : scope.without("trim")), factory_(std::move(factory)),
-        fetch_(std::move(fetch)), trim_(std::move(trim)) {}
+  Driver(std::string name, Scope scope, Factory factory, Fetch fetch, Trim trim = nullptr, Batch batch = nullptr)
+      : name_(std::move(name)), scope_(trimmed(batch ? std::move(scope) : scope.without("pad").without("batch-verbs"),
+                                               trim != nullptr)),
+        factory_(std::move(factory)), fetch_(std::move(fetch)), trim_(std::move(trim)), batch_(std::move(batch)) {}
 
   Response handle(const std::string& method, const Json& params) {
     try {
@@ -1391,7 +1398,41 @@ class Driver {
   Factory factory_;
   Fetch fetch_;
   Trim trim_;
+  Batch batch_;
   std::unique_ptr<Cache> cache_;
+
+  static Scope trimmed(Scope scope, bool has_trim) { return has_trim ? scope : scope.without("trim"); }
+
+  // OP-PAD, OP-ROWS: a batch verb's ints as the request carries them (a list for pad, select and reorder; one int
+  // for repeat); a value no C++ int holds (true, 0.0) or no list has no C++ form: refused here, naming the rule.
+  std::vector<int> batch_ints(const std::string& method, const Json& params) const {
+    const char* rule = method == "pad" ? "OP-PAD" : "OP-ROWS";
+    const char* name = method == "pad" ? "left_padding" : method == "repeat" ? "times" : "rows";
+    const Json* value = params.get(name);
+    std::vector<int> ints;
+    if (method == "repeat") {
+      std::optional<int> times = as_int(value);
+      if (!times) throw std::invalid_argument(std::string(rule) + ": times is not a C++ int");
+      return {*times};
+    }
+    if (!value || !value->is(Json::Type::Array)) throw std::invalid_argument(std::string(rule) + ": " + name + " is a list");
+    for (const Json& item : value->array) {
+      std::optional<int> i = as_int(&item);
+      if (!i) throw std::invalid_argument(std::string(rule) + ": " + name + " holds a value that is not a C++ int");
+      ints.push_back(*i);
+    }
+    return ints;
+  }
+
+  // The spec-3 feature a config carries that this driver's Config cannot (a chunk layer, record_past), or "".
+  std::string uncarried(const Json& json) const {
+    if (const Json* layers = json.get("layers"); layers && layers->is(Json::Type::Array))
+      for (const Json& entry : layers->array) {
+        const Json* kind = entry.get("kind");
+        if (entry.get("chunk") || (kind && kind->is(Json::Type::String) && kind->string == "chunk")) return "chunk";
+      }
+    return json.get("record_past") ? "recording" : "";
+  }
 
   // A JSON int a C++ int holds (a bool, a float, 2^31 are not), else nullopt.
   static std::optional<int> as_int(const Json* v) {
@@ -1546,6 +1587,9 @@ class Driver {
       cache_.reset();
       const Json* json = params.get("config");
       if (!json || !json->is(Json::Type::Object)) return Response::error("rejected", "OP-CONFIG", "config is an object");
+      if (std::string feature = uncarried(*json); !feature.empty())
+        return Response::error("rejected", "SCOPE-BORDER", "the config needs '" + feature + "', which this driver does "
+                                                           "not carry");
       Config c = read_config(*json);
       if (std::string feature = outside(c); !feature.empty())
         return Response::error("rejected", "SCOPE-BORDER", "the config needs '" + feature + "', outside this cache's scope");
@@ -1581,6 +1625,11 @@ class Driver {
       trim_(*cache_, *n);
       return Response::result(Json::null());
     }
+    if (method == "pad" || method == "select" || method == "reorder" || method == "repeat") {
+      if (!batch_) return Response::error("unsupported", "", method + " is not implemented");
+      batch_(*cache_, method, batch_ints(method, params));
+      return Response::result(Json::null());
+    }
     return Response::error("protocol", "", "unknown method " + method);
   }
 };
@@ -1588,7 +1637,8 @@ class Driver {
 // Serve the op protocol on stdin/stdout. `scope`: the op features the cache implements.
 template <class Cache>
 int run_main(int argc, char** argv, const char* name, Scope scope, typename Driver<Cache>::Factory factory,
-             typename Driver<Cache>::Fetch fetch, typename Driver<Cache>::Trim trim = nullptr) {
+             typename Driver<Cache>::Fetch fetch, typename Driver<Cache>::Trim trim = nullptr,
+             typename Driver<Cache>::Batch batch = nullptr) {
   if (argc >= 2) {
     const std::string arg = argv[1];
     const char* usage = " - an op-face cache served over spec/PROTOCOL.md on stdin/stdout.\n"
@@ -1604,7 +1654,7 @@ int run_main(int argc, char** argv, const char* name, Scope scope, typename Driv
               << "or --help\n";
     return 2;
   }
-  Driver<Cache> driver(name, std::move(scope), std::move(factory), std::move(fetch), std::move(trim));
+  Driver<Cache> driver(name, std::move(scope), std::move(factory), std::move(fetch), std::move(trim), std::move(batch));
   std::ios::sync_with_stdio(false);
   return driver.serve(std::cin, std::cout);
 }

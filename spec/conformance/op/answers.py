@@ -63,6 +63,16 @@ class Labels:
         ok = (guess >= 0) & np.all(values == expected.astype(np.float32), axis=1) & (values[:, 0] >= 1)
         return np.where(ok, guess, -1)
 
+    def labels_of(self, values: np.ndarray, layer: int, h: int, is_v: int) -> list[Optional[tuple[int, int]]]:
+        """OP-ROWS: per row of values [rows, W], the (uid, batch row written for) whose label it holds, or None:
+        a batch row may hold tokens written for another (a reorder moved them)."""
+        found: list[Optional[tuple[int, int]]] = [None] * values.shape[0]
+        for written_for in range(self.radix[1] - 1):
+            for row, uid in enumerate(self.uid_of(values, layer, written_for, h, is_v)):
+                if uid >= 0:
+                    found[row] = (int(uid), written_for)
+        return found
+
     def _uid_of_code(self, values: np.ndarray, layer: int, b: int, h: int, is_v: int) -> np.ndarray:
         L, B, H, _ = self.radix
         tolerance = float(self.tolerance or 0)
@@ -100,9 +110,9 @@ def mask_kind(spec: Any) -> str:
     return str(name if isinstance(name, str) else kind).upper()
 
 
-def allowed_rows(spec: Any, q: int, rows: int) -> np.ndarray | str:
-    """OP-MASK: which of `rows` rows each of `q` queries attends under an AttendSpec ([q, rows] bool),
-    or why the spec cannot be read so."""
+def allowed_rows(spec: Any, q: int, rows: int, batch: Optional[int] = None) -> np.ndarray | str:
+    """OP-MASK: which of `rows` rows each of `q` queries attends under an AttendSpec ([q, rows] bool; with
+    `batch`, a mask per batch row [batch, q, rows] too: OP-PAD), or why the spec cannot be read so."""
     kind = mask_kind(spec)
     if kind == "NONE":
         return np.ones((q, rows), dtype=bool)
@@ -113,8 +123,9 @@ def allowed_rows(spec: Any, q: int, rows: int) -> np.ndarray | str:
         return np.tril(np.ones((q, rows), dtype=bool))
     if kind == "EXPLICIT":
         mask = as_array(getattr(spec, "mask", None))
-        if mask.dtype != np.bool_ or mask.shape != (q, rows):
-            return f"EXPLICIT mask {list(mask.shape)} {mask.dtype}, not bool [{q}, {rows}]"
+        if mask.dtype != np.bool_ or mask.shape not in ((q, rows), (batch, q, rows)):
+            return f"EXPLICIT mask {list(mask.shape)} {mask.dtype}, not bool [{q}, {rows}]" + \
+                (f" or [{batch}, {q}, {rows}]" if batch is not None else "")
         return mask
     return f"AttendSpec kind {kind!r} is not NONE, CAUSAL or EXPLICIT"
 

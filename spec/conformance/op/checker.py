@@ -24,6 +24,7 @@ states and programs it checked, and how many states it left unexpanded at the bo
     python -m kvcache_spec.conformance.op.checker --target cmd:./my_op_server      (spec/PROTOCOL.md)
     python -m kvcache_spec.conformance.op.checker --target python:kvcache_spec.conformance.op.targets:contiguous --sinks
     python -m kvcache_spec.conformance.op.checker --target python:kvcache_spec.conformance.op.targets:contiguous --chunk
+    python -m kvcache_spec.conformance.op.checker --target python:kvcache_spec.conformance.op.targets:contiguous --batch
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from ..engine import Finding, Step
 from ..malform import INT32_LIMIT
 from .consequences import drive_on
 from .engine import OpEngine
-from .programs import RESET, at, begin, cp, fetch, op_config, rm, trim
+from .programs import RESET, at, begin, cp, fetch, op_config, pad, reorder, repeat, rm, select, trim
 from ..targets import Target, TargetCrash, TargetError, parse_target
 
 # Small configurations: two layers (so a step can stop partway), a flat and a windowed layer.
@@ -55,13 +56,20 @@ SINKS_CONFIG = op_config(5, (3, 0), keep=1)
 # what a ring that did not record would keep, and the query after it fit in 4 steps.
 CHUNK_CONFIG = op_config(4, (0,), chunks=(2,))
 RECORD_CONFIG = op_config(4, (2,), record_past=True)
-EXTRA_CONFIGS = {"sinks": SINKS_CONFIG, "chunk": CHUNK_CONFIG, "record": RECORD_CONFIG}
+# OP-PAD, OP-ROWS (--batch): two batch rows over one flat layer; a pad, a two-token step, a reorder and the
+# query after it (a reorder that leaves a row's pads behind) fit in 4 steps.
+BATCH_CONFIG = op_config(3, (0,), batch=2)
+EXTRA_CONFIGS = {"sinks": SINKS_CONFIG, "chunk": CHUNK_CONFIG, "record": RECORD_CONFIG, "batch": BATCH_CONFIG}
 
 
-def alphabet(kind: str, cfg: dict[str, Any], trims: bool = False) -> list[Step]:
+def alphabet(kind: str, cfg: dict[str, Any], trims: bool = False, batch: bool = False) -> list[Step]:
     """The steps a program is made of: each layer with next positions, and the calls around them; with
-    `trims` (a contiguous target with the `trim` feature) trims of 0, 1 and 2 tokens and a negative one."""
+    `trims` (a contiguous target with the `trim` feature) trims of 0, 1 and 2 tokens and a negative one; with
+    `batch` (a contiguous target with `pad` and `batch-verbs`, a config of two batch rows) a pad of the first row,
+    the rows swapped, the second kept, each repeated, and a negative index."""
     layers = [fetch(layer) for layer in range(cfg["n_layers"])]
+    if kind == "op-contiguous" and batch:
+        return layers + [fetch(0, 2), RESET, pad([1, 0]), reorder([1, 0]), select([1]), repeat(2), select([-1])]
     if kind == "op-contiguous":
         # with sinks, a chunk layer or recording, a two-token step on every layer (past a window part, across a
         # chunk boundary), then
@@ -81,7 +89,7 @@ def let_go(before: Hashable, before_abandoned: int, engine: OpEngine, step: Step
         return ("refused", _canonical(concrete))
     if engine.model.abandoned != before_abandoned:
         return ("abandoned", before, _canonical(concrete))
-    if step.get("op") in ("reset", "rm"):
+    if step.get("op") in ("reset", "rm", "select", "reorder"):   # a select or reorder may drop a row
         return (str(step["op"]), before, _canonical(concrete))
     return None
 
@@ -110,8 +118,12 @@ def state_key(model: op_model.OpModel, steps: Optional[list[Step]] = None) -> Ha
             written = 0
         elif concrete["op"] == "fetch" and "case" not in concrete:
             written = max([written] + [p + 1 for p in concrete.get("positions", []) if type(p) is int])
+    # OP-PAD, OP-ROWS: each batch row's pads and what it holds for each token, up to the numbering
+    rows = tuple((pad, tuple(sorted((positions.get(uid, -1), positions.get(label[0], label[0]), label[1])
+                                    for uid, label in ((uid, model.label(row, uid)) for uid in positions))))
+                 for row, pad in enumerate(model.pads))
     # the floors decide which trims are owed (OP-TRIM)
-    return held, open_step, tuple(model.floors), written
+    return held, open_step, tuple(model.floors), written, rows
 
 
 @dataclass
@@ -150,7 +162,9 @@ def check(target: Target, depth: int, cfg: Optional[dict[str, Any]] = None) -> C
     cfg = cfg or CHECK_CONFIGS[layout]
     kind = op_model.CELL if layout == "op-cell" else op_model.CONTIGUOUS
     result = CheckResult(target.name, layout, depth)
-    letters = alphabet(layout, cfg, trims="trim" in target.scope.features)
+    features = target.scope.features
+    letters = alphabet(layout, cfg, trims="trim" in features,
+                       batch=cfg["batch_size"] > 1 and {"pad", "batch-verbs"} <= features)
     start = OpEngine(target, cfg, kind)
     seen: set[Hashable] = set()
     frontier: deque[Visit] = deque([Visit([], state_key(start.model), frozenset(), 0)])
@@ -190,6 +204,8 @@ def main(argv: Optional[list[str]] = None) -> int:
                         help="op-contiguous: check a chunk layer of chunk 2 (OP-CHUNK)")
     parser.add_argument("--record", action="store_true",
                         help="op-contiguous: check a recording ring of 2 (OP-RECORD)")
+    parser.add_argument("--batch", action="store_true",
+                        help="op-contiguous: check two batch rows with a pad and the batch verbs (OP-PAD, OP-ROWS)")
     args = parser.parse_args(argv)
     try:
         target = parse_target(args.target, timeout=args.timeout)
@@ -203,7 +219,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             return 2
         chosen = [EXTRA_CONFIGS[name] for name in EXTRA_CONFIGS if getattr(args, name)]
         if len(chosen) > 1:
-            print("--sinks, --chunk and --record each choose the configuration: give one", file=sys.stderr)
+            print("--sinks, --chunk, --record and --batch each choose the configuration: give one", file=sys.stderr)
             return 2
         result = check(target, args.depth, chosen[0] if chosen and target.layout == "op-contiguous" else None)
     finally:

@@ -17,7 +17,7 @@ from ..targets import Outcome
 from .answers import allowed_rows, as_array, row_text, show_args
 from .engine import KV_LENGTHS, OpEngine
 from .pictures import attend_picture
-from .programs import trim_n
+from .programs import BATCH_OPS, trim_n
 
 
 class OpConsequences(Consequences):
@@ -96,6 +96,8 @@ class OpConsequences(Consequences):
             return
         if op == "trim":
             self.trim(step)
+            return
+        if op in BATCH_OPS:   # sent to no target driven here (OpEngine.run: only one without the batch features)
             return
         method, args = {"begin": ("begin_step", {"seq_ids": step.get("seqs")}),
                         "cp": ("seq_cp", {"src": step.get("src"), "dst": step.get("dst"), "upto": step.get("upto")}),

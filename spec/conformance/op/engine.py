@@ -39,7 +39,7 @@ from ..targets import Outcome, Target
 from ..wire import Unreadable
 from . import pictures
 from .answers import Labels, allowed_rows, as_array, mask_kind, refusal_text, row_text, show_args
-from .programs import trim_n, well_formed_step
+from .programs import BATCH_OPS, MAX_BATCH, batch_value, trim_n, well_formed_step
 
 RULE_WORD = re.compile(r"(?<![A-Z0-9-])[A-Z][A-Z0-9]*(?:-[A-Z0-9]+)+(?![A-Z0-9-])")   # a rule id in a text
 OP_RULES = frozenset(rule.id for rule in RULES if rule.id.startswith("OP-"))
@@ -69,7 +69,9 @@ class OpEngine(Caller):
         if scopes.UNBOUNDED in self.relaxed and kind == op_model.CONTIGUOUS:
             self.mcfg = replace(self.mcfg, bounded=False)
         self.model = op_model.OpModel(self.mcfg)
-        self.labels = Labels(self.mcfg, self.declared_scope().lossy)
+        # OP-ROWS: repeat grows the batch, so a target with the batch verbs gets labels for MAX_BATCH rows
+        self.labels = Labels(replace(self.mcfg, batch_size=max(self.mcfg.batch_size, MAX_BATCH))
+                             if "batch-verbs" in self.scope_features() else self.mcfg, self.declared_scope().lossy)
         self.rejudging = False   # a run that re-judges a consequence (`_recharged`): not re-judged again
         self.index = -1
         self.next_uid = 0
@@ -227,8 +229,14 @@ class OpEngine(Caller):
             if self.current is not None and entry.step_index == len(self.result.steps):
                 self.result.steps.append(self.current)   # the failing step, concrete
             # the drive first: _after_refusal's second run creates the target's cache afresh
+            # the consequences' record has no batch rows that differ: a program whose batch verbs the target is sent
+            # is not driven past its finding (a target without the features is sent none: its drive leaves them out)
+            batch = bool({"pad", "batch-verbs"} & self.scope_features()) and \
+                any(step.get("op") in BATCH_OPS for step in program)
+            if batch and entry.kind in (LENIENT, OVER_STRICT):
+                self.result.skipped.add("consequences: a program with batch verbs is not driven past its finding")
             if entry.kind in (LENIENT, OVER_STRICT) and entry.step_index >= 0 and not self.nested \
-                    and not self.outside and entry.step_index == len(self.result.steps) - 1:
+                    and not self.outside and entry.step_index == len(self.result.steps) - 1 and not batch:
                 self.drive_on(program, entry)
                 self._recharge(program, entry)
             self.result.finding = self._after_refusal(self.capacity_refusal(entry))
@@ -282,25 +290,36 @@ class OpEngine(Caller):
         return again.consequence
 
     def _after_refusal(self, finding: Finding) -> Finding:
-        """OP-ATOMIC: a finding on a call served after a refused one is the refusal's doing when the same
-        program without the (last) refused step is served as the spec says (a second run, on a fresh cache)."""
+        """OP-ATOMIC: a finding on a call served after refused ones is the refusals' doing when the same program
+        without them is served as the spec says (a second run, on a fresh cache): without the last refused step,
+        else without every refused step before the finding (two refusals may each have changed the cache)."""
         refused = self.refused_at
         if refused is None or self.nested or finding.kind not in (WRONG, OVER_STRICT) or \
                 finding.step_index <= refused:
             return finding
-        without = self.program[:refused] + self.program[refused + 1:finding.step_index + 1]
+        earlier = [index for index in self.refusals if index < finding.step_index]
+        for removed in ([refused],) + ((earlier,) if len(earlier) > 1 else ()):
+            if self._served_without(set(removed), finding.step_index):
+                which = f"call of step {removed[0]}" if len(removed) == 1 else \
+                    f"calls of steps {', '.join(map(str, removed))}"
+                return Finding(finding.kind, "OP-ATOMIC", f"{finding.message} - and without the refused {which} "
+                                                          "this call is served as the spec says: that refusal "
+                                                          "changed the cache", finding.step_index)
+        return finding
+
+    def _served_without(self, removed: set[int], end: int) -> bool:
+        """Whether the program up to step `end`, without the refused steps `removed`, is served as the spec says,
+        with the same calls after the first of them (positions and token numbers, as `fetch` keeps them: a refused
+        call uses up none) - evidence that the refusals changed state."""
+        without = [step for index, step in enumerate(self.program[:end + 1]) if index not in removed]
         again = OpEngine(self.target, self.cfg, self.kind, self.scope, nested=True).run(without)
         self.result.calls += again.calls
         if again.finding is not None:
-            return finding
-        # evidence that the refusal changed state: the same calls after it (positions and token numbers, as
-        # `fetch` keeps them: a refused call uses up none) answered otherwise than without it
-        after = [_sent(step) for step in self.result.steps[refused + 1:finding.step_index + 1]]
-        if after != [_sent(step) for step in again.steps[refused:]]:
-            return finding
-        return Finding(finding.kind, "OP-ATOMIC", f"{finding.message} - and without the refused call of step "
-                                                  f"{refused} this call is served as the spec says: that refusal "
-                                                  "changed the cache", finding.step_index)
+            return False
+        first = min(removed)
+        after = [_sent(step) for index, step in enumerate(self.result.steps[:end + 1])
+                 if index > first and index not in removed]
+        return after == [_sent(step) for step in again.steps[first:]]
 
     def border_finding(self, finding: Optional[Finding], end: int) -> Finding:
         head = (f"create({describe(self.cfg)}) needs {', '.join(sorted(self.outside))}, outside the declared scope, "
@@ -332,6 +351,8 @@ class OpEngine(Caller):
             return dict(step)
         if op == "trim":
             return self.trim(step)
+        if op in BATCH_OPS:
+            return self.batch_verb(step)
         verdicts = {"begin": ("begin_step", {"seq_ids": step.get("seqs")}, "OP-STEP"),
                     "cp": ("seq_cp", {"src": step.get("src"), "dst": step.get("dst"), "upto": step.get("upto")},
                            "OP-FORK"),
@@ -464,6 +485,41 @@ class OpEngine(Caller):
         self.result.exercised.add("OP-TRIM")
         if recorded:
             self.result.exercised.add("OP-RECORD")
+        return concrete
+
+    def batch_verb(self, step: Step) -> Optional[Step]:
+        """pad (OP-PAD) and select, reorder, repeat (OP-ROWS), sent only to a target whose scope has the `pad` /
+        `batch-verbs` feature: for another the step is left out of the program, said in the skipped notes."""
+        op = step["op"]
+        feature, rule, name = {"pad": ("pad", "OP-PAD", "left_padding"), "repeat": ("batch-verbs", "OP-ROWS", "times")
+                               }.get(op, ("batch-verbs", "OP-ROWS", "rows"))
+        if feature not in self.scope_features() or self.kind != op_model.CONTIGUOUS:
+            self.result.skipped.add(f"scope: {op} steps not sent: the target's scope leaves out '{feature}' "
+                                    f"({scopes.OP_FEATURES[feature]})")
+            return NOT_SENT
+        pending = self.model.step
+        if pending is not None and pending.served and self._excused("steps", f"a {op} in the middle of a step"):
+            return None
+        args = {name: batch_value(self.cfg, step, self.mcfg.batch_size)}
+        concrete: Step = {**step, name: args[name]}
+        self.current = concrete
+        before = self.model.abandoned
+        self.before_call = self.model.snapshot()
+        rejected = getattr(self.model, op)(args[name])
+        if rejected is not None and rejected.case != "not empty" and scopes.TRUSTED_ARGS in self.relaxed:
+            self.result.skipped.add(f"scope: {op} steps with a malformed argument not sent: the target's scope "
+                                    f"declares '{scopes.TRUSTED_ARGS}'")
+            return NOT_SENT
+        if rejected is not None:
+            self._refused(op, args, rejected, concrete)
+            return concrete
+        if self.model.cfg.batch_size > MAX_BATCH:   # past what the labels name: not judged (a stated bound)
+            self.model = self.before_call
+            self.result.skipped.add(f"harness: programs past a batch of more than {MAX_BATCH} rows not judged")
+            return None
+        self.mcfg = self.model.cfg   # select and repeat change the batch's size
+        self._accepted(op, args, "OP-STEP" if self.model.abandoned != before else rule)
+        self.result.exercised.add(rule)
         return concrete
 
     def _owed_by_recording(self) -> bool:
@@ -674,10 +730,62 @@ class OpEngine(Caller):
                                                f"{list(v_hist.shape)} {v_hist.dtype}: not [B, Hkv, rows, D] / "
                                                f"[B, Hkv, rows, Dv] float32 = {list(want_k)} / {list(want_v)}")
         self.result.exercised.add("OP-HIST")
-        allowed = allowed_rows(spec, q, rows)
+        allowed = allowed_rows(spec, q, rows, cfg.batch_size)
         if isinstance(allowed, str):
             raise self._fail(WRONG, "OP-MASK", allowed)
         self.result.exercised.add("OP-MASK")
+        model = self.model
+        if any(model.pads) or model.rows_moved:   # rows of the batch differ (OP-PAD, OP-ROWS)
+            self._check_rows(k_hist, v_hist, layer, attends, allowed)
+        elif allowed.ndim == 3 and not (allowed == allowed[:1]).all():
+            raise self._fail(WRONG, "OP-ATTEND", "the batch rows' masks differ, but no row has pads and no row moved")
+        else:
+            self._check_shared(k_hist, v_hist, layer, attends, allowed[0] if allowed.ndim == 3 else allowed)
+        self.result.exercised.add("OP-ATTEND")
+        if cfg.keep(layer):
+            self.result.exercised.add("OP-SINKS")
+        if cfg.chunk(layer):
+            self.result.exercised.add("OP-CHUNK")
+        CHECKED["queries"] += q * cfg.batch_size * cfg.n_kv_heads
+        CHECKED["answers"] += 1
+        if cfg.batch_size > 1:
+            self.result.exercised.add("OP-BATCH")   # batch rows kept apart
+
+    def _check_rows(self, k_hist: np.ndarray, v_hist: np.ndarray, layer: int, attends: list[list[int]],
+                    allowed: np.ndarray) -> None:
+        """OP-PAD, OP-ROWS: each batch row's queries attend the tokens its own history holds - each labelled with
+        the batch row it was written for - and none of its pads; a pad query is not judged."""
+        cfg, model = self.mcfg, self.model
+        assert self.fetched is not None
+        want_rows = model.row_attends(attends, self.fetched[0])
+        held = {**model.held.get(0, {}), **self.written}
+        for b in range(cfg.batch_size):
+            for h in range(cfg.n_kv_heads):
+                k_labels = self.labels.labels_of(k_hist[b, h], layer, h, 0)
+                v_labels = self.labels.labels_of(v_hist[b, h], layer, h, 1)
+                for i, want in enumerate(want_rows[b]):
+                    if want is None:
+                        continue
+                    seen = np.flatnonzero(allowed[b, i] if allowed.ndim == 3 else allowed[i])
+                    if any(k_labels[row] is None or v_labels[row] != k_labels[row] for row in seen):
+                        raise self._fail(WRONG, "OP-ATTEND", f"query {i} (batch {b}, head {h}) attends a row whose K "
+                                                             "and V are not one token's, written on layer "
+                                                             f"{layer}", "a row not one token's")
+                    got = sorted(label for label in (k_labels[row] for row in seen) if label is not None)
+                    if got != sorted(want):
+                        padded = [label for label in got if label not in want and
+                                  held.get(label[0], model.pads[b]) < model.pads[b]]
+                        rule = "OP-PAD" if padded else "OP-ROWS" if model.rows_moved else "OP-ATTEND"
+                        raise self._fail(WRONG, rule, f"query {i} (batch {b}, head {h}) attends {got}, the spec says "
+                                                      f"{sorted(want)} ((token, batch row it was written for))",
+                                         "a pad attended" if padded else "a row's history not its own")
+        self.result.exercised.add("OP-PAD" if any(model.pads) else "OP-ROWS")
+
+    def _check_shared(self, k_hist: np.ndarray, v_hist: np.ndarray, layer: int, attends: list[list[int]],
+                      allowed: np.ndarray) -> None:
+        """OP-ATTEND: every batch row's queries attend the tokens written for that row, the same for every row."""
+        cfg = self.mcfg
+        q = len(attends)
         for b in range(cfg.batch_size):
             for h in range(cfg.n_kv_heads):
                 k_uids = self.labels.uid_of(k_hist[b, h], layer, b, h, 0)
@@ -699,15 +807,6 @@ class OpEngine(Caller):
                                                 f"{attends[i]} (token numbers in the order written)",
                             attend_detail(got, attends[i])),
                                              layer, b, h, i, attends, k_uids, v_uids, allowed)
-        self.result.exercised.add("OP-ATTEND")
-        if cfg.keep(layer):
-            self.result.exercised.add("OP-SINKS")
-        if cfg.chunk(layer):
-            self.result.exercised.add("OP-CHUNK")
-        CHECKED["queries"] += q * cfg.batch_size * cfg.n_kv_heads
-        CHECKED["answers"] += 1
-        if cfg.batch_size > 1:
-            self.result.exercised.add("OP-BATCH")   # batch rows kept apart
 
     def token_owners(self, uid: int) -> list[int]:
         """The sequences holding token `uid` now (the model's; the step in progress counts its own tokens)."""

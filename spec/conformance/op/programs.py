@@ -7,7 +7,9 @@ Programs are JSON step lists (spec/PROTOCOL.md, "Op-face programs"):
   "n" gives them explicitly; "clause" and "variant" (malform.py) break one clause of the argument
   contract (spec/arguments.py): a dimension, a dtype or rank, the positions;
 - begin(...), {"op": "cp", "src", "dst", "upto"}, {"op": "rm", "seq", "p0", "p1"}:
-  the cell cache's begin_step, seq_cp, seq_rm; {"op": "reset"}.
+  the cell cache's begin_step, seq_cp, seq_rm; {"op": "reset"};
+- contiguous: {"op": "trim", "n"}; {"op": "pad", "left_padding"}, {"op": "select" / "reorder", "rows"},
+  {"op": "repeat", "times"} (OP-PAD, OP-ROWS: sent only to a target with the `pad` / `batch-verbs` feature).
 
 "Next" positions are resolved against the model when the step runs, so a program the shrinker cut
 still means a well-formed step where it meant one; `RunResult.steps` holds the concrete positions.
@@ -69,6 +71,8 @@ CONTIGUOUS_CONFIGS: tuple[JsonConfig, ...] = (
     op_config(10, (3, 0), record_past=True),
     op_config(9, (3,), max_write=2, record_past=True, sizing="static"),
     op_config(10, (4,), keep=1, record_past=True),
+    # OP-PAD, OP-ROWS: three batch rows over a ring laid out as a ring and a flat layer (beams, left padding)
+    op_config(8, (2, 0), batch=3, max_write=2),
 )
 CELL_CONFIGS: tuple[JsonConfig, ...] = (
     op_config(8, (0,), n_layers=2),
@@ -160,6 +164,78 @@ def begin(*seqs: Any) -> Step:
 RESET: Step = {"op": "reset"}
 
 
+# OP-PAD, OP-ROWS: the batch verbs (a target without `pad` / `batch-verbs` is sent none: the engine leaves them out)
+BATCH_OPS = ("pad", "select", "reorder", "repeat")
+MAX_BATCH = 8   # the most batch rows a program makes (repeat grows the batch; the labels' radix is sized for it)
+
+
+def pad(left_padding: Any) -> Step:
+    return {"op": "pad", "left_padding": left_padding}
+
+
+def select(rows: Any) -> Step:
+    return {"op": "select", "rows": rows}
+
+
+def reorder(rows: Any) -> Step:
+    return {"op": "reorder", "rows": rows}
+
+
+def repeat(times: Any) -> Step:
+    return {"op": "repeat", "times": times}
+
+
+def batch_value(cfg: JsonConfig, step: Step, batch: int) -> Any:
+    """The argument a batch verb's step sends with `batch` rows: its own, or the value its case (a clause of
+    spec/arguments.py) breaks: one row index malformed among valid ones, a list that is empty or none, a
+    malformed times, one malformed pad count among zeros."""
+    op = step["op"]
+    name = "left_padding" if op == "pad" else "times" if op == "repeat" else "rows"
+    case = case_of(step)
+    if case is None or case.clause.call != op:
+        return step.get(name)
+    clause, variant = case.clause, case.variant
+    if clause.kind == LIST:
+        return [] if variant == "empty" else 0
+    if clause.kind == ID:
+        return [id_value(variant, batch)] + (list(range(1, batch)) if op == "reorder" else [])
+    if op == "repeat":
+        return int_value(clause, variant)
+    return [int_value(clause, variant, above=cfg["capacity"] + 1)] + [0] * (batch - 1)
+
+
+def batch_programs(cfg: JsonConfig) -> list[tuple[str, list[Step]]]:
+    """OP-PAD, OP-ROWS: left-padded prefills, beams started, reordered and selected (a reorder that moves a
+    row without its pads is found at the next query), and each bad argument of the verbs."""
+    b, cap = cfg["batch_size"], cfg["capacity"]
+    if b < 2:
+        return []
+    pads = [min(2, cap - 2)] + [0] * (b - 1)
+    swap = [b - 1 - row for row in range(b)]   # the rows reversed: a row with pads moves
+    beams = [1] * b   # every beam continues row 1
+    out: list[tuple[str, list[Step]]] = [
+        ("left padding: prefill, decode", [pad(pads)] + forward(cfg, 3) + forward(cfg, 1)),
+        ("left padding: decodes past the window", [pad(pads)] + forward(cfg, 1) * min(cap, 5)),
+        ("left padding, reversed rows", [pad(pads)] + forward(cfg, 3) + [reorder(swap)] + forward(cfg, 1)),
+        ("left padding, reorder, select", [pad(pads)] + forward(cfg, 3) + [reorder(beams), select([0])]
+         + forward(cfg, 1)),
+        ("beams: repeat, reorder, decode", forward(cfg, 2) + [repeat(2), reorder([2 * b - 1 - r for r in range(2 * b)])]
+         + forward(cfg, 1)),
+        ("select the last row", forward(cfg, 2) + [select([b - 1])] + forward(cfg, 1)),
+        ("select mid-step", [fetch(0, 2), select(list(reversed(range(b))))] + forward(cfg, 1)),
+        ("padding, reset, no padding", [pad(pads)] + forward(cfg, 2) + [RESET] + forward(cfg, 2)),
+    ]
+    for name, step in (("select [0, 0]", select([0, 0])), ("reorder of one row too few", reorder(list(range(b - 1)))),
+                       ("pad one row too few", pad([0] * (b - 1)))):   # what no clause's case says: a length
+        out.append((f"malformed {name}", forward(cfg, 1) * (step["op"] != "pad") + [step] + forward(cfg, 1)))
+    for case in cases("op-contiguous", cfg):   # the verbs' argument clauses (spec/arguments.py)
+        if case.clause.call in BATCH_OPS:
+            out.append((f"malformed {case.name}", forward(cfg, 1) * (case.clause.call != "pad")
+                        + malformed_call(cfg, case) + forward(cfg, 1)))
+    out.append(("pad after a step", forward(cfg, 1) + [pad(pads)] + forward(cfg, 1)))
+    return out
+
+
 def trim(n: Any, **extra: Any) -> Step:
     """Contiguous: trim(n) (OP-TRIM); sent only to a target with the `trim` feature (the engine leaves it out
     of another's program)."""
@@ -241,9 +317,10 @@ def edge_contiguous_programs(cfg: JsonConfig) -> list[tuple[str, list[Step]]]:
     if max_write is not None:   # OP-MAX-WRITE: an exact fit is served (one token more is a clause's case below)
         out.append(("a step of exactly max_write", forward(cfg, 1) + forward(cfg, max_write) + forward(cfg, 1)))
     out += trim_programs(cfg)
+    out += batch_programs(cfg)
     for case in cases("op-contiguous", cfg):   # one program per malformation (malform.py)
-        if case.clause.call == "trim":
-            continue   # trim_programs'
+        if case.clause.call in ("trim", *BATCH_OPS):
+            continue   # trim_programs', batch_programs'
         out.append((f"malformed {case.name}", forward(cfg, 1) + malformed_call(cfg, case) + forward(cfg, 1) * 2))
     if layers > 1:
         out += [("stopped step", [fetch(0, 2), fetch(0, 1)] + [fetch(l, 1) for l in range(1, layers)] + forward(cfg, 1)),
@@ -308,10 +385,35 @@ def random_contiguous_program(cfg: JsonConfig, rng: random.Random, size: int) ->
             program.append(RESET)
         else:   # trim's cases are with_trims' (drawn apart, so the other draws are what they were)
             program += malformed_call(cfg, rng.choice([case for case in cases("op-contiguous", cfg)
-                                                       if case.clause.call != "trim"]))
+                                                       if case.clause.call not in ("trim", *BATCH_OPS)]))
     # the side generator's seed: the hash of the Mersenne state's 625 ints, the same in every process (the whole
     # state's hash is not: its last item may be None, whose hash is its address)
-    return with_trims(cfg, program, random.Random(hash(rng.getstate()[1])))
+    side = random.Random(hash(rng.getstate()[1]))
+    return with_batch_verbs(cfg, with_trims(cfg, program, side), side)
+
+
+def with_batch_verbs(cfg: JsonConfig, program: list[Step], side: random.Random) -> list[Step]:
+    """OP-PAD, OP-ROWS: on a config of two or more batch rows, the program with a pad first (half the time) and a
+    few batch verbs between its steps, valid for the batch size they meet (at most MAX_BATCH rows), drawn from
+    `side` after the trims: the other steps are what they were, and a target without the features is sent none."""
+    b = cfg["batch_size"]
+    if b < 2:
+        return program
+    out: list[Step] = [pad([side.randrange(min(3, cfg["capacity"])) for _ in range(b)])] if side.random() < 0.5 else []
+    for step in program:
+        out.append(step)
+        if side.random() < 0.1:
+            roll = side.random()
+            if roll < 0.5:
+                out.append(reorder([side.randrange(b) for _ in range(b)]))
+            elif roll < 0.75 or 2 * b > MAX_BATCH:
+                rows = side.sample(range(b), side.randrange(1, b + 1))
+                out.append(select(rows))
+                b = len(rows)
+            else:
+                out.append(repeat(2))
+                b *= 2
+    return out
 
 
 def with_trims(cfg: JsonConfig, program: list[Step], side: random.Random) -> list[Step]:
@@ -370,6 +472,8 @@ def malformed_call(cfg: JsonConfig, case: Case, cell: bool = False, seq: int = 0
             list(range(cfg["n_layers"])) if cell else [0]
         n = tokens_of(variant) if clause.kind == POSITIONS else case.q_len
         return ([begin(*[seq] * n)] if cell else []) + [fetch(layer_id, n, **tag) for layer_id in layer_ids]
+    if clause.call in BATCH_OPS:   # the value is resolved against the batch when the step runs (batch_value)
+        return [{"op": clause.call, **tag}]
     if clause.kind == LIST:
         return [{"op": "begin", "seqs": [] if variant == "empty" else str(seq), **tag}]
     value = id_value(variant, 63) if clause.kind == ID else None

@@ -9,12 +9,15 @@
 // window through the mask. So its scope leaves out `positions`, `steps` and `max_write` (SPEC.md 6.1, SCOPE-BORDER),
 // and the suite says so in its verdict. It serves batch rows, an MLA value width of its own, attention sinks
 // (a ring's `keep`) and the trim verb (SPEC.md part 5: OP-SINKS, OP-TRIM: spec 2, Scope::full(2)): keeping every row, it serves every
-// n in [0, held], those a ring of the least size could not give back included (optional there). Build with
-// -DKVCACHE_EXAMPLE_WINDOW_OFF_BY_ONE or -DKVCACHE_EXAMPLE_RING_LOSES_ROWS for a broken variant the suite must catch.
+// n in [0, held], those a ring of the least size could not give back included (optional there); and left padding
+// with the batch verbs (OP-PAD, OP-ROWS: spec 4, Scope::full(4)): a mask per batch row while a row has pads. Build
+// with -DKVCACHE_EXAMPLE_WINDOW_OFF_BY_ONE, -DKVCACHE_EXAMPLE_RING_LOSES_ROWS or -DKVCACHE_EXAMPLE_REORDER_DROPS_PADS
+// for a broken variant the suite must catch.
 // (spec/cpp/example/serve_mlx_shaped.cpp is the other shape: the MLX runtime's, positions and rings.)
 
 #include <algorithm>
 #include <memory>
+#include <string>
 #include <stdexcept>
 #include <vector>
 
@@ -36,7 +39,51 @@ class ContiguousCache {
         throw std::invalid_argument("OP-CONFIG: a layer policy is flat (window 0) or ring (window >= 1, keep below)");
   }
   int used(int layer) const { return static_cast<int>(k_.at(checked(layer)).size()); }
-  void reset() { for (size_t l = 0; l < k_.size(); ++l) k_[l].clear(), v_[l].clear(); }
+  void reset() {
+    for (size_t l = 0; l < k_.size(); ++l) k_[l].clear(), v_[l].clear();
+    pads_.assign(pads_.size(), 0);   // OP-PAD: the padding goes with the tokens
+  }
+
+  // OP-PAD, OP-ROWS: pad(left_padding) on an empty cache; select, reorder, repeat move whole rows (K, V and pads)
+  // on every layer. Every check first (OP-ATOMIC).
+  void batch(const std::string& verb, const std::vector<int>& ints) {
+    const long long B = c_.batch_size;
+    if (verb == "pad") {
+      if (static_cast<long long>(ints.size()) != B) throw std::invalid_argument("OP-PAD: one pad count per batch row");
+      for (int p : ints)
+        if (p < 0 || p > c_.capacity) throw std::invalid_argument("OP-PAD: a pad count lies in [0, capacity]");
+      for (const Rows& rows : k_)
+        if (!rows.empty()) throw std::invalid_argument("OP-PAD: padding comes before the first step");
+      pads_.assign(ints.begin(), ints.end());
+      return;
+    }
+    std::vector<long long> rows;
+    if (verb == "repeat") {
+      if (ints.at(0) < 1) throw std::invalid_argument("OP-ROWS: times is an int >= 1");
+      for (long long b = 0; b < B; ++b) rows.insert(rows.end(), ints[0], b);
+    } else {
+      if (ints.empty()) throw std::invalid_argument("OP-ROWS: an empty batch");
+      for (int r : ints)
+        if (r < 0 || r >= B) throw std::invalid_argument("OP-ROWS: a row index lies in [0, batch_size)");
+      std::vector<int> sorted(ints);
+      std::sort(sorted.begin(), sorted.end());
+      if (verb == "select" && std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end())
+        throw std::invalid_argument("OP-ROWS: select keeps each row at most once");
+      if (verb == "reorder" && static_cast<long long>(ints.size()) != B)
+        throw std::invalid_argument("OP-ROWS: reorder names one source row per batch row");
+      rows.assign(ints.begin(), ints.end());
+    }
+    const long long H = c_.n_kv_heads;
+    for (size_t l = 0; l < k_.size(); ++l) move_rows(k_[l], rows, H * c_.head_dim), move_rows(v_[l], rows, H * c_.v_head_dim);
+    std::vector<long long> pads;
+#ifdef KVCACHE_EXAMPLE_REORDER_DROPS_PADS   // the pads stay at their old indices (and a new index has none)
+    for (size_t b = 0; b < rows.size(); ++b) pads.push_back(b < pads_.size() ? pads_[b] : 0);
+#else
+    for (long long r : rows) pads.push_back(pads_[r]);
+#endif
+    pads_ = pads;
+    c_.batch_size = static_cast<int>(rows.size());
+  }
 
   // OP-TRIM: drop the newest n tokens of every layer (each layer is its own history: each drops its own).
   void trim(int n) {
@@ -75,6 +122,14 @@ class ContiguousCache {
       for (long long r = 0; r < rows; ++r)
         mask.push_back(r <= own && (window == 0 || r < keep || r > own - (window - keep)));   // sinks and window
     out.mask = op::Tensor::of("bool", std::vector<long long>{q, rows}, mask);
+    if (std::any_of(pads_.begin(), pads_.end(), [](long long p) { return p > 0; })) {   // OP-PAD: a mask per row
+      std::vector<bool> per_row;   // a real query attends none of its row's pads; a pad query only itself
+      for (long long b = 0; b < B; ++b)
+        for (long long own = before; own < rows; ++own)
+          for (long long r = 0; r < rows; ++r)
+            per_row.push_back(own < pads_[b] ? r == own : mask[(own - before) * rows + r] && r >= pads_[b]);
+      out.mask = op::Tensor::of("bool", std::vector<long long>{B, q, rows}, per_row);
+    }
 #ifdef KVCACHE_EXAMPLE_RING_LOSES_ROWS   // a ring of the least size after the answer: beside its sinks only the
     for (long long r = keep; window > 0 && r < rows - (window - keep - 1); ++r)   // next query's rows stay; yet it trims
       std::fill(k_[layer][r].begin(), k_[layer][r].end(), 0.0), std::fill(v_[layer][r].begin(), v_[layer][r].end(), 0.0);
@@ -89,6 +144,14 @@ class ContiguousCache {
     return layer;
   }
   const op::Policy& policy(int layer) const { return c_.layers.size() == 1 ? c_.layers[0] : c_.layers[layer]; }
+  // each row of a layer holds [B][H][width] values: the batch becomes the rows named
+  static void move_rows(Rows& layer, const std::vector<long long>& rows, long long group) {
+    for (auto& row : layer) {
+      std::vector<double> moved;
+      for (long long r : rows) moved.insert(moved.end(), row.begin() + r * group, row.begin() + (r + 1) * group);
+      row = moved;
+    }
+  }
   // [rows][B*H][width] -> [B*H][rows][width], as a tensor's flat data
   static op::Tensor history(const Rows& rows, long long bh, long long width, const char* dtype) {
     std::vector<double> data;
@@ -98,15 +161,17 @@ class ContiguousCache {
   }
   op::Config c_;
   std::vector<Rows> k_, v_;
+  std::vector<long long> pads_ = std::vector<long long>(c_.batch_size > 0 ? c_.batch_size : 0, 0);   // OP-PAD
 };
 
 int main(int argc, char** argv) {
   return op::run_main<ContiguousCache>(
       argc, argv, "serve_op_contiguous (C++ example)",
-      op::Scope::full(2).without("positions").without("steps").without("max_write"),
+      op::Scope::full(4).without("positions").without("steps").without("max_write"),
       [](const op::Config& c) { return std::make_unique<ContiguousCache>(c); },
       [](ContiguousCache& cache, int layer, const op::Tensor& k, const op::Tensor& v, const op::Tensor& position) {
         return cache.update_and_fetch(layer, k, v, position);
       },
-      [](ContiguousCache& cache, int n) { cache.trim(n); });
+      [](ContiguousCache& cache, int n) { cache.trim(n); },
+      [](ContiguousCache& cache, const std::string& verb, const std::vector<int>& ints) { cache.batch(verb, ints); });
 }
