@@ -3,7 +3,7 @@ scheduler drives it.
 
     kvcache conformance --target python:kvcache_spec.conformance.libraries.vllm:manager --strict
 
-Needs the `vllm` extra (.ci/install-vllm.sh: the CPU torch pinned, vllm itself with --no-deps). Nothing here stands
+Needs the `vllm` extra (.ci/install-serving.sh: the CPU torch pinned, vllm itself with --no-deps). Nothing here stands
 in for vLLM: every block id, hit, refusal, table and reference count is `KVCacheManager`'s own.
 
 How the face maps onto vLLM (file:line of the installed package, vllm/v1/...):
