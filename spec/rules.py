@@ -405,7 +405,7 @@ SCOPE_RULES: tuple[Rule, ...] = (
     Rule("SCOPE-DECLARE",
          "A scope is a list of names: features of the target's layout (all: every one), max_seqs=N (an int in "
          "[1, 64]), keep=N (an int >= 0; N > 0 needs sinks) and relaxations, which only an op layout declares "
-         "(unbounded and no-length only op-contiguous). An unknown name, a value missing, repeated or out of its range, user-config "
+         "(unbounded and no-length only op-contiguous; trusted-args a paged one too). An unknown name, a value missing, repeated or out of its range, user-config "
          "without trusted-args, or a relaxation the layout cannot declare is an error before anything runs; a cmd: "
          "target's hello only ignores and reports unknown names.",
          "A typo that silently widened or narrowed what is owed would make a verdict mean something else than it "
@@ -423,11 +423,13 @@ SCOPE_RULES: tuple[Rule, ...] = (
     Rule("SCOPE-TRUSTED-ARGS",
          "trusted-args: the target is sent no malformed call (a clause of the argument contract broken: a shape, "
          "dtype or rank, q_len 0, an id or int out of range, a position outside [0, 2**31 - 2], a trim's n outside "
-         "[0, held] or not an int) and no invalid configuration, and owes none of their refusals; what the state "
-         "refuses (positions that do not continue the history, a step past max_write or the capacity) and "
-         "the refusal of a valid configuration outside the scope stay owed.",
-         "Hugging Face's DynamicCache and mlx-lm's KVCache are called by model code only and check nothing: their "
-         "contract, not their bug; what their state refuses is still what keeps attention right."),
+         "[0, held] or not an int; on a paged target any call PAGED-ARGS or PAGED-FREE refuses) and no invalid "
+         "configuration, and owes none of their refusals; what the state refuses (positions that do not continue "
+         "the history, a step past max_write or the capacity, a reservation that does not fit) and the refusal "
+         "of a valid configuration outside the scope stay owed.",
+         "Hugging Face's DynamicCache and mlx-lm's KVCache are called by model code only and check nothing, nor "
+         "do vLLM's KVCacheManager and SGLang's RadixCache, which trust their scheduler: their contract, not "
+         "their bug; what their state refuses is still what keeps attention right."),
     Rule("SCOPE-USER-CONFIG",
          "user-config=<key>[+<key>] (keys capacity, max_write, window, keep; with trusted-args): an invalid "
          "configuration a change of these keys alone makes valid (tried over capacity 1..16, max_write None or "

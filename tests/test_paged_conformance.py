@@ -201,3 +201,23 @@ def test_a_paged_finding_carries_the_blocks_held_and_the_report_draws_them() -> 
     cells = result.finding.picture["cells"]
     assert cells["layout"] == "paged" and any(len(cell["held"]) > 1 for cell in cells["cells"])   # the shared one
     assert CELL_DRAWINGS["paged"](cells).startswith("<svg")
+
+
+def test_a_pool_that_trusts_its_caller_is_conforming_only_when_it_declares_trusted_args() -> None:
+    # SCOPE-TRUSTED-ARGS on the paged layout: a KV manager its scheduler alone calls serves a malformed call as it
+    # comes; declared, no malformed call and no invalid configuration is sent, and the verdict says so
+    undeclared = _report("python:kvcache_spec.conformance.zoo.paged:trusting_pool")
+    assert undeclared["verdict"] != CONFORMING
+    assert any(f["rule"] == "PAGED-ARGS" for f in undeclared["semantic"]["findings"]), undeclared["semantic"]
+    declared = _report("python:kvcache_spec.conformance.zoo.paged:trusting_pool_declared")
+    assert declared["verdict"] == CONFORMING, declared["semantic"]["findings"][:2] or declared["coverage"]["incomplete"]
+    out = declared["coverage"]["rules"]["out_of_scope"]
+    assert "trusted-args" in out["PAGED-ARGS"] and "trusted-args" in out["PAGED-CONFIG"]
+    assert "PAGED-FREE" in declared["coverage"]["rules"]["exercised"]
+
+
+def test_trusted_args_is_declarable_on_a_paged_target_and_user_config_is_not() -> None:
+    from kvcache_spec.conformance import scope
+    scope.check_layout(scope.parse(["trusted-args"], "test"), "paged")
+    with pytest.raises(scope.ScopeError, match="SCOPE-DECLARE"):
+        scope.check_layout(scope.parse(["trusted-args", "user-config=window"], "test"), "paged")

@@ -36,7 +36,9 @@ from ... import model
 from ... import paged_model as pm
 from ...model import _is_int
 from ..configs import JsonConfig
-from ..engine import CRASH, LENIENT, OVER_STRICT, WRONG, Drive, Engine, RunResult, Step, Stop, Verdict, _show
+from .. import scope as scopes
+from ..engine import (CRASH, LENIENT, NOT_SENT, OVER_STRICT, WRONG, ConfigRejected, Drive, Engine, RunResult, Step,
+                      Stop, Verdict, _show)
 from ..targets import Outcome
 
 # The rule each kind of check judges (spec/rules.py, SPEC.md part 7).
@@ -106,6 +108,8 @@ class PagedEngine(Engine):
         self.admitted = 0
         self.steps_since_full = 0
         self.has_ref_counts = False   # known once the cache is created (after_create)
+        # SCOPE-TRUSTED-ARGS: a KV manager its scheduler alone calls is sent no malformed call, no invalid config
+        self.trusted = scopes.TRUSTED_ARGS in (self.scope or self.target.scope).relaxations()
 
     # --- the failure path ------------------------------------------------------------------------------
     def _fail(self, kind: str, rule: str, message: str, detail: str = "") -> Stop:
@@ -150,6 +154,23 @@ class PagedEngine(Engine):
 
     def observe(self, context: str, rule: str, lenient_rule: Optional[str] = None, retained: bool = True) -> None:
         self.unchanged(context, lenient_rule)
+
+    def start(self) -> None:
+        if self.rejected_config is not None and self.trusted:
+            self.result.skipped.add(f"scope: invalid configurations not sent: the scope declares "
+                                    f"'{scopes.TRUSTED_ARGS}'")
+            raise ConfigRejected()
+        super().start()
+
+    def not_sent(self, verdict: Any) -> bool:
+        """Whether the call the model rejects (a malformed one) is left out: under trusted-args its step, already
+        recorded, is dropped and the run says so."""
+        if not (self.trusted and isinstance(verdict, model.Rejected)):
+            return False
+        self.result.steps.pop()
+        self.result.skipped.add(f"scope: malformed calls ({verdict.rule}) not sent: the target's scope declares "
+                                f"'{scopes.TRUSTED_ARGS}'")
+        return True
 
     def after_create(self) -> None:
         self.has_ref_counts = "ref_counts" in self.target.optional   # the optional method, as created
@@ -448,6 +469,8 @@ class PagedEngine(Engine):
                 "budget": step.get("budget")}
         self.result.steps.append({"op": "admit", **args})
         verdict = pm.admit(self.state, name, args["tokens"], args["keys"], args["budget"])
+        if self.not_sent(verdict):
+            return NOT_SENT
         outcome = self._call("admit", args, verdict.rule if isinstance(verdict, model.Rejected) else RULE["hit"])
         self.judged = ("admit", args, outcome)
         if self.refusal("admit", args, outcome, verdict):
@@ -472,6 +495,8 @@ class PagedEngine(Engine):
         args = {"request": name, "tokens": step.get("tokens"), "budget": step.get("budget")}
         self.result.steps.append({"op": "extend", **args})
         verdict = pm.extend(self.state, name, args["tokens"], args["budget"])
+        if self.not_sent(verdict):
+            return NOT_SENT
         outcome = self._call("extend", args, verdict.rule if isinstance(verdict, model.Rejected) else RULE["reserve"])
         self.judged = ("extend", args, outcome)
         if self.refusal("extend", args, outcome, verdict):
@@ -522,6 +547,8 @@ class PagedEngine(Engine):
         args = {"request": name}
         self.result.steps.append({"op": "table", **args})
         verdict = pm.lookup(self.state, name)
+        if self.not_sent(verdict):
+            return NOT_SENT
         if isinstance(verdict, model.Rejected):
             outcome = self._call("table", args, verdict.rule)
             self.judged = ("table", args, outcome)
@@ -542,6 +569,8 @@ class PagedEngine(Engine):
         args = {"request": name}
         self.result.steps.append({"op": "free", **args})
         verdict = pm.free(self.state, name)
+        if self.not_sent(verdict):
+            return NOT_SENT
         outcome = self._call("free", args, verdict.rule if isinstance(verdict, model.Rejected) else RULE["free"])
         self.judged = ("free", args, outcome)
         if isinstance(verdict, model.Rejected):

@@ -248,6 +248,15 @@ class PoolWithoutCounts(PagedPool):
 
 # --- stand-ins: one defect each -----------------------------------------------------------------------------
 
+class TrustingPool(PagedPool):
+    """A pool that trusts its caller, as a serving engine's KV manager trusts its scheduler: a budget below 1 is
+    served as it comes (PAGED-ARGS) - conforming only for a scope declaring trusted-args (SCOPE-TRUSTED-ARGS)."""
+
+    def _budget(self, budget: Any) -> int:
+        return budget if type(budget) is int else 1
+
+
+
 class StaleHitAfterReuse(PagedPool):
     """A block handed out again keeps its index entry: a later hit maps to the new owner's K/V."""
 
@@ -386,6 +395,9 @@ double_free = _factory(DoubleFree)
 shared_block_rewritten = _factory(SharedBlockRewritten)
 hit_across_keys = _factory(HitAcrossKeys)
 partial_block_shared = _factory(PartialBlockShared)
+trusting_pool = _factory(TrustingPool)
+trusting_pool_declared = _factory(TrustingPool)
+trusting_pool_declared.kvcache_scope = ["trusted-args"]
 
 # name -> (target, the class of finding, the rule it breaks)
 PAGED_ZOO: dict[str, tuple[str, str, str]] = {
