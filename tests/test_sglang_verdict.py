@@ -32,8 +32,6 @@ PAGE = Path(__file__).resolve().parent.parent / "docs" / "sglang.md"
 EXPECTED = {
     "over-strict CFG-TYPE: at create; full | B 2, 5 blocks, max_len 12, full+full":
         ("stricter (by design)", "mem_cache/memory_pool.py:406"),
-    "over-strict PAGED-ARGS: at admit; full | B 1, 1 blocks, max_len 24, full, prefix_caching False":
-        ("stricter (by design)", "managers/tokenizer_manager.py:1338"),
 }
 
 
