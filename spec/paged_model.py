@@ -289,8 +289,7 @@ def admit(state: PagedState, request: Any, tokens: Any, keys: Any, budget: Any) 
     if not _budget_ok(budget):
         return Rejected("PAGED-ARGS", "budget")
     hit = max_hit(state, tokens, keys)
-    end = min(len(tokens), hit + budget)           # the largest reservation any allowed hit makes
-    idle = not state.live and fits_idle(state.cfg, end)
+    idle = not state.live and fits_idle(state.cfg, len(tokens))   # the whole prompt, not the budget's chunk
     return Admission(state, request, tuple(tokens), tuple(keys), budget, hit, idle)
 
 
@@ -318,7 +317,7 @@ def extend(state: PagedState, request: Any, tokens: Any, budget: Any) -> Union[R
         return Rejected("PAGED-ARGS", "budget")
     n = min(len(total) - entry.computed, budget)
     alone = set(state.live) == {request}
-    fits = alone and fits_idle(state.cfg, entry.computed + n)
+    fits = alone and fits_idle(state.cfg, len(total))   # the whole request, as for an admission
     return Extension(n, _with(state, request, replace(entry, tokens=total, computed=entry.computed + n)), fits)
 
 

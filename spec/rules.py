@@ -586,10 +586,11 @@ PAGED_RULES: tuple[Rule, ...] = (
          "token.",
          "A window block released one block early; a window measured as W positions where W - 1 are read."),
     Rule("PAGED-IDLE-FIT",
-         "With no other request live, an admission or extension whose reservation fits the pool - every group "
-         "holding every position of the request counted in whole blocks - is not refused.",
+         "With no other request live, an admission or extension is not refused when the whole request fits the "
+         "pool - every group holding each of its tokens (all of them, not the budget's chunk) in whole blocks.",
          "A refusal says 'not now': on an idle pool that can hold the request, now is the best there will be, and a "
-         "target that refuses everything would otherwise never be wrong.",
+         "target that refuses everything would otherwise never be wrong; a chunked prefill whose whole prompt can "
+         "never fit is futile, so its first chunk may be refused (vLLM reserves the whole prompt).",
          "A cache that leaks blocks until it refuses every request; a watermark that refuses on an empty pool."),
 )
 RULES = RULES + OP_RULES + RECOMPUTE_RULES + SCOPE_RULES + PAGED_RULES

@@ -221,3 +221,16 @@ def test_trusted_args_is_declarable_on_a_paged_target_and_user_config_is_not() -
     scope.check_layout(scope.parse(["trusted-args"], "test"), "paged")
     with pytest.raises(scope.ScopeError, match="SCOPE-DECLARE"):
         scope.check_layout(scope.parse(["trusted-args", "user-config=window"], "test"), "paged")
+
+
+def test_an_idle_pool_may_refuse_a_first_chunk_whose_whole_prompt_never_fits() -> None:
+    # PAGED-IDLE-FIT: a chunked prefill that can never complete is futile; a refusal of what fits stays wrong
+    cfg = _config(2, 4, FULL)
+    futile = [_admit("r0", list(range(10)), 2)]            # a chunk of 1 block; the prompt needs 5 of 4
+    assert replay(WHOLE_PROMPT, cfg, futile) is None
+    assert replay(WHOLE_PROMPT, cfg, [_admit("r0", list(range(8)), 2)]) is None   # it fits: served
+    report = _report(WHOLE_PROMPT)
+    assert report["verdict"] == CONFORMING, report["semantic"]["findings"][:2] or report["coverage"]["incomplete"]
+
+
+WHOLE_PROMPT = "python:kvcache_spec.conformance.zoo.paged:whole_prompt_pool"

@@ -650,10 +650,12 @@ def test_PAGED_IDLE_FIT_a_refusal_is_wrong_only_on_an_idle_pool_that_fits() -> N
     state = pm.initial(cfg)
     fits = pm.admit(state, "a", list(range(12)), [], 100)              # 2 groups x 3 blocks = 6 <= 6
     too_big = pm.admit(state, "a", list(range(13)), [], 100)           # 2 x 4 = 8 > 6
-    chunk = pm.admit(state, "a", list(range(20)), [], 12)              # the chunk fits: 12 positions
+    chunk = pm.admit(state, "a", list(range(20)), [], 12)              # the chunk fits, the whole prompt not
+    first = pm.admit(state, "a", list(range(12)), [], 4)               # a first chunk of a prompt that fits
     assert isinstance(fits, pm.Admission) and fits.must_fit
     assert isinstance(too_big, pm.Admission) and not too_big.must_fit
-    assert isinstance(chunk, pm.Admission) and chunk.must_fit
+    assert isinstance(chunk, pm.Admission) and not chunk.must_fit     # a futile chunked prefill: may be refused
+    assert isinstance(first, pm.Admission) and first.must_fit
     busy = admitted(state, "b", [9])
     other = pm.admit(busy, "a", [1], [], 1)
     assert isinstance(other, pm.Admission) and not other.must_fit      # another request is live: policy

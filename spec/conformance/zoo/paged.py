@@ -248,6 +248,20 @@ class PoolWithoutCounts(PagedPool):
 
 # --- stand-ins: one defect each -----------------------------------------------------------------------------
 
+class WholePromptPool(PagedPool):
+    """A correct pool that admits a request only when its whole prompt fits what is available now, as vLLM's
+    scheduler reserves the full prompt of a chunked prefill: refusing a futile first chunk is allowed
+    (PAGED-IDLE-FIT)."""
+
+    def admit(self, request: str, tokens: list[int], keys: list[str], budget: int) -> Optional[int]:
+        if isinstance(tokens, list) and len(self.windows) * -(-len(tokens) // self.B) > self.available():
+            if isinstance(request, str) and request not in self.requests and _int(budget, 1) and tokens and \
+                    all(_int(t, 0) for t in tokens) and len(tokens) <= self.M and isinstance(keys, list) and \
+                    all(isinstance(k, str) for k in keys):
+                return None   # well-formed, but its whole prompt does not fit now
+        return super().admit(request, tokens, keys, budget)
+
+
 class TrustingPool(PagedPool):
     """A pool that trusts its caller, as a serving engine's KV manager trusts its scheduler: a budget below 1 is
     served as it comes (PAGED-ARGS) - conforming only for a scope declaring trusted-args (SCOPE-TRUSTED-ARGS)."""
@@ -396,6 +410,7 @@ shared_block_rewritten = _factory(SharedBlockRewritten)
 hit_across_keys = _factory(HitAcrossKeys)
 partial_block_shared = _factory(PartialBlockShared)
 trusting_pool = _factory(TrustingPool)
+whole_prompt_pool = _factory(WholePromptPool)
 trusting_pool_declared = _factory(TrustingPool)
 trusting_pool_declared.kvcache_scope = ["trusted-args"]
 
