@@ -382,6 +382,22 @@ def data_problems(state: PagedState, tables: Mapping[str, Table], memory: Mappin
     return problems
 
 
+def released_only(cfg: PagedConfig, computed: int, before: Table, after: Table) -> bool:
+    """PAGED-ATOMIC: whether a live request's tables after a refusal differ from those before only by window-group
+    block indexes, all of whose positions lie before the window the request still needs, turned None - the
+    releases PAGED-WINDOW-RELEASE allows at any time."""
+    if len(after) != len(before):
+        return False
+    for group, old, new in zip(cfg.groups, before, after):
+        first = needed(group, computed).start
+        if len(old) != len(new) or any(
+                was != now and not (isinstance(group, WindowGroup) and now is None
+                                    and (index + 1) * cfg.block_size <= first)
+                for index, (was, now) in enumerate(zip(old, new))):
+            return False
+    return True
+
+
 def table_problems(state: PagedState, tables: Mapping[str, Table], available: int,
                    ref_counts: Optional[Mapping[int, int]] = None) -> list[Problem]:
     """PAGED-SHARE-FULL, PAGED-CONSERVE, PAGED-REFCOUNT, PAGED-WINDOW-RELEASE: the bookkeeping computed from the

@@ -569,10 +569,14 @@ PAGED_RULES: tuple[Rule, ...] = (
          "grows or shrinks.",
          "A leaked block after a refusal or a free; a shared block freed twice into the free list."),
     Rule("PAGED-ATOMIC",
-         "A refusal (None) and a refused call change nothing: available(), every live table and every reference "
-         "count are as before, and a refused admission leaves the request not live.",
+         "A refused (malformed) call changes nothing: available(), every live table and every reference count are "
+         "as before. A refusal (None) changes nothing either - a refused admission leaves the request not live - "
+         "but the releases a window group may make at any time (PAGED-WINDOW-RELEASE): block indexes whose "
+         "positions all lie before every window their request still needs may turn None, and available() grows "
+         "by exactly the blocks no live table holds any more; every other entry and count stays.",
          "A scheduler retries a refused request later or stops; blocks taken by a refusal leak, and a half-made "
-         "table serves garbage.",
+         "table serves garbage. Releasing what no window reads is always allowed (vLLM's allocate_slots does it "
+         "before it checks the fit), so a refusal may grow available(), never shrink it.",
          "Blocks allocated for part of a request that was then refused; a hit's blocks touched by a refusal."),
     Rule("PAGED-FREE",
          "free(request) of a live request ends it and releases each of its references exactly once; free of a "
