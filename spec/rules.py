@@ -569,10 +569,14 @@ PAGED_RULES: tuple[Rule, ...] = (
          "grows or shrinks.",
          "A leaked block after a refusal or a free; a shared block freed twice into the free list."),
     Rule("PAGED-ATOMIC",
-         "A refusal (None) and a refused call change nothing: available(), every live table and every reference "
-         "count are as before, and a refused admission leaves the request not live.",
+         "A refused (malformed) call changes nothing: available(), every live table and every reference count are "
+         "as before. A refusal (None) changes nothing either - a refused admission leaves the request not live - "
+         "but the releases a window group may make at any time (PAGED-WINDOW-RELEASE): block indexes whose "
+         "positions all lie before every window their request still needs may turn None, and available() grows "
+         "by exactly the blocks no live table holds any more; every other entry and count stays.",
          "A scheduler retries a refused request later or stops; blocks taken by a refusal leak, and a half-made "
-         "table serves garbage.",
+         "table serves garbage. Releasing what no window reads is always allowed (vLLM's allocate_slots does it "
+         "before it checks the fit), so a refusal may grow available(), never shrink it.",
          "Blocks allocated for part of a request that was then refused; a hit's blocks touched by a refusal."),
     Rule("PAGED-FREE",
          "free(request) of a live request ends it and releases each of its references exactly once; free of a "
@@ -586,10 +590,11 @@ PAGED_RULES: tuple[Rule, ...] = (
          "token.",
          "A window block released one block early; a window measured as W positions where W - 1 are read."),
     Rule("PAGED-IDLE-FIT",
-         "With no other request live, an admission or extension whose reservation fits the pool - every group "
-         "holding every position of the request counted in whole blocks - is not refused.",
+         "With no other request live, an admission or extension is not refused when the whole request fits the "
+         "pool - every group holding each of its tokens (all of them, not the budget's chunk) in whole blocks.",
          "A refusal says 'not now': on an idle pool that can hold the request, now is the best there will be, and a "
-         "target that refuses everything would otherwise never be wrong.",
+         "target that refuses everything would otherwise never be wrong; a chunked prefill whose whole prompt can "
+         "never fit is futile, so its first chunk may be refused (vLLM reserves the whole prompt).",
          "A cache that leaks blocks until it refuses every request; a watermark that refuses on an empty pool."),
 )
 RULES = RULES + OP_RULES + RECOMPUTE_RULES + SCOPE_RULES + PAGED_RULES

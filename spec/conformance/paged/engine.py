@@ -8,9 +8,9 @@ position a live request attends maps through its table to a slot holding exactly
 fingerprint, whoever wrote it. Beside the data, bookkeeping read from the observed tables: a block in two
 live tables is full for both (only full blocks are shared), available() plus the distinct block ids of the
 live tables is num_blocks (conservation), ref_counts() (when offered) counts the (request, group) tables
-holding each id, and a refusal or a refused malformed call changes none of these. The hit an admission
-answers is bounded by the model (`Admission.allows`); extend's count is the model's; on an idle pool a
-reservation that fits is not refused (`must_fit`).
+holding each id, and a refused malformed call changes none of these, a refusal none but by window releases
+(`paged_model.released_only`). The hit an admission answers is bounded by the model (`Admission.allows`);
+extend's count is the model's; on an idle pool a request that fits whole is not refused (`must_fit`).
 
 Cost, bounded by counts: a write is checked against a reverse map (group, block) -> the live readers of that
 block, so a write into a slot another live request still needs, with another value, is caught when it
@@ -188,18 +188,26 @@ class PagedEngine(Engine):
         return [list(row) for row in self._ask("table", {"request": request}, rule)]
 
     def unchanged(self, context: str, lenient_rule: Optional[str] = None) -> None:
-        """A refused call (or a rejected one) changed nothing the harness can see: available(), every live
-        table and ref_counts() are what the harness last read and counted (PAGED-ATOMIC)."""
+        """A rejected (malformed) call changed nothing the harness can see: available(), every live table and
+        ref_counts() are what the harness last read and counted. A refusal (no `lenient_rule`) may also have
+        released window blocks out of every needed window (PAGED-ATOMIC): those entries are taken as released,
+        and available() must then have grown by exactly the blocks no live table holds any more."""
         kind, rule = (LENIENT, lenient_rule) if lenient_rule else (WRONG, RULE["atomic"])
-        available = self._ask("available", {}, RULE["atomic"])
-        if available != self.pc.num_blocks - len(self.holders):
-            raise self._fail(kind, rule, f"{context}: available() is {available!r}, it was "
-                                         f"{self.pc.num_blocks - len(self.holders)}", detail="available")
+        was = self.pc.num_blocks - len(self.holders)
         for request, mirror in self.mirrors.items():
             table = self.read_table(request, RULE["atomic"])
-            if table != mirror.tables:
+            if table == mirror.tables:
+                continue
+            if lenient_rule or not pm.released_only(self.pc, self.computed(request), mirror.tables, table):
                 raise self._fail(kind, rule, f"{context}: table({request!r}) changed: {_brief(mirror.tables)} -> "
                                              f"{_brief(table)}", detail="table")
+            self.hold(request, table)   # released out of every window: allowed at any time
+        available = self._ask("available", {}, RULE["atomic"])
+        if available != self.pc.num_blocks - len(self.holders):
+            grown = "" if was == self.pc.num_blocks - len(self.holders) else \
+                f" plus the {self.pc.num_blocks - len(self.holders) - was} blocks its window releases gave back"
+            raise self._fail(kind, rule, f"{context}: available() is {available!r}, it was {was}{grown}",
+                             detail="available")
         if self.has_ref_counts:
             refs = self._ask("ref_counts", {}, RULE["atomic"])
             if refs != self.holders:
