@@ -23,48 +23,20 @@ PROFILE = "pre-merge"
 TARGET = "vllm:manager"   # python:kvcache_spec.conformance.libraries.vllm:manager
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "vllm.md"
 
-MANAGER = "v1/core/kv_cache_manager.py"
-SCHEDULER = "v1/core/sched/scheduler.py"
-KINDS: dict[str, Kind] = {
-    "refusal_releases_window": Kind(
-        "stricter", "a refused extend of a request with a sliding-window group first hands the window group's blocks "
-        "that left every window back to the pool (their table entries become the null block): available() grows "
-        "and the table changes although the call was refused",
-        f"{MANAGER}:557-568, allocate_slots frees the skipped blocks before it checks the fit, on purpose: \"We can "
-        "do this even if we cannot schedule this request due to insufficient free blocks. Should call this function "
-        "before allocating new blocks to reduce the number of evicted blocks\" (the check follows at :586). Only "
-        "blocks out of every window the request still reads go (PAGED-WINDOW-RELEASE holds), so nothing attended "
-        "is lost; PAGED-ATOMIC asks more (a refusal changes nothing)", "test_vllm_refused_extend_releases_window_blocks"),
-    "whole_prompt_must_fit": Kind(
-        "stricter", "on an idle pool, an admission whose first chunk fits is refused because the whole prompt does "
-        "not",
-        f"the scheduler admits with allocate_slots(..., full_sequence_must_fit=self.scheduler_reserve_full_isl) "
-        f"({SCHEDULER}:1435-1449), True by default (config/scheduler.py:190-195: \"checks whether the full input "
-        f"sequence length fits in the KV cache before admitting a new request, rather than only checking the first "
-        f"chunk. Prevents over-admission and KV cache thrashing\"); {MANAGER}:531-548 refuses then. A prompt that "
-        f"can never fit is never started; PAGED-IDLE-FIT counts only the reserved chunk"),
-}
+# vLLM's causes by kind. None at the moment: what the page classed before is now in the spec's terms - a refused
+# extend handing back window blocks out of every needed window (v1/core/kv_cache_manager.py:557-568, PAGED-ATOMIC
+# allows it) and an idle-pool admission refused because the whole prompt does not fit (v1/core/sched/scheduler.py
+# :1435-1449, PAGED-IDLE-FIT allows it) - and the malformed calls are not sent (trusted-args). A cause a later run
+# finds enters here with its class and evidence (python -m tests.test_vllm_verdicts --entries).
+KINDS: dict[str, Kind] = {}
 
-EXPECTED: dict[str, Any] = {"verdict": "NOT CONFORMING", "causes": {
-    'wrong PAGED-ATOMIC: wrong PAGED-ATOMIC: at extend (available); full+window | B 2, 16 blocks, max_len 24, full+window(3)':
-        'refusal_releases_window',
-    'wrong PAGED-ATOMIC: wrong PAGED-ATOMIC: at extend (table); full+window | B 2, 16 blocks, max_len 24, full+window(3)':
-        'refusal_releases_window',
-    'wrong PAGED-ATOMIC: wrong PAGED-ATOMIC: at extend (table); window | B 4, 6 blocks, max_len 32, window(2)':
-        'refusal_releases_window',
-    'wrong PAGED-ATOMIC: wrong PAGED-ATOMIC: at extend (available); window | B 4, 6 blocks, max_len 32, window(1), prefix_caching False':
-        'refusal_releases_window',
-    'over-strict PAGED-IDLE-FIT: over-strict PAGED-IDLE-FIT: at admit; full | B 1, 1 blocks, max_len 12, full, prefix_caching False':
-        'whole_prompt_must_fit',
-}}
+EXPECTED: dict[str, Any] = {"verdict": "CONFORMING", "causes": {}}
 
 
 def suggested_kind(finding: dict[str, Any]) -> str:
     """The kind a cause most likely is, for a person to check against its message and program before it enters
-    EXPECTED: how the causes above were classed (a refused extend that changed something is the window release)."""
-    if finding["rule"] == "PAGED-ATOMIC" and "after the refused extend" in finding["message"]:
-        return "refusal_releases_window"
-    return {"PAGED-IDLE-FIT": "whole_prompt_must_fit"}.get(finding["rule"], "unclassed")
+    EXPECTED: none is known (KINDS is empty), so each cause is to be classed by hand."""
+    return "unclassed"
 
 
 def counts() -> dict[str, int]:
