@@ -146,7 +146,6 @@ class SGLangRadix:
         _publish_server_args(self.page)
         self.groups = len(groups)
         self.num_blocks = int(config["num_blocks"])
-        self.max_model_len = int(config["max_model_len"])
         tokens = self.num_blocks * self.page
         # The KV tensors themselves are never read: the harness keeps the data (one layer, one head of width 1).
         kv_pool = MHATokenToKVPool(tokens, self.page, torch.float32, 1, 1, 1, "cpu", False)
@@ -155,7 +154,7 @@ class SGLangRadix:
                           PagedTokenToKVPoolAllocator(tokens, self.page, torch.float32, "cpu", kv_pool, need_sort=False))
         # Every live request holds at least one slot (its last prompt token is always computed), so as many rows
         # as slots never refuse a request for want of a row.
-        self.rows = ReqToTokenPool(self.num_blocks, int(config["max_model_len"]), "cpu", False)
+        self.rows = ReqToTokenPool(self.num_blocks, config["max_model_len"], "cpu", False)
         self.tree = RadixCache(CacheInitParams(disable=not config["prefix_caching"], req_to_token_pool=self.rows,
                                                token_to_kv_pool_allocator=self.allocator,
                                                page_size=self.page))
