@@ -194,7 +194,8 @@ def _violated(description: str) -> Callable[[PagedCache], icontract.ViolationErr
 
 
 def _unchanged_if_refused(function: Any) -> Any:
-    """PAGED-ATOMIC: a refusal (None) leaves every count, table and cached block as it was."""
+    """PAGED-ATOMIC: a refusal (None) leaves every count, table and cached block as it was. The rule also allows
+    releasing window blocks out of every needed window then; this pool, which checks the fit first, releases none."""
     return icontract.snapshot(lambda self: self._snapshot(), name="state")(
         icontract.ensure(lambda self, result, OLD: result is not None or self._snapshot() == OLD.state,
                          "PAGED-ATOMIC: a refusal (None) changes nothing")(function))

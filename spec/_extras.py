@@ -25,7 +25,7 @@ EXTRAS: dict[str, tuple[tuple[str, str], ...]] = {
     # vLLM's KV-cache bookkeeping as a paged-face target (spec/conformance/libraries/vllm.py)
     "vllm": (("torch", "torch"), ("vllm", "vllm")),
     # SGLang's KV bookkeeping as a paged-face target (spec/conformance/libraries/sglang.py): sglang goes in with
-    # --no-deps (.ci/install-sglang.sh), so its import chain's packages are checked here too
+    # --no-deps (.ci/install-serving.sh), so its import chain's packages are checked here too
     "sglang": (("torch", "torch"), ("transformers", "transformers"), ("triton", "triton"), ("sglang", "sglang")),
 }
 

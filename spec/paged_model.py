@@ -289,8 +289,7 @@ def admit(state: PagedState, request: Any, tokens: Any, keys: Any, budget: Any) 
     if not _budget_ok(budget):
         return Rejected("PAGED-ARGS", "budget")
     hit = max_hit(state, tokens, keys)
-    end = min(len(tokens), hit + budget)           # the largest reservation any allowed hit makes
-    idle = not state.live and fits_idle(state.cfg, end)
+    idle = not state.live and fits_idle(state.cfg, len(tokens))   # the whole prompt, not the budget's chunk
     return Admission(state, request, tuple(tokens), tuple(keys), budget, hit, idle)
 
 
@@ -318,7 +317,7 @@ def extend(state: PagedState, request: Any, tokens: Any, budget: Any) -> Union[R
         return Rejected("PAGED-ARGS", "budget")
     n = min(len(total) - entry.computed, budget)
     alone = set(state.live) == {request}
-    fits = alone and fits_idle(state.cfg, entry.computed + n)
+    fits = alone and fits_idle(state.cfg, len(total))   # the whole request, as for an admission
     return Extension(n, _with(state, request, replace(entry, tokens=total, computed=entry.computed + n)), fits)
 
 
@@ -381,6 +380,22 @@ def data_problems(state: PagedState, tables: Mapping[str, Table], memory: Mappin
                 elif memory.get((group, block, position % size)) != values[position]:
                     problems.append(("PAGED-DATA-SOUND", f"{where}: block {block} holds another value"))
     return problems
+
+
+def released_only(cfg: PagedConfig, computed: int, before: Table, after: Table) -> bool:
+    """PAGED-ATOMIC: whether a live request's tables after a refusal differ from those before only by window-group
+    block indexes, all of whose positions lie before the window the request still needs, turned None - the
+    releases PAGED-WINDOW-RELEASE allows at any time."""
+    if len(after) != len(before):
+        return False
+    for group, old, new in zip(cfg.groups, before, after):
+        first = needed(group, computed).start
+        if len(old) != len(new) or any(
+                was != now and not (isinstance(group, WindowGroup) and now is None
+                                    and (index + 1) * cfg.block_size <= first)
+                for index, (was, now) in enumerate(zip(old, new))):
+            return False
+    return True
 
 
 def table_problems(state: PagedState, tables: Mapping[str, Table], available: int,

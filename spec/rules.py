@@ -453,7 +453,7 @@ SCOPE_RULES: tuple[Rule, ...] = (
     Rule("SCOPE-DECLARE",
          "A scope is a list of names: features of the target's layout (all: every one), max_seqs=N (an int in "
          "[1, 64]), keep=N (an int >= 0; N > 0 needs sinks) and relaxations, which only an op layout declares "
-         "(unbounded and no-length only op-contiguous). An unknown name, a value missing, repeated or out of its range, user-config "
+         "(unbounded and no-length only op-contiguous; trusted-args a paged one too). An unknown name, a value missing, repeated or out of its range, user-config "
          "without trusted-args, or a relaxation the layout cannot declare is an error before anything runs; a cmd: "
          "target's hello only ignores and reports unknown names.",
          "A typo that silently widened or narrowed what is owed would make a verdict mean something else than it "
@@ -471,11 +471,13 @@ SCOPE_RULES: tuple[Rule, ...] = (
     Rule("SCOPE-TRUSTED-ARGS",
          "trusted-args: the target is sent no malformed call (a clause of the argument contract broken: a shape, "
          "dtype or rank, q_len 0, an id or int out of range, a position outside [0, 2**31 - 2], a trim's n outside "
-         "[0, held] or not an int) and no invalid configuration, and owes none of their refusals; what the state "
-         "refuses (positions that do not continue the history, a step past max_write or the capacity) and "
-         "the refusal of a valid configuration outside the scope stay owed.",
-         "Hugging Face's DynamicCache and mlx-lm's KVCache are called by model code only and check nothing: their "
-         "contract, not their bug; what their state refuses is still what keeps attention right."),
+         "[0, held] or not an int; on a paged target any call PAGED-ARGS or PAGED-FREE refuses) and no invalid "
+         "configuration, and owes none of their refusals; what the state refuses (positions that do not continue "
+         "the history, a step past max_write or the capacity, a reservation that does not fit) and the refusal "
+         "of a valid configuration outside the scope stay owed.",
+         "Hugging Face's DynamicCache and mlx-lm's KVCache are called by model code only and check nothing, nor "
+         "do vLLM's KVCacheManager and SGLang's RadixCache, which trust their scheduler: their contract, not "
+         "their bug; what their state refuses is still what keeps attention right."),
     Rule("SCOPE-USER-CONFIG",
          "user-config=<key>[+<key>] (keys capacity, max_write, window, keep; with trusted-args): an invalid "
          "configuration a change of these keys alone makes valid (tried over capacity 1..16, max_write None or "
@@ -615,10 +617,14 @@ PAGED_RULES: tuple[Rule, ...] = (
          "grows or shrinks.",
          "A leaked block after a refusal or a free; a shared block freed twice into the free list."),
     Rule("PAGED-ATOMIC",
-         "A refusal (None) and a refused call change nothing: available(), every live table and every reference "
-         "count are as before, and a refused admission leaves the request not live.",
+         "A refused (malformed) call changes nothing: available(), every live table and every reference count are "
+         "as before. A refusal (None) changes nothing either - a refused admission leaves the request not live - "
+         "but the releases a window group may make at any time (PAGED-WINDOW-RELEASE): block indexes whose "
+         "positions all lie before every window their request still needs may turn None, and available() grows "
+         "by exactly the blocks no live table holds any more; every other entry and count stays.",
          "A scheduler retries a refused request later or stops; blocks taken by a refusal leak, and a half-made "
-         "table serves garbage.",
+         "table serves garbage. Releasing what no window reads is always allowed (vLLM's allocate_slots does it "
+         "before it checks the fit), so a refusal may grow available(), never shrink it.",
          "Blocks allocated for part of a request that was then refused; a hit's blocks touched by a refusal."),
     Rule("PAGED-FREE",
          "free(request) of a live request ends it and releases each of its references exactly once; free of a "
@@ -632,10 +638,11 @@ PAGED_RULES: tuple[Rule, ...] = (
          "token.",
          "A window block released one block early; a window measured as W positions where W - 1 are read."),
     Rule("PAGED-IDLE-FIT",
-         "With no other request live, an admission or extension whose reservation fits the pool - every group "
-         "holding every position of the request counted in whole blocks - is not refused.",
+         "With no other request live, an admission or extension is not refused when the whole request fits the "
+         "pool - every group holding each of its tokens (all of them, not the budget's chunk) in whole blocks.",
          "A refusal says 'not now': on an idle pool that can hold the request, now is the best there will be, and a "
-         "target that refuses everything would otherwise never be wrong.",
+         "target that refuses everything would otherwise never be wrong; a chunked prefill whose whole prompt can "
+         "never fit is futile, so its first chunk may be refused (vLLM reserves the whole prompt).",
          "A cache that leaks blocks until it refuses every request; a watermark that refuses on an empty pool."),
 )
 RULES = RULES + OP_RULES + RECOMPUTE_RULES + SCOPE_RULES + PAGED_RULES

@@ -46,6 +46,10 @@ def _admit(request: str, tokens: list[int], budget: int = 64, keys: list[str] | 
 
 
 FULL = [programs.FULL]
+# r0 holds positions 0 .. 3 in blocks 0 and 1, r1 the third block; r0's extend to position 4 is refused, and its
+# window of 3 reads positions 2 and 3 next: block index 0 may be released then, block index 1 may not
+RELEASE_ON_REFUSAL = [_admit("r0", [1, 2, 3, 4]), _admit("r1", [5]),
+                      {"op": "extend", "request": "r0", "tokens": [6], "budget": 1}]
 # Each stand-in's shortest program, as the suite shrinks it (quick, seed 0): at most three requests.
 MINIMAL: dict[str, tuple[dict[str, Any], list[dict[str, Any]]]] = {
     "stale_hit_after_reuse": (_config(4, 6, FULL), [
@@ -64,6 +68,7 @@ MINIMAL: dict[str, tuple[dict[str, Any], list[dict[str, Any]]]] = {
     "shared_block_rewritten": (_config(2, 3, FULL), [
         _admit("r0", [1, 2]), _admit("r1", [1, 2, 3], 1), {"op": "extend", "request": "r0", "tokens": [4],
                                                            "budget": 1}]),
+    "refusal_releases_needed": (_config(2, 3, [programs.window(3)], caching=False), RELEASE_ON_REFUSAL),
     "hit_across_keys": (_config(3, 2, FULL), [_admit("r0", [0, 37, 74], 3),
                                               _admit("r1", [0, 37, 74, 5], 1, ["adapter-1"])]),
     "partial_block_shared": (_config(2, 2, FULL), [_admit("r0", [0], 1, ["adapter-1"]),
@@ -202,3 +207,45 @@ def test_a_paged_finding_carries_the_blocks_held_and_the_report_draws_them() -> 
     cells = result.finding.picture["cells"]
     assert cells["layout"] == "paged" and any(len(cell["held"]) > 1 for cell in cells["cells"])   # the shared one
     assert CELL_DRAWINGS["paged"](cells).startswith("<svg")
+
+
+def test_a_pool_that_trusts_its_caller_is_conforming_only_when_it_declares_trusted_args() -> None:
+    # SCOPE-TRUSTED-ARGS on the paged layout: a KV manager its scheduler alone calls serves a malformed call as it
+    # comes; declared, no malformed call and no invalid configuration is sent, and the verdict says so
+    undeclared = _report("python:kvcache_spec.conformance.zoo.paged:trusting_pool")
+    assert undeclared["verdict"] != CONFORMING
+    assert any(f["rule"] == "PAGED-ARGS" for f in undeclared["semantic"]["findings"]), undeclared["semantic"]
+    declared = _report("python:kvcache_spec.conformance.zoo.paged:trusting_pool_declared")
+    assert declared["verdict"] == CONFORMING, declared["semantic"]["findings"][:2] or declared["coverage"]["incomplete"]
+    out = declared["coverage"]["rules"]["out_of_scope"]
+    assert "trusted-args" in out["PAGED-ARGS"] and "trusted-args" in out["PAGED-CONFIG"]
+    assert "PAGED-FREE" in declared["coverage"]["rules"]["exercised"]
+
+
+def test_trusted_args_is_declarable_on_a_paged_target_and_user_config_is_not() -> None:
+    from kvcache_spec.conformance import scope
+    scope.check_layout(scope.parse(["trusted-args"], "test"), "paged")
+    with pytest.raises(scope.ScopeError, match="SCOPE-DECLARE"):
+        scope.check_layout(scope.parse(["trusted-args", "user-config=window"], "test"), "paged")
+
+
+def test_an_idle_pool_may_refuse_a_first_chunk_whose_whole_prompt_never_fits() -> None:
+    # PAGED-IDLE-FIT: a chunked prefill that can never complete is futile; a refusal of what fits stays wrong
+    cfg = _config(2, 4, FULL)
+    futile = [_admit("r0", list(range(10)), 2)]            # a chunk of 1 block; the prompt needs 5 of 4
+    assert replay(WHOLE_PROMPT, cfg, futile) is None
+    assert replay(WHOLE_PROMPT, cfg, [_admit("r0", list(range(8)), 2)]) is None   # it fits: served
+    report = _report(WHOLE_PROMPT)
+    assert report["verdict"] == CONFORMING, report["semantic"]["findings"][:2] or report["coverage"]["incomplete"]
+
+
+WHOLE_PROMPT = "python:kvcache_spec.conformance.zoo.paged:whole_prompt_pool"
+
+
+def test_a_refusal_may_release_window_blocks_out_of_every_window_and_nothing_else() -> None:
+    # PAGED-ATOMIC: vLLM's allocate_slots hands back the window blocks no window reads before it checks the fit
+    cfg = MINIMAL["refusal_releases_needed"][0]
+    releases = "python:kvcache_spec.conformance.zoo.paged:releases_on_refusal"
+    assert replay(releases, cfg, RELEASE_ON_REFUSAL) is None
+    report = _report(releases)
+    assert report["verdict"] == CONFORMING, report["semantic"]["findings"][:2] or report["coverage"]["incomplete"]

@@ -650,13 +650,26 @@ def test_PAGED_IDLE_FIT_a_refusal_is_wrong_only_on_an_idle_pool_that_fits() -> N
     state = pm.initial(cfg)
     fits = pm.admit(state, "a", list(range(12)), [], 100)              # 2 groups x 3 blocks = 6 <= 6
     too_big = pm.admit(state, "a", list(range(13)), [], 100)           # 2 x 4 = 8 > 6
-    chunk = pm.admit(state, "a", list(range(20)), [], 12)              # the chunk fits: 12 positions
+    chunk = pm.admit(state, "a", list(range(20)), [], 12)              # the chunk fits, the whole prompt not
+    first = pm.admit(state, "a", list(range(12)), [], 4)               # a first chunk of a prompt that fits
     assert isinstance(fits, pm.Admission) and fits.must_fit
     assert isinstance(too_big, pm.Admission) and not too_big.must_fit
-    assert isinstance(chunk, pm.Admission) and chunk.must_fit
+    assert isinstance(chunk, pm.Admission) and not chunk.must_fit     # a futile chunked prefill: may be refused
+    assert isinstance(first, pm.Admission) and first.must_fit
     busy = admitted(state, "b", [9])
     other = pm.admit(busy, "a", [1], [], 1)
     assert isinstance(other, pm.Admission) and not other.must_fit      # another request is live: policy
     alone = pm.extend(chunk.after(0), "a", [], 4)
     assert isinstance(alone, pm.Extension) and not alone.must_fit      # 16 positions: 2 x 4 blocks > 6
     assert pm.fits_idle(cfg, 12) and not pm.fits_idle(cfg, 13) and pm.blocks_to_hold(cfg, 13) == 8
+
+
+def test_PAGED_ATOMIC_a_refusal_may_only_release_window_blocks_out_of_every_needed_window() -> None:
+    cfg = config(block_size=2, num_blocks=8, windows=(0, 3))          # a full group and a window of 3
+    before = [[0, 1, 2], [3, 4, 5]]                                   # 5 positions computed: the window needs 3, 4
+    assert pm.released_only(cfg, 5, before, [[0, 1, 2], [None, 4, 5]])        # block index 0: positions 0, 1
+    assert not pm.released_only(cfg, 5, before, [[0, 1, 2], [None, None, 5]])  # index 1 holds position 3
+    assert not pm.released_only(cfg, 5, before, [[0, 1, None], [3, 4, 5]])     # a full group releases nothing
+    assert not pm.released_only(cfg, 5, before, [[0, 1, 2], [6, 4, 5]])       # another block is no release
+    assert not pm.released_only(cfg, 5, before, [[0, 1, 2], [3, 4]])          # nor a shorter table
+    assert pm.released_only(cfg, 5, before, before)

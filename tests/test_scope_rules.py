@@ -118,7 +118,8 @@ def test_the_scope_table_has_a_row_per_relaxation_with_the_layouts_the_code_acce
     section = document[document.index("### 6.1 "):document.index(". SCOPE-BORDER\n")]
     rows = {cells[1].strip("` ").split("=")[0]: cells[2].strip() for cells in
             (line.split("|") for line in section.splitlines() if line.startswith("| `"))}
-    spelled = {"op": ("op-contiguous", "op-cell"), "op, with `trusted-args`": ("op-contiguous", "op-cell"),
+    spelled = {"op": ("op-contiguous", "op-cell"), "op, paged": ("op-contiguous", "op-cell", "paged"),
+               "op, with `trusted-args`": ("op-contiguous", "op-cell"),
                "op-contiguous": ("op-contiguous",), "cell": ("cell",), "op-cell, cell-recompute": ("op-cell", "cell-recompute")}
     for name, layouts in scopes.RELAXATION_LAYOUTS.items():
         assert spelled[rows[name]] == layouts, name

@@ -23,7 +23,7 @@ from array import array
 import pytest
 
 if importlib.util.find_spec("sglang") is None:
-    pytest.skip("sglang is not installed: bash .ci/install-sglang.sh VENV", allow_module_level=True)
+    pytest.skip("sglang is not installed: bash .ci/install-serving.sh VENV", allow_module_level=True)
 
 from kvcache_spec.conformance.libraries import _sglang_torchvision  # noqa: E402
 

@@ -4,8 +4,8 @@ slot the call reserved and reads every live request's tables back - each positio
 hold its own fingerprint - and checks the bookkeeping from what it observes (conservation, reference counts, only
 full blocks shared, a refusal changing nothing). Block ids are vLLM's and only ever compared with themselves.
 
-Needs the `vllm` extra (.ci/install-vllm.sh); without it the module is skipped with the reason, which
-KVCACHE_NO_SKIPS=1 (CI's vLLM stage) turns into a failure.
+Needs the `vllm` extra (.ci/install-serving.sh); without it the module is skipped with the reason, which
+KVCACHE_NO_SKIPS=1 (CI's serving stage) turns into a failure.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any, Optional
 import pytest
 
 if importlib.util.find_spec("vllm") is None:
-    pytest.skip("vllm is not installed: bash .ci/install-vllm.sh VENV (the vllm extra)", allow_module_level=True)
+    pytest.skip("vllm is not installed: bash .ci/install-serving.sh VENV (the serving extra)", allow_module_level=True)
 
 from kvcache_spec.conformance.libraries.vllm import manager  # noqa: E402
 

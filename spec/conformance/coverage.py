@@ -62,13 +62,15 @@ FEATURE_RULES: dict[str, tuple[str, ...]] = {"positions": ("OP-POS",), "batch": 
                                              "sinks": ("OP-SINKS",), "chunk": ("OP-CHUNK",),
                                              "recording": ("OP-RECORD",), "pad": ("OP-PAD",),
                                              "batch-verbs": ("OP-ROWS",)}
-# A scope relaxation (scope.py; SPEC.md 6.1) -> the rules it leaves unowed, per op layout: `trusted-args` is
-# sent no malformed call (OP-ARGS has no other refusal) and no invalid config (a cell cache's OP-BATCH is
-# only the refusal of batch_size != 1 at construction), `unbounded` no capacity (a contiguous cache's
+# A scope relaxation (scope.py; SPEC.md 6.1) -> the rules it leaves unowed, per layout: `trusted-args` is
+# sent no malformed call (OP-ARGS and PAGED-ARGS have no other refusal; PAGED-FREE's count is owed still) and no
+# invalid config (a cell cache's OP-BATCH is only the refusal of batch_size != 1 at construction; PAGED-CONFIG
+# only refusals), `unbounded` no capacity (a contiguous cache's
 # OP-CAP). A contiguous cache declaring both, and neither `positions`, `steps` nor `max_write`, is sent
 # no call the spec refuses at all: OP-ATOMIC has nothing to judge (RELAXED_ATOMIC).
 RELAXATION_RULES: dict[str, dict[str, tuple[str, ...]]] = {
-    "trusted-args": {"op-contiguous": ("OP-ARGS",), "op-cell": ("OP-ARGS", "OP-BATCH")},
+    "trusted-args": {"op-contiguous": ("OP-ARGS",), "op-cell": ("OP-ARGS", "OP-BATCH"),
+                     "paged": ("PAGED-ARGS", "PAGED-CONFIG")},
     "unbounded": {"op-contiguous": ("OP-CAP",)},
 }
 RELAXED_ATOMIC = (frozenset({"trusted-args", "unbounded"}), frozenset({"positions", "steps", "max_write"}))

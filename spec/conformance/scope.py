@@ -155,7 +155,8 @@ def later_keys(version: int) -> frozenset[str]:
 TRUSTED_ARGS, UNBOUNDED, LAZY_SHAPES, LOSSY, MIN_HEAD_DIM, USER_CONFIG, WINDOW_STEPS, NO_LENGTH = \
     "trusted-args", "unbounded", "lazy-shapes", "lossy", "min_head_dim", "user-config", "window-steps", "no-length"
 RELAXATIONS: dict[str, str] = {
-    TRUSTED_ARGS: "the caller is model code: no malformed call is sent, OP-ARGS is not owed",
+    TRUSTED_ARGS: "the caller is model code or a scheduler: no malformed call or invalid config is sent, OP-ARGS "
+                  "(PAGED-ARGS) is not owed",
     UNBOUNDED: "no capacity (contiguous): steps past the config's capacity are served, OP-CAP is not owed",
     LAZY_SHAPES: "sizes are learnt from the first update: the config carries none, OP-CONFIG for sizes is not owed",
     LOSSY: "lossy=<tol>: stored K/V may differ from what was written by up to tol in each element (0 < tol < 0.5)",
@@ -212,7 +213,7 @@ def features_per_layout() -> str:
                                                + ([f"{MAX_SEQS}=N"] if layout == "cell" else [])
                                                + ([f"{KEEP}=N"] if layout == "op-contiguous" else []))
                      for layout, features in LAYOUT_FEATURES.items()) + \
-        "; relaxations (declaring one owes less; op faces, requires= the faces with the cell verbs): " + ", ".join(relaxation_names()) + \
+        "; relaxations (declaring one owes less; op faces, trusted-args paged too, requires= the faces with the cell verbs): " + ", ".join(relaxation_names()) + \
         f"; {SPEC}=<N>, the spec version written against (" + \
         "; ".join(f"{number}: {text}" for number, (text, _) in SPEC_VERSIONS.items()) + \
         f"; none declared: {UNDECLARED_VERSION})"
@@ -612,6 +613,8 @@ OP_LAYOUTS = ("op-contiguous", "op-cell")
 RELAXATION_LAYOUTS: dict[str, tuple[str, ...]] = {name: OP_LAYOUTS for name in RELAXATIONS}
 RELAXATION_LAYOUTS[UNBOUNDED] = RELAXATION_LAYOUTS[NO_LENGTH] = ("op-contiguous",)   # no-length: used() is contiguous
 RELAXATION_LAYOUTS[REQUIRES] = ("op-cell", "cell-recompute")   # the faces with the cell verbs (SCOPE-REQUIRES)
+# a serving engine's KV manager trusts its scheduler as model code trusts itself (SCOPE-TRUSTED-ARGS)
+RELAXATION_LAYOUTS[TRUSTED_ARGS] = (*OP_LAYOUTS, "paged")
 
 
 def check_layout(scope: Scope, layout: str) -> None:

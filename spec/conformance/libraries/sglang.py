@@ -3,7 +3,7 @@ target, driven as its scheduler drives it, on the CPU.
 
     kvcache conformance --target python:kvcache_spec.conformance.libraries.sglang:radix --strict
 
-Needs the `sglang` extra (pyproject.toml) and sglang itself with --no-deps: `.ci/install-sglang.sh VENV`.
+Needs the `sglang` extra (pyproject.toml) and sglang itself with --no-deps: `.ci/install-serving.sh VENV`.
 
 What one face call does is what SGLang's scheduler does for one request at that point (read in the installed
 package, sglang/srt):
@@ -45,9 +45,10 @@ Scope (KVCACHE_SCOPE below): `flat` - one full-attention group, any page size. A
 is refused at creation: SGLang's sliding-window caches (pure_swa_radix_cache.py, and unified_radix_cache.py over
 allocator/swa.py with a second pool for the window layers) are not driven by this adapter (docs/sglang.md). So is
 one with two full groups: SGLang keeps one row for every full-attention layer, one group.
-The cache's callers are the scheduler's own code, after SGLang's API layer validated the request; the paged face
-has no trusted-arguments relaxation, so the checks below stand for that layer (a prompt as long as the context
-is refused, as TokenizerManager refuses it), and a malformed call is refused before SGLang is called.
+Declared `trusted-args`: the cache's callers are the scheduler's own code, after SGLang's API layer validated the
+request (managers/io_struct.py:390-395 refuses a request id seen twice, :499 an empty input_ids;
+managers/tokenizer_manager.py:1338 a prompt not shorter than the context), so the suite sends no malformed call,
+and this adapter checks none: nothing it is given is wrapped or refused by it.
 """
 
 from __future__ import annotations
@@ -86,7 +87,7 @@ with warnings.catch_warnings():
 
 # What this target declares (SPEC.md section 6.1, spec/conformance/scope.py): of the paged face's features, `flat`
 # (full-attention groups; a window group needs `ring`), and `trusted-args`: its callers are the scheduler's own code.
-KVCACHE_SCOPE = ("flat",)
+KVCACHE_SCOPE = ("flat", "trusted-args")
 # A request's decode length is the scheduler's max_new_tokens; the face ends a request with free, never by length.
 _UNBOUNDED_NEW_TOKENS = 1 << 30
 
@@ -110,51 +111,20 @@ class _Live:
     computed: int
 
 
-# --- what reaches the scheduler: SGLang's API layer (its pydantic request types, TokenizerManager) validates a request
-# before the scheduler sees it, and ServerArgs the configuration; the cache itself validates nothing. These checks
-# stand for that layer, so PAGED-ARGS and PAGED-CONFIG judge this adapter, not SGLang's bookkeeping (docs/sglang.md).
-
-_INT_MAX = 2**31 - 1
-
-
-def _is_count(value: Any, least: int) -> bool:
-    return type(value) is int and least <= value <= _INT_MAX
+# --- what reaches the scheduler: SGLang's API layer validates a request before the scheduler sees it - the pydantic
+# request types (managers/io_struct.py), TokenizerManager's length check (managers/tokenizer_manager.py:1338, a prompt
+# not shorter than the context refused), the scheduler's own max_new_tokens cap - and ServerArgs the configuration;
+# the cache validates nothing (its only callers are the scheduler's own code). The target declares `trusted-args` for
+# that, and checks nothing itself: what the suite sends goes to SGLang as it is.
 
 
-def _check_tokens(tokens: Any, empty: bool) -> None:
-    if (not isinstance(tokens, list) or (not tokens and not empty)
-            or not all(_is_count(token, 0) for token in tokens)):
-        raise ValueError("tokens: not a list of token ids (ints >= 0)" + ("" if empty else ", non-empty")
-                         + " (PAGED-ARGS)")
-
-
-def _check_budget(budget: Any) -> None:
-    if not _is_count(budget, 1):
-        raise ValueError(f"budget: {budget!r} is not an int >= 1 (PAGED-ARGS)")
-
-
-def _check_config(config: Any) -> None:
-    """PAGED-CONFIG's refusals, and this target's scope: SGLang serves every full-attention layer from one
-    req_to_token row, so a model's full layers are one group; window groups are not driven (module docstring)."""
-    keys = ("block_size", "num_blocks", "max_model_len", "groups", "prefix_caching")
-    if not isinstance(config, dict) or set(config) != set(keys):
-        raise ValueError(f"config: the keys are {', '.join(keys)} (PAGED-CONFIG)")
-    for key in ("block_size", "num_blocks", "max_model_len"):
-        if not _is_count(config[key], 1):
-            raise ValueError(f"{key}: {config[key]!r} is not an int >= 1 (PAGED-CONFIG)")
-    if type(config["prefix_caching"]) is not bool:
-        raise ValueError("prefix_caching: not a bool (PAGED-CONFIG)")
-    groups = config["groups"]
-    if not isinstance(groups, list) or not groups or not all(isinstance(group, dict) for group in groups):
-        raise ValueError("groups: not a non-empty list of groups (PAGED-CONFIG)")
-    for index, group in enumerate(groups):
-        window = group.get("window")
-        if not (group == {"kind": "full"} or (set(group) == {"kind", "window"} and group["kind"] == "window"
-                                               and _is_count(window, 1))):
-            raise ValueError(f"groups[{index}]: not a full or window group (PAGED-CONFIG)")
-    if groups != [{"kind": "full"}]:
+def _served_groups(config: dict[str, Any]) -> None:
+    """This target's scope, not a check of the configuration's form: SGLang serves every full-attention layer from
+    one req_to_token row (mem_cache/memory_pool.py:406), so a model's full layers are one group; window groups are
+    not driven here (module docstring)."""
+    if config["groups"] != [{"kind": "full"}]:
         raise ValueError("groups: this target serves one full-attention group (SGLang's one row for every full "
-                         "layer); window groups are outside its scope")
+                         "layer); window groups are outside its scope (PAGED-CONFIG)")
 
 
 def extra_key(keys: list[str]) -> Optional[str]:
@@ -170,13 +140,12 @@ class SGLangRadix:
     kernels: Triton does not launch on the CPU)."""
 
     def __init__(self, config: dict[str, Any]) -> None:
-        _check_config(config)
+        _served_groups(config)
         groups = config["groups"]
         self.page = int(config["block_size"])
         _publish_server_args(self.page)
         self.groups = len(groups)
         self.num_blocks = int(config["num_blocks"])
-        self.max_model_len = int(config["max_model_len"])
         tokens = self.num_blocks * self.page
         # The KV tensors themselves are never read: the harness keeps the data (one layer, one head of width 1).
         kv_pool = MHATokenToKVPool(tokens, self.page, torch.float32, 1, 1, 1, "cpu", False)
@@ -185,7 +154,7 @@ class SGLangRadix:
                           PagedTokenToKVPoolAllocator(tokens, self.page, torch.float32, "cpu", kv_pool, need_sort=False))
         # Every live request holds at least one slot (its last prompt token is always computed), so as many rows
         # as slots never refuse a request for want of a row.
-        self.rows = ReqToTokenPool(self.num_blocks, int(config["max_model_len"]), "cpu", False)
+        self.rows = ReqToTokenPool(self.num_blocks, config["max_model_len"], "cpu", False)
         self.tree = RadixCache(CacheInitParams(disable=not config["prefix_caching"], req_to_token_pool=self.rows,
                                                token_to_kv_pool_allocator=self.allocator,
                                                page_size=self.page))
@@ -194,15 +163,6 @@ class SGLangRadix:
     # --- the face ------------------------------------------------------------------------------------------------
 
     def admit(self, request: str, tokens: list[int], keys: list[str], budget: int) -> Optional[int]:
-        if not isinstance(request, str) or request in self.live:
-            raise ValueError(f"request: {request!r} is live or not a name (PAGED-ARGS)")
-        _check_tokens(tokens, empty=False)
-        if len(tokens) >= self.max_model_len:
-            raise ValueError(f"tokens: the input ({len(tokens)} tokens) is not shorter than the context length "
-                             f"({self.max_model_len}): SGLang's TokenizerManager refuses it (PAGED-ARGS)")
-        if not isinstance(keys, list) or not all(isinstance(key, str) for key in keys):
-            raise ValueError("keys: not a list of str (PAGED-ARGS)")
-        _check_budget(budget)
         req = Req(request, "", array("q", tokens), SamplingParams(max_new_tokens=_UNBOUNDED_NEW_TOKENS),
                   extra_key=extra_key(keys))
         req.init_next_round_input(self.tree)
@@ -223,14 +183,9 @@ class SGLangRadix:
         return hit
 
     def extend(self, request: str, tokens: list[int], budget: int) -> Optional[int]:
-        entry = self._live(request)
+        entry = self.live[request]
         req = entry.req
-        _check_tokens(tokens, empty=True)
         total = len(req.origin_input_ids) + len(req.output_ids) + len(tokens)
-        if total > self.max_model_len or total == entry.computed:
-            raise ValueError(f"tokens: {total} tokens for request {request!r}: past the context length or nothing "
-                             f"to compute (PAGED-ARGS)")
-        _check_budget(budget)
         n = min(total - entry.computed, budget)
         if not self._fits(entry.computed, n):
             return None
@@ -246,7 +201,7 @@ class SGLangRadix:
         return n
 
     def free(self, request: str) -> None:
-        entry = self._live(request)
+        entry = self.live[request]
         del self.live[request]
         release_kv_cache(entry.req, self.tree, checkpoint=True)
 
@@ -267,11 +222,6 @@ class SGLangRadix:
 
     def faces(self) -> list[str]:
         return ["paged"]
-
-    def _live(self, request: Any) -> _Live:
-        if not isinstance(request, str) or request not in self.live:
-            raise ValueError(f"request: {request!r} is not live (PAGED-ARGS)")
-        return self.live[request]
 
     # --- SGLang's steps ------------------------------------------------------------------------------------------
 
@@ -305,7 +255,7 @@ class SGLangRadix:
         """The request's block table: the page of each of its block indexes, read off its req_to_token row. A
         position whose slot is not at its own offset of its block's page is SGLang's row contradicting its page
         layout, which no table can show: it is raised."""
-        entry = self._live(request)
+        entry = self.live[request]
         row = self.rows.req_to_token[entry.req.kv.req_pool_idx, :entry.computed].tolist()
         pages = [int(slot) // self.page for slot in row[::self.page]]
         wrong = [p for p, slot in enumerate(row) if slot != pages[p // self.page] * self.page + p % self.page]

@@ -3,7 +3,7 @@ scheduler drives it.
 
     kvcache conformance --target python:kvcache_spec.conformance.libraries.vllm:manager --strict
 
-Needs the `vllm` extra (.ci/install-vllm.sh: the CPU torch pinned, vllm itself with --no-deps). Nothing here stands
+Needs the `vllm` extra (.ci/install-serving.sh: the CPU torch pinned, vllm itself with --no-deps). Nothing here stands
 in for vLLM: every block id, hit, refusal, table and reference count is `KVCacheManager`'s own.
 
 How the face maps onto vLLM (file:line of the installed package, vllm/v1/...):
@@ -34,9 +34,12 @@ How the face maps onto vLLM (file:line of the installed package, vllm/v1/...):
 - `available`: `BlockPool.get_num_free_blocks()`, free and cached-but-unreferenced blocks alike.
 - `ref_counts`: each held block's own `ref_cnt`.
 
-Declared scope: `trusted-args`. `KVCacheManager` checks none of its arguments - its only caller is the scheduler,
-behind the engine's input processing (a request id seen twice is an assertion, scheduler.py:2936; an unknown free is
-ignored) - so the suite sends it no malformed call.
+Declared scope: `flat`, `ring`, `trusted-args`. `KVCacheManager` checks none of its arguments: its only caller is
+the scheduler, behind the engine's input processing, which validates a request before a `Request` exists
+(v1/engine/input_processor.py:557-600 refuses an empty prompt or one longer than max_model_len; :646-647 the token
+ids, by the renderer); the scheduler computes each step's token count itself (core/sched/scheduler.py:1845-1859), a
+request id seen twice is an assertion (scheduler.py:2936), an unknown free is skipped (scheduler.py:2993-2996), and
+the configuration is vLLM's CacheConfig and the model's own. So the suite sends it no malformed call.
 """
 
 from __future__ import annotations
@@ -55,11 +58,10 @@ _MISSING = (missing_line("vllm", "kvcache_spec.conformance.libraries.vllm")
 if _MISSING:
     raise ImportError(_MISSING)
 
-# The paged face has no relaxations yet (scope.py: RELAXATION_LAYOUTS names only op layouts), so the scope is the
-# whole face: full groups (`flat`) and window groups (`ring`). What vLLM documents would add `trusted-args` - the
-# manager validates nothing, the scheduler is its only caller - and the suite then sends it no malformed call.
-SCOPE = ("flat", "ring")
-DOCUMENTED_RELAXATIONS = ("trusted-args",)
+# The whole paged face - full groups (`flat`) and window groups (`ring`) - and `trusted-args`: the manager validates
+# nothing, its only caller is the scheduler, behind the engine's input processing (module docstring), so the suite
+# sends it no malformed call and no invalid configuration.
+SCOPE = ("flat", "ring", "trusted-args")
 # The model's shape beside the bookkeeping: the manager never reads it (it sizes no tensor), but a spec needs one.
 NUM_KV_HEADS, HEAD_SIZE = 1, 64
 

@@ -8,9 +8,9 @@ position a live request attends maps through its table to a slot holding exactly
 fingerprint, whoever wrote it. Beside the data, bookkeeping read from the observed tables: a block in two
 live tables is full for both (only full blocks are shared), available() plus the distinct block ids of the
 live tables is num_blocks (conservation), ref_counts() (when offered) counts the (request, group) tables
-holding each id, and a refusal or a refused malformed call changes none of these. The hit an admission
-answers is bounded by the model (`Admission.allows`); extend's count is the model's; on an idle pool a
-reservation that fits is not refused (`must_fit`).
+holding each id, and a refused malformed call changes none of these, a refusal none but by window releases
+(`paged_model.released_only`). The hit an admission answers is bounded by the model (`Admission.allows`);
+extend's count is the model's; on an idle pool a request that fits whole is not refused (`must_fit`).
 
 Cost, bounded by counts: a write is checked against a reverse map (group, block) -> the live readers of that
 block, so a write into a slot another live request still needs, with another value, is caught when it
@@ -36,7 +36,9 @@ from ... import model
 from ... import paged_model as pm
 from ...model import _is_int
 from ..configs import JsonConfig
-from ..engine import CRASH, LENIENT, OVER_STRICT, WRONG, Drive, Engine, RunResult, Step, Stop, Verdict, _show
+from .. import scope as scopes
+from ..engine import (CRASH, LENIENT, NOT_SENT, OVER_STRICT, WRONG, ConfigRejected, Drive, Engine, RunResult, Step,
+                      Stop, Verdict, _show)
 from ..targets import Outcome
 
 # The rule each kind of check judges (spec/rules.py, SPEC.md part 7).
@@ -106,6 +108,8 @@ class PagedEngine(Engine):
         self.admitted = 0
         self.steps_since_full = 0
         self.has_ref_counts = False   # known once the cache is created (after_create)
+        # SCOPE-TRUSTED-ARGS: a KV manager its scheduler alone calls is sent no malformed call, no invalid config
+        self.trusted = scopes.TRUSTED_ARGS in (self.scope or self.target.scope).relaxations()
 
     # --- the failure path ------------------------------------------------------------------------------
     def _fail(self, kind: str, rule: str, message: str, detail: str = "") -> Stop:
@@ -151,6 +155,23 @@ class PagedEngine(Engine):
     def observe(self, context: str, rule: str, lenient_rule: Optional[str] = None, retained: bool = True) -> None:
         self.unchanged(context, lenient_rule)
 
+    def start(self) -> None:
+        if self.rejected_config is not None and self.trusted:
+            self.result.skipped.add(f"scope: invalid configurations not sent: the scope declares "
+                                    f"'{scopes.TRUSTED_ARGS}'")
+            raise ConfigRejected()
+        super().start()
+
+    def not_sent(self, verdict: Any) -> bool:
+        """Whether the call the model rejects (a malformed one) is left out: under trusted-args its step, already
+        recorded, is dropped and the run says so."""
+        if not (self.trusted and isinstance(verdict, model.Rejected)):
+            return False
+        self.result.steps.pop()
+        self.result.skipped.add(f"scope: malformed calls ({verdict.rule}) not sent: the target's scope declares "
+                                f"'{scopes.TRUSTED_ARGS}'")
+        return True
+
     def after_create(self) -> None:
         self.has_ref_counts = "ref_counts" in self.target.optional   # the optional method, as created
         available = self._ask("available", {}, RULE["conserve"])
@@ -167,18 +188,26 @@ class PagedEngine(Engine):
         return [list(row) for row in self._ask("table", {"request": request}, rule)]
 
     def unchanged(self, context: str, lenient_rule: Optional[str] = None) -> None:
-        """A refused call (or a rejected one) changed nothing the harness can see: available(), every live
-        table and ref_counts() are what the harness last read and counted (PAGED-ATOMIC)."""
+        """A rejected (malformed) call changed nothing the harness can see: available(), every live table and
+        ref_counts() are what the harness last read and counted. A refusal (no `lenient_rule`) may also have
+        released window blocks out of every needed window (PAGED-ATOMIC): those entries are taken as released,
+        and available() must then have grown by exactly the blocks no live table holds any more."""
         kind, rule = (LENIENT, lenient_rule) if lenient_rule else (WRONG, RULE["atomic"])
-        available = self._ask("available", {}, RULE["atomic"])
-        if available != self.pc.num_blocks - len(self.holders):
-            raise self._fail(kind, rule, f"{context}: available() is {available!r}, it was "
-                                         f"{self.pc.num_blocks - len(self.holders)}", detail="available")
+        was = self.pc.num_blocks - len(self.holders)
         for request, mirror in self.mirrors.items():
             table = self.read_table(request, RULE["atomic"])
-            if table != mirror.tables:
+            if table == mirror.tables:
+                continue
+            if lenient_rule or not pm.released_only(self.pc, self.computed(request), mirror.tables, table):
                 raise self._fail(kind, rule, f"{context}: table({request!r}) changed: {_brief(mirror.tables)} -> "
                                              f"{_brief(table)}", detail="table")
+            self.hold(request, table)   # released out of every window: allowed at any time
+        available = self._ask("available", {}, RULE["atomic"])
+        if available != self.pc.num_blocks - len(self.holders):
+            grown = "" if was == self.pc.num_blocks - len(self.holders) else \
+                f" plus the {self.pc.num_blocks - len(self.holders) - was} blocks its window releases gave back"
+            raise self._fail(kind, rule, f"{context}: available() is {available!r}, it was {was}{grown}",
+                             detail="available")
         if self.has_ref_counts:
             refs = self._ask("ref_counts", {}, RULE["atomic"])
             if refs != self.holders:
@@ -455,6 +484,8 @@ class PagedEngine(Engine):
                 "budget": step.get("budget")}
         self.result.steps.append({"op": "admit", **args})
         verdict = pm.admit(self.state, name, args["tokens"], args["keys"], args["budget"])
+        if self.not_sent(verdict):
+            return NOT_SENT
         outcome = self._call("admit", args, verdict.rule if isinstance(verdict, model.Rejected) else RULE["hit"])
         self.judged = ("admit", args, outcome)
         if self.refusal("admit", args, outcome, verdict):
@@ -479,6 +510,8 @@ class PagedEngine(Engine):
         args = {"request": name, "tokens": step.get("tokens"), "budget": step.get("budget")}
         self.result.steps.append({"op": "extend", **args})
         verdict = pm.extend(self.state, name, args["tokens"], args["budget"])
+        if self.not_sent(verdict):
+            return NOT_SENT
         outcome = self._call("extend", args, verdict.rule if isinstance(verdict, model.Rejected) else RULE["reserve"])
         self.judged = ("extend", args, outcome)
         if self.refusal("extend", args, outcome, verdict):
@@ -529,6 +562,8 @@ class PagedEngine(Engine):
         args = {"request": name}
         self.result.steps.append({"op": "table", **args})
         verdict = pm.lookup(self.state, name)
+        if self.not_sent(verdict):
+            return NOT_SENT
         if isinstance(verdict, model.Rejected):
             outcome = self._call("table", args, verdict.rule)
             self.judged = ("table", args, outcome)
@@ -549,6 +584,8 @@ class PagedEngine(Engine):
         args = {"request": name}
         self.result.steps.append({"op": "free", **args})
         verdict = pm.free(self.state, name)
+        if self.not_sent(verdict):
+            return NOT_SENT
         outcome = self._call("free", args, verdict.rule if isinstance(verdict, model.Rejected) else RULE["free"])
         self.judged = ("free", args, outcome)
         if isinstance(verdict, model.Rejected):

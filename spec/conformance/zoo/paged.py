@@ -248,6 +248,56 @@ class PoolWithoutCounts(PagedPool):
 
 # --- stand-ins: one defect each -----------------------------------------------------------------------------
 
+class WholePromptPool(PagedPool):
+    """A correct pool that admits a request only when its whole prompt fits what is available now, as vLLM's
+    scheduler reserves the full prompt of a chunked prefill: refusing a futile first chunk is allowed
+    (PAGED-IDLE-FIT)."""
+
+    def admit(self, request: str, tokens: list[int], keys: list[str], budget: int) -> Optional[int]:
+        if isinstance(tokens, list) and len(self.windows) * -(-len(tokens) // self.B) > self.available():
+            if isinstance(request, str) and request not in self.requests and _int(budget, 1) and tokens and \
+                    all(_int(t, 0) for t in tokens) and len(tokens) <= self.M and isinstance(keys, list) and \
+                    all(isinstance(k, str) for k in keys):
+                return None   # well-formed, but its whole prompt does not fit now
+        return super().admit(request, tokens, keys, budget)
+
+
+class ReleasesOnRefusal(PagedPool):
+    """A correct pool that, as vLLM's allocate_slots, hands back the window blocks no needed window reads
+    before it checks whether an extension fits - so a refused extension may grow available() (PAGED-ATOMIC)."""
+
+    extra = 0   # window blocks released past those out of every window (0: exactly those)
+
+    def extend(self, request: str, tokens: list[int], budget: int) -> Optional[int]:
+        answer = super().extend(request, tokens, budget)
+        if answer is None:
+            entry = self.requests[request]
+            for g, row in enumerate(entry.tables):
+                if self.windows[g] is None:
+                    continue
+                for i in range(min(len(row), self.floor(g, entry.computed) + self.extra)):
+                    block = row[i]
+                    if block is not None:
+                        self.drop(block)
+                        row[i] = None
+        return answer
+
+
+class RefusalReleasesNeeded(ReleasesOnRefusal):
+    """On a refused extension a window group releases one block too many: one the next query still reads."""
+
+    extra = 1
+
+
+class TrustingPool(PagedPool):
+    """A pool that trusts its caller, as a serving engine's KV manager trusts its scheduler: a budget below 1 is
+    served as it comes (PAGED-ARGS) - conforming only for a scope declaring trusted-args (SCOPE-TRUSTED-ARGS)."""
+
+    def _budget(self, budget: Any) -> int:
+        return budget if type(budget) is int else 1
+
+
+
 class StaleHitAfterReuse(PagedPool):
     """A block handed out again keeps its index entry: a later hit maps to the new owner's K/V."""
 
@@ -386,6 +436,12 @@ double_free = _factory(DoubleFree)
 shared_block_rewritten = _factory(SharedBlockRewritten)
 hit_across_keys = _factory(HitAcrossKeys)
 partial_block_shared = _factory(PartialBlockShared)
+trusting_pool = _factory(TrustingPool)
+whole_prompt_pool = _factory(WholePromptPool)
+releases_on_refusal = _factory(ReleasesOnRefusal)
+refusal_releases_needed = _factory(RefusalReleasesNeeded)
+trusting_pool_declared = _factory(TrustingPool)
+trusting_pool_declared.kvcache_scope = ["trusted-args"]
 
 # name -> (target, the class of finding, the rule it breaks)
 PAGED_ZOO: dict[str, tuple[str, str, str]] = {
@@ -397,6 +453,8 @@ PAGED_ZOO: dict[str, tuple[str, str, str]] = {
     "double_free": ("python:kvcache_spec.conformance.zoo.paged:double_free", "lenient", "PAGED-FREE"),
     "shared_block_rewritten": ("python:kvcache_spec.conformance.zoo.paged:shared_block_rewritten", "wrong",
                                "PAGED-NO-REWRITE"),
+    "refusal_releases_needed": ("python:kvcache_spec.conformance.zoo.paged:refusal_releases_needed", "wrong",
+                                "PAGED-ATOMIC"),
     "hit_across_keys": ("python:kvcache_spec.conformance.zoo.paged:hit_across_keys", "wrong", "PAGED-HIT"),
     "partial_block_shared": ("python:kvcache_spec.conformance.zoo.paged:partial_block_shared", "wrong",
                              "PAGED-SHARE-FULL"),
