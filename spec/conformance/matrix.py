@@ -49,7 +49,7 @@ FAMILIES: dict[str, tuple[str, ...]] = {
                   "PLAN-WRITE", "PLAN-READ", "STEP-APPEND", "RETAINED", "CELL-PLACE", "CELL-FORWARD"),
     "layout": ("LAYOUT-CANON", "DEPTH", "CELL-LAYOUT-CANON"),
     "steps and atomicity": ("ATOMIC", "CELL-ATOMIC", "OP-ATOMIC", "OP-STEP", "COMMIT-ISSUED", "COMMIT-ADVANCE",
-                            "PROTO-COMMIT"),
+                            "PROTO-COMMIT", "OP-STATE"),
     "trim and removal": ("REWIND-GROW", "REWIND-SOUND", "CLEAR", "CELL-CLEAR", "CELL-RM", "CELL-SHIFT", "OP-RM",
                          "OP-TRIM", "OP-RECORD"),
     "sequences": ("CELL-NEW", "CELL-ID-REUSE", "CELL-SEQ-LIVE", "CELL-FORK", "CELL-OWNERS", "OP-FORK"),
