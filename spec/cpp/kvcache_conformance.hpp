@@ -1291,6 +1291,46 @@ inline std::vector<int32_t> int32s(const Tensor& position) {
   return out;
 }
 
+// A state's bytes (OP-STATE) cross the protocol as standard base64 (spec/PROTOCOL.md, "Op-face targets"); a
+// cache's state is a std::string of bytes in its own format.
+inline std::string base64_encode(const std::string& bytes) {
+  static const char* letters = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  for (size_t i = 0; i < bytes.size(); i += 3) {
+    const size_t n = std::min<size_t>(3, bytes.size() - i);   // the bytes of this group: 4 letters, '=' for each missing
+    unsigned long chunk = 0;
+    for (size_t j = 0; j < 3; ++j) chunk = (chunk << 8) | (j < n ? static_cast<unsigned char>(bytes[i + j]) : 0u);
+    for (size_t j = 0; j < 4; ++j) out.push_back(j <= n ? letters[(chunk >> (18 - 6 * j)) & 63] : '=');
+  }
+  return out;
+}
+
+// The bytes of a standard base64 string (padded, nothing else), else std::invalid_argument.
+inline std::string base64_decode(const std::string& text) {
+  auto value = [](char c) -> int {
+    if (c >= 'A' && c <= 'Z') return c - 'A';
+    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+    if (c >= '0' && c <= '9') return c - '0' + 52;
+    return c == '+' ? 62 : c == '/' ? 63 : -1;
+  };
+  if (text.size() % 4 != 0) throw std::invalid_argument("a state is standard base64: its length a multiple of 4");
+  std::string out;
+  for (size_t i = 0; i < text.size(); i += 4) {
+    unsigned long chunk = 0;
+    int padding = 0;
+    for (size_t j = 0; j < 4; ++j) {
+      const char c = text[i + j];
+      const bool last = i + 4 == text.size();
+      if (c == '=' && last && j >= 2 && (j == 3 || text[i + 3] == '=')) { ++padding; chunk <<= 6; continue; }
+      const int v = value(c);
+      if (v < 0 || padding) throw std::invalid_argument("a state is standard base64: a character outside it");
+      chunk = (chunk << 6) | static_cast<unsigned long>(v);
+    }
+    for (int j = 0; j < 3 - padding; ++j) out.push_back(static_cast<char>((chunk >> (16 - 8 * j)) & 255));
+  }
+  return out;
+}
+
 // The op face's scope (spec/SPEC.md section 6.1, SCOPE-BORDER): the features the cache implements, the spec
 // version it was written against, and the relaxations it declares. full() is the whole contiguous face of spec 1,
 // the meaning it had before trim and sinks existed (a cache written then keeps its verdict); full(2) is spec 2's,
@@ -1319,6 +1359,13 @@ struct Scope {
     for (const std::string& f : features)
       if (f != feature) left.features.push_back(f);
     return left;
+  }
+  // A feature of a later spec version (`state`: OP-STATE, spec 3), the version announced raised to it.
+  Scope with_feature(const std::string& feature, int version) const {
+    Scope more = *this;
+    more.features.push_back(feature);
+    more.spec = std::max(more.spec, version);
+    return more;
   }
   Scope with(const std::string& relaxation) const {
     Scope more = *this;
@@ -1365,10 +1412,18 @@ class Driver {
   using Factory = std::function<std::unique_ptr<Cache>(const Config&)>;
   using Fetch = std::function<Fetched(Cache&, int, const Tensor&, const Tensor&, const Tensor&)>;
   using Trim = std::function<void(Cache&, int)>;   // optional: trim(n), OP-TRIM
+  // optional (OP-STATE, the scope feature `state`): the cache's state as bytes, and a state loaded (an exception
+  // refuses it, the cache unchanged)
+  struct State {
+    std::function<std::string(Cache&)> save;
+    std::function<void(Cache&, const std::string&)> load;
+  };
 
-  Driver(std::string name, Scope scope, Factory factory, Fetch fetch, Trim trim = nullptr)
+  Driver(std::string name, Scope scope, Factory factory, Fetch fetch, Trim trim = nullptr, State state = {})
       : name_(std::move(name)), scope_(trim ? std::move(scope) : scope.without("trim")), factory_(std::move(factory)),
-        fetch_(std::move(fetch)), trim_(std::move(trim)) {}
+        fetch_(std::move(fetch)), trim_(std::move(trim)), state_(std::move(state)) {
+    if (!state_.save || !state_.load) scope_ = scope_.without("state");
+  }
 
   Response handle(const std::string& method, const Json& params) {
     try {
@@ -1390,6 +1445,7 @@ class Driver {
   Factory factory_;
   Fetch fetch_;
   Trim trim_;
+  State state_;
   std::unique_ptr<Cache> cache_;
 
   // A JSON int a C++ int holds (a bool, a float, 2^31 are not), else nullopt.
@@ -1580,6 +1636,20 @@ class Driver {
       trim_(*cache_, *n);
       return Response::result(Json::null());
     }
+    if (method == "state" || method == "load_state") {   // OP-STATE: bytes as base64 both ways
+      if (!state_.save || !state_.load) return Response::error("unsupported", "", method + " is not implemented");
+      if (method == "state") return Response::result(Json::of(base64_encode(state_.save(*cache_))));
+      const Json* data = params.get("data");
+      if (!data || !data->is(Json::Type::String)) return Response::error("protocol", "", "data is a base64 string");
+      std::string bytes;
+      try {
+        bytes = base64_decode(data->string);
+      } catch (const std::invalid_argument& e) {
+        return Response::error("protocol", "", e.what());   // the harness sends standard base64 only
+      }
+      state_.load(*cache_, bytes);
+      return Response::result(Json::null());
+    }
     return Response::error("protocol", "", "unknown method " + method);
   }
 };
@@ -1587,7 +1657,8 @@ class Driver {
 // Serve the op protocol on stdin/stdout. `scope`: the op features the cache implements.
 template <class Cache>
 int run_main(int argc, char** argv, const char* name, Scope scope, typename Driver<Cache>::Factory factory,
-             typename Driver<Cache>::Fetch fetch, typename Driver<Cache>::Trim trim = nullptr) {
+             typename Driver<Cache>::Fetch fetch, typename Driver<Cache>::Trim trim = nullptr,
+             typename Driver<Cache>::State state = {}) {
   if (argc >= 2) {
     const std::string arg = argv[1];
     const char* usage = " - an op-face cache served over spec/PROTOCOL.md on stdin/stdout.\n"
@@ -1603,7 +1674,7 @@ int run_main(int argc, char** argv, const char* name, Scope scope, typename Driv
               << "or --help\n";
     return 2;
   }
-  Driver<Cache> driver(name, std::move(scope), std::move(factory), std::move(fetch), std::move(trim));
+  Driver<Cache> driver(name, std::move(scope), std::move(factory), std::move(fetch), std::move(trim), std::move(state));
   std::ios::sync_with_stdio(false);
   return driver.serve(std::cin, std::cout);
 }

@@ -89,7 +89,10 @@ def state_step(engine: "OpEngine", step: Step) -> Optional[Step]:
     return _save(engine, step) if step["op"] == SAVE else _load(engine, step)
 
 
-def _save(engine: "OpEngine", step: Step) -> Step:
+def _save(engine: "OpEngine", step: Step) -> Optional[Step]:
+    pending = engine.model.step
+    if pending is not None and pending.served and engine._excused("steps", "a state taken mid-step"):
+        return None   # a cache of per-layer histories has no step to leave out: its layers differ here
     engine.before_call = engine.model.snapshot()
     got = engine._call("state", {}, "OP-STATE")
     if not got.ok:
