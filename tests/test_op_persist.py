@@ -324,3 +324,18 @@ def test_each_state_standin_is_found_with_a_short_program_that_replays(name: str
     again = replay(spec, first["config"], first["steps"])
     assert again is not None and (again["class"], again["rule"]) == FOUND_AS[name]
     assert replay(REFERENCE, first["config"], first["steps"]) is None
+
+
+# --- the exhaustive checker ---------------------------------------------------------------------------------
+
+
+@pytest.mark.slow   # depth-4 runs, as the other checker tests
+def test_the_exhaustive_checker_passes_the_reference_and_finds_every_state_standin() -> None:
+    """--state: every program to depth 4 on one ring of 2, with saves and loads: the reference passes, each
+    stand-in is found as FOUND_AS says within 4 steps."""
+    from kvcache_spec.conformance.op import checker as op_checker
+    passed = op_checker.check(PythonTarget(REFERENCE), 4, op_checker.STATE_CONFIG)
+    assert not passed.findings and passed.states > 100, passed.summary()
+    for name, key in FOUND_AS.items():
+        found = op_checker.check(PythonTarget(STANDINS.format(name)), 4, op_checker.STATE_CONFIG).findings
+        assert key in found and len(found[key][1]) <= 4, (name, {k: len(v[1]) for k, v in found.items()})

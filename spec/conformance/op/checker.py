@@ -24,6 +24,11 @@ states and programs it checked, and how many states it left unexpanded at the bo
     python -m kvcache_spec.conformance.op.checker --target cmd:./my_op_server      (spec/PROTOCOL.md)
     python -m kvcache_spec.conformance.op.checker --target python:kvcache_spec.conformance.op.targets:contiguous --sinks
     python -m kvcache_spec.conformance.op.checker --target python:kvcache_spec.conformance.op.targets:contiguous --chunk
+    python -m kvcache_spec.conformance.op.checker --target python:kvcache_spec.conformance.op.targets:contiguous --state
+
+With --state (OP-STATE) the alphabet also saves a state and loads it - whole into a fresh cache or the live one,
+with a byte flipped, or another config's - and a program's key holds the state saved as well (a later load
+brings it back), a load counting as something the model let go.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from ..engine import Finding, Step
 from ..malform import INT32_LIMIT
 from .consequences import drive_on
 from .engine import OpEngine
+from .persist import LOAD, load, save
 from .programs import RESET, at, begin, cp, fetch, op_config, rm, trim
 from ..targets import Target, TargetCrash, TargetError, parse_target
 
@@ -55,12 +61,18 @@ SINKS_CONFIG = op_config(5, (3, 0), keep=1)
 # what a ring that did not record would keep, and the query after it fit in 4 steps.
 CHUNK_CONFIG = op_config(4, (0,), chunks=(2,))
 RECORD_CONFIG = op_config(4, (2,), record_past=True)
-EXTRA_CONFIGS = {"sinks": SINKS_CONFIG, "chunk": CHUNK_CONFIG, "record": RECORD_CONFIG}
+# OP-STATE (--state): one ring of 2, so a state saved one token in and loaded shows a lost row or ring slot in 4 steps
+STATE_CONFIG = op_config(4, (2,))
+EXTRA_CONFIGS = {"sinks": SINKS_CONFIG, "chunk": CHUNK_CONFIG, "record": RECORD_CONFIG, "state": STATE_CONFIG}
 
 
-def alphabet(kind: str, cfg: dict[str, Any], trims: bool = False) -> list[Step]:
+def alphabet(kind: str, cfg: dict[str, Any], trims: bool = False, states: bool = False) -> list[Step]:
     """The steps a program is made of: each layer with next positions, and the calls around them; with
-    `trims` (a contiguous target with the `trim` feature) trims of 0, 1 and 2 tokens and a negative one."""
+    `trims` (a contiguous target with the `trim` feature) trims of 0, 1 and 2 tokens and a negative one; with
+    `states` (the `state` feature, --state) a save, and loads whole into a fresh and the live cache, flipped, and
+    another config's."""
+    if states:
+        return alphabet(kind, cfg, trims) + [save(), load(fresh=True), load(), load("flipped"), load("foreign-config")]
     layers = [fetch(layer) for layer in range(cfg["n_layers"])]
     if kind == "op-contiguous":
         # with sinks, a chunk layer or recording, a two-token step on every layer (past a window part, across a
@@ -81,7 +93,7 @@ def let_go(before: Hashable, before_abandoned: int, engine: OpEngine, step: Step
         return ("refused", _canonical(concrete))
     if engine.model.abandoned != before_abandoned:
         return ("abandoned", before, _canonical(concrete))
-    if step.get("op") in ("reset", "rm"):
+    if step.get("op") in ("reset", "rm", LOAD):
         return (str(step["op"]), before, _canonical(concrete))
     return None
 
@@ -150,10 +162,11 @@ def check(target: Target, depth: int, cfg: Optional[dict[str, Any]] = None) -> C
     cfg = cfg or CHECK_CONFIGS[layout]
     kind = op_model.CELL if layout == "op-cell" else op_model.CONTIGUOUS
     result = CheckResult(target.name, layout, depth)
-    letters = alphabet(layout, cfg, trims="trim" in target.scope.features)
+    letters = alphabet(layout, cfg, trims="trim" in target.scope.features,
+                       states="state" in target.scope.features and cfg is STATE_CONFIG)
     start = OpEngine(target, cfg, kind)
     seen: set[Hashable] = set()
-    frontier: deque[Visit] = deque([Visit([], state_key(start.model), frozenset(), 0)])
+    frontier: deque[Visit] = deque([Visit([], (state_key(start.model), None), frozenset(), 0)])
     while frontier:
         prefix = frontier.popleft()
         for letter in letters:
@@ -165,7 +178,8 @@ def check(target: Target, depth: int, cfg: Optional[dict[str, Any]] = None) -> C
                 result.findings.setdefault(run.finding.key(), (run.finding, run.steps))
                 continue
             gone = let_go(prefix.state, prefix.abandoned, engine, letter)
-            visit = Visit(program, state_key(engine.model, run.steps),
+            saved = None if engine.saved is None else state_key(engine.saved[1].held)   # a later load's state
+            visit = Visit(program, (state_key(engine.model, run.steps), saved),
                           frozenset({gone}) if gone is not None else prefix.let_go, engine.model.abandoned)
             if (visit.state, visit.let_go) in seen:
                 continue
@@ -190,6 +204,8 @@ def main(argv: Optional[list[str]] = None) -> int:
                         help="op-contiguous: check a chunk layer of chunk 2 (OP-CHUNK)")
     parser.add_argument("--record", action="store_true",
                         help="op-contiguous: check a recording ring of 2 (OP-RECORD)")
+    parser.add_argument("--state", action="store_true",
+                        help="op-contiguous: check states saved and loaded, over one ring of 2 (OP-STATE)")
     args = parser.parse_args(argv)
     try:
         target = parse_target(args.target, timeout=args.timeout)
@@ -203,7 +219,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             return 2
         chosen = [EXTRA_CONFIGS[name] for name in EXTRA_CONFIGS if getattr(args, name)]
         if len(chosen) > 1:
-            print("--sinks, --chunk and --record each choose the configuration: give one", file=sys.stderr)
+            print("--sinks, --chunk, --record and --state each choose the configuration: give one", file=sys.stderr)
             return 2
         result = check(target, args.depth, chosen[0] if chosen and target.layout == "op-contiguous" else None)
     finally:
