@@ -1492,6 +1492,20 @@ class Driver {
     return c;
   }
 
+  // Spec 3's config keys, which Config does not carry: a chunk layer or a layer's `chunk` (OP-CHUNK), the config's
+  // `record_past` (OP-RECORD) - the feature a cache declaring spec 3 (for `state`) without them leaves out.
+  std::string spec_3_outside(const Json& json) const {
+    if (json.get("record_past") && !scope_.has("recording")) return "recording";
+    if (const Json* layers = json.get("layers"); layers && layers->is(Json::Type::Array))
+      for (const Json& entry : layers->array) {
+        const Json* kind = entry.get("kind");
+        if ((entry.get("chunk") || (kind && kind->is(Json::Type::String) && kind->string == "chunk")) &&
+            !scope_.has("chunk"))
+          return "chunk";
+      }
+    return "";
+  }
+
   // The scope feature a config needs that the declared scope leaves out ("" when it is inside).
   std::string outside(const Config& c) const {
     for (const Policy& p : c.layers)
@@ -1601,6 +1615,8 @@ class Driver {
       cache_.reset();
       const Json* json = params.get("config");
       if (!json || !json->is(Json::Type::Object)) return Response::error("rejected", "OP-CONFIG", "config is an object");
+      if (std::string feature = spec_3_outside(*json); !feature.empty())
+        return Response::error("rejected", "SCOPE-BORDER", "the config needs '" + feature + "', outside this cache's scope");
       Config c = read_config(*json);
       if (std::string feature = outside(c); !feature.empty())
         return Response::error("rejected", "SCOPE-BORDER", "the config needs '" + feature + "', outside this cache's scope");
