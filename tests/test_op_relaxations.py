@@ -136,7 +136,7 @@ def test_lazy_shapes_targets_get_no_sizes_and_unbounded_ones_steps_past_capacity
 
 
 def test_min_head_dim_drives_widened_twins_and_only_them() -> None:
-    scope = scopes.parse(["all", "min_head_dim=32", "spec=2"], "test")   # spec 2: the keep configs too
+    scope = scopes.parse(["all", "min_head_dim=32", "spec=3"], "test")   # spec 3: the keep, chunk and recording configs too
     configs = scopes.with_twins(CONTIGUOUS_CONFIGS, scope)
     inside, outside = scopes.split(configs, scope)
     assert len(inside) == len(outside) == len(CONTIGUOUS_CONFIGS)

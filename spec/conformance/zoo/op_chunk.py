@@ -28,21 +28,20 @@ from kvcache._op_types import mask_of, spec_for
 
 from .. import scope as scopes
 from ..configs import JsonConfig
-from ..op.targets import config_for
 
 Entry = dict[str, Any]
 
 
 def _config(cfg: JsonConfig, entry: Callable[[Entry], Entry] = lambda e: e,
             record_past: Callable[[Any], Any] = lambda value: value) -> op.CacheConfig:
-    """The reference's config of a JSON op config, each layer entry and the record_past passed through the
-    stand-in's change first (a key absent stays absent)."""
-    changed: JsonConfig = {**cfg, "layers": [entry(dict(e)) for e in cfg["layers"]]}
-    if "record_past" in cfg:
-        changed["record_past"] = record_past(cfg["record_past"])
-    extra: dict[str, Any] = {"v_head_dim": cfg.get("v_head_dim", cfg["head_dim"]), "max_write": cfg.get("max_write")}
-    made: op.CacheConfig = config_for(op, changed, np.float32, **extra)
-    return made
+    """The reference's config of a JSON op config (as op/targets.py builds it: the zoo reaches no layout), each
+    layer entry and the record_past passed through the stand-in's change first (a key absent stays absent)."""
+    policies = [op.LayerPolicy(op.LayerKind(e["kind"]), e["window"], e.get("keep", 0), e.get("chunk", 0))
+                for e in map(entry, cfg["layers"])]
+    return op.CacheConfig(cfg["n_layers"], cfg["n_kv_heads"], cfg["head_dim"], cfg["capacity"],
+                          op.CacheSizing(cfg.get("sizing", "dynamic")), np.float32, cfg["batch_size"], policies,
+                          cfg.get("v_head_dim", cfg["head_dim"]), cfg.get("max_write"),
+                          **({"record_past": record_past(cfg["record_past"])} if "record_past" in cfg else {}))
 
 
 def _chunk_as_ring(entry: Entry) -> Entry:
