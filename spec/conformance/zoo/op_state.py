@@ -23,15 +23,9 @@ from kvcache import KVCacheError, op
 
 from .. import scope as scopes
 from ..configs import JsonConfig
-from ..op.targets import config_for
+from .op_chunk import _config   # the reference's config of a JSON op config (the zoo reaches no layout)
 
 _DIGEST = 32   # the reference format's SHA-256 (kvcache/_op_state.py)
-
-
-def _config(cfg: JsonConfig) -> op.CacheConfig:
-    made: op.CacheConfig = config_for(op, cfg, np.float32, v_head_dim=cfg.get("v_head_dim", cfg["head_dim"]),
-                                      max_write=cfg.get("max_write"))
-    return made
 
 
 class _Trusting(op.ContiguousReferenceCache):
