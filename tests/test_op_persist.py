@@ -339,3 +339,29 @@ def test_the_exhaustive_checker_passes_the_reference_and_finds_every_state_stand
     for name, key in FOUND_AS.items():
         found = op_checker.check(PythonTarget(STANDINS.format(name)), 4, op_checker.STATE_CONFIG).findings
         assert key in found and len(found[key][1]) <= 4, (name, {k: len(v[1]) for k, v in found.items()})
+
+
+class _TrimOnly:
+    """A contiguous op cache with trim but no state verbs (what a spec-3 declaration may still come with)."""
+
+    def trim(self, n: int) -> None:
+        """Never called: the scope is only probed."""
+
+
+def trim_only(cfg: Any) -> _TrimOnly:
+    return _TrimOnly()
+
+
+trim_only.kvcache_layout = "op-contiguous"   # type: ignore[attr-defined]
+trim_only.kvcache_scope = ("spec=3",)   # type: ignore[attr-defined]
+
+
+def test_a_python_cache_without_state_methods_is_not_judged_on_state() -> None:
+    """As one without trim is not judged on trim: the scope the run judges by leaves `state` out, saying why."""
+    from kvcache_spec.conformance.suite.plan import without_missing_verbs
+    target = PythonTarget(f"python:{__name__}:trim_only")
+    judged = without_missing_verbs(target, target.scope, CONTIGUOUS_CONFIGS)
+    assert "state" in target.scope.features and "state" not in judged.features and "trim" in judged.features
+    assert "no state and load_state methods" in judged.source
+    reference = PythonTarget(REFERENCE)
+    assert "state" in without_missing_verbs(reference, reference.scope, CONTIGUOUS_CONFIGS).features
