@@ -22,7 +22,6 @@ from ...arguments import DIM, ID, INT, LIST, POSITIONS, TENSOR
 from ..configs import JsonConfig, config, layer
 from ..engine import Step
 from ..malform import Case, case_of, cases, config_cases, id_value, int_value, step_bound, tokens_of
-from .persist import state_programs
 
 
 def op_config(capacity: int, windows: tuple[int, ...] = (0,), n_layers: Optional[int] = None, heads: int = 1,
@@ -242,7 +241,6 @@ def edge_contiguous_programs(cfg: JsonConfig) -> list[tuple[str, list[Step]]]:
     if max_write is not None:   # OP-MAX-WRITE: an exact fit is served (one token more is a clause's case below)
         out.append(("a step of exactly max_write", forward(cfg, 1) + forward(cfg, max_write) + forward(cfg, 1)))
     out += trim_programs(cfg)
-    out += state_programs(cfg)   # OP-STATE (persist.py); sent only to a target with `state`
     for case in cases("op-contiguous", cfg):   # one program per malformation (malform.py)
         if case.clause.call == "trim":
             continue   # trim_programs'

@@ -4,7 +4,7 @@ what is kept and shrunk, and the order the programs run in."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional
 
 from .. import layouts
 from .. import scope as scopes
@@ -69,9 +69,16 @@ def interleaved(configs: tuple[JsonConfig, ...], layout: layouts.Layout) -> list
     its program number (r + c) mod K. The first programs already touch every configuration (and
     family), so a run stopped early has still exercised each of them; and programs next to each other
     differ in configuration and in kind, so programs that crash alike in a row (SAME_CRASH_IN_A_ROW)
-    are different programs, not one kind of program that happens to come first everywhere."""
-    per = [layout.edge_programs(cfg) for cfg in configs]
-    kinds = max(len(p) for p in per)
+    are different programs, not one kind of program that happens to come first everywhere. The layout's
+    later edge programs (a later spec version's) follow, on a diagonal of their own."""
+    out = _diagonal(configs, layout.edge_programs)
+    return out + (_diagonal(configs, layout.later_edge_programs) if layout.later_edge_programs else [])
+
+
+def _diagonal(configs: tuple[JsonConfig, ...], programs_of: Callable[[JsonConfig], list[tuple[str, list[Step]]]]
+              ) -> list[tuple[JsonConfig, list[Step]]]:
+    per = [programs_of(cfg) for cfg in configs]
+    kinds = max((len(p) for p in per), default=0)
     return [(cfg, programs[(r + c) % kinds][1]) for r in range(kinds)
             for c, (cfg, programs) in enumerate(zip(configs, per)) if (r + c) % kinds < len(programs)]
 
