@@ -121,18 +121,6 @@ KINDS: dict[str, Kind] = {
         "defect", "ConcatenateKVCache.trim lowers offset only: trimmed tokens come back into every later attention",
         f"{MLX_CACHE}:230-236, `is_trimmable` answers True and `trim` only lowers `self.offset`; "
         "trim_prompt_cache trims every cache that says so", "mlx_concatenate_trim"),
-    'chunked_trim_after_slide': Kind(
-        "defect", "ChunkedKVCache serves a trim back across a chunk boundary after maybe_trim_front slid its front "
-        "past that chunk's start: the next query misses the rows its chunk still needs",
-        f"{MLX_CACHE}:737-746, maybe_trim_front keeps the newest chunk_size rows (a slide, not a chunk start); "
-        f"{MLX_CACHE}:785-791, `is_trimmable` answers True and `trim` only stops at start_position",
-        "mlx_chunked_trim_after_slide"),
-    'chunked_trim_partial': Kind(
-        "stricter", "ChunkedKVCache trims fewer tokens than asked once its front slid (down to start_position) and "
-        "says how many: the glue's refusal leaves the cache trimmed",
-        f"{MLX_CACHE}:122-135, trim_prompt_cache \"will trim the cache if possible (in-place) and return the number of "
-        f"tokens that were trimmed\"; {MLX_CACHE}:788-791, `n = min(self.offset - self.start_position, n)`: a partial "
-        "trim is the contract, OP-ATOMIC asks a refusal that changes nothing"),
 }
 
 EXPECTED: dict[str, dict[str, Any]] = {
@@ -207,13 +195,6 @@ EXPECTED: dict[str, dict[str, Any]] = {
     'mlxlm:concatenate': {"verdict": 'NOT CONFORMING', "causes": {
         'wrong OP-ATTEND: wrong OP-ATTEND: at fetch (attends tokens the spec does not); flat | cap 1, flat':
             'concat_trim',
-    }},
-    'mlxlm:llama4_chunked': {"verdict": 'NOT CONFORMING', "causes": {
-        "wrong OP-ATOMIC: wrong OP-ATOMIC: at trim, which the target refused with 'RuntimeError: "
-        "trim_prompt_cache(cache, 3) trimmed 2'; chunk | cap 1, chunk(chunk 1)":
-            'chunked_trim_partial',
-        'wrong OP-ATTEND: wrong OP-ATTEND: at fetch (misses tokens the spec attends); chunk | cap 1, chunk(chunk 3)':
-            'chunked_trim_after_slide',
     }},
 }
 

@@ -262,8 +262,8 @@ def test_every_rule_is_in_scope_or_says_why_not() -> None:
     assert sorted(rule for rule, why in scope.items() if why and rule not in cell_rules + op_rules
                   and rule not in DECLARATION_RULES) == ["ET-MAP", "PROTO-COMMIT", "REG-KEYS", "REG-SESSION", "THREADS"]
     ops = in_scope(config_validation=True, optional=frozenset(), layout="op-cell")
-    # cells have no rings to bound, trim or sink, no chunk layers, no recording, no state saved (OP-STATE)
-    contiguous_only = ("OP-MAX-WRITE", "OP-TRIM", "OP-SINKS", "OP-CHUNK", "OP-RECORD", "OP-STATE")
+    contiguous_only = ("OP-MAX-WRITE", "OP-TRIM", "OP-SINKS", "OP-CHUNK", "OP-RECORD", "OP-STATE")   # cells have no
+    # rings to bound, trim, sinks, chunks, recording or saved state
     assert all(not ops[rule] for rule in op_rules if rule not in contiguous_only) and ops["CELL-MASK"] and \
         ops["REWIND-SOUND"] and all("other op cache" in ops[rule] for rule in contiguous_only)
     cells = in_scope(config_validation=True, optional=frozenset(), layout="cell")

@@ -437,7 +437,8 @@ def test_a_scope_fixing_keep_drives_twins_with_that_keep_and_needs_the_others_re
     refused at creation (SCOPE-BORDER). A keep above 0 needs `sinks`; the value is an int >= 0."""
     scope = scopes.parse(["all", "keep=4"], "test")
     assert "keep=4" in scope.names() and not scope.full_for("op-contiguous")
-    inside, outside = scopes.split(scopes.with_twins(CONTIGUOUS_CONFIGS, scope), scope)
+    spoken, _ = scopes.in_version(CONTIGUOUS_CONFIGS, scope)   # spec 2's (keep names sinks): no chunk, no recording
+    inside, outside = scopes.split(scopes.with_twins(spoken, scope), scope)
     rings = [cfg for cfg in inside if any(entry["kind"] == "ring" for entry in cfg["layers"])]
     assert rings and all(entry.get("keep") == 4 for cfg in rings for entry in cfg["layers"] if entry["kind"] == "ring")
     assert all(isinstance(op_model.make_config(cfg, op_model.CONTIGUOUS), op_model.OpConfig) for cfg in inside)

@@ -7,8 +7,7 @@ One factory per cache class and setup users build: `kv` (KVCache per layer, what
 max_kv_size), `llama_sliding` (llama's make_cache: KVCache on full layers, RotatingKVCache(max_size=sliding_window)
 on sliding ones), `prompt_cache` (make_prompt_cache(model, max_kv_size=...): RotatingKVCache(max_kv_size, keep=4)
 on every layer), `quantized` (QuantizedKVCache with its defaults, group_size 64 and 8 bits), `chunked` (llama4's
-ChunkedKVCache(attention_chunk_size), inside one chunk), `concatenate` (ConcatenateKVCache) and `llama4_chunked`
-(llama4's make_cache with the config's small chunk: chunk layers, OP-CHUNK). Needs the `mlx` extra.
+ChunkedKVCache(attention_chunk_size)) and `concatenate` (ConcatenateKVCache). Needs the `mlx` extra.
 
 One cache object per layer, as make_prompt_cache builds them; what one `update_and_fetch(layer_id, k, v, position)`
 does is what a forward of mlx-lm's model code does for that layer:
@@ -190,29 +189,12 @@ def _quantized(cfg: JsonConfig) -> Any:
 
 
 def _chunked(cfg: JsonConfig) -> Any:
-    """llama4's chunked layers within one chunk: the chunk is set past every position a run reaches (CHUNK), so
-    what is judged is what ChunkedKVCache serves inside a chunk - a flat, growing, trimmable history - and a chunk
-    boundary is never crossed (the verdict it had before chunk layers existed; `llama4_chunked` crosses them)."""
+    """llama4's chunked layers within one chunk. Chunked attention (a query sees only its own chunk) is no layer
+    kind of the op face, so the chunk is set past every position a run reaches (CHUNK): what is judged is what
+    ChunkedKVCache serves inside a chunk - a flat, growing, trimmable history - and a chunk boundary is never
+    crossed (docs/mlxlm-findings.md, "What the op face cannot say")."""
     module = _cache_module()
     return MlxTrimmableCaches([module.ChunkedKVCache(CHUNK) for _ in _only(cfg, "flat")], _chunk_mask(CHUNK))
-
-
-def _llama4_chunked(cfg: JsonConfig) -> Any:
-    """llama4's make_cache and forward with a small attention_chunk_size: ChunkedKVCache(chunk) on its chunked
-    layers, with llama4's chunk mask; KVCache on its global layers, with the full mask. llama4 has one
-    attention_chunk_size for every chunked layer: a config of several chunk sizes is outside what it builds."""
-    module = _cache_module()
-    policies = _policies(cfg)
-    if any(entry["kind"] not in ("flat", "chunk") for entry in policies):
-        raise ValueError(f"SCOPE-BORDER: llama4 has chunked and global layers only, the config asks for {policies}")
-    chunks = {entry["chunk"] for entry in policies if entry["kind"] == "chunk"}
-    if len(chunks) > 1:
-        raise ValueError(f"SCOPE-BORDER: llama4 has one attention_chunk_size, the config asks for {policies}")
-    chunk = chunks.pop() if chunks else CHUNK   # no chunked layer: every layer global, the chunk never read
-    caches = [module.ChunkedKVCache(chunk) if entry["kind"] == "chunk" else module.KVCache() for entry in policies]
-    full, chunked_mask = _default_mask(), _chunk_mask(chunk)
-    return MlxTrimmableCaches(caches, lambda cache, q_len: (
-        chunked_mask if isinstance(cache, module.ChunkedKVCache) else full)(cache, q_len))
 
 
 def _llama_sliding(cfg: JsonConfig) -> Any:
@@ -260,10 +242,5 @@ quantized = library_target("quantized", _quantized, ("flat", "batch", "trusted-a
 chunked = library_target("chunked", _chunked, TRIMMABLE,
                    "llama4's ChunkedKVCache(chunk_size=CHUNK) per layer, with llama4's chunk mask, within one chunk.")
 concatenate = library_target("concatenate", _concatenate, TRIMMABLE, "ConcatenateKVCache per layer.")
-# OP-CHUNK: the chunk is the config's (the suite's chunk layers: 3, 2 and 1), so a run crosses chunk boundaries;
-# naming `chunk` declares spec 3.
-llama4_chunked = library_target("llama4_chunked", _llama4_chunked, ("flat", "chunk", *COMMON_SCOPE, "unbounded", "trim"),
-                                "llama4's make_cache: ChunkedKVCache(attention_chunk_size) chunked layers, KVCache "
-                                "global ones, with llama4's masks; the chunk the config's.")
 
-TARGETS = ("kv", "llama_sliding", "prompt_cache", "quantized", "chunked", "concatenate", "llama4_chunked")
+TARGETS = ("kv", "llama_sliding", "prompt_cache", "quantized", "chunked", "concatenate")
