@@ -33,6 +33,7 @@ from ._op_arrays import found, layer_error, to_kind, to_numpy
 from ._op_pools import KVPools, checked_step, fetch_contracts, step_positions_or_error
 from ._op_types import AttendSpec, CacheConfig, CacheSizing, attended_by_formula, layout_config, mask_of, \
     spec_for, takes_op_config, validated
+from ._op_state import decode, encode, held_now, restore, state_error
 from .backends.numpy_backend import rows_of
 
 
@@ -231,3 +232,32 @@ class ContiguousReferenceCache(BatchRows):
         rewound = self._layout.rewind(self._layout.length() - n)
         assert rewound  # _trim_error asked the layout the same (REWIND-SOUND)
 
+
+    # --- state out and in (OP-STATE; the format: _op_state.py) --------------------------------------------
+
+    @icontract.ensure(lambda self, result: state_error(self.config, self._depth, len(self._layout._retained), result)
+                      is None, "OP-STATE: the state answered is one this cache loads")
+    def state(self) -> bytes:
+        """The cache's state as bytes (a versioned, checksummed format of this project's own): what it holds
+        between steps - an open step is left out, and stays open here. `load_state` reads it back."""
+        step = self._step
+        return encode(self.config, held_now(self._layout, None if step is None else step.start,
+                                            self._pools.k, self._pools.v))
+
+    def _load_error(self, data: Any) -> Optional[KVCacheError]:
+        return state_error(self.config, self._depth, len(self._layout._retained), data)
+
+    @icontract.require(lambda self, data: self._load_error(data) is None,
+                       "OP-STATE: data is a whole state of this format version, taken under this config",
+                       error=lambda self, data: found(self._load_error(data)), enabled=True)
+    @icontract.ensure(lambda self, data: self._step is None and self.state() == bytes(data),
+                      "OP-STATE: the cache holds exactly the state loaded, no step open")
+    def load_state(self, data: bytes) -> None:
+        """Replace everything this cache holds (an open step included) with the state `data` (from `state()` of
+        a cache of the same config): every later call answers as the saved cache's would. A truncated,
+        corrupted, another config's or another format version's state is refused, naming what is wrong, and
+        nothing changes."""
+        held = decode(self.config, self._depth, len(self._layout._retained), data)
+        assert not isinstance(held, KVCacheError)   # the precondition decoded it already
+        self._step = None
+        restore(self._layout, self._pools, held)

@@ -157,6 +157,25 @@ Attends = list[list[int]]   # per query of the step: the sorted uids it must att
 Label = tuple[int, int]     # OP-ROWS: what a batch row holds for a token: (the uid written, the batch row it was written for)
 RowAttends = list[list[Optional[list[Label]]]]   # per batch row, per query: its labels, None for a pad query (OP-PAD)
 
+# OP-STATE: the forms a state is loaded in - as state() gave it, or broken as the rule says a load must refuse
+WHOLE = "whole"
+STATE_FORMS: dict[str, str] = {
+    "truncated": "cut short",
+    "flipped": "one byte changed",
+    "foreign-config": "taken under another config",
+    "foreign-version": "written in another format version",
+}
+
+
+@dataclass(frozen=True)
+class SavedState:
+    """OP-STATE: a state as the model knows one: the config it was taken under, the model as it stood then with
+    no step open, and the form it is loaded in (WHOLE, or a key of STATE_FORMS). The bytes are the target's."""
+
+    cfg: OpConfig
+    held: "OpModel"
+    form: str = WHOLE
+
 
 class OpModel:
     """One cache's op-face state. Every verb returns a Rejected (nothing changed) or its answer."""
@@ -231,6 +250,25 @@ class OpModel:
         for seq, pos, uid in zip(self.step.seqs, self.step.positions, self.step.uids):
             self.held.setdefault(seq, {})[uid] = pos
         self.step = None
+
+    # --- state out and in (OP-STATE) ---------------------------------------------------------------
+    def state(self) -> SavedState:
+        """What the cache holds with the open step left out (the step stays open here)."""
+        held = self.snapshot()
+        held.step = None
+        return SavedState(self.cfg, held)
+
+    def load_state(self, saved: SavedState) -> Optional[Rejected]:
+        """Everything replaced by the saved state (an open step abandoned), or a Rejected for a state not whole or
+        of another config (nothing changes)."""
+        if saved.form != WHOLE:
+            return Rejected("OP-STATE", f"the state is {STATE_FORMS[saved.form]}", case=f"state {saved.form}")
+        if saved.cfg != self.cfg:
+            return Rejected("OP-STATE", "the state was taken under another config", case="state foreign-config")
+        self._abandon()
+        self.held = {seq: dict(tokens) for seq, tokens in saved.held.held.items()}
+        self.floors, self.unrecorded = list(saved.held.floors), list(saved.held.unrecorded)
+        return None
 
     # --- verbs -------------------------------------------------------------------------------------
     def reset(self) -> None:

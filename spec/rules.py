@@ -407,6 +407,16 @@ OP_RULES: tuple[Rule, ...] = (
          "pads must move together, on every layer.",
          "A reorder applied to K and not V or to some layers; a row's pads left at its old index; a negative "
          "index wrapping to the last row; True taken for row 1."),
+    Rule("OP-STATE",
+         "Contiguous: state() answers the cache's state as bytes - what it holds with an open step left out (the "
+         "step stays open) - and load_state(data) replaces everything the cache holds with a state so taken: every "
+         "later call answers as the saved cache's would, its trims owed alike (OP-TRIM), whether loaded into a "
+         "fresh cache or a live one. data that is not bytes, truncated, changed in any byte, taken under another "
+         "config or written in another format version is refused, naming what is wrong, and nothing changes.",
+         "Prompt caches are saved and loaded (mlx-lm's save_prompt_cache / load_prompt_cache, llama.cpp's state "
+         "files): a state that loads wrong gives wrong attention for the rest of a generation without a sound, "
+         "while a refused one costs only a recompute.",
+         "A round trip that loses a ring's position or a row; a corrupted, truncated or foreign state accepted."),
 )
 
 # --- a cell cache seen only through its outputs (SPEC.md section 5.3): the op face's cell verbs, and a decode

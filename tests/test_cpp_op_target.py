@@ -50,6 +50,7 @@ CRASHES = "MLXS_BUG_ABORTS_PAST_CAPACITY"   # an assert where a refusal belongs:
 BUILDS = {"contiguous": (CONTIGUOUS, ()), "contiguous_window": (CONTIGUOUS, ("KVCACHE_EXAMPLE_WINDOW_OFF_BY_ONE",)),
           "contiguous_ring_loses_rows": (CONTIGUOUS, ("KVCACHE_EXAMPLE_RING_LOSES_ROWS",)),
           "contiguous_reorder_drops_pads": (CONTIGUOUS, ("KVCACHE_EXAMPLE_REORDER_DROPS_PADS",)),
+          "contiguous_state_unchecked": (CONTIGUOUS, ("KVCACHE_EXAMPLE_STATE_UNCHECKED",)),
           "mlx": (MLX, ()), **{bug: (MLX, (bug,)) for bug in (*MLX_BUGS, CRASHES)}, "relaxed": (RELAXED, ())}
 
 
@@ -78,10 +79,10 @@ def test_the_cpp_op_target_conforms_within_its_scope_and_its_broken_window_is_ca
     correct, broken = binaries["contiguous"], binaries["contiguous_window"]
     code, judged = _judge(correct, tmp_path)
     assert code == 0 and capsys.readouterr().out.strip().splitlines()[-1] == \
-        "  CONFORMING (strict) within the scope flat,ring,batch,mla,trim,sinks,pad,batch-verbs only"
+        "  CONFORMING (strict) within the scope flat,ring,batch,mla,trim,sinks,state,pad,batch-verbs only"
     assert judged["verdict"] == CONFORMING and not judged["coverage"]["incomplete"]
     assert {"OP-ATTEND", "OP-MASK", "OP-HIST", "OP-ARGS", "OP-CAP", "OP-ATOMIC", "OP-BATCH", "OP-TRIM", "OP-SINKS",
-            "OP-PAD", "OP-ROWS"} <= set(judged["coverage"]["rules"]["exercised"])
+            "OP-STATE", "OP-PAD", "OP-ROWS"} <= set(judged["coverage"]["rules"]["exercised"])
 
     code, judged = _judge(broken, tmp_path)
     found = [f for f in judged["semantic"]["findings"] if (f["class"], f["rule"]) == ("wrong", "OP-ATTEND")]
@@ -109,6 +110,16 @@ def test_a_cpp_trim_past_a_rings_floor_is_judged_by_the_rows_the_cache_kept(bina
         assert [step["op"] for step in first["steps"]] == ["fetch", "trim", "fetch"], first["steps"]
     report = tmp_path / "plain.json"
     assert cli.main(["--target", f"cmd:{broken}", "--json", str(report)]) == 1
+
+
+def test_a_cpp_state_loader_that_skips_its_checksum_is_found(binaries: dict[str, Path], tmp_path: Path) -> None:
+    """OP-STATE through the driver's optional state verbs (base64 on the wire): the example's loader without its
+    checksum check accepts a state with a byte flipped - lenient OP-STATE within 4 steps, and the rows it loaded
+    are then wrong (the test above: the example itself is CONFORMING with `state` in its scope)."""
+    code, judged = _judge(binaries["contiguous_state_unchecked"], tmp_path)
+    lenient = [f for f in judged["semantic"]["findings"] if (f["class"], f["rule"]) == ("lenient", "OP-STATE")]
+    assert code == 1 and judged["verdict"] == NOT_CONFORMING and lenient
+    assert min(len(f["steps"]) for f in lenient) <= 4
 
 
 def test_the_mlx_glue_is_at_most_30_lines() -> None:

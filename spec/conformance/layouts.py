@@ -53,6 +53,9 @@ class Layout:
     random_program: Callable[[JsonConfig, random.Random, int], list[Step]]
     run_program: RunProgram
     golden: Optional[Callable[[], Golden]] = None                  # imported on first use
+    # edge programs of a later spec version, run after every other edge program (suite/plan.py, `interleaved`):
+    # adding them leaves the earlier programs' order, and so what each run finds first and shrinks, as it was
+    later_edge_programs: Optional[Callable[[JsonConfig], list[tuple[str, list[Step]]]]] = None
 
 
 @functools.cache

@@ -109,6 +109,7 @@ OP_FEATURES: dict[str, str] = {
     "sinks": "ring layers with attention sinks (a policy's keep > 0, OP-SINKS)",
     "chunk": "chunk layers: a query attends its own chunk of `chunk` positions (OP-CHUNK)",
     "recording": "configs with record_past: ring layers keep their past until a trim (OP-RECORD)",
+    "state": "state() and load_state(data): the cache's state as bytes, saved and loaded (OP-STATE)",
     "pad": "pad(left_padding): rows of a batch that differ, answered with a mask per row (OP-PAD)",
     "batch-verbs": "the batch verbs select, reorder and repeat: rows moved with their history and pads (OP-ROWS)",
 }
@@ -124,11 +125,11 @@ EVERY_FEATURE: dict[str, str] = {**FEATURES, **OP_FEATURES, **RECOMPUTE_FEATURES
 SPEC = "spec"   # "spec=2" in a declaration: the version the target was written against
 SPEC_VERSIONS: dict[int, tuple[str, frozenset[str]]] = {
     1: ("the first release: the sequence, cell, op and recompute faces, before trim and sinks",
-        frozenset(EVERY_FEATURE) - {"trim", "sinks", "chunk", "recording", "pad", "batch-verbs"}),
+        frozenset(EVERY_FEATURE) - {"trim", "sinks", "chunk", "recording", "state", "pad", "batch-verbs"}),
     2: ("the op face's trim(n) verb (OP-TRIM) and ring layers with attention sinks (OP-SINKS)",
         frozenset({"trim", "sinks"})),
-    3: ("chunk layers (OP-CHUNK) and rings recording their past for a trim (OP-RECORD)",
-        frozenset({"chunk", "recording"})),
+    3: ("chunk layers (OP-CHUNK), rings recording their past for a trim (OP-RECORD), a state saved and loaded "
+        "(OP-STATE)", frozenset({"chunk", "recording", "state"})),
     4: ("left-padded batch rows (OP-PAD) and the batch verbs (OP-ROWS)", frozenset({"pad", "batch-verbs"})),
 }
 CHUNK, RECORD_PAST = "chunk", "record_past"   # a layer entry's chunk size; the config's recording flag
@@ -199,7 +200,7 @@ LAYOUT_FEATURES: dict[str, frozenset[str]] = {
     "sequence": frozenset(FEATURES),
     "cell": frozenset(FEATURES),
     "op-contiguous": frozenset({"flat", "ring", "max_write", "batch", "mla", "positions", "steps", "trim", "sinks",
-                                "chunk", "recording", "pad", "batch-verbs"}),
+                                "chunk", "recording", "state", "pad", "batch-verbs"}),
     "op-cell": frozenset({"flat", "ring", "mla", "positions", "steps", "declarations"}),
     "cell-recompute": frozenset({"flat", "ring", "position-gaps"}),
     "paged": frozenset({"flat", "ring"}),   # a paged config's groups: full ones need `flat`, window ones `ring`

@@ -86,13 +86,16 @@ class Server:
         args = {name: params.get(name) for name in names}
         if self.op:
             try:
-                args = {name: wire.from_wire(value, name) if name in wire.TENSOR_PARAMS else value
+                args = {name: wire.from_wire(value, name) if name in wire.TENSOR_PARAMS else
+                        wire.state_from_wire(value, name) if method == "load_state" else value
                         for name, value in args.items()}
             except wire.WireError as wrong:
                 return error("protocol", str(wrong))
         outcome = self.target.call(method, args)
         if not outcome.ok:
             return error("rejected", outcome.error, _rule(outcome.error))
+        if self.op and method == "state" and isinstance(outcome.value, (bytes, bytearray)):   # OP-STATE: base64
+            return {"id": rid, "result": wire.state_to_wire(outcome.value)}
         if self.op and method == "update_and_fetch":
             try:
                 return {"id": rid, "result": wire.answer_to_wire(outcome.value)}

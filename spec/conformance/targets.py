@@ -180,8 +180,8 @@ FACE_METHODS: dict[str, dict[str, tuple[str, ...]]] = {
              "capacity": (), "clear": (), "faces": ()},
     # the op face (spec/op_model.py; PROTOCOL.md, "Op-face targets"): upstream's method names, arguments in order
     "op-contiguous": {"update_and_fetch": ("layer_id", "k", "v", "position"), "used": ("layer_id",), "reset": (),
-                      "trim": ("n",), "pad": ("left_padding",), "select": ("rows",), "reorder": ("rows",),
-                      "repeat": ("times",)},
+                      "trim": ("n",), "state": (), "load_state": ("data",), "pad": ("left_padding",),
+                      "select": ("rows",), "reorder": ("rows",), "repeat": ("times",)},
     "op-cell": {"update_and_fetch": ("layer_id", "k", "v", "position"), "begin_step": ("seq_ids",),
                 "seq_cp": ("src", "dst", "upto"), "seq_rm": ("seq", "p0", "p1"), "seq_len": ("seq",),
                 "free_cells": (), "reset": ()},
@@ -195,8 +195,8 @@ FACE_METHODS: dict[str, dict[str, tuple[str, ...]]] = {
 }
 OPTIONAL_PARAMS = ("upto", "p1")
 # The methods a scope feature adds (scope.py): called only on a target that declares the feature.
-FEATURE_METHODS = {"trim": "trim", "pad": "pad", "select": "batch-verbs", "reorder": "batch-verbs",
-                   "repeat": "batch-verbs"}   # method -> the feature it belongs to
+FEATURE_METHODS = {"trim": "trim", "state": "state", "load_state": "state", "pad": "pad", "select": "batch-verbs",
+                   "reorder": "batch-verbs", "repeat": "batch-verbs"}   # method -> the feature it belongs to
 
 
 class Target(abc.ABC):
@@ -645,9 +645,11 @@ class SubprocessTarget(Target):
         from . import wire
 
         outcome = self._request(method, wire.args_to_wire(args), self.timeout)
-        if method != "update_and_fetch" or not outcome.ok:
+        if method not in ("update_and_fetch", "state") or not outcome.ok:
             return outcome
         try:
+            if method == "state":   # OP-STATE: the state's bytes as base64
+                return Outcome(True, wire.state_from_wire(outcome.value, "state()'s answer"))
             return Outcome(True, wire.answer_from_wire(outcome.value))
         except wire.WireError as error:
             raise self._crash(f"protocol: {error}") from None

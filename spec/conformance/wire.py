@@ -17,6 +17,8 @@ dtype or shape is a tensor, and the op engine judges it (OP-HIST, OP-MASK), as i
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import math
 from dataclasses import dataclass
@@ -112,8 +114,26 @@ def from_wire(value: Any, what: str) -> np.ndarray:
 
 
 def args_to_wire(args: dict[str, Any]) -> dict[str, Any]:
-    """A call's arguments for the wire: each array as a wire tensor, every other value as it is."""
-    return {name: to_wire(value) if isinstance(value, np.ndarray) else value for name, value in args.items()}
+    """A call's arguments for the wire: each array as a wire tensor, a state's bytes as base64 (OP-STATE), every
+    other value as it is."""
+    return {name: to_wire(value) if isinstance(value, np.ndarray) else
+            state_to_wire(value) if isinstance(value, (bytes, bytearray)) else value for name, value in args.items()}
+
+
+def state_to_wire(data: bytes | bytearray) -> str:
+    """A state's bytes (OP-STATE: state()'s answer, load_state's data) as a JSON string: standard base64."""
+    return base64.b64encode(bytes(data)).decode("ascii")
+
+
+def state_from_wire(value: Any, what: str) -> bytes:
+    """The bytes a wire state stands for, or WireError: a string of standard base64 (padded, no other
+    characters), nothing else."""
+    if not isinstance(value, str):
+        raise WireError(f"{what} is {_json_type(value)}, not a base64 string")
+    try:
+        return base64.b64decode(value.encode("ascii"), validate=True)
+    except (binascii.Error, UnicodeEncodeError):
+        raise WireError(f"{what}: {_shown(value)} is not standard base64") from None
 
 
 def answer_to_wire(answer: Any) -> dict[str, Any]:

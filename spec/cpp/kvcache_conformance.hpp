@@ -1292,6 +1292,46 @@ inline std::vector<int32_t> int32s(const Tensor& position) {
   return out;
 }
 
+// A state's bytes (OP-STATE) cross the protocol as standard base64 (spec/PROTOCOL.md, "Op-face targets"); a
+// cache's state is a std::string of bytes in its own format.
+inline std::string base64_encode(const std::string& bytes) {
+  static const char* letters = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  for (size_t i = 0; i < bytes.size(); i += 3) {
+    const size_t n = std::min<size_t>(3, bytes.size() - i);   // the bytes of this group: 4 letters, '=' for each missing
+    unsigned long chunk = 0;
+    for (size_t j = 0; j < 3; ++j) chunk = (chunk << 8) | (j < n ? static_cast<unsigned char>(bytes[i + j]) : 0u);
+    for (size_t j = 0; j < 4; ++j) out.push_back(j <= n ? letters[(chunk >> (18 - 6 * j)) & 63] : '=');
+  }
+  return out;
+}
+
+// The bytes of a standard base64 string (padded, nothing else), else std::invalid_argument.
+inline std::string base64_decode(const std::string& text) {
+  auto value = [](char c) -> int {
+    if (c >= 'A' && c <= 'Z') return c - 'A';
+    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+    if (c >= '0' && c <= '9') return c - '0' + 52;
+    return c == '+' ? 62 : c == '/' ? 63 : -1;
+  };
+  if (text.size() % 4 != 0) throw std::invalid_argument("a state is standard base64: its length a multiple of 4");
+  std::string out;
+  for (size_t i = 0; i < text.size(); i += 4) {
+    unsigned long chunk = 0;
+    int padding = 0;
+    for (size_t j = 0; j < 4; ++j) {
+      const char c = text[i + j];
+      const bool last = i + 4 == text.size();
+      if (c == '=' && last && j >= 2 && (j == 3 || text[i + 3] == '=')) { ++padding; chunk <<= 6; continue; }
+      const int v = value(c);
+      if (v < 0 || padding) throw std::invalid_argument("a state is standard base64: a character outside it");
+      chunk = (chunk << 6) | static_cast<unsigned long>(v);
+    }
+    for (int j = 0; j < 3 - padding; ++j) out.push_back(static_cast<char>((chunk >> (16 - 8 * j)) & 255));
+  }
+  return out;
+}
+
 // The op face's scope (spec/SPEC.md section 6.1, SCOPE-BORDER): the features the cache implements, the spec
 // version it was written against, and the relaxations it declares. full() is the whole contiguous face of spec 1,
 // the meaning it had before trim and sinks existed (a cache written then keeps its verdict); full(2) is spec 2's,
@@ -1307,12 +1347,14 @@ struct Scope {
     whole.features = {"flat", "ring", "max_write", "batch", "mla", "positions", "steps"};
     return whole;
   }
-  // full(4) adds `pad` and `batch-verbs` (OP-PAD, OP-ROWS); spec 3's `chunk` and `recording` the Config does not
-  // carry, so full(3) and full(4) leave them out and the driver refuses such configs at the border.
+  // full(3) adds `state` (OP-STATE; spec 3's `chunk` and `recording` the Config does not carry, so full(3) and
+  // full(4) leave them out and the driver refuses such configs at the border); full(4) adds `pad` and
+  // `batch-verbs` (OP-PAD, OP-ROWS). A driver given no callable for a verb drops its feature from the hello.
   static Scope full(int spec_version) {
     if (spec_version < 1 || spec_version > 4) throw std::invalid_argument("op::Scope::full: spec versions are 1 to 4");
     Scope whole = full();
     if (spec_version >= 2) whole.features.insert(whole.features.end(), {"trim", "sinks"});
+    if (spec_version >= 3) whole.features.push_back("state");
     if (spec_version >= 4) whole.features.insert(whole.features.end(), {"pad", "batch-verbs"});
     whole.spec = spec_version;
     return whole;
@@ -1323,6 +1365,13 @@ struct Scope {
     for (const std::string& f : features)
       if (f != feature) left.features.push_back(f);
     return left;
+  }
+  // A feature of a later spec version (`state`: OP-STATE, spec 3), the version announced raised to it.
+  Scope with_feature(const std::string& feature, int version) const {
+    Scope more = *this;
+    more.features.push_back(feature);
+    more.spec = std::max(more.spec, version);
+    return more;
   }
   Scope with(const std::string& relaxation) const {
     Scope more = *this;
@@ -1372,11 +1421,21 @@ class Driver {
   // optional: the batch verbs (OP-PAD, OP-ROWS): the verb ("pad", "select", "reorder", "repeat") and its ints (a
   // pad count or a row index each; repeat's one `times`)
   using Batch = std::function<void(Cache&, const std::string&, const std::vector<int>&)>;
+  // optional (OP-STATE, the scope feature `state`): the cache's state as bytes, and a state loaded (an exception
+  // refuses it, the cache unchanged)
+  struct State {
+    std::function<std::string(Cache&)> save;
+    std::function<void(Cache&, const std::string&)> load;
+  };
 
-  Driver(std::string name, Scope scope, Factory factory, Fetch fetch, Trim trim = nullptr, Batch batch = nullptr)
+  Driver(std::string name, Scope scope, Factory factory, Fetch fetch, Trim trim = nullptr, Batch batch = nullptr,
+         State state = {})
       : name_(std::move(name)), scope_(trimmed(batch ? std::move(scope) : scope.without("pad").without("batch-verbs"),
                                                trim != nullptr)),
-        factory_(std::move(factory)), fetch_(std::move(fetch)), trim_(std::move(trim)), batch_(std::move(batch)) {}
+        factory_(std::move(factory)), fetch_(std::move(fetch)), trim_(std::move(trim)), batch_(std::move(batch)),
+        state_(std::move(state)) {
+    if (!state_.save || !state_.load) scope_ = scope_.without("state");
+  }
 
   Response handle(const std::string& method, const Json& params) {
     try {
@@ -1399,6 +1458,7 @@ class Driver {
   Fetch fetch_;
   Trim trim_;
   Batch batch_;
+  State state_;
   std::unique_ptr<Cache> cache_;
 
   static Scope trimmed(Scope scope, bool has_trim) { return has_trim ? scope : scope.without("trim"); }
@@ -1630,6 +1690,20 @@ class Driver {
       batch_(*cache_, method, batch_ints(method, params));
       return Response::result(Json::null());
     }
+    if (method == "state" || method == "load_state") {   // OP-STATE: bytes as base64 both ways
+      if (!state_.save || !state_.load) return Response::error("unsupported", "", method + " is not implemented");
+      if (method == "state") return Response::result(Json::of(base64_encode(state_.save(*cache_))));
+      const Json* data = params.get("data");
+      if (!data || !data->is(Json::Type::String)) return Response::error("protocol", "", "data is a base64 string");
+      std::string bytes;
+      try {
+        bytes = base64_decode(data->string);
+      } catch (const std::invalid_argument& e) {
+        return Response::error("protocol", "", e.what());   // the harness sends standard base64 only
+      }
+      state_.load(*cache_, bytes);
+      return Response::result(Json::null());
+    }
     return Response::error("protocol", "", "unknown method " + method);
   }
 };
@@ -1638,7 +1712,7 @@ class Driver {
 template <class Cache>
 int run_main(int argc, char** argv, const char* name, Scope scope, typename Driver<Cache>::Factory factory,
              typename Driver<Cache>::Fetch fetch, typename Driver<Cache>::Trim trim = nullptr,
-             typename Driver<Cache>::Batch batch = nullptr) {
+             typename Driver<Cache>::Batch batch = nullptr, typename Driver<Cache>::State state = {}) {
   if (argc >= 2) {
     const std::string arg = argv[1];
     const char* usage = " - an op-face cache served over spec/PROTOCOL.md on stdin/stdout.\n"
@@ -1654,7 +1728,8 @@ int run_main(int argc, char** argv, const char* name, Scope scope, typename Driv
               << "or --help\n";
     return 2;
   }
-  Driver<Cache> driver(name, std::move(scope), std::move(factory), std::move(fetch), std::move(trim), std::move(batch));
+  Driver<Cache> driver(name, std::move(scope), std::move(factory), std::move(fetch), std::move(trim), std::move(batch),
+                       std::move(state));
   std::ios::sync_with_stdio(false);
   return driver.serve(std::cin, std::cout);
 }

@@ -142,10 +142,13 @@ def refusal_text(error: Any) -> str:
 
 
 def show_args(args: dict[str, Any]) -> str:
-    """A call's arguments as a finding's message shows them: a tensor by its shape, a position by its values."""
+    """A call's arguments as a finding's message shows them: a tensor by its shape, a position by its values, a
+    state (OP-STATE) by its size."""
     parts = []
     for name, value in args.items():
-        if isinstance(value, np.ndarray):
+        if isinstance(value, (bytes, bytearray)):
+            parts.append(f"{name}=<{len(value)} bytes>")
+        elif isinstance(value, np.ndarray):
             parts.append(f"{name}={list(value.shape)}" if name != "position" else
                          f"position={value[:, 0].tolist() if value.ndim == 2 and value.shape[1] == 1 else value.tolist()}")
         else:

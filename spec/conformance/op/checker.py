@@ -25,6 +25,11 @@ states and programs it checked, and how many states it left unexpanded at the bo
     python -m kvcache_spec.conformance.op.checker --target python:kvcache_spec.conformance.op.targets:contiguous --sinks
     python -m kvcache_spec.conformance.op.checker --target python:kvcache_spec.conformance.op.targets:contiguous --chunk
     python -m kvcache_spec.conformance.op.checker --target python:kvcache_spec.conformance.op.targets:contiguous --batch
+    python -m kvcache_spec.conformance.op.checker --target python:kvcache_spec.conformance.op.targets:contiguous --state
+
+With --state (OP-STATE) the alphabet also saves a state and loads it - whole into a fresh cache or the live one,
+with a byte flipped, or another config's - and a program's key holds the state saved as well (a later load
+brings it back), a load counting as something the model let go.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from ..engine import Finding, Step
 from ..malform import INT32_LIMIT
 from .consequences import drive_on
 from .engine import OpEngine
+from .persist import LOAD, load, save
 from .programs import RESET, at, begin, cp, fetch, op_config, pad, reorder, repeat, rm, select, trim
 from ..targets import Target, TargetCrash, TargetError, parse_target
 
@@ -59,14 +65,21 @@ RECORD_CONFIG = op_config(4, (2,), record_past=True)
 # OP-PAD, OP-ROWS (--batch): two batch rows over one flat layer; a pad, a two-token step, a reorder and the
 # query after it (a reorder that leaves a row's pads behind) fit in 4 steps.
 BATCH_CONFIG = op_config(3, (0,), batch=2)
-EXTRA_CONFIGS = {"sinks": SINKS_CONFIG, "chunk": CHUNK_CONFIG, "record": RECORD_CONFIG, "batch": BATCH_CONFIG}
+# OP-STATE (--state): one ring of 2, so a state saved one token in and loaded shows a lost row or ring slot in 4 steps
+STATE_CONFIG = op_config(4, (2,))
+EXTRA_CONFIGS = {"sinks": SINKS_CONFIG, "chunk": CHUNK_CONFIG, "record": RECORD_CONFIG, "batch": BATCH_CONFIG,
+                 "state": STATE_CONFIG}
 
 
-def alphabet(kind: str, cfg: dict[str, Any], trims: bool = False, batch: bool = False) -> list[Step]:
+def alphabet(kind: str, cfg: dict[str, Any], trims: bool = False, batch: bool = False,
+             states: bool = False) -> list[Step]:
     """The steps a program is made of: each layer with next positions, and the calls around them; with
     `trims` (a contiguous target with the `trim` feature) trims of 0, 1 and 2 tokens and a negative one; with
     `batch` (a contiguous target with `pad` and `batch-verbs`, a config of two batch rows) a pad of the first row,
-    the rows swapped, the second kept, each repeated, and a negative index."""
+    the rows swapped, the second kept, each repeated, and a negative index; with `states` (the `state` feature,
+    --state) a save, and loads whole into a fresh and the live cache, flipped, and another config's."""
+    if states:
+        return alphabet(kind, cfg, trims) + [save(), load(fresh=True), load(), load("flipped"), load("foreign-config")]
     layers = [fetch(layer) for layer in range(cfg["n_layers"])]
     if kind == "op-contiguous" and batch:
         return layers + [fetch(0, 2), RESET, pad([1, 0]), reorder([1, 0]), select([1]), repeat(2), select([-1])]
@@ -89,7 +102,7 @@ def let_go(before: Hashable, before_abandoned: int, engine: OpEngine, step: Step
         return ("refused", _canonical(concrete))
     if engine.model.abandoned != before_abandoned:
         return ("abandoned", before, _canonical(concrete))
-    if step.get("op") in ("reset", "rm", "select", "reorder"):   # a select or reorder may drop a row
+    if step.get("op") in ("reset", "rm", "select", "reorder", LOAD):   # a select or reorder may drop a row
         return (str(step["op"]), before, _canonical(concrete))
     return None
 
@@ -164,10 +177,11 @@ def check(target: Target, depth: int, cfg: Optional[dict[str, Any]] = None) -> C
     result = CheckResult(target.name, layout, depth)
     features = target.scope.features
     letters = alphabet(layout, cfg, trims="trim" in features,
-                       batch=cfg["batch_size"] > 1 and {"pad", "batch-verbs"} <= features)
+                       batch=cfg["batch_size"] > 1 and {"pad", "batch-verbs"} <= features,
+                       states="state" in features and cfg is STATE_CONFIG)
     start = OpEngine(target, cfg, kind)
     seen: set[Hashable] = set()
-    frontier: deque[Visit] = deque([Visit([], state_key(start.model), frozenset(), 0)])
+    frontier: deque[Visit] = deque([Visit([], (state_key(start.model), None), frozenset(), 0)])
     while frontier:
         prefix = frontier.popleft()
         for letter in letters:
@@ -179,7 +193,8 @@ def check(target: Target, depth: int, cfg: Optional[dict[str, Any]] = None) -> C
                 result.findings.setdefault(run.finding.key(), (run.finding, run.steps))
                 continue
             gone = let_go(prefix.state, prefix.abandoned, engine, letter)
-            visit = Visit(program, state_key(engine.model, run.steps),
+            saved = None if engine.saved is None else state_key(engine.saved[1].held)   # a later load's state
+            visit = Visit(program, (state_key(engine.model, run.steps), saved),
                           frozenset({gone}) if gone is not None else prefix.let_go, engine.model.abandoned)
             if (visit.state, visit.let_go) in seen:
                 continue
@@ -206,6 +221,8 @@ def main(argv: Optional[list[str]] = None) -> int:
                         help="op-contiguous: check a recording ring of 2 (OP-RECORD)")
     parser.add_argument("--batch", action="store_true",
                         help="op-contiguous: check two batch rows with a pad and the batch verbs (OP-PAD, OP-ROWS)")
+    parser.add_argument("--state", action="store_true",
+                        help="op-contiguous: check states saved and loaded, over one ring of 2 (OP-STATE)")
     args = parser.parse_args(argv)
     try:
         target = parse_target(args.target, timeout=args.timeout)
@@ -219,7 +236,8 @@ def main(argv: Optional[list[str]] = None) -> int:
             return 2
         chosen = [EXTRA_CONFIGS[name] for name in EXTRA_CONFIGS if getattr(args, name)]
         if len(chosen) > 1:
-            print("--sinks, --chunk, --record and --batch each choose the configuration: give one", file=sys.stderr)
+            print("--sinks, --chunk, --record, --batch and --state each choose the configuration: give one",
+                  file=sys.stderr)
             return 2
         result = check(target, args.depth, chosen[0] if chosen and target.layout == "op-contiguous" else None)
     finally:

@@ -16,6 +16,7 @@ from ..malform import POSITIONS, case_of, int_value, malformed_positions
 from ..targets import Outcome
 from .answers import allowed_rows, as_array, row_text, show_args
 from .engine import KV_LENGTHS, OpEngine
+from .persist import STATE_OPS
 from .pictures import attend_picture
 from .programs import BATCH_OPS, trim_n
 
@@ -99,6 +100,8 @@ class OpConsequences(Consequences):
             return
         if op in BATCH_OPS:   # sent to no target driven here (OpEngine.run: only one without the batch features)
             return
+        if op in STATE_OPS:   # OP-STATE: the record cannot see into a state (said in the report, never a pass)
+            raise ValueError("a state saved or loaded: the record does not follow a cache's state across a load")
         method, args = {"begin": ("begin_step", {"seq_ids": step.get("seqs")}),
                         "cp": ("seq_cp", {"src": step.get("src"), "dst": step.get("dst"), "upto": step.get("upto")}),
                         "rm": ("seq_rm", {"seq": step.get("seq"), "p0": step.get("p0"), "p1": step.get("p1")}),

@@ -39,6 +39,7 @@ from ..targets import Outcome, Target
 from ..wire import Unreadable
 from . import pictures
 from .answers import Labels, allowed_rows, as_array, mask_kind, refusal_text, row_text, show_args
+from .persist import STATE_OPS, state_step, take_foreign_state
 from .programs import BATCH_OPS, MAX_BATCH, batch_value, trim_n, well_formed_step
 
 RULE_WORD = re.compile(r"(?<![A-Z0-9-])[A-Z][A-Z0-9]*(?:-[A-Z0-9]+)+(?![A-Z0-9-])")   # a rule id in a text
@@ -85,6 +86,9 @@ class OpEngine(Caller):
         self.exact_fit_refused = False   # the last valid call refused exactly filled the capacity
         self.before_call: Optional[op_model.OpModel] = None   # the model before the last call it served
         self.written: dict[int, Any] = {}   # uid -> the position it was written at (a served fetch): the pictures' labels
+        # OP-STATE (persist.py): the last state saved, and a foreign config's, each its bytes with the model's state
+        self.saved: Optional[tuple[bytes, op_model.SavedState]] = None
+        self.foreign_state: Optional[tuple[bytes, op_model.SavedState]] = None
 
     # --- helpers -----------------------------------------------------------------------------------
     def show(self, args: dict[str, Any]) -> str:
@@ -152,6 +156,8 @@ class OpEngine(Caller):
         if not_owed:
             self.result.skipped.add(f"scope: {not_owed}")
             return False
+        if self.rejected_config is None:
+            take_foreign_state(self)   # OP-STATE: another config's state, before this cache replaces its cache
         created = self._create("OP-CONFIG")
         if self.rejected_config is not None:
             rule = self.rejected_config.rule
@@ -353,6 +359,8 @@ class OpEngine(Caller):
             return self.trim(step)
         if op in BATCH_OPS:
             return self.batch_verb(step)
+        if op in STATE_OPS:
+            return state_step(self, step)
         verdicts = {"begin": ("begin_step", {"seq_ids": step.get("seqs")}, "OP-STEP"),
                     "cp": ("seq_cp", {"src": step.get("src"), "dst": step.get("dst"), "upto": step.get("upto")},
                            "OP-FORK"),

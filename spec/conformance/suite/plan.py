@@ -4,7 +4,7 @@ what is kept and shrunk, and the order the programs run in."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional
 
 from .. import layouts
 from .. import scope as scopes
@@ -69,19 +69,28 @@ def interleaved(configs: tuple[JsonConfig, ...], layout: layouts.Layout) -> list
     its program number (r + c) mod K. The first programs already touch every configuration (and
     family), so a run stopped early has still exercised each of them; and programs next to each other
     differ in configuration and in kind, so programs that crash alike in a row (SAME_CRASH_IN_A_ROW)
-    are different programs, not one kind of program that happens to come first everywhere."""
-    per = [layout.edge_programs(cfg) for cfg in configs]
-    kinds = max(len(p) for p in per)
+    are different programs, not one kind of program that happens to come first everywhere. The layout's
+    later edge programs (a later spec version's) follow, on a diagonal of their own."""
+    out = _diagonal(configs, layout.edge_programs)
+    return out + (_diagonal(configs, layout.later_edge_programs) if layout.later_edge_programs else [])
+
+
+def _diagonal(configs: tuple[JsonConfig, ...], programs_of: Callable[[JsonConfig], list[tuple[str, list[Step]]]]
+              ) -> list[tuple[JsonConfig, list[Step]]]:
+    per = [programs_of(cfg) for cfg in configs]
+    kinds = max((len(p) for p in per), default=0)
     return [(cfg, programs[(r + c) % kinds][1]) for r in range(kinds)
             for c, (cfg, programs) in enumerate(zip(configs, per)) if (r + c) % kinds < len(programs)]
 
 
 def without_missing_verbs(target: Target, scope: scopes.Scope, configs: tuple[JsonConfig, ...]) -> scopes.Scope:
     """The scope less the verbs a python: target's caches do not have: a contiguous op cache without a `trim`
-    method is not judged on trim, whatever its scope says (as the C++ op driver leaves trim out of its hello
-    without a trim callable). The factory is called once, on the first configuration inside the scope; a
-    refused one leaves the scope as declared."""
-    if not isinstance(target, PythonTarget) or target.layout != "op-contiguous" or "trim" not in scope.features:
+    method is not judged on trim, one without `state` and `load_state` methods not on state (OP-STATE), whatever
+    its scope says (as the C++ op driver leaves them out of its hello without their callables). The factory is
+    called once, on the first configuration inside the scope; a refused one leaves the scope as declared."""
+    verbs = {"trim": ("trim",), "state": ("state", "load_state")}
+    if not isinstance(target, PythonTarget) or target.layout != "op-contiguous" or \
+            not any(feature in scope.features for feature in verbs):
         return scope
     inside = [cfg for cfg in configs if scope.covers(cfg) and scope.speaks(cfg)]
     if not inside:
@@ -91,9 +100,11 @@ def without_missing_verbs(target: Target, scope: scopes.Scope, configs: tuple[Js
         probe = target.factory(sent)   # another cache than the run's (an op factory takes the JSON config)
     except Exception:
         return scope
-    if callable(getattr(probe, "trim", None)):
-        return scope
-    return scope.without("trim", "its cache has no trim method: not judged on trim")
+    for feature, methods in verbs.items():
+        if feature in scope.features and not all(callable(getattr(probe, method, None)) for method in methods):
+            scope = scope.without(feature, f"its cache has no {' and '.join(methods)} method"
+                                           f"{'s' if len(methods) > 1 else ''}: not judged on {feature}")
+    return scope
 
 
 def declared_scope(target: Target) -> scopes.Scope:

@@ -10,15 +10,20 @@
 // and the suite says so in its verdict. It serves batch rows, an MLA value width of its own, attention sinks
 // (a ring's `keep`) and the trim verb (SPEC.md part 5: OP-SINKS, OP-TRIM: spec 2, Scope::full(2)): keeping every row, it serves every
 // n in [0, held], those a ring of the least size could not give back included (optional there); and left padding
-// with the batch verbs (OP-PAD, OP-ROWS: spec 4, Scope::full(4)): a mask per batch row while a row has pads. Build
-// with -DKVCACHE_EXAMPLE_WINDOW_OFF_BY_ONE, -DKVCACHE_EXAMPLE_RING_LOSES_ROWS or -DKVCACHE_EXAMPLE_REORDER_DROPS_PADS
-// for a broken variant the suite must catch.
+// with the batch verbs (OP-PAD, OP-ROWS: spec 4, Scope::full(4)): a mask per batch row while a row has pads. Its
+// state is saved and loaded (OP-STATE, the feature `state` of spec 3, in Scope::full(4)) in a text format of its own, checksummed.
+// Build with -DKVCACHE_EXAMPLE_WINDOW_OFF_BY_ONE, -DKVCACHE_EXAMPLE_RING_LOSES_ROWS,
+// -DKVCACHE_EXAMPLE_REORDER_DROPS_PADS or -DKVCACHE_EXAMPLE_STATE_UNCHECKED (a loader that never checks the
+// checksum) for a broken variant the suite must catch.
 // (spec/cpp/example/serve_mlx_shaped.cpp is the other shape: the MLX runtime's, positions and rings.)
 
 #include <algorithm>
+#include <cstdint>
+#include <cstdio>
 #include <memory>
-#include <string>
+#include <sstream>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "kvcache_conformance.hpp"
@@ -92,6 +97,60 @@ class ContiguousCache {
     for (size_t l = 0; l < k_.size(); ++l) k_[l].resize(k_[l].size() - n), v_[l].resize(v_[l].size() - n);
   }
 
+  // OP-STATE: the state as text - a first line naming the format and its version, the config, each layer's rows,
+  // and a last line with the FNV-1a checksum of everything before it; a load checks all of it before it changes
+  // anything (a version, a checksum, a config or a row count that differ are refused, naming which).
+  std::string state() const {
+    std::ostringstream body;
+    body << "kvcache-example-state 1\n" << describe() << "\n";
+    for (long long pad : pads_) body << pad << ' ';   // OP-PAD: the pads are held too
+    body << "\n";
+    char number[32];
+    for (size_t l = 0; l < k_.size(); ++l) {
+      body << k_[l].size() << "\n";
+      for (const Rows* rows : {&k_[l], &v_[l]})
+        for (const auto& row : *rows) {
+          for (double x : row) std::snprintf(number, sizeof number, "%.17g ", x), body << number;
+          body << "\n";
+        }
+    }
+    const std::string text = body.str();
+    return text + "checksum " + std::to_string(fnv1a(text)) + "\n";
+  }
+
+  void load_state(const std::string& data) {
+    if (data.rfind("kvcache-example-state ", 0) != 0) throw std::invalid_argument("OP-STATE: data is not a state of this cache");
+    if (data.rfind("kvcache-example-state 1\n", 0) != 0) throw std::invalid_argument("OP-STATE: data is of another state version");
+    const size_t tail = data.rfind("checksum ");
+    if (tail == std::string::npos || data.back() != '\n') throw std::invalid_argument("OP-STATE: data is truncated");
+#ifndef KVCACHE_EXAMPLE_STATE_UNCHECKED
+    if (data.substr(tail) != "checksum " + std::to_string(fnv1a(data.substr(0, tail))) + "\n")
+      throw std::invalid_argument("OP-STATE: data is corrupted or truncated: its checksum does not match");
+#endif
+    std::istringstream in(data.substr(0, tail));
+    std::string line;
+    std::getline(in, line), std::getline(in, line);
+    if (line != describe()) throw std::invalid_argument("OP-STATE: data was taken under another config");
+    std::vector<long long> pads(pads_.size());
+    for (long long& pad : pads)
+      if (!(in >> pad) || pad < 0 || pad > c_.capacity) throw std::invalid_argument("OP-STATE: data holds a bad pad");
+    std::vector<Rows> k(k_.size()), v(v_.size());
+    const size_t widths[2] = {static_cast<size_t>(c_.batch_size * c_.n_kv_heads * c_.head_dim),
+                              static_cast<size_t>(c_.batch_size * c_.n_kv_heads * c_.v_head_dim)};
+    for (size_t l = 0; l < k.size(); ++l) {
+      long long rows = -1;
+      if (!(in >> rows) || rows < 0 || rows > c_.capacity) throw std::invalid_argument("OP-STATE: data holds a bad row count");
+      for (int side = 0; side < 2; ++side)
+        for (long long r = 0; r < rows; ++r) {
+          std::vector<double> row(widths[side]);
+          for (double& x : row)
+            if (!(in >> x)) throw std::invalid_argument("OP-STATE: data holds fewer values than its rows");
+          (side ? v : k)[l].push_back(std::move(row));
+        }
+    }
+    k_ = std::move(k), v_ = std::move(v), pads_ = std::move(pads);   // everything checked: the cache changes only now
+  }
+
   // Every check first, then the append (OP-ATOMIC); the answer is the layer's whole history and an
   // EXPLICIT mask: query i attends the rows up to its own, and on a ring only the newest `window`.
   op::Fetched update_and_fetch(int layer, const op::Tensor& k, const op::Tensor& v, const op::Tensor& position) {
@@ -152,6 +211,18 @@ class ContiguousCache {
       row = moved;
     }
   }
+  std::string describe() const {   // the config, one line: a state names the one it was taken under
+    std::ostringstream line;
+    line << c_.n_layers << ' ' << c_.n_kv_heads << ' ' << c_.head_dim << ' ' << c_.v_head_dim << ' ' << c_.batch_size
+         << ' ' << c_.capacity << ' ' << c_.sizing << ' ' << (c_.max_write ? *c_.max_write : 0);
+    for (const op::Policy& p : c_.layers) line << ' ' << p.kind << ':' << p.window << ':' << p.keep;
+    return line.str();
+  }
+  static uint64_t fnv1a(const std::string& text) {
+    uint64_t hash = 14695981039346656037ull;
+    for (unsigned char c : text) hash = (hash ^ c) * 1099511628211ull;
+    return hash;
+  }
   // [rows][B*H][width] -> [B*H][rows][width], as a tensor's flat data
   static op::Tensor history(const Rows& rows, long long bh, long long width, const char* dtype) {
     std::vector<double> data;
@@ -173,5 +244,7 @@ int main(int argc, char** argv) {
         return cache.update_and_fetch(layer, k, v, position);
       },
       [](ContiguousCache& cache, int n) { cache.trim(n); },
-      [](ContiguousCache& cache, const std::string& verb, const std::vector<int>& ints) { cache.batch(verb, ints); });
+      [](ContiguousCache& cache, const std::string& verb, const std::vector<int>& ints) { cache.batch(verb, ints); },
+      {[](ContiguousCache& cache) { return cache.state(); },
+       [](ContiguousCache& cache, const std::string& data) { cache.load_state(data); }});
 }
