@@ -19,7 +19,8 @@ free: release_kv_cache), which this module reuses; what differs (read in the ins
 - the budget check: the chunk's pages must fit both pools, each its free pages plus what the tree can evict of it
   (full_evictable_size, swa_evictable_size);
 - `table`: the full group's pages from the req_to_token row as in sglang.py; the window group's the SWA page each
-  full slot maps to (full_to_swa_index_mapping), None where the mapping was cleared (slot 0: SGLang's padding);
+  full slot maps to (full_to_swa_index_mapping), None where the mapping was cleared (slot 0: SGLang's padding) or
+  where the slot is on the request's tree path outside the segment its own SWA lock covers (the tree's then);
 - `available`: per pool, (available + evictable) in pages: [full, window];
 - `ref_counts` is not offered (the tree's per-component locks are not one count per block).
 
@@ -27,13 +28,10 @@ Scope: a full and a window group on per-group pools (`pools`), and `flat`/`ring`
 served by sglang.py's RadixCache (what SGLang builds for a model without window layers); every other configuration
 is refused at creation.
 
-Open (not settled here): the window table shows every position's SWA page the full_to_swa mapping still names. After
-a checkpoint the tree holds a request's computed prefix and SGLang counts the SWA pages of it outside the request's
-window lock as evictable (swa_evictable_size) while the mapping still names them, so the table shows a page that
-available() also counts. Whether the request still holds such a page (the face's table should then show it and
-available() not count it) or the tree does (the table should show None) needs the tree's per-node SWA lock, which
-the Rust tree core (rust_tree_core/adapter.py, root_node) does not expose; until then PAGED-CONSERVE and
-PAGED-ATOMIC findings on this target may be this reading, not SGLang.
+The tree core is SGLang's Python one (CacheInitParams.tree_core_backend "python", unified_cache/unified_tree_core.py;
+registry.py falls back to it wherever the Rust core is not supported): the window table needs each node's SWA lock,
+which the Rust core does not expose (rust_tree_core/adapter.py: root_node, node_by_id "not yet ported"). Both
+cores implement one interface (unified_tree_core_interface.py); the Rust one is not judged here.
 """
 
 from __future__ import annotations
@@ -101,19 +99,48 @@ class SGLangHybridSWA(SGLangRadix):
         self.tree = UnifiedRadixCache(CacheInitParams(
             disable=not config["prefix_caching"], req_to_token_pool=self.rows,
             token_to_kv_pool_allocator=self.allocator, page_size=self.page, sliding_window_size=window - 1,
-            tree_components=(ComponentType.FULL, ComponentType.SWA)))
+            tree_components=(ComponentType.FULL, ComponentType.SWA), tree_core_backend="python"))
         self.live = {}
         self._pending: dict[str, Any] = {}   # request -> its Req, whose prefill checkpoint waits (below)
         self._calling: Optional[str] = None
 
     def table(self, request: str) -> list[list[Optional[int]]]:
+        """The full group's pages as sglang.py reads them; the window group's, the SWA page each full slot maps to,
+        but None where the mapping was cleared (SWA slot 0 is the padding) and where the slot lies on the request's
+        tree path outside its own SWA lock: a checkpointed prefix's SWA before the request's window is the tree's
+        (evictable, counted in swa_evictable_size, or locked by another request), no longer this request's."""
         full = self._pages(request)
         entry = self._live(request)
         row = self.rows.req_to_token[entry.req.kv.req_pool_idx, :entry.computed].to(torch.int64)
         swa = self.allocator.full_to_swa_index_mapping[row].tolist()
-        window: list[Optional[int]] = [int(slot) // self.page if int(slot) > 0 else None
-                                       for slot in swa[::self.page]]
+        on_path, locked = self._swa_path(entry.req)
+        window: list[Optional[int]] = [
+            int(slot) // self.page if int(slot) > 0 and (int(start) not in on_path or int(start) in locked) else None
+            for start, slot in zip(row.tolist()[::self.page], swa[::self.page])]
         return [list(full), window]
+
+    def _swa_path(self, req: Any) -> tuple[set[int], set[int]]:
+        """The full slots of the tree path the request's lock node ends, and of the part its SWA lock covers: the
+        nodes from the lock node up to the one stamped with the lock's uuid (components/swa.py
+        release_component_lock walks the same segment), or to the root without a uuid."""
+        lock = getattr(req, "lock", None)
+        root = self.tree.root_node
+        on_path: set[int] = set()
+        locked: set[int] = set()
+        if lock is None:
+            return on_path, locked
+        uuid = None if lock.swa_released else lock.receipt.get_lock_uuid(ComponentType.SWA)
+        covering = not lock.swa_released
+        node = self.tree.tree_core.node_by_id(lock.node) if isinstance(lock.node, int) else lock.node
+        while node is not None and node is not root:
+            slots = {int(slot) for slot in node.component_data[ComponentType.FULL].value.tolist()}
+            on_path |= slots
+            if covering:
+                locked |= slots
+                if uuid is not None and node.component_data[ComponentType.SWA].metadata.get("uuid") == uuid:
+                    covering = False
+            node = node.parent
+        return on_path, locked
 
     def available(self) -> list[int]:   # type: ignore[override]   # per-group pools: one count per group
         return [(int(self.allocator.full_available_size()) + int(self.tree.full_evictable_size())) // self.page,
