@@ -1,5 +1,6 @@
-"""The paged layout's reference: requests with block tables per KV group over one shared block pool, with prefix
-caching and sliding-window groups (the bookkeeping a serving engine's KV manager does).
+"""The paged layout's reference: requests with block tables per KV group over one shared block pool (or, with
+"pools": "per-group", one pool per group), with prefix caching and sliding-window groups (the bookkeeping a
+serving engine's KV manager does).
 
 A request is admitted with its prompt and extra keys: the cache finds the longest prefix whose K/V it already
 holds for exactly these tokens and keys (whole blocks, one hit length for every group, the last prompt token
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 import icontract
 
@@ -55,26 +56,30 @@ class _Request:
 
 # --- the books, stated from the tables alone (postconditions) --------------------------------------------
 
-def _holders(cache: PagedCache) -> dict[int, int]:
-    """block id -> the number of (request, group) tables holding it."""
-    counts: dict[int, int] = {}
+def _holders(cache: PagedCache) -> dict[tuple[int, int], int]:
+    """(pool, block id) -> the number of (request, group) tables holding it."""
+    counts: dict[tuple[int, int], int] = {}
     for request in cache._requests.values():
-        for table in request.tables:
+        for group, table in enumerate(request.tables):
             for block in table:
                 if block is not None:
-                    counts[block] = counts.get(block, 0) + 1
+                    where = (cache.config.pool(group), block)
+                    counts[where] = counts.get(where, 0) + 1
     return counts
 
 
 def _conserved(cache: PagedCache) -> bool:
-    """PAGED-CONSERVE: available() + the distinct blocks in live tables == num_blocks."""
-    return len(cache._pool.free) + len(_holders(cache)) == cache.config.num_blocks
+    """PAGED-CONSERVE: per pool, available() + the distinct blocks in live tables == num_blocks."""
+    holders = _holders(cache)
+    return all(len(pool.free) + sum(1 for where in holders if where[0] == index) == cache.config.num_blocks
+               for index, pool in enumerate(cache._pools))
 
 
 def _refs_are_holders(cache: PagedCache) -> bool:
     """PAGED-REFCOUNT: a block's reference count is the number of live tables holding it (0: in no table)."""
     holders = _holders(cache)
-    return all(count == holders.get(block, 0) for block, count in enumerate(cache._pool.refs))
+    return all(count == holders.get((index, block), 0) for index, pool in enumerate(cache._pools)
+               for block, count in enumerate(pool.refs))
 
 
 def _tables_cover(cache: PagedCache) -> bool:
@@ -97,23 +102,24 @@ def _only_full_blocks_shared(cache: PagedCache) -> bool:
     """PAGED-SHARE-FULL: a block two tables hold sits in the same group at the same block index in each, and is full
     (every position in it reserved) for each holder."""
     size, holders = cache.config.block_size, _holders(cache)
-    places: dict[int, set[tuple[int, int]]] = {}
+    places: dict[tuple[int, int], set[tuple[int, int]]] = {}
     for request in cache._requests.values():
         for group, table in enumerate(request.tables):
             for index, block in enumerate(table):
-                if block is not None and holders[block] > 1:
+                if block is not None and holders[(cache.config.pool(group), block)] > 1:
                     if (index + 1) * size > request.computed:
                         return False
-                    places.setdefault(block, set()).add((group, index))
+                    places.setdefault((cache.config.pool(group), block), set()).add((group, index))
     return all(len(where) == 1 for where in places.values())
 
 
 def _cached_blocks_hold_their_holders_prefix(cache: PagedCache) -> bool:
     """PAGED-HIT: a cached block a live request holds at index j is cached, in that group, under exactly the
     request's keys and tokens 0 .. (j+1)B - 1 - so what a later hit on it serves is that prefix's K/V."""
-    size, keys = cache.config.block_size, cache._pool.keys
+    size = cache.config.block_size
     for request in cache._requests.values():
         for group, table in enumerate(request.tables):
+            keys = cache._pools[cache.config.pool(group)].keys
             for index, block in enumerate(table):
                 entry = None if block is None else keys[block]
                 if entry is not None and (entry[0] != group or entry[1].keys != request.keys
@@ -123,19 +129,20 @@ def _cached_blocks_hold_their_holders_prefix(cache: PagedCache) -> bool:
 
 
 def _pool_queue(cache: PagedCache) -> bool:
-    return queue_is_the_unheld_blocks(cache._pool)
+    return all(queue_is_the_unheld_blocks(pool) for pool in cache._pools)
 
 
 def _pool_cache(cache: PagedCache) -> bool:
-    return cache_maps_agree(cache._pool)
+    return all(cache_maps_agree(pool) for pool in cache._pools)
 
 
-def _held(cache: PagedCache) -> frozenset[int]:
-    """The blocks some live table holds."""
-    return frozenset(block for block, count in enumerate(cache._pool.refs) if count)
+def _held(cache: PagedCache) -> frozenset[tuple[int, int]]:
+    """The (pool, block) pairs some live table holds."""
+    return frozenset((index, block) for index, pool in enumerate(cache._pools)
+                     for block, count in enumerate(pool.refs) if count)
 
 
-def _written_blocks_were_free(cache: PagedCache, request: str, start: int, held_before: frozenset[int],
+def _written_blocks_were_free(cache: PagedCache, request: str, start: int, held_before: frozenset[tuple[int, int]],
                               tables_before: Sequence[Table] = ()) -> bool:
     """PAGED-NO-REWRITE: the blocks the runner writes for positions start .. computed - 1 of `request` were held by
     no table before the call - but the request's own partly written block, which it alone holds, and blocks this
@@ -143,10 +150,12 @@ def _written_blocks_were_free(cache: PagedCache, request: str, start: int, held_
     needed)."""
     live, size = cache._requests[request], cache.config.block_size
     own = start // size if start % size else None
-    released = {block for before, after in zip(tables_before, live.tables)
+    pool = cache.config.pool
+    released = {(pool(group), block) for group, (before, after) in enumerate(zip(tables_before, live.tables))
                 for block, now in zip(before, after) if block is not None and now is None}
-    return all(table[index] not in held_before or table[index] in released
-               for table in live.tables for index in range(start // size, len(table)) if index != own)
+    return all((pool(group), table[index]) not in held_before or (pool(group), table[index]) in released
+               for group, table in enumerate(live.tables) for index in range(start // size, len(table))
+               if index != own)
 
 
 def _hit_serves_every_group(cache: PagedCache, request: str, hit: int) -> bool:
@@ -160,7 +169,8 @@ def _hit_serves_every_group(cache: PagedCache, request: str, hit: int) -> bool:
 def _idle_refusal(cache: PagedCache, alone: bool, length: int) -> bool:
     """PAGED-IDLE-FIT: a refusal happens only with another request live or when every group holding every position
     of the request, in whole blocks, outgrows the pool."""
-    return not alone or len(cache.config.windows) * blocks_for(length, cache.config.block_size) > cache.config.num_blocks
+    drawing = 1 if cache.config.per_group_pools else len(cache.config.windows)   # groups sharing one pool
+    return not alone or drawing * blocks_for(length, cache.config.block_size) > cache.config.num_blocks
 
 
 def _keeps_the_books(function: Any) -> Any:
@@ -240,27 +250,61 @@ class PagedCache:
     max_model_len, groups, prefix_caching). Not thread-safe, like the other layouts."""
 
     kvcache_layout = "paged"   # the conformance suite drives `python:kvcache:PagedCache` as a paged cache
+    kvcache_scope = ("flat", "ring", "pools")   # the whole paged face, per-group pools included
 
     @_keeps_the_books
     def __init__(self, config: Mapping[str, Any]) -> None:
         self.config: PagedConfig = paged_config(config)
-        self._pool = BlockPool(self.config.num_blocks, len(self.config.windows))
+        # PAGED-CONFIG: one pool every group draws on, or one per group (block ids per pool)
+        self._pools = [BlockPool(self.config.num_blocks, len(self.config.windows))
+                       for _ in range(len(self.config.windows) if self.config.per_group_pools else 1)]
         self._requests: dict[str, _Request] = {}
 
     def _snapshot(self) -> tuple[Any, ...]:
         """Everything a call may change, as a value."""
-        pool = self._pool
-        return (tuple(pool.free), tuple(pool.refs), tuple(pool.keys),
+        return (tuple((tuple(pool.free), tuple(pool.refs), tuple(pool.keys)) for pool in self._pools),
                 tuple((name, tuple(r.tokens), r.keys, r.computed, tuple(map(tuple, r.tables)))
                       for name, r in self._requests.items()))
 
     # --- queries -------------------------------------------------------------------------------------
 
-    @icontract.ensure(lambda self, result: result == self.config.num_blocks - len(_holders(self)),
-                      "PAGED-CONSERVE: available() is num_blocks less the distinct blocks in live tables")
-    def available(self) -> int:
-        """Blocks a new reservation could take now without touching a live request's blocks."""
-        return len(self._pool.free)
+    @icontract.ensure(lambda self, result: result == self._per_pool(
+        [self.config.num_blocks - sum(1 for where in _holders(self) if where[0] == index)
+         for index in range(len(self._pools))]),
+                      "PAGED-CONSERVE: available() is num_blocks less the distinct blocks in live tables (per pool)")
+    def available(self) -> Union[int, list[int]]:
+        """Blocks a new reservation could take now without touching a live request's blocks (PAGED-CONFIG: one
+        count per group when each group has its own pool)."""
+        counts: Union[int, list[int]] = self._per_pool([len(pool.free) for pool in self._pools])
+        return counts
+
+    @property
+    def _pool(self) -> BlockPool:
+        """The first pool: the only one when the groups share it (the tests' stand-ins replace or poke it)."""
+        return self._pools[0]
+
+    @_pool.setter
+    def _pool(self, pool: BlockPool) -> None:
+        self._pools = [pool, *self._pools[1:]]
+
+    def _group_pools(self) -> list[BlockPool]:
+        """Per group (config order), the pool its blocks come from (PAGED-CONFIG)."""
+        return [self._pools[self.config.pool(group)] for group in range(len(self.config.windows))]
+
+    def _fits(self, fresh: int, held: list[tuple[int, int]], freed: Sequence[tuple[int, int]] = ()) -> bool:
+        """Whether every group can take `fresh` blocks now, pool by pool: each pool's free queue, less the
+        (group, block) pairs `held` leaves it (unheld blocks a hit takes), plus those `freed` joins it."""
+        for index, pool in enumerate(self._pools):
+            drawing = sum(1 for group in range(len(self.config.windows)) if self.config.pool(group) == index)
+            taken = sum(1 for group, _ in held if self.config.pool(group) == index)
+            given = sum(1 for group, _ in freed if self.config.pool(group) == index)
+            if fresh * drawing + taken > len(pool.free) + given:
+                return False
+        return True
+
+    def _per_pool(self, answers: list[Any]) -> Any:
+        """PAGED-CONFIG: the answer of the one shared pool, or the list of one per group."""
+        return answers if self.config.per_group_pools else answers[0]
 
     @icontract.require(lambda self, request: _live_fault(self, request) is None, "PAGED-ARGS: request is live",
                        error=lambda self, request: found(_live_fault(self, request)), enabled=True)
@@ -268,11 +312,16 @@ class PagedCache:
         """Per group (config order), the block id of each block index of the request (None where released)."""
         return [list(table) for table in self._requests[request].tables]
 
-    @icontract.ensure(lambda self, result: result == _holders(self),
+    @icontract.ensure(lambda self, result: {(index, block): count for index, counts
+                                            in enumerate(result if self.config.per_group_pools else [result])
+                                            for block, count in counts.items()} == _holders(self),
                       "PAGED-REFCOUNT: ref_counts() is, per held block, the number of live tables holding it")
-    def ref_counts(self) -> dict[int, int]:
-        """Each block held by a live request -> its reference count."""
-        return {block: count for block, count in enumerate(self._pool.refs) if count}
+    def ref_counts(self) -> Union[dict[int, int], list[dict[int, int]]]:
+        """Each block held by a live request -> its reference count (PAGED-CONFIG: one dict per group when each
+        group has its own pool)."""
+        counts: Union[dict[int, int], list[dict[int, int]]] = self._per_pool(
+            [{block: count for block, count in enumerate(pool.refs) if count} for pool in self._pools])
+        return counts
 
     def faces(self) -> dict[str, bool]:
         """The paged layout has one face: the object is its own."""
@@ -285,7 +334,8 @@ class PagedCache:
         and tokens - a full group blocks 0 .. k-1, a window group the blocks of the window the query at kB reads and
         always block k-1 (so the hit is a prefix some request computed, even where the window reads nothing of the
         past) - with kB <= len(tokens) - 1; and the keys of the first k blocks."""
-        config, cached = self.config, self._pool.cached
+        config = self.config
+        cached = [pool.cached[group] for group, pool in enumerate(self._group_pools())]
         if not config.prefix_caching:
             return 0, []
         size = config.block_size
@@ -329,21 +379,22 @@ class PagedCache:
     def admit(self, request: str, tokens: list[int], keys: list[str], budget: int) -> Optional[int]:
         """Admit a new request: returns its prefix hit h and reserves the next min(len(tokens) - h, budget)
         positions; None (nothing changed) when that does not fit now."""
-        config, pool, size = self.config, self._pool, self.config.block_size
+        config, pools, size = self.config, self._group_pools(), self.config.block_size
         prompt, extra = list(tokens), tuple(keys)
         hit, chain = self._hit(extra, prompt)
         end = hit * size + min(len(prompt) - hit * size, budget)
         tables: list[Table] = []
         for group, window in enumerate(config.windows):
             start = 0 if window is None else first_needed_block(hit * size, window, size)
-            tables.append([None] * start + [pool.cached[group][chain[j]] for j in range(start, hit)])
-        held = [block for table in tables for block in table if block is not None]
+            tables.append([None] * start + [pools[group].cached[group][chain[j]] for j in range(start, hit)])
+        held = [(group, block) for group, table in enumerate(tables) for block in table if block is not None]
         fresh = blocks_for(end, size) - hit
-        if fresh * len(tables) + sum(1 for block in held if pool.refs[block] == 0) > len(pool.free):
+        if not self._fits(fresh, [(group, block) for group, block in held if pools[group].refs[block] == 0]):
             return None
-        pool.hold(held)   # first: the blocks hit must not be the ones taken below
-        for table in tables:
-            table.extend(pool.take(fresh))
+        for group, block in held:   # first: the blocks hit must not be the ones taken below
+            pools[group].hold([block])
+        for group, table in enumerate(tables):
+            table.extend(pools[group].take(fresh))
         self._requests[request] = _Request(prompt, extra, end, tables, chain)
         self._cache_full_blocks(self._requests[request])
         return hit * size
@@ -377,7 +428,7 @@ class PagedCache:
     def extend(self, request: str, tokens: list[int], budget: int) -> Optional[int]:
         """Append the tokens decoded since and reserve the next min(uncomputed, budget) positions; returns that
         count, or None (nothing changed) when it does not fit now."""
-        config, pool, size = self.config, self._pool, self.config.block_size
+        config, pools, size = self.config, self._group_pools(), self.config.block_size
         live = self._requests[request]
         grown = live.tokens + list(tokens)
         count = min(len(grown) - live.computed, budget)
@@ -385,16 +436,18 @@ class PagedCache:
         # PAGED-WINDOW-RELEASE: the blocks below the window the next query (at `computed`) reads leave every window.
         leaving = [0 if window is None else first_needed_block(live.computed, window, size)
                    for window in config.windows]
-        released = [block for table, stop in zip(live.tables, leaving) for block in table[:stop] if block is not None]
+        released = [(group, block) for group, (table, stop) in enumerate(zip(live.tables, leaving))
+                    for block in table[:stop] if block is not None]
         fresh = blocks_for(end, size) - len(live.tables[0])
-        if fresh * len(live.tables) > len(pool.free) + sum(1 for block in released if pool.refs[block] == 1):
+        if not self._fits(fresh, [], [(group, block) for group, block in released if pools[group].refs[block] == 1]):
             return None
         live.tokens = grown
         for table, stop in zip(live.tables, leaving):
             table[:stop] = [None] * stop
-        pool.release(released)
-        for table in live.tables:
-            table.extend(pool.take(fresh))
+        for group, block in released:
+            pools[group].release([block])
+        for group, table in enumerate(live.tables):
+            table.extend(pools[group].take(fresh))
         live.computed = end
         self._cache_full_blocks(live)
         return count
@@ -408,7 +461,7 @@ class PagedCache:
         settled = len(live.chain)
         live.chain = prefix_keys(live.keys, live.tokens, live.chain, full, config.block_size)
         for group, table in enumerate(live.tables):
-            self._pool.cache(group, [(block, live.chain[index]) for index in range(settled, full)
+            self._group_pools()[group].cache(group, [(block, live.chain[index]) for index in range(settled, full)
                                      if (block := table[index]) is not None])
 
     # --- free ----------------------------------------------------------------------------------------
@@ -416,15 +469,15 @@ class PagedCache:
     @icontract.require(lambda self, request: _free_fault(self, request) is None,
                        "PAGED-FREE: free takes a live request (an unknown or already freed one is refused)",
                        error=lambda self, request: found(_free_fault(self, request)), enabled=True)
-    @icontract.snapshot(lambda self: sum(self._pool.refs), name="references")
+    @icontract.snapshot(lambda self: sum(sum(pool.refs) for pool in self._pools), name="references")
     @icontract.snapshot(lambda self, request: sum(block is not None for table in self._requests[request].tables
                                                   for block in table), name="held")
     @icontract.ensure(lambda self, request, OLD: request not in self._requests
-                      and sum(self._pool.refs) == OLD.references - OLD.held,
+                      and sum(sum(pool.refs) for pool in self._pools) == OLD.references - OLD.held,
                       "PAGED-FREE: free ends the request and releases each of its references exactly once")
     @_keeps_the_books
     def free(self, request: str) -> None:
         """End the request: release each of its references once (tail blocks first, so they are evicted first)."""
         live = self._requests.pop(request)
-        for table in live.tables:
-            self._pool.release([block for block in reversed(table) if block is not None])
+        for pool, table in zip(self._group_pools(), live.tables):
+            pool.release([block for block in reversed(table) if block is not None])

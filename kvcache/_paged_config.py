@@ -14,6 +14,7 @@ from ._errors import ConfigError, ConfigTypeError
 from ._ints import INT_MAX, in_range, is_int
 
 _FIELDS = ("block_size", "num_blocks", "max_model_len", "groups", "prefix_caching")
+_POOLS = ("shared", "per-group")   # the optional field "pools" (PAGED-CONFIG); absent: "shared"
 
 
 @dataclass(frozen=True)
@@ -26,6 +27,11 @@ class PagedConfig:
     max_model_len: int
     windows: tuple[Optional[int], ...]
     prefix_caching: bool
+    per_group_pools: bool = False   # PAGED-CONFIG: each group its own pool of num_blocks blocks, ids per pool
+
+    def pool(self, group: int) -> int:
+        """The pool a group's blocks come from."""
+        return group if self.per_group_pools else 0
 
 
 def _int_field(config: Mapping[str, Any], name: str) -> int:
@@ -67,9 +73,9 @@ def paged_config(config: Any) -> PagedConfig:
         raise ConfigTypeError("PAGED-CONFIG", "config", "must be a JSON object (a mapping)", value=config,
                               type=type(config).__name__)
     missing = [name for name in _FIELDS if name not in config]
-    unknown = sorted(str(name) for name in config if name not in _FIELDS)
+    unknown = sorted(str(name) for name in config if name not in _FIELDS and name != "pools")
     if missing or unknown:   # a typo must not silently fall back on a default
-        raise ConfigError("PAGED-CONFIG", "config", f"must have exactly the fields {list(_FIELDS)}",
+        raise ConfigError("PAGED-CONFIG", "config", f"must have exactly the fields {list(_FIELDS)} (and optionally 'pools')",
                           missing=missing, unknown=unknown)
     block_size, num_blocks, max_model_len = (_int_field(config, name)
                                              for name in ("block_size", "num_blocks", "max_model_len"))
@@ -84,4 +90,7 @@ def paged_config(config: Any) -> PagedConfig:
     if type(prefix_caching) is not bool:
         raise ConfigTypeError("PAGED-CONFIG", "prefix_caching", "must be true or false", value=prefix_caching,
                               type=type(prefix_caching).__name__)
-    return PagedConfig(block_size, num_blocks, max_model_len, windows, prefix_caching)
+    pools = config.get("pools", "shared")
+    if not isinstance(pools, str) or pools not in _POOLS:
+        raise ConfigError("PAGED-CONFIG", "pools", 'must be "shared" or "per-group"', value=pools)
+    return PagedConfig(block_size, num_blocks, max_model_len, windows, prefix_caching, pools == "per-group")

@@ -29,6 +29,7 @@ from typing import Any, Collection, Mapping, Optional, Sequence, Union
 from .model import INT_MAX, Rejected, _is_int
 
 CONFIG_KEYS = ("block_size", "num_blocks", "max_model_len", "groups", "prefix_caching")
+POOLS = ("shared", "per-group")   # the optional key "pools": one pool for every group, or one pool per group
 
 Table = Sequence[Sequence[Optional[int]]]       # per group (config order): block index -> block id, None = none
 Slot = tuple[int, int, int]                     # (group index, block id, offset): where the runner writes
@@ -57,6 +58,15 @@ class PagedConfig:
     max_model_len: int
     groups: tuple[Group, ...]
     prefix_caching: bool
+    per_group_pools: bool = False   # PAGED-CONFIG: each group's own pool of num_blocks blocks (ids per pool)
+
+    def pool(self, group: int) -> int:
+        """PAGED-CONFIG: the pool a group's blocks come from (a block is the pair (pool, id))."""
+        return group if self.per_group_pools else 0
+
+    @property
+    def pools(self) -> int:
+        return len(self.groups) if self.per_group_pools else 1
 
 
 # --- configuration ----------------------------------------------------------------------------------
@@ -79,7 +89,7 @@ def configured(cfg: Mapping[str, Any]) -> Union[PagedConfig, Rejected]:
     """PAGED-CONFIG: the configuration, or its refusal naming the key at fault."""
     if not isinstance(cfg, Mapping):
         return Rejected("PAGED-CONFIG", "config")
-    for key in sorted(set(cfg) - set(CONFIG_KEYS), key=str):
+    for key in sorted(set(cfg) - set(CONFIG_KEYS) - {"pools"}, key=str):
         return Rejected("PAGED-CONFIG", str(key))
     for key in CONFIG_KEYS:
         if key not in cfg:
@@ -98,8 +108,11 @@ def configured(cfg: Mapping[str, Any]) -> Union[PagedConfig, Rejected]:
         if isinstance(group, Rejected):
             return group
         groups.append(group)
+    pools = cfg.get("pools", "shared")
+    if not isinstance(pools, str) or pools not in POOLS:
+        return Rejected("PAGED-CONFIG", "pools")
     return PagedConfig(cfg["block_size"], cfg["num_blocks"], cfg["max_model_len"], tuple(groups),
-                       cfg["prefix_caching"])
+                       cfg["prefix_caching"], pools == "per-group")
 
 
 # --- the ground truth --------------------------------------------------------------------------------
@@ -204,12 +217,13 @@ def _with(state: PagedState, request: str, entry: Live) -> PagedState:
 
 
 def blocks_to_hold(cfg: PagedConfig, end: int) -> int:
-    """PAGED-IDLE-FIT: the most blocks a request holding positions 0 .. end - 1 needs: whole blocks, every group."""
-    return len(cfg.groups) * -(-end // cfg.block_size)
+    """PAGED-IDLE-FIT: the most blocks a request holding positions 0 .. end - 1 needs of one pool: whole blocks,
+    every group drawing on it."""
+    return (1 if cfg.per_group_pools else len(cfg.groups)) * -(-end // cfg.block_size)
 
 
 def fits_idle(cfg: PagedConfig, end: int) -> bool:
-    """PAGED-IDLE-FIT: whether a lone request holding 0 .. end - 1 fits the pool."""
+    """PAGED-IDLE-FIT: whether a lone request holding 0 .. end - 1 fits the pool (each pool, PAGED-CONFIG)."""
     return blocks_to_hold(cfg, end) <= cfg.num_blocks
 
 
@@ -398,19 +412,21 @@ def released_only(cfg: PagedConfig, computed: int, before: Table, after: Table) 
     return True
 
 
-def table_problems(state: PagedState, tables: Mapping[str, Table], available: int,
-                   ref_counts: Optional[Mapping[int, int]] = None) -> list[Problem]:
+def table_problems(state: PagedState, tables: Mapping[str, Table], available: Union[int, Sequence[int]],
+                   ref_counts: Union[None, Mapping[int, int], Sequence[Mapping[int, int]]] = None) -> list[Problem]:
     """PAGED-SHARE-FULL, PAGED-CONSERVE, PAGED-REFCOUNT, PAGED-WINDOW-RELEASE: the bookkeeping computed from the
-    live tables alone (ids compared only with themselves)."""
-    size = state.cfg.block_size
+    live tables alone (ids compared only with themselves, within their pool: PAGED-CONFIG). With per-group pools
+    `available` and `ref_counts` are one entry per group."""
+    cfg = state.cfg
+    size = cfg.block_size
     problems: list[Problem] = []
-    holders: dict[int, list[tuple[str, int, int]]] = {}       # block id -> (request, group, block index)
+    holders: dict[tuple[int, int], list[tuple[str, int, int]]] = {}   # (pool, id) -> (request, group, index)
     for request, entry in sorted(state.live.items()):
         table = tables.get(request, [])
-        if len(table) != len(state.cfg.groups):
+        if len(table) != len(cfg.groups):
             problems.append(("PAGED-DATA-SOUND", f"request {request!r}: {len(table)} group tables"))
         for group, row in enumerate(table):
-            if isinstance(state.cfg.groups[group] if group < len(state.cfg.groups) else None, FullGroup):
+            if isinstance(cfg.groups[group] if group < len(cfg.groups) else None, FullGroup):
                 gaps = [index for index in range(-(-entry.computed // size))
                         if index >= len(row) or row[index] is None]
                 if gaps:
@@ -418,27 +434,42 @@ def table_problems(state: PagedState, tables: Mapping[str, Table], available: in
                                                              f"block index {gaps[0]} released"))
             for index, block in enumerate(row):
                 if _is_int(block):
-                    holders.setdefault(block, []).append((request, group, index))
+                    holders.setdefault((cfg.pool(group), block), []).append((request, group, index))
                 elif block is not None:
                     problems.append(("PAGED-DATA-SOUND", f"request {request!r}, group {group}: block index {index} "
                                                          f"holds {block!r}, not a block id (an int) or None"))
-    for block, held in sorted(holders.items()):
+    for (pool, block), held in sorted(holders.items()):
         if len(held) < 2:
             continue
         places = {(group, index) for _, group, index in held}
         partial = [request for request, _, index in held if (index + 1) * size > state.live[request].computed]
         if len(places) > 1 or partial:
-            problems.append(("PAGED-SHARE-FULL", f"block {block} held at {sorted(held)}"))
-    if available + len(holders) != state.cfg.num_blocks:
-        problems.append(("PAGED-CONSERVE", f"available {available} + held {len(holders)} != "
-                                           f"{state.cfg.num_blocks} blocks"))
+            problems.append(("PAGED-SHARE-FULL", f"block {block}{_of_pool(cfg, pool)} held at {sorted(held)}"))
+    per_pool = [available] if _is_int(available) else list(available)   # type: ignore[arg-type]
+    if len(per_pool) != cfg.pools or not all(_is_int(count) for count in per_pool):
+        problems.append(("PAGED-CONSERVE", f"available {available!r}: not one count per pool ({cfg.pools})"))
+    else:
+        for pool, count in enumerate(per_pool):
+            held_here = sum(1 for where in holders if where[0] == pool)
+            if count + held_here != cfg.num_blocks:
+                problems.append(("PAGED-CONSERVE", f"available {count} + held {held_here} != {cfg.num_blocks} "
+                                                   f"blocks{_of_pool(cfg, pool)}"))
     if ref_counts is not None:
-        counts = {block: len({(request, group) for request, group, _ in held}) for block, held in holders.items()}
-        wrong = sorted((block for block in set(counts) | set(ref_counts) if ref_counts.get(block) != counts.get(block)),
+        answered = [ref_counts] if isinstance(ref_counts, Mapping) else list(ref_counts)
+        shown = {(pool, block): count for pool, counts in enumerate(answered) for block, count in counts.items()}
+        counts = {where: len({(request, group) for request, group, _ in held}) for where, held in holders.items()}
+        wrong = sorted((where for where in set(counts) | set(shown) if shown.get(where) != counts.get(where)),
                        key=repr)
-        if wrong:
-            problems.append(("PAGED-REFCOUNT", f"blocks {wrong[:5]}: counts differ from the live tables holding them"))
+        if wrong or len(answered) != cfg.pools:
+            shown_wrong = wrong[:5] if cfg.per_group_pools else [block for _, block in wrong[:5]]
+            problems.append(("PAGED-REFCOUNT", f"{'(pool, block)' if cfg.per_group_pools else 'blocks'} "
+                                               f"{shown_wrong}: counts differ from the live tables holding them"))
     return problems
+
+
+def _of_pool(cfg: PagedConfig, pool: int) -> str:
+    """Where a block is, in a message: its pool when each group has one (ids are per pool then)."""
+    return f" of pool {pool}" if cfg.per_group_pools else ""
 
 
 def rewrite_problems(state: PagedState, tables: Mapping[str, Table], planned: Sequence[tuple[Slot, int]],

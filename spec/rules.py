@@ -562,7 +562,9 @@ PAGED_RULES: tuple[Rule, ...] = (
     Rule("PAGED-CONFIG",
          "A configuration has exactly block_size, num_blocks and max_model_len (ints, bool not, in [1, INT_MAX]), "
          "groups (a non-empty list of {kind: full} or {kind: window, window: W}, W an int in [1, INT_MAX]) and "
-         "prefix_caching (a bool); anything else is refused at creation, naming the key.",
+         "prefix_caching (a bool), and optionally pools (\"shared\", the default, or \"per-group\": each group a "
+         "pool of its own of num_blocks blocks, block ids per pool); anything else is refused at creation, naming "
+         "the key.",
          "A pool of no blocks, a zero window or a misspelt key serves nothing right and fails far from the cause.",
          "A zero block size dividing positions into no block; a window group read as a full one."),
     Rule("PAGED-ARGS",
@@ -610,8 +612,8 @@ PAGED_RULES: tuple[Rule, ...] = (
          "them with no error.",
          "A shared block rewritten by one of its holders; a cached block reused in place and then hit."),
     Rule("PAGED-REFCOUNT",
-         "A block's reference count (when the target shows counts) equals the number of (live request, group) "
-         "tables holding it.",
+         "A block's reference count (when the target shows counts; per-group pools: one dict per group) equals the "
+         "number of (live request, group) tables holding it.",
          "Counts decide when a block can be evicted: one too low frees a block still read, one too high leaks it "
          "forever.",
          "A double-counted shared page; a count not dropped on free."),
@@ -622,7 +624,8 @@ PAGED_RULES: tuple[Rule, ...] = (
          "its old hash, serves the wrong K/V.",
          "An in-use block evicted to admit another request; a stale hit on a block whose slots were reused."),
     Rule("PAGED-CONSERVE",
-         "available() plus the number of distinct block ids held in live tables equals num_blocks.",
+         "available() plus the number of distinct block ids held in live tables equals num_blocks; with per-group "
+         "pools, pool by pool (available() is then one count per group).",
          "Every block is free, cached or held, and each once: a block counted twice or lost shows as a pool that "
          "grows or shrinks.",
          "A leaked block after a refusal or a free; a shared block freed twice into the free list."),
@@ -649,7 +652,8 @@ PAGED_RULES: tuple[Rule, ...] = (
          "A window block released one block early; a window measured as W positions where W - 1 are read."),
     Rule("PAGED-IDLE-FIT",
          "With no other request live, an admission or extension is not refused when the whole request fits the "
-         "pool - every group holding each of its tokens (all of them, not the budget's chunk) in whole blocks.",
+         "pool - every group holding each of its tokens (all of them, not the budget's chunk) in whole blocks; "
+         "with per-group pools, each group's pool.",
          "A refusal says 'not now': on an idle pool that can hold the request, now is the best there will be, and a "
          "target that refuses everything would otherwise never be wrong; a chunked prefill whose whole prompt can "
          "never fit is futile, so its first chunk may be refused (vLLM reserves the whole prompt).",

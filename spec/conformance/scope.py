@@ -118,19 +118,24 @@ OP_FEATURES: dict[str, str] = {
 RECOMPUTE_FEATURES: dict[str, str] = {
     "position-gaps": "a decode at a position past the sequence's next one (llama.cpp's positions are consecutive)",
 }
-EVERY_FEATURE: dict[str, str] = {**FEATURES, **OP_FEATURES, **RECOMPUTE_FEATURES}
+# The paged layout's additive part (SPEC.md part 7, PAGED-CONFIG): a target without it is sent no config with "pools".
+PAGED_FEATURES: dict[str, str] = {
+    "pools": 'the "pools" config key: "per-group" gives each KV group a pool of its own (SGLang\'s SWA pool)',
+}
+EVERY_FEATURE: dict[str, str] = {**FEATURES, **OP_FEATURES, **RECOMPUTE_FEATURES, **PAGED_FEATURES}
 # The spec's versions: each the features it added (SPEC.md section 6.1, "Spec versions"), and the configuration keys that
 # came with them (of a layer entry: `keep` with sinks). Every feature is added by exactly one version; a later
 # version only adds (a relaxation owes less, so it needs no version: a target that never declares one owes all).
 SPEC = "spec"   # "spec=2" in a declaration: the version the target was written against
 SPEC_VERSIONS: dict[int, tuple[str, frozenset[str]]] = {
     1: ("the first release: the sequence, cell, op and recompute faces, before trim and sinks",
-        frozenset(EVERY_FEATURE) - {"trim", "sinks", "chunk", "recording", "state", "pad", "batch-verbs"}),
+        frozenset(EVERY_FEATURE) - {"trim", "sinks", "chunk", "recording", "state", "pad", "batch-verbs", "pools"}),
     2: ("the op face's trim(n) verb (OP-TRIM) and ring layers with attention sinks (OP-SINKS)",
         frozenset({"trim", "sinks"})),
     3: ("chunk layers (OP-CHUNK), rings recording their past for a trim (OP-RECORD), a state saved and loaded "
         "(OP-STATE)", frozenset({"chunk", "recording", "state"})),
-    4: ("left-padded batch rows (OP-PAD) and the batch verbs (OP-ROWS)", frozenset({"pad", "batch-verbs"})),
+    4: ("left-padded batch rows (OP-PAD), the batch verbs (OP-ROWS) and the paged layout's per-group pools "
+        "(PAGED-CONFIG)", frozenset({"pad", "batch-verbs", "pools"})),
 }
 CHUNK, RECORD_PAST = "chunk", "record_past"   # a layer entry's chunk size; the config's recording flag
 VERSION_LAYER_KEYS: dict[int, frozenset[str]] = {2: frozenset({KEEP}), 3: frozenset({CHUNK})}   # config keys a version added
@@ -203,7 +208,7 @@ LAYOUT_FEATURES: dict[str, frozenset[str]] = {
                                 "chunk", "recording", "state", "pad", "batch-verbs"}),
     "op-cell": frozenset({"flat", "ring", "mla", "positions", "steps", "declarations"}),
     "cell-recompute": frozenset({"flat", "ring", "position-gaps"}),
-    "paged": frozenset({"flat", "ring"}),   # a paged config's groups: full ones need `flat`, window ones `ring`
+    "paged": frozenset({"flat", "ring", "pools"}),   # full groups need `flat`, window ones `ring`; "pools" `pools`
 }
 
 
@@ -259,6 +264,8 @@ def needs(cfg: JsonConfig) -> frozenset[str]:
     kinds |= {PAGED_GROUP_KINDS.get(str(entry.get("kind"))) for entry in (groups if isinstance(groups, list) else [])
               if isinstance(entry, dict)}
     wanted = {kind for kind in kinds if kind in FEATURES}
+    if isinstance(groups, list) and "pools" in cfg:   # a paged config naming its pools, valid or not (PAGED-CONFIG)
+        wanted.add("pools")
     if cfg.get("max_write") is not None:
         wanted.add("max_write")
     if "v_head_dim" in cfg and cfg["v_head_dim"] != cfg.get("head_dim"):

@@ -30,7 +30,7 @@ Program steps (spec/conformance/paged/programs.py): {"op": "admit", "tokens": [.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 from ... import model
 from ... import paged_model as pm
@@ -59,7 +59,7 @@ RULE = {
     "idle": "PAGED-IDLE-FIT",          # on an idle pool a reservation that fits is not refused
 }
 ANSWER_TYPES: dict[str, tuple[type, ...]] = {"admit": (int,), "extend": (int,), "table": (list,),
-                                             "available": (int,), "ref_counts": (dict,)}
+                                             "available": (int, list), "ref_counts": (dict, list)}
 # Steps between two full read-backs of every live table (and one at the end of every program): at least this
 # many, and twice the live requests, so that a read-back's table calls cost at most one call per step on average.
 FULL_CHECK_EVERY = 16
@@ -103,7 +103,7 @@ class PagedEngine(Engine):
         self.incarnations: list[tuple[tuple[str, ...], tuple[int, ...]]] = []   # every admission's keys, tokens
         self.mirrors: dict[str, Mirror] = {}                       # the live requests, in admission order
         self.readers: dict[tuple[int, int], dict[str, set[int]]] = {}   # (group, id) -> request -> block indexes
-        self.holders: dict[int, int] = {}                          # id -> (request, group) tables holding it
+        self.holders: dict[tuple[int, int], int] = {}   # (pool, id) -> (request, group) tables holding it
         self.freed: list[str] = []
         self.admitted = 0
         self.steps_since_full = 0
@@ -133,10 +133,15 @@ class PagedEngine(Engine):
                 not _table_shape(outcome.value, len(self.pc.groups)):
             raise self._fail(CRASH, rule, f"table({_show(args)}): protocol: answered {_brief(outcome.value)}, "
                                           f"not one list of block ids (ints or null) per group")
-        if method == "ref_counts" and outcome.ok and isinstance(outcome.value, dict) and not all(
-                _block_key(k) is not None and type(v) is int for k, v in outcome.value.items()):
+        if method == "ref_counts" and outcome.ok and outcome.value is not None and not _per_pool(
+                outcome.value, self.pc, lambda counts: isinstance(counts, dict) and all(
+                    _block_key(k) is not None and type(v) is int for k, v in counts.items())):
             raise self._fail(CRASH, rule, f"ref_counts(): protocol: answered {_brief(outcome.value)}, not ints "
-                                          f"to ints")
+                                          f"to ints{' per group (PAGED-CONFIG)' if self.pc.per_group_pools else ''}")
+        if method == "available" and outcome.ok and outcome.value is not None and not _per_pool(
+                outcome.value, self.pc, lambda count: type(count) is int):
+            raise self._fail(CRASH, rule, f"available(): protocol: answered {_brief(outcome.value)}, not "
+                                          f"{'one int per group (PAGED-CONFIG)' if self.pc.per_group_pools else 'an int'}")
 
     def _ask(self, method: str, args: dict[str, Any], rule: str) -> Any:
         """A query the harness needs answered: its value (an error answer is a wrong finding); ref_counts' block
@@ -144,9 +149,17 @@ class PagedEngine(Engine):
         got = self._call(method, args, rule)
         if not got.ok or got.value is None:
             raise self._fail(WRONG, rule, f"{method}({_show(args)}) answered {got.error or 'null'}")
-        if method == "ref_counts":
-            return {_block_key(block): count for block, count in got.value.items()}
+        if method == "ref_counts":   # as (pool, id) -> count, like self.holders
+            answered = got.value if self.pc.per_group_pools else [got.value]
+            return {(pool, _block_key(block)): count for pool, counts in enumerate(answered)
+                    for block, count in counts.items()}
         return got.value
+
+    def expected_available(self) -> Any:
+        """PAGED-CONSERVE: num_blocks less the distinct blocks live tables hold, per pool (PAGED-CONFIG: a list of
+        one count per group when each group has its own pool, an int otherwise)."""
+        counts = [self.pc.num_blocks - sum(1 for pool, _ in self.holders if pool == p) for p in range(self.pc.pools)]
+        return counts if self.pc.per_group_pools else counts[0]
 
     # --- what the core asks of a layout -----------------------------------------------------------------
     def verdict(self, method: str, args: dict[str, Any]) -> Verdict:
@@ -175,9 +188,9 @@ class PagedEngine(Engine):
     def after_create(self) -> None:
         self.has_ref_counts = "ref_counts" in self.target.optional   # the optional method, as created
         available = self._ask("available", {}, RULE["conserve"])
-        if available != self.pc.num_blocks:
+        if available != self.expected_available():
             raise self._fail(WRONG, RULE["conserve"], f"after create: available() is {available!r}, not "
-                                                      f"num_blocks {self.pc.num_blocks}")
+                                                      f"{self.expected_available()!r} (num_blocks per pool)")
 
     def run(self, program: list[Step]) -> RunResult:
         """The program, then a full read-back at its end (a step of its own, so a replay finds it too)."""
@@ -193,7 +206,7 @@ class PagedEngine(Engine):
         released window blocks out of every needed window (PAGED-ATOMIC): those entries are taken as released,
         and available() must then have grown by exactly the blocks no live table holds any more."""
         kind, rule = (LENIENT, lenient_rule) if lenient_rule else (WRONG, RULE["atomic"])
-        was = self.pc.num_blocks - len(self.holders)
+        was = self.expected_available()
         for request, mirror in self.mirrors.items():
             table = self.read_table(request, RULE["atomic"])
             if table == mirror.tables:
@@ -203,9 +216,9 @@ class PagedEngine(Engine):
                                              f"{_brief(table)}", detail="table")
             self.hold(request, table)   # released out of every window: allowed at any time
         available = self._ask("available", {}, RULE["atomic"])
-        if available != self.pc.num_blocks - len(self.holders):
-            grown = "" if was == self.pc.num_blocks - len(self.holders) else \
-                f" plus the {self.pc.num_blocks - len(self.holders) - was} blocks its window releases gave back"
+        if available != self.expected_available():
+            grown = "" if was == self.expected_available() else \
+                f"; with the blocks its window releases gave back: {self.expected_available()!r}"
             raise self._fail(kind, rule, f"{context}: available() is {available!r}, it was {was}{grown}",
                              detail="available")
         if self.has_ref_counts:
@@ -233,12 +246,12 @@ class PagedEngine(Engine):
                 if now is not None:
                     indexes = self.readers.setdefault((g, now), {}).setdefault(request, set())
                     if not indexes:
-                        self._held(now, +1)
+                        self._held((self.pc.pool(g), now), +1)
                     indexes.add(index)
         mirror.tables = tables
         return changed
 
-    def _held(self, block: int, delta: int) -> None:
+    def _held(self, block: tuple[int, int], delta: int) -> None:
         count = self.holders.get(block, 0) + delta
         if count:
             self.holders[block] = count
@@ -251,7 +264,7 @@ class PagedEngine(Engine):
         indexes.discard(index)
         if not indexes and request in readers:
             del readers[request]
-            self._held(block, -1)
+            self._held((self.pc.pool(g), block), -1)
         if not readers:
             self.readers.pop((g, block), None)
 
@@ -365,10 +378,10 @@ class PagedEngine(Engine):
         for g, index in entries:
             row = self.mirrors[request].tables[g]
             block = row[index] if index < len(row) else None
-            if block is None or self.holders.get(block, 0) < 2:
+            if block is None or self.holders.get((self.pc.pool(g), block), 0) < 2:
                 continue
             self.result.exercised.add(RULE["share"])
-            places = [(reader, gg, i) for (gg, b), readers in self._readers_of(block)
+            places = [(reader, gg, i) for (gg, b), readers in self._readers_of(g, block)
                       for reader, indexes in readers.items() for i in indexes]
             spots = {(gg, i) for _, gg, i in places}
             partial = [(who, i) for who, _, i in places if (i + 1) * self.B > self.computed(who)]
@@ -383,17 +396,18 @@ class PagedEngine(Engine):
                        f"{self.computed(partial[0][0])})" if partial else "at different places")
                 raise self._fail(WRONG, RULE["share"], f"block {block} is held by {sorted(places)[:4]}, {why}")
 
-    def _readers_of(self, block: int) -> list[tuple[tuple[int, int], dict[str, set[int]]]]:
+    def _readers_of(self, group: int, block: int) -> list[tuple[tuple[int, int], dict[str, set[int]]]]:
+        """Who reads `block` of `group`'s pool: in any group drawing on that pool (PAGED-CONFIG)."""
         return [((g, block), self.readers[(g, block)]) for g in range(len(self.pc.groups))
-                if (g, block) in self.readers]
+                if (g, block) in self.readers and self.pc.pool(g) == self.pc.pool(group)]
 
     def check_counts(self, context: str, ref_counts: bool = False) -> None:
         """PAGED-CONSERVE, and PAGED-REFCOUNT when offered (asked for at the full read-backs)."""
         available = self._ask("available", {}, RULE["conserve"])
-        if available != self.pc.num_blocks - len(self.holders):
+        if available != self.expected_available():
             raise self._fail(WRONG, RULE["conserve"], f"{context}: available() is {available!r}, but the live "
-                                                      f"tables hold {len(self.holders)} distinct blocks of "
-                                                      f"{self.pc.num_blocks}")
+                                                      f"tables leave {self.expected_available()!r} of "
+                                                      f"{self.pc.num_blocks} blocks{' per pool' * self.pc.per_group_pools}")
         if ref_counts and self.has_ref_counts:
             refs = self._ask("ref_counts", {}, RULE["refcount"])
             if refs != self.holders:
@@ -607,6 +621,13 @@ def _block_key(key: Any) -> Optional[int]:
     if isinstance(key, str) and key.lstrip("-").isdigit():
         return int(key)
     return None
+
+
+def _per_pool(value: Any, pc: pm.PagedConfig, one: Callable[[Any], bool]) -> bool:
+    """PAGED-CONFIG: an answer for one pool, or with per-group pools a list of one per group."""
+    if not pc.per_group_pools:
+        return one(value)
+    return isinstance(value, list) and len(value) == len(pc.groups) and all(one(entry) for entry in value)
 
 
 def _table_shape(value: Any, groups: int) -> bool:

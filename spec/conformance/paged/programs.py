@@ -26,9 +26,10 @@ def window(w: int) -> dict[str, Any]:
 
 
 def paged_config(block_size: int, num_blocks: int, max_model_len: int, groups: list[dict[str, Any]],
-                 prefix_caching: bool = True) -> JsonConfig:
+                 prefix_caching: bool = True, pools: str | None = None) -> JsonConfig:
+    """A paged configuration; `pools` (PAGED-CONFIG) only when given: a config without it is every target's."""
     return {"block_size": block_size, "num_blocks": num_blocks, "max_model_len": max_model_len,
-            "groups": groups, "prefix_caching": prefix_caching}
+            "groups": groups, "prefix_caching": prefix_caching, **({} if pools is None else {"pools": pools})}
 
 
 # At least 64 concurrent requests over at least 1,000 blocks (its edge program "many concurrent requests").
@@ -41,6 +42,8 @@ PAGED_CONFIGS: tuple[JsonConfig, ...] = (
     paged_config(4, 12, 32, [window(5)]),               # a window group alone
     paged_config(4, 10, 24, [FULL], prefix_caching=False),
     paged_config(2, 5, 12, [FULL, FULL]),               # two groups on a tight pool
+    # a hybrid model whose window group has a pool of its own (SGLang's SWA pool): only to a scope with `pools`
+    paged_config(2, 8, 24, [FULL, window(3)], pools="per-group"),
     SCALE,
 )
 
@@ -51,6 +54,7 @@ BAD_PAGED_CONFIGS: tuple[JsonConfig, ...] = (
     {**_BASE, "groups": [window(0)]}, {**_BASE, "groups": [{"kind": "ring", "window": 2}]},
     {**_BASE, "groups": "full"}, {**_BASE, "prefix_caching": 1}, {**_BASE, "extra": 1},
     {key: value for key, value in _BASE.items() if key != "max_model_len"},
+    {**_BASE, "pools": "per-layer"}, {**_BASE, "pools": True},   # PAGED-CONFIG: only to a scope with `pools`
 )
 
 

@@ -460,3 +460,42 @@ PAGED_ZOO: dict[str, tuple[str, str, str]] = {
                              "PAGED-SHARE-FULL"),
 }
 
+
+
+class WindowPoolCountedInFullPool:
+    """Per-group pools whose available() reports one of the window pool's free blocks as the full pool's (a
+    block the window pool leaks, in no table and never free again, that the full pool counts): the sum across
+    pools is conserved, each pool's count is not (PAGED-CONSERVE, per pool). Not in PAGED_ZOO: it needs a scope
+    with `pools`, and wraps the reference, whose own books stay right."""
+
+    kvcache_layout = "paged"
+    kvcache_scope = ("flat", "ring", "pools")
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        from kvcache.paged import PagedCache   # the reference: this stand-in only miscounts its pools
+        self.inner = PagedCache(config)
+        self.num_blocks = self.inner.config.num_blocks
+
+    def available(self) -> Any:
+        counts = self.inner.available()
+        if isinstance(counts, list) and len(counts) > 1 and counts[-1] > 0 and counts[0] < self.num_blocks:
+            counts = [counts[0] + 1, *counts[1:-1], counts[-1] - 1]
+        return counts
+
+    def admit(self, request: str, tokens: list[int], keys: list[str], budget: int) -> Optional[int]:
+        answer: Optional[int] = self.inner.admit(request, tokens, keys, budget)
+        return answer
+
+    def extend(self, request: str, tokens: list[int], budget: int) -> Optional[int]:
+        answer: Optional[int] = self.inner.extend(request, tokens, budget)
+        return answer
+
+    def free(self, request: str) -> None:
+        self.inner.free(request)
+
+    def table(self, request: str) -> list[list[Optional[int]]]:
+        rows: list[list[Optional[int]]] = self.inner.table(request)
+        return rows
+
+    def faces(self) -> dict[str, bool]:
+        return {"same_object": True}
