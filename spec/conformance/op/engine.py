@@ -54,6 +54,11 @@ CHECKED = {"queries": 0, "answers": 0}
 KV_LENGTHS = "K and V of different lengths"
 
 
+# a batch verb -> (the scope feature it needs, its rule, the name of its argument)
+_BATCH_VERBS = {"pad": ("pad", "OP-PAD", "left_padding"), "repeat": ("batch-verbs", "OP-ROWS", "times"),
+                "select": ("batch-verbs", "OP-ROWS", "rows"), "reorder": ("batch-verbs", "OP-ROWS", "rows")}
+
+
 class OpEngine(Caller):
     """One program on one op-face target; a fresh cache per program."""
 
@@ -214,6 +219,9 @@ class OpEngine(Caller):
     # --- the program -------------------------------------------------------------------------------
     def run(self, program: list[Step]) -> RunResult:
         program = list(sendable(program, self.relaxed))   # the suite's own programs come filtered already
+        # batch verbs a target without their feature is never sent leave the program up front, not only when reached:
+        # the drive past a finding and the blame's reruns then see the same program (step indexes agree)
+        program = [step for step in program if step.get("op") not in BATCH_OPS or self._batch_verb_sent(step["op"])]
         self.program = program
         try:
             if self.start():
@@ -495,15 +503,21 @@ class OpEngine(Caller):
             self.result.exercised.add("OP-RECORD")
         return concrete
 
+    def _batch_verb_sent(self, op: str) -> bool:
+        """Whether a batch verb goes to this target: only with its feature in the scope (a skipped note if not)."""
+        feature = _BATCH_VERBS.get(op, _BATCH_VERBS["select"])[0]
+        if feature in self.scope_features() and self.kind == op_model.CONTIGUOUS:
+            return True
+        self.result.skipped.add(f"scope: {op} steps not sent: the target's scope leaves out '{feature}' "
+                                f"({scopes.OP_FEATURES[feature]})")
+        return False
+
     def batch_verb(self, step: Step) -> Optional[Step]:
         """pad (OP-PAD) and select, reorder, repeat (OP-ROWS), sent only to a target whose scope has the `pad` /
         `batch-verbs` feature: for another the step is left out of the program, said in the skipped notes."""
         op = step["op"]
-        feature, rule, name = {"pad": ("pad", "OP-PAD", "left_padding"), "repeat": ("batch-verbs", "OP-ROWS", "times")
-                               }.get(op, ("batch-verbs", "OP-ROWS", "rows"))
-        if feature not in self.scope_features() or self.kind != op_model.CONTIGUOUS:
-            self.result.skipped.add(f"scope: {op} steps not sent: the target's scope leaves out '{feature}' "
-                                    f"({scopes.OP_FEATURES[feature]})")
+        feature, rule, name = _BATCH_VERBS.get(op, _BATCH_VERBS["select"])
+        if not self._batch_verb_sent(op):
             return NOT_SENT
         pending = self.model.step
         if pending is not None and pending.served and self._excused("steps", f"a {op} in the middle of a step"):
