@@ -1,4 +1,4 @@
-"""docs/sglang.md held to a fresh strict pre-merge run of SGLang's target: its verdict and exactly the distinct
+"""docs/sglang.md held to a fresh strict pre-merge run of each SGLang target (sglang.py, sglang_swa.py): its verdict and exactly the distinct
 causes the page states, each classed there with SGLang's own evidence (none is a defect, so no repro); and the
 scale program (many concurrent requests over a pool of 1,024 blocks, its window group left out as the target's
 scope requires) served with no finding. A cause SGLang or the suite changes fails here, so the page is brought up to
@@ -28,24 +28,36 @@ pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::Warning")]
 TARGET = "python:kvcache_spec.conformance.libraries.sglang:radix"
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "sglang.md"
 
-# Each distinct cause (its label - class, rule, where - and its configuration) -> its class on the page and the evidence it cites.
+SWA_TARGET = "python:kvcache_spec.conformance.libraries.sglang_swa:hybrid_swa"
+
+# Per target: each distinct cause (its label - class, rule, where - and its configuration) -> its class on the page
+# and the evidence it cites; then the rules in scope the run leaves unexercised.
 EXPECTED = {
-    "over-strict CFG-TYPE: at create; full | B 2, 5 blocks, max_len 12, full+full":
-        ("stricter (by design)", "mem_cache/memory_pool.py:406"),
+    TARGET: ({
+        "over-strict CFG-TYPE: at create; full | B 2, 5 blocks, max_len 12, full+full":
+            ("stricter (by design)", "mem_cache/memory_pool.py:406"),
+    }, ["PAGED-WINDOW-RELEASE"]),
+    # the hybrid sliding-window cache: only per-group pools, as SGLang always keeps them (docs/sglang.md)
+    SWA_TARGET: ({
+        "over-strict CFG-TYPE: at create; full+window | B 2, 16 blocks, max_len 24, full+window(3)":
+            ("stricter (by design)", "mem_cache/allocator/swa.py:41"),
+    }, []),
 }
 
 
-def test_the_strict_pre_merge_verdict_and_causes_are_the_pages() -> None:
-    report = report_json(run_suite(PythonTarget(TARGET), "pre-merge"), True, False)
+@pytest.mark.parametrize("target", sorted(EXPECTED))
+def test_the_strict_pre_merge_verdict_and_causes_are_the_pages(target: str) -> None:
+    causes, not_exercised = EXPECTED[target]
+    report = report_json(run_suite(PythonTarget(target), "pre-merge"), True, False)
     found = sorted(f"{finding['label']} | {finding['config_name']}" for finding in report["semantic"]["findings"])
     assert report["verdict"] == "NOT CONFORMING"
-    assert found == sorted(EXPECTED), found
+    assert found == sorted(causes), found
     page = PAGE.read_text()
-    for cause, (cls, evidence) in EXPECTED.items():
+    for cause, (cls, evidence) in causes.items():
         label, config = cause.split(" | ")
         row = next((line for line in page.splitlines() if label.split(": ", 1)[1] in line and config in line), "")
         assert cls in row and evidence in row, (cause, row)
-    assert report["coverage"]["rules"]["not_exercised"] == ["PAGED-WINDOW-RELEASE"]
+    assert report["coverage"]["rules"]["not_exercised"] == not_exercised
 
 
 def test_the_scale_program_over_a_thousand_blocks_finds_nothing() -> None:
