@@ -27,7 +27,8 @@ _ACCEPTED: dict[str, Callable[[Any], Any]] = {
     "update_and_fetch": lambda inner: (np.zeros((1, 1, 0, 1), np.float32), np.zeros((1, 1, 0, 1), np.float32),
                                        op.AttendSpec(op.MaskKind.NONE)),
     "begin_step": lambda inner: None, "seq_cp": lambda inner: None, "seq_rm": lambda inner: True,
-    "trim": lambda inner: None,
+    "trim": lambda inner: None, "pad": lambda inner: None, "select": lambda inner: None,
+    "reorder": lambda inner: None, "repeat": lambda inner: None,
     "plan": lambda inner: inner.plan(0, inner.length(), 1) if inner.can_extend(1) else None,
     "can_extend": lambda inner: True, "rewind": lambda inner: True, "depth": lambda inner: 0,
     "retained_from": lambda inner: 0, "seq_len": lambda inner: 0, "next_pos": lambda inner: 0,
@@ -126,7 +127,8 @@ def accepting(clause_id: str) -> Callable[..., Any]:
         def make(cfg: Any) -> Any:
             return Lenient(inner(cfg), clause)
         make.kvcache_layout = face   # type: ignore[attr-defined]
-        make.kvcache_scope = ("spec=2",)   # type: ignore[attr-defined]   # the reference's: trims too
+        # the reference's own scope, so a clause of a later spec's verb (a batch verb's rows: spec 4) is sent at all
+        make.kvcache_scope = getattr(inner, "kvcache_scope", ("spec=2",))   # type: ignore[attr-defined]
     if face == "cell":
         make.kvcache_layout = "cell"   # type: ignore[attr-defined]
     return make

@@ -258,7 +258,7 @@ def test_the_example_answers_the_protocols_session(binaries: dict[str, Path]) ->
 
 def _protocol_session(session: Session) -> None:
     assert session.hello == {"protocol": "kvcache-conformance", "version": 1, "implementation": "example paged cache",
-                             "methods": ["ref_counts"], "layout": "paged"}
+                             "methods": ["ref_counts"], "layout": "paged", "scope": ["flat", "ring", "pools"]}   # pools: a spec-4 feature
     runner = Runner(session, {"block_size": 2, "num_blocks": 4, "max_model_len": 16, "groups": [{"kind": "full"}],
                               "prefix_caching": True})
     assert runner.admit("a", [5, 6, 7], [], 8) == 0 and runner.admit("b", [5, 6, 9], [], 8) == 2
@@ -466,7 +466,7 @@ def test_the_python_server_announces_a_paged_targets_optional_methods_by_what_it
     and the suite over the protocol judges such a target CONFORMING without asking (PAGED-REFCOUNT not owed)."""
     assert _served_hello("python:kvcache:PagedCache") == {
         "protocol": "kvcache-conformance", "version": 1, "implementation": "python:kvcache:PagedCache",
-        "methods": ["ref_counts"], "layout": "paged"}
+        "methods": ["ref_counts"], "layout": "paged", "scope": ["flat", "ring", "pools"]}   # pools: a spec-4 feature
     spec = "python:tests.test_cpp_paged:without_ref_counts"
     assert _served_hello(spec)["methods"] == []
     report = tmp_path / "served.json"

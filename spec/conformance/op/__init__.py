@@ -40,6 +40,7 @@ def _runner(kind: str) -> RunProgram:
 
 LAYOUTS = (Layout("op-contiguous", programs.CONTIGUOUS_CONFIGS, programs.bad_contiguous_configs,
                   programs.edge_contiguous_programs, programs.random_contiguous_program, _runner("contiguous"),
-                  later_edge_programs=persist.state_programs),   # OP-STATE's (persist.py), after the others
+                  later_edge_programs=persist.state_programs,   # OP-STATE's (persist.py), after the others
+                  sent=programs.sent_contiguous),
            Layout("op-cell", programs.CELL_CONFIGS, programs.bad_cell_configs, programs.edge_cell_programs,
-                  programs.random_cell_program, _runner("cell")))
+                  programs.random_cell_program, _runner("cell"), sent=programs.sent_cell))

@@ -40,7 +40,7 @@ from ..wire import Unreadable
 from . import pictures
 from .answers import Labels, allowed_rows, as_array, mask_kind, refusal_text, row_text, show_args
 from .persist import STATE_OPS, state_step, take_foreign_state
-from .programs import BATCH_OPS, MAX_BATCH, batch_value, trim_n, well_formed_step
+from .programs import BATCH_FEATURES, BATCH_OPS, MAX_BATCH, batch_value, trim_n, well_formed_step
 
 RULE_WORD = re.compile(r"(?<![A-Z0-9-])[A-Z][A-Z0-9]*(?:-[A-Z0-9]+)+(?![A-Z0-9-])")   # a rule id in a text
 OP_RULES = frozenset(rule.id for rule in RULES if rule.id.startswith("OP-"))
@@ -55,8 +55,9 @@ KV_LENGTHS = "K and V of different lengths"
 
 
 # a batch verb -> (the scope feature it needs, its rule, the name of its argument)
-_BATCH_VERBS = {"pad": ("pad", "OP-PAD", "left_padding"), "repeat": ("batch-verbs", "OP-ROWS", "times"),
-                "select": ("batch-verbs", "OP-ROWS", "rows"), "reorder": ("batch-verbs", "OP-ROWS", "rows")}
+_BATCH_VERBS = {op: (BATCH_FEATURES[op], rule, name) for op, rule, name in (
+    ("pad", "OP-PAD", "left_padding"), ("repeat", "OP-ROWS", "times"), ("select", "OP-ROWS", "rows"),
+    ("reorder", "OP-ROWS", "rows"))}
 
 
 class OpEngine(Caller):

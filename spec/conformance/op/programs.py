@@ -166,6 +166,22 @@ RESET: Step = {"op": "reset"}
 
 # OP-PAD, OP-ROWS: the batch verbs (a target without `pad` / `batch-verbs` is sent none: the engine leaves them out)
 BATCH_OPS = ("pad", "select", "reorder", "repeat")
+# the scope feature each batch verb needs (the engine sends none to an op-cell cache)
+BATCH_FEATURES = {"pad": "pad", "select": "batch-verbs", "reorder": "batch-verbs", "repeat": "batch-verbs"}
+
+
+def sent_contiguous(program: list[Step], features: frozenset[str]) -> list[Step]:
+    """The program as a contiguous op cache with these scope features is sent it: without the batch verbs whose
+    feature it leaves out (the engine would skip them when reached, OpEngine._batch_verb_sent; leaving them out up
+    front keeps a finding's step index, its shrinking and --against on the program as run)."""
+    return [step for step in program if step.get("op") not in BATCH_OPS or BATCH_FEATURES[step["op"]] in features]
+
+
+def sent_cell(program: list[Step], features: frozenset[str]) -> list[Step]:
+    """The program as an op-cell cache is sent it: no batch verbs (they are the contiguous cache's)."""
+    return [step for step in program if step.get("op") not in BATCH_OPS]
+
+
 MAX_BATCH = 8   # the most batch rows a program makes (repeat grows the batch; the labels' radix is sized for it)
 
 

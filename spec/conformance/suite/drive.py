@@ -101,6 +101,8 @@ class SuiteRun(Shrinking):
         `programs`. A target declaring `trusted-args` or `lazy-shapes` is sent the program without the calls
         those relaxations leave out (malform.sendable)."""
         program = sendable(program, self.scope.relaxations())
+        if self.drive.sent is not None:
+            program = self.drive.sent(program, self.scope.features)
         self.program_number += 1
         self.planned_program = (cfg, program)
         finding = self.one_run(cfg, program, counted=True)
