@@ -38,6 +38,9 @@ own word.
 from __future__ import annotations
 
 import importlib
+import json
+import tempfile
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Callable, Optional
 
@@ -68,9 +71,12 @@ def _cache_module() -> Any:
 
 
 def _policies(cfg: JsonConfig) -> list[dict[str, Any]]:
-    """The config's layer policies, one per layer. mlx-lm's caches have no per-step bound: max_write is refused."""
+    """The config's layer policies, one per layer. mlx-lm's caches have no per-step bound: max_write is refused;
+    none records a ring's past beyond its window for a rollback: record_past is refused (spec 3's OP-RECORD)."""
     if cfg.get("max_write") is not None:
         raise ValueError(f"SCOPE-BORDER: mlx-lm's caches have no max_write (got {cfg['max_write']!r})")
+    if cfg.get("record_past"):
+        raise ValueError(f"SCOPE-BORDER: mlx-lm's rings do not record their past (got {cfg['record_past']!r})")
     layers: list[dict[str, Any]] = list(cfg["layers"])
     return layers if len(layers) == cfg["n_layers"] else layers * cfg["n_layers"]
 
@@ -131,6 +137,37 @@ class MlxTrimmableCaches(MlxCaches):
         trimmed = _cache_module().trim_prompt_cache(self.caches, n)
         if trimmed != n:
             raise RuntimeError(f"trim_prompt_cache(cache, {n}) trimmed {trimmed}")
+
+
+class MlxSavedCaches(MlxTrimmableCaches):
+    """Prompt caches saved and loaded as mlx-lm's users do (OP-STATE), through its two commands:
+    `mlx_lm.cache_prompt` writes `save_prompt_cache(file, cache, metadata)` with metadata["model"] the model it
+    ran (cache_prompt.py:143-146); `mlx_lm.generate --prompt-cache-file` reads `load_prompt_cache(file,
+    return_metadata=True)` and raises ValueError when the model it is given is not metadata["model"]
+    (generate.py:2041-2069), then uses the loaded caches in place of new ones. Here the model is named by the
+    suite's config (the model a cache is built for: its layers, windows, capacity), and that check is the only one
+    made here; the state's bytes are that safetensors file's. What load_prompt_cache raises is the refusal, and a
+    raise leaves the old caches in use, as the caller's assignment never happens."""
+
+    def __init__(self, caches: list[Any], make_mask: Callable[[Any, int], Any], model: str) -> None:
+        super().__init__(caches, make_mask)
+        self.model = model
+
+    def state(self) -> bytes:
+        with tempfile.TemporaryDirectory() as folder:
+            path = Path(folder, "prompt_cache.safetensors")
+            _cache_module().save_prompt_cache(str(path), self.caches, {"model": self.model})
+            return path.read_bytes()
+
+    def load_state(self, data: Any) -> None:
+        with tempfile.TemporaryDirectory() as folder:
+            path = Path(folder, "prompt_cache.safetensors")
+            path.write_bytes(data)
+            caches, metadata = _cache_module().load_prompt_cache(str(path), return_metadata=True)
+        if metadata.get("model") != self.model:   # generate.py:2065-2069's words
+            raise ValueError(f"Providing a different model ({self.model}) than that used to create the prompt cache "
+                             f"({metadata.get('model')}) is an error.")
+        self.caches = caches
 
 
 def _copy_empty(cache: Any) -> Any:
@@ -197,19 +234,53 @@ def _chunked(cfg: JsonConfig) -> Any:
     return MlxTrimmableCaches([module.ChunkedKVCache(CHUNK) for _ in _only(cfg, "flat")], _chunk_mask(CHUNK))
 
 
-def _llama_sliding(cfg: JsonConfig) -> Any:
+def _llama4_chunked(cfg: JsonConfig) -> Any:
+    """llama4's make_cache and forward (mlx_lm/models/llama4.py:318-325, 228-254): a chunked layer is
+    ChunkedKVCache(attention_chunk_size), its mask llama4's chunk mask after the front is trimmed; a global layer is
+    KVCache, its mask create_attention_mask's. The config's chunk is the model's attention_chunk_size, one per model;
+    llama4 puts a global layer every fourth, the suite's configs anywhere (each layer is its own cache either way)."""
+    module = _cache_module()
+    policies = _policies(cfg)
+    chunks = {entry.get("chunk") for entry in policies if entry["kind"] == "chunk"}
+    if len(chunks) > 1 or any(entry["kind"] not in ("chunk", "flat") for entry in policies):
+        raise ValueError(f"SCOPE-BORDER: llama4 has one attention_chunk_size and no sliding layers, the config asks "
+                         f"for {policies}")
+    chunk = chunks.pop() if chunks else None
+    caches = [module.ChunkedKVCache(entry["chunk"]) if entry["kind"] == "chunk" else module.KVCache()
+              for entry in policies]
+    chunked, full = (_chunk_mask(chunk) if chunk is not None else _default_mask()), _default_mask()
+    return MlxTrimmableCaches(caches, lambda cache, q_len: (
+        chunked if isinstance(cache, module.ChunkedKVCache) else full)(cache, q_len))
+
+
+def _llama_sliding_caches(cfg: JsonConfig, saved: bool = False) -> Any:
     """llama.py's make_cache and forward: one sliding_window for every sliding layer, its mask from a sliding cache."""
     module = _cache_module()
     policies = _policies(cfg)
     windows = {entry["window"] for entry in policies if entry["kind"] == "ring"}
     if len(windows) > 1 or any(entry.get("keep", 0) for entry in policies):
         raise ValueError(f"SCOPE-BORDER: llama has one sliding_window and no sinks, the config asks for {policies}")
+    if any(entry["kind"] not in ("flat", "ring") for entry in policies):
+        raise ValueError(f"SCOPE-BORDER: llama has full and sliding layers only, the config asks for {policies}")
     window = windows.pop() if windows else None
     caches = [module.RotatingKVCache(max_size=entry["window"]) if entry["kind"] == "ring" else module.KVCache()
               for entry in policies]
     full, sliding = _default_mask(), _default_mask(window)
-    return MlxTrimmableCaches(caches, lambda cache, q_len: (
-        sliding if isinstance(cache, module.RotatingKVCache) else full)(cache, q_len))
+
+    def make_mask(cache: Any, q_len: int) -> Any:
+        return (sliding if isinstance(cache, module.RotatingKVCache) else full)(cache, q_len)
+    if saved:
+        return MlxSavedCaches(caches, make_mask, json.dumps(cfg, sort_keys=True))
+    return MlxTrimmableCaches(caches, make_mask)
+
+
+def _llama_sliding(cfg: JsonConfig) -> Any:
+    return _llama_sliding_caches(cfg)
+
+
+def _llama_sliding_saved(cfg: JsonConfig) -> Any:
+    """llama's make_cache, its prompt cache saved to a file and loaded back (MlxSavedCaches)."""
+    return _llama_sliding_caches(cfg, saved=True)
 
 
 def _prompt_cache(cfg: JsonConfig) -> Any:
@@ -242,5 +313,15 @@ quantized = library_target("quantized", _quantized, ("flat", "batch", "trusted-a
 chunked = library_target("chunked", _chunked, TRIMMABLE,
                    "llama4's ChunkedKVCache(chunk_size=CHUNK) per layer, with llama4's chunk mask, within one chunk.")
 concatenate = library_target("concatenate", _concatenate, TRIMMABLE, "ConcatenateKVCache per layer.")
+# Spec 3's chunk layer is llama4's chunked attention: ChunkedKVCache is trimmable whatever it dropped (cache.py:786).
+llama4_chunked = library_target("llama4_chunked", _llama4_chunked, ("flat", "chunk", *COMMON_SCOPE, "unbounded", "trim"),
+                                "llama4's make_cache: ChunkedKVCache(attention_chunk_size) on chunked layers, with "
+                                "llama4's chunk mask; KVCache on global ones.", spec=3)
+# Spec 3's saved state is mlx-lm's prompt cache file (save_prompt_cache / load_prompt_cache).
+llama_sliding_saved = library_target("llama_sliding_saved", _llama_sliding_saved,
+                                     ("flat", "ring", *COMMON_SCOPE, "unbounded", "trim", "state"),
+                                     "llama's make_cache, saved with save_prompt_cache and loaded with "
+                                     "load_prompt_cache through a file.", spec=3)
 
-TARGETS = ("kv", "llama_sliding", "prompt_cache", "quantized", "chunked", "concatenate")
+TARGETS = ("kv", "llama_sliding", "prompt_cache", "quantized", "chunked", "concatenate", "llama4_chunked",
+           "llama_sliding_saved")

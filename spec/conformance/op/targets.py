@@ -57,9 +57,11 @@ cell.kvcache_layout = "op-cell"   # type: ignore[attr-defined]
 
 
 def library_target(name: str, build: Callable[[JsonConfig], Any], scope: tuple[str, ...], doc: str,
-                   tensors: Optional[str] = None) -> Callable[[JsonConfig], Any]:
+                   tensors: Optional[str] = None, spec: int = 2) -> Callable[[JsonConfig], Any]:
     """A field library's op-face target (hf.py, mlxlm.py): `build` under the name a user types after the colon,
-    declaring the contiguous op layout, the library's scope, and (`tensors`) the tensor kind it is written."""
+    declaring the contiguous op layout, the library's scope, (`tensors`) the tensor kind it is written, and
+    (`spec`) the spec version it is written against: 2 for the first adapters; a target judged on a later
+    version's features (chunk layers, saved states) names that version."""
     def factory(cfg: JsonConfig) -> Any:
         return build(cfg)
     factory.__name__ = factory.__qualname__ = name
@@ -67,5 +69,5 @@ def library_target(name: str, build: Callable[[JsonConfig], Any], scope: tuple[s
     factory.kvcache_layout = "op-contiguous"   # type: ignore[attr-defined]
     if tensors is not None:
         factory.kvcache_tensors = tensors   # type: ignore[attr-defined]
-    factory.kvcache_scope = (*scope, "spec=2")   # type: ignore[attr-defined]   # the adapters are written against spec 2
+    factory.kvcache_scope = (*scope, f"spec={spec}")   # type: ignore[attr-defined]
     return factory
