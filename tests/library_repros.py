@@ -283,6 +283,87 @@ def mlx_chunked_trim_after_slide() -> dict[str, Any]:
     return {"start_position": cache.start_position, "trimmable": cache.is_trimmable()}
 
 
+def _mlx_llama4(chunk: int) -> Any:
+    """A tiny random-weight llama4 text model: 4 layers, so make_cache builds ChunkedKVCache(chunk) on layers 0-2
+    and KVCache on the global layer 3; no MoE layer (interleave_moe_layer_step 5 > the layer count)."""
+    mx = importlib.import_module("mlx.core")
+    llama4 = importlib.import_module("mlx_lm.models.llama4")
+
+    mx.random.seed(SEED)
+    text = dict(attention_bias=False, attention_chunk_size=chunk, head_dim=HEAD_DIM, hidden_size=HIDDEN,
+                interleave_moe_layer_step=5, intermediate_size=2 * HIDDEN, intermediate_size_mlp=2 * HIDDEN,
+                max_position_embeddings=128, model_type="llama4_text", num_attention_heads=HEADS,
+                num_experts_per_tok=1, num_hidden_layers=4, num_key_value_heads=KV_HEADS, num_local_experts=1,
+                rms_norm_eps=1e-5, rope_scaling=None, rope_theta=10000.0, use_qk_norm=False, vocab_size=VOCAB)
+    model = llama4.Model(llama4.ModelArgs(model_type="llama4", text_config=text))
+    mx.eval(model.parameters())
+    return model
+
+
+def _mlx_rollback_gap(model: Any, steps: list[int], n: int) -> dict[str, Any]:
+    """`steps` tokens forwarded step by step through model.make_cache(), then trim_prompt_cache(cache, n) - the
+    server's LRUPromptCache.fetch_nearest_cache and speculative decoding roll back so and do not read its answer
+    (models/cache.py:1661-1665, generate.py:598) - then a new token: the gap of its logits to the kept tokens and
+    it run without a cache."""
+    mx = importlib.import_module("mlx.core")
+    cache_module = importlib.import_module("mlx_lm.models.cache")
+
+    model_cache = model.make_cache()
+    ids = _mlx_tokens(sum(steps))
+    start = 0
+    for size in steps:
+        model(ids[:, start:start + size], cache=model_cache)
+        start += size
+    trimmed = cache_module.trim_prompt_cache(model_cache, n)
+    following = mx.concatenate([ids[:, :start - n], mx.array([[7]])], axis=1)
+    return {"trimmed": trimmed, "offsets": [c.offset for c in model_cache],
+            "decode_logits_gap": _mlx_gap(model, model_cache, following)}
+
+
+def mlx_llama4_trim_across_chunk() -> dict[str, Any]:
+    """llama4 with a chunk of 3: 4 tokens, then a decode, whose forward first slides the chunked caches' front
+    (maybe_trim_front drops position 0: start_position 1); trim_prompt_cache(cache, 3) back to 2 tokens answers 3,
+    and the next token, at position 2, attends its chunk [0, 2] without position 0. The control: the same 5 tokens
+    in one step slide nothing, and the same trim is right."""
+    model = _mlx_llama4(3)
+    return {"after_a_slide": _mlx_rollback_gap(model, [4, 1], 3), "without_a_slide": _mlx_rollback_gap(model, [5], 3)}
+
+
+def mlx_llama4_partial_trim() -> dict[str, Any]:
+    """llama4 with a chunk of 3: 5 tokens, then a decode (the front slides to start_position 2); a rollback of 5
+    trims the chunked layers by offset - start_position = 4 only and the global layer by 5: trim_prompt_cache
+    answers the first cache's 4, its layers now disagree on the length, and the next token is placed at 2 on the
+    chunked layers."""
+    return _mlx_rollback_gap(_mlx_llama4(3), [5, 1], 5)
+
+
+def mlx_prompt_cache_changed_byte() -> dict[str, Any]:
+    """save_prompt_cache of a KVCache holding two tokens (K 1.0), one byte of row 0's K changed in the file:
+    load_prompt_cache loads it as whole, the row reads back changed (no checksum: not a defect, the format's
+    design; the findings page's `state_unchecked`)."""
+    import json
+    import os
+    import struct
+    import tempfile
+
+    import numpy as np
+    mx = importlib.import_module("mlx.core")
+    cache_module = importlib.import_module("mlx_lm.models.cache")
+
+    cache = cache_module.KVCache()
+    cache.update_and_fetch(mx.ones((1, 1, 2, 1)), mx.ones((1, 1, 2, 1)))
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "prompt_cache.safetensors")
+        cache_module.save_prompt_cache(path, [cache])
+        data = open(path, "rb").read()
+        header = struct.unpack("<Q", data[:8])[0]
+        at = 8 + header + json.loads(data[8:8 + header])["0.0"]["data_offsets"][0] + 3   # row 0's K, its top byte
+        with open(path, "wb") as file:
+            file.write(data[:at] + bytes([data[at] ^ 1]) + data[at + 1:])
+        loaded = cache_module.load_prompt_cache(path)[0]
+    return {"offset": loaded.offset, "k_rows": np.array(loaded.keys)[0, 0, :2, 0].tolist()}
+
+
 HF: dict[str, Callable[[], dict[str, Any]]] = {
     "static overflow": hf_static_overflow, "static cache of zero length": hf_static_zero_length,
     "sliding window 1": hf_sliding_window_one,
@@ -294,7 +375,9 @@ MLX: dict[str, Callable[[], dict[str, Any]]] = {
     "make_prompt_cache prefill ignores sinks": mlx_prompt_cache_prefill_ignores_sinks,
     "ConcatenateKVCache.trim": mlx_concatenate_trim,
     "RotatingKVCache trim after wrap": mlx_rotating_trim_after_wrap, "negative trim": mlx_negative_trim,
-    "ChunkedKVCache trim after slide": mlx_chunked_trim_after_slide}
+    "ChunkedKVCache trim after slide": mlx_chunked_trim_after_slide,
+    "llama4 trim across a chunk": mlx_llama4_trim_across_chunk, "llama4 partial trim": mlx_llama4_partial_trim,
+    "prompt cache file with a changed byte": mlx_prompt_cache_changed_byte}
 
 
 # library -> the modules its repros import (a library found whose dependency is not - mlx without mlx-cpu's

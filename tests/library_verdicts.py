@@ -121,6 +121,29 @@ KINDS: dict[str, Kind] = {
         "defect", "ConcatenateKVCache.trim lowers offset only: trimmed tokens come back into every later attention",
         f"{MLX_CACHE}:230-236, `is_trimmable` answers True and `trim` only lowers `self.offset`; "
         "trim_prompt_cache trims every cache that says so", "mlx_concatenate_trim"),
+    'chunked_trim_across_chunk': Kind(
+        "defect", "ChunkedKVCache stays trimmable after maybe_trim_front dropped its front: a rollback back across a "
+        "chunk boundary serves the query's chunk without the positions the front dropped",
+        f"{MLX_CACHE}:786-787, `is_trimmable` answers True always; {MLX_CACHE}:737-746, maybe_trim_front (run at "
+        f"every llama4 forward, mlx_lm/models/llama4.py:228-231) drops all but the newest chunk_size rows; "
+        f"{MLX_CACHE}:1661-1665, the server's LRUPromptCache.fetch_nearest_cache trims a cached prompt back to a "
+        "shared prefix, and speculative decoding rolls back rejected drafts (mlx_lm/generate.py:597-599)",
+        "mlx_llama4_trim_across_chunk"),
+    'chunked_partial_trim': Kind(
+        "defect", "ChunkedKVCache.trim(n) trims at most offset - start_position, silently: trim_prompt_cache answers "
+        "fewer than n (the first cache's count), its chunked and global layers then disagree on the length, and its "
+        "callers do not read the answer",
+        f"{MLX_CACHE}:789-791, `n = min(self.offset - self.start_position, n)`; {MLX_CACHE}:138, trim_prompt_cache "
+        f"answers `[c.trim(num_tokens) for c in cache][0]`; {MLX_CACHE}:1665 and mlx_lm/generate.py:598 call it "
+        "and drop the answer", "mlx_llama4_partial_trim"),
+    'state_unchecked': Kind(
+        "stricter", "a prompt cache file with one byte changed loads as if whole (no checksum: in a held row, its K "
+        "reads back changed); a later query then answers from the loaded cache, which the suite, refusing the load, "
+        "does not follow",
+        f"{MLX_CACHE}:82-113, load_prompt_cache: `mx.load` (which checks only that the safetensors header's offsets "
+        "lie inside the file: a truncated file is refused) then each class's from_state, with nothing compared; its "
+        "docstring promises only \"Load a prompt cache from a file\". The safetensors format carries no checksum: "
+        "OP-STATE's refusal of a changed byte asks more than the format can", "mlx_prompt_cache_changed_byte"),
 }
 
 EXPECTED: dict[str, dict[str, Any]] = {
@@ -195,6 +218,18 @@ EXPECTED: dict[str, dict[str, Any]] = {
     'mlxlm:concatenate': {"verdict": 'NOT CONFORMING', "causes": {
         'wrong OP-ATTEND: wrong OP-ATTEND: at fetch (attends tokens the spec does not); flat | cap 1, flat':
             'concat_trim',
+    }},
+    'mlxlm:llama4_chunked': {"verdict": 'NOT CONFORMING', "causes": {
+        "wrong OP-ATOMIC: wrong OP-ATOMIC: at trim, which the target refused with 'RuntimeError: trim_prompt_cache(cache, 3) trimmed 2'; chunk | cap 1, chunk(chunk 1)":
+            'chunked_partial_trim',
+        'wrong OP-ATTEND: wrong OP-ATTEND: at fetch (misses tokens the spec attends); chunk | cap 1, chunk(chunk 3)':
+            'chunked_trim_across_chunk',
+    }},
+    'mlxlm:llama_sliding_saved': {"verdict": 'NOT CONFORMING', "causes": {
+        'wrong OP-ATTEND: wrong OP-ATTEND, after lenient OP-STATE in load_state: at fetch; flat | cap 1, flat':
+            'state_unchecked',
+        'lenient OP-STATE: lenient OP-STATE: at load OP-STATE state flipped; flat | cap 1, flat':
+            'state_unchecked',
     }},
 }
 

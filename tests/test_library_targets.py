@@ -112,6 +112,24 @@ def test_mlx_chunked_cache_is_trimmable_after_its_front_slid() -> None:
     assert repros.mlx_chunked_trim_after_slide() == {"start_position": 1, "trimmable": True}
 
 
+def test_mlx_llama4_rollback_across_a_chunk_loses_the_chunks_front() -> None:
+    out = repros.mlx_llama4_trim_across_chunk()
+    slid, control = out["after_a_slide"], out["without_a_slide"]
+    assert slid["trimmed"] == control["trimmed"] == 3 and slid["offsets"] == control["offsets"] == [2, 2, 2, 2], out
+    assert slid["decode_logits_gap"] > 1e-2 and control["decode_logits_gap"] < 1e-4, out
+
+
+def test_mlx_llama4_rollback_past_the_chunks_front_trims_part_of_it() -> None:
+    out = repros.mlx_llama4_partial_trim()
+    assert out["trimmed"] == 4 and out["offsets"] == [2, 2, 2, 1] and out["decode_logits_gap"] > 1e-2, out
+
+
+def test_mlx_prompt_cache_file_with_a_changed_byte_loads_as_whole() -> None:
+    """By design, not a defect (safetensors has no checksum, load_prompt_cache compares nothing): the page's
+    `state_unchecked`, which a library that began to refuse it would change."""
+    assert repros.mlx_prompt_cache_changed_byte() == {"offset": 2, "k_rows": [0.25, 1.0]}
+
+
 def test_mlx_rotating_cache_refuses_a_trim_after_it_wrapped() -> None:
     """Read from the source as a defect, not one: RotatingKVCache is trimmable only while offset < max_size,
     so a ring that wrapped refuses (trim_prompt_cache answers 0 and trims nothing)."""
