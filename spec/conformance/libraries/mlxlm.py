@@ -314,7 +314,8 @@ chunked = library_target("chunked", _chunked, TRIMMABLE,
                    "llama4's ChunkedKVCache(chunk_size=CHUNK) per layer, with llama4's chunk mask, within one chunk.")
 concatenate = library_target("concatenate", _concatenate, TRIMMABLE, "ConcatenateKVCache per layer.")
 # Spec 3's chunk layer is llama4's chunked attention: ChunkedKVCache is trimmable whatever it dropped (cache.py:786).
-llama4_chunked = library_target("llama4_chunked", _llama4_chunked, ("flat", "chunk", *COMMON_SCOPE, "unbounded", "trim"),
+llama4_chunked = library_target("llama4_chunked", _llama4_chunked,
+                                ("flat", "chunk", *COMMON_SCOPE, "unbounded", "trim"),
                                 "llama4's make_cache: ChunkedKVCache(attention_chunk_size) on chunked layers, with "
                                 "llama4's chunk mask; KVCache on global ones.", spec=3)
 # Spec 3's saved state is mlx-lm's prompt cache file (save_prompt_cache / load_prompt_cache).
