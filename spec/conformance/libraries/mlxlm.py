@@ -7,7 +7,11 @@ One factory per cache class and setup users build: `kv` (KVCache per layer, what
 max_kv_size), `llama_sliding` (llama's make_cache: KVCache on full layers, RotatingKVCache(max_size=sliding_window)
 on sliding ones), `prompt_cache` (make_prompt_cache(model, max_kv_size=...): RotatingKVCache(max_kv_size, keep=4)
 on every layer), `quantized` (QuantizedKVCache with its defaults, group_size 64 and 8 bits), `chunked` (llama4's
-ChunkedKVCache(attention_chunk_size)) and `concatenate` (ConcatenateKVCache). Needs the `mlx` extra.
+ChunkedKVCache(attention_chunk_size), its chunk past every position: spec 2) and `concatenate`
+(ConcatenateKVCache); and two judged on spec 3: `llama4_chunked` (llama4's make_cache, ChunkedKVCache at the
+config's own chunk beside KVCache global layers: the op face's chunk layer, OP-CHUNK) and `llama_sliding_saved`
+(llama_sliding's caches saved and loaded through a prompt cache file: the `state` verbs, OP-STATE, as
+MlxSavedCaches says). Needs the `mlx` extra.
 
 One cache object per layer, as make_prompt_cache builds them; what one `update_and_fetch(layer_id, k, v, position)`
 does is what a forward of mlx-lm's model code does for that layer:
