@@ -4,6 +4,8 @@ libraries)."""
 
 from __future__ import annotations
 
-from ..libraries.mlxlm import TARGETS, chunked, concatenate, kv, llama_sliding, prompt_cache, quantized
+from ..libraries.mlxlm import (TARGETS, chunked, concatenate, kv, llama4_chunked, llama_sliding, llama_sliding_saved,
+                                prompt_cache, quantized)
 
-__all__ = ["TARGETS", "chunked", "concatenate", "kv", "llama_sliding", "prompt_cache", "quantized"]
+__all__ = ["TARGETS", "chunked", "concatenate", "kv", "llama4_chunked", "llama_sliding", "llama_sliding_saved",
+           "prompt_cache", "quantized"]
