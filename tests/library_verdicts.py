@@ -231,6 +231,12 @@ EXPECTED: dict[str, dict[str, Any]] = {
         'lenient OP-STATE: lenient OP-STATE: at load OP-STATE state flipped; flat | cap 1, flat':
             'state_unchecked',
     }},
+    'mlxlm:prompt_cache_saved': {"verdict": 'NOT CONFORMING', "causes": {
+        'wrong OP-ATTEND: wrong OP-ATTEND: at fetch (attends tokens the spec does not and misses some it does); ring | cap 1, ring(5, keep 4)':
+            'sinks_prefill',
+        'lenient OP-CONFIG: lenient OP-CONFIG: at create (keep); ring | cap 4, ring(4, keep 4)':
+            'keep_at_window',
+    }},
 }
 
 def counts(target: str) -> dict[str, int]:

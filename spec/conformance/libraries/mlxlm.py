@@ -11,7 +11,8 @@ ChunkedKVCache(attention_chunk_size), its chunk past every position: spec 2) and
 (ConcatenateKVCache); and two judged on spec 3: `llama4_chunked` (llama4's make_cache, ChunkedKVCache at the
 config's own chunk beside KVCache global layers: the op face's chunk layer, OP-CHUNK) and `llama_sliding_saved`
 (llama_sliding's caches saved and loaded through a prompt cache file: the `state` verbs, OP-STATE, as
-MlxSavedCaches says). Needs the `mlx` extra.
+MlxSavedCaches says), `prompt_cache_saved` (prompt_cache's rings, keep 4, saved and loaded so). Needs the `mlx`
+extra.
 
 One cache object per layer, as make_prompt_cache builds them; what one `update_and_fetch(layer_id, k, v, position)`
 does is what a forward of mlx-lm's model code does for that layer:
@@ -287,7 +288,7 @@ def _llama_sliding_saved(cfg: JsonConfig) -> Any:
     return _llama_sliding_caches(cfg, saved=True)
 
 
-def _prompt_cache(cfg: JsonConfig) -> Any:
+def _prompt_cache(cfg: JsonConfig, saved: bool = False) -> Any:
     """make_prompt_cache(model, max_kv_size=w) for a model without make_cache: every layer a ring of w, keep 4.
     The model is what make_prompt_cache reads of one (its layers); the mask is llama's full-attention one."""
     policies = _only(cfg, "ring")
@@ -297,7 +298,15 @@ def _prompt_cache(cfg: JsonConfig) -> Any:
                          f"{PROMPT_CACHE_KEEP}, the config asks for {policies}")
     model = SimpleNamespace(layers=[None] * cfg["n_layers"])
     caches = _cache_module().make_prompt_cache(model, max_kv_size=policies[0]["window"])
+    if saved:
+        return MlxSavedCaches(caches, _default_mask(), json.dumps(cfg, sort_keys=True))
     return MlxTrimmableCaches(caches, _default_mask())
+
+
+def _prompt_cache_saved(cfg: JsonConfig) -> Any:
+    """`mlx_lm.cache_prompt --max-kv-size w` then `mlx_lm.generate --prompt-cache-file`: make_prompt_cache's rings
+    saved and loaded through a file (MlxSavedCaches)."""
+    return _prompt_cache(cfg, saved=True)
 
 
 TRIMMABLE = ("flat", *COMMON_SCOPE, "unbounded", "trim")
@@ -327,6 +336,11 @@ llama_sliding_saved = library_target("llama_sliding_saved", _llama_sliding_saved
                                      ("flat", "ring", *COMMON_SCOPE, "unbounded", "trim", "state"),
                                      "llama's make_cache, saved with save_prompt_cache and loaded with "
                                      "load_prompt_cache through a file.", spec=3)
+prompt_cache_saved = library_target("prompt_cache_saved", _prompt_cache_saved,
+                                    ("ring", "sinks", f"keep={PROMPT_CACHE_KEEP}", *COMMON_SCOPE, "user-config=window",
+                                     "unbounded", "trim", "state"),
+                                    "make_prompt_cache(model, max_kv_size=window), saved with save_prompt_cache and "
+                                    "loaded with load_prompt_cache through a file.", spec=3)
 
 TARGETS = ("kv", "llama_sliding", "prompt_cache", "quantized", "chunked", "concatenate", "llama4_chunked",
-           "llama_sliding_saved")
+           "llama_sliding_saved", "prompt_cache_saved")

@@ -5,7 +5,7 @@ libraries)."""
 from __future__ import annotations
 
 from ..libraries.mlxlm import (TARGETS, chunked, concatenate, kv, llama4_chunked, llama_sliding, llama_sliding_saved,
-                                prompt_cache, quantized)
+                                prompt_cache, prompt_cache_saved, quantized)
 
 __all__ = ["TARGETS", "chunked", "concatenate", "kv", "llama4_chunked", "llama_sliding", "llama_sliding_saved",
-           "prompt_cache", "quantized"]
+           "prompt_cache", "prompt_cache_saved", "quantized"]
