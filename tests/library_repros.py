@@ -283,6 +283,49 @@ def mlx_chunked_trim_after_slide() -> dict[str, Any]:
     return {"start_position": cache.start_position, "trimmable": cache.is_trimmable()}
 
 
+def mlx_batch_filter_of_padded_empty_cache() -> dict[str, Any]:
+    """BatchKVCache(left_padding=[2, 2]) (its docstring: inputs left-padded, left_padding the amount per row),
+    filter([0]) before the first forward: filter's shift of the padding every row has lowers `_idx` although no
+    key is stored (cache.py:993-999), to -2; the next forward, the row's left-padded prompt, then raises."""
+    mx = importlib.import_module("mlx.core")
+    cache_module = importlib.import_module("mlx_lm.models.cache")
+
+    model = _mlx_model()
+    cache = [cache_module.BatchKVCache([2, 2]) for _ in model.layers]
+    for layer in cache:
+        layer.filter(mx.array([0]))
+    out: dict[str, Any] = {"idx_after_filter": cache[0]._idx}
+    try:
+        mx.eval(model(_mlx_tokens(3), cache=cache))
+        out["forward"] = "served"
+    except Exception as error:
+        out["forward"] = type(error).__name__
+    return out
+
+
+def mlx_batch_rotating_mask_after_wrap() -> dict[str, Any]:
+    """BatchRotatingKVCache(max_size=3, left_padding=[2, 0]): once single-token decodes wrapped the ring, the mask
+    of a multi-token step lowers the pads by `_idx - max_size + 1` (cache.py:1316-1317), `_idx` then the ring's
+    write index, while the update first puts the ring in temporal order (`_idx` its length) and drops another
+    count (cache.py:1160-1163): row 0's oldest real token is masked as a pad. Its last logits differ from the same
+    real tokens of row 0 run alone (no pads, the same steps after them)."""
+    mx = importlib.import_module("mlx.core")
+    cache_module = importlib.import_module("mlx_lm.models.cache")
+
+    model = _mlx_model()
+    ids = _mlx_tokens(6)
+    rows = mx.concatenate([ids, ids + 1])   # row 0: 2 pads then 4 real tokens; row 1: 6 real tokens
+    padded = [cache_module.BatchRotatingKVCache(3, [2, 0]) for _ in model.layers]
+    for i in range(4):   # positions 0-3 decoded one by one: the ring of 3 wraps
+        mx.eval(model(rows[:, i:i + 1], cache=padded))
+    batched = model(rows[:, 4:6], cache=padded)[0, 0]   # row 0's query at position 4
+    alone = [cache_module.BatchRotatingKVCache(3, [0]) for _ in model.layers]
+    for i in range(2, 4):   # row 0's real tokens, the same steps
+        mx.eval(model(ids[:, i:i + 1], cache=alone))
+    single = model(ids[:, 4:6], cache=alone)[0, 0]
+    return {"first_query_logits_gap": float(mx.abs(batched - single).max())}
+
+
 HF: dict[str, Callable[[], dict[str, Any]]] = {
     "static overflow": hf_static_overflow, "static cache of zero length": hf_static_zero_length,
     "sliding window 1": hf_sliding_window_one,
@@ -294,7 +337,9 @@ MLX: dict[str, Callable[[], dict[str, Any]]] = {
     "make_prompt_cache prefill ignores sinks": mlx_prompt_cache_prefill_ignores_sinks,
     "ConcatenateKVCache.trim": mlx_concatenate_trim,
     "RotatingKVCache trim after wrap": mlx_rotating_trim_after_wrap, "negative trim": mlx_negative_trim,
-    "ChunkedKVCache trim after slide": mlx_chunked_trim_after_slide}
+    "ChunkedKVCache trim after slide": mlx_chunked_trim_after_slide,
+    "BatchKVCache filter of a padded empty cache": mlx_batch_filter_of_padded_empty_cache,
+    "BatchRotatingKVCache mask after wrap": mlx_batch_rotating_mask_after_wrap}
 
 
 # library -> the modules its repros import (a library found whose dependency is not - mlx without mlx-cpu's
