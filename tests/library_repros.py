@@ -286,7 +286,7 @@ def mlx_chunked_trim_after_slide() -> dict[str, Any]:
 def mlx_batch_filter_of_padded_empty_cache() -> dict[str, Any]:
     """BatchKVCache(left_padding=[2, 2]) (its docstring: inputs left-padded, left_padding the amount per row),
     filter([0]) before the first forward: filter's shift of the padding every row has lowers `_idx` although no
-    key is stored (cache.py:993-999), to -2; the next forward, the row's left-padded prompt, then raises."""
+    key is stored (cache.py:992-999), to -2; the next forward, the row's left-padded prompt, then raises."""
     mx = importlib.import_module("mlx.core")
     cache_module = importlib.import_module("mlx_lm.models.cache")
 
@@ -305,10 +305,10 @@ def mlx_batch_filter_of_padded_empty_cache() -> dict[str, Any]:
 
 def mlx_batch_rotating_mask_after_wrap() -> dict[str, Any]:
     """BatchRotatingKVCache(max_size=3, left_padding=[2, 0]): once single-token decodes wrapped the ring, the mask
-    of a multi-token step lowers the pads by `_idx - max_size + 1` (cache.py:1316-1317), `_idx` then the ring's
-    write index, while the update first puts the ring in temporal order (`_idx` its length) and drops another
-    count (cache.py:1160-1163): row 0's oldest real token is masked as a pad. Its last logits differ from the same
-    real tokens of row 0 run alone (no pads, the same steps after them)."""
+    of a multi-token step lowers the pads by `_idx - max_size + 1` (cache.py:1316), `_idx` then the ring's write
+    index, while the update first puts the ring in temporal order (`_idx` its length) and drops another count
+    (cache.py:1144, 1162): row 0's oldest real token is masked as a pad. Row 0's first query of that step gives
+    other logits than the same real tokens of row 0 run alone (no pads, the same steps after them)."""
     mx = importlib.import_module("mlx.core")
     cache_module = importlib.import_module("mlx_lm.models.cache")
 

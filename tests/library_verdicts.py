@@ -19,7 +19,8 @@ import sys
 from typing import Any, NamedTuple
 
 PROFILE = "pre-merge"
-LIBRARY_MODULES = {"hf": "kvcache_spec.conformance.libraries.hf", "mlxlm": "kvcache_spec.conformance.libraries.mlxlm"}
+LIBRARY_MODULES = {"hf": "kvcache_spec.conformance.libraries.hf", "mlxlm": "kvcache_spec.conformance.libraries.mlxlm",
+                   "mlxlm_batch": "kvcache_spec.conformance.libraries.mlxlm_batch"}
 
 
 def cause_key(finding: dict[str, Any]) -> str:
@@ -121,6 +122,21 @@ KINDS: dict[str, Kind] = {
         "defect", "ConcatenateKVCache.trim lowers offset only: trimmed tokens come back into every later attention",
         f"{MLX_CACHE}:230-236, `is_trimmable` answers True and `trim` only lowers `self.offset`; "
         "trim_prompt_cache trims every cache that says so", "mlx_concatenate_trim"),
+    'batch_filter_empty': Kind(
+        "defect", "BatchKVCache.filter on a left-padded cache holding nothing yet lowers its write index below 0 "
+        "(the shift of the padding every kept row has): the next forward raises",
+        f"{MLX_CACHE}:883-899, BatchKVCache's docstring: inputs are left-padded and `left_padding` gives each row's "
+        f"amount; {MLX_CACHE}:982-999, filter (\"In-place filter to keep just the given indices\") lowers `_idx` by "
+        "the smallest kept pad whether or not keys are stored; BatchGenerator itself never filters an empty padded "
+        "cache (its empty merges have no padding, generate.py:826-839)", "mlx_batch_filter_of_padded_empty_cache"),
+    'batch_ring_wrap_mask': Kind(
+        "defect", "BatchRotatingKVCache's mask for a multi-token step after single-token steps wrapped the ring "
+        "masks a left-padded row's oldest real token as a pad",
+        f"{MLX_CACHE}:1316, make_mask lowers the pads by `_idx - max_size + 1` with `_idx` the rotated ring's write "
+        f"index, while _update_concat first restores temporal order ({MLX_CACHE}:1144, `_idx` becomes the length) "
+        f"and trims by that ({MLX_CACHE}:1162); a left-padded row is BatchGenerator's own state (finalize, "
+        "generate.py:1219-1236), and its prompt steps mix one-token and longer steps (insert_segments)",
+        "mlx_batch_rotating_mask_after_wrap"),
 }
 
 EXPECTED: dict[str, dict[str, Any]] = {
@@ -195,6 +211,14 @@ EXPECTED: dict[str, dict[str, Any]] = {
     'mlxlm:concatenate': {"verdict": 'NOT CONFORMING', "causes": {
         'wrong OP-ATTEND: wrong OP-ATTEND: at fetch (attends tokens the spec does not); flat | cap 1, flat':
             'concat_trim',
+    }},
+    'mlxlm_batch:batch': {"verdict": 'NOT CONFORMING', "causes": {
+        'over-strict OP-ATTEND: over-strict OP-ATTEND: at fetch; flat | cap 2, flat, batch 2':
+            'batch_filter_empty',
+    }},
+    'mlxlm_batch:batch_rotating': {"verdict": 'NOT CONFORMING', "causes": {
+        "wrong OP-ATTEND: wrong OP-ATTEND: at fetch (a row's history not its own); ring | cap 2, ring(3), batch 2":
+            'batch_ring_wrap_mask',
     }},
 }
 

@@ -11,7 +11,8 @@ from pathlib import Path
 from .library_verdicts import CLASSES, EXPECTED, KINDS, kind_heading, readme_cell, row
 
 ROOT = Path(__file__).resolve().parent.parent
-PAGES = {"hf": ROOT / "docs" / "hf-findings.md", "mlxlm": ROOT / "docs" / "mlxlm-findings.md"}
+PAGES = {"hf": ROOT / "docs" / "hf-findings.md", "mlxlm": ROOT / "docs" / "mlxlm-findings.md",
+         "mlxlm_batch": ROOT / "docs" / "mlxlm-findings.md"}   # mlx-lm's batch caches: the same page
 
 
 def test_every_cause_is_of_a_named_kind() -> None:
@@ -48,11 +49,19 @@ def test_the_pages_state_each_kinds_class_and_evidence() -> None:
             assert kind_heading(kind) in page, (target, kind_heading(kind))
 
 
+# Judged targets whose README row is not written yet: the README is edited by the release, not by the branch that
+# adds a target (issue 42's batch caches). Each must have no row: once the row is there, it leaves this set.
+README_PENDING = frozenset({"mlxlm_batch:batch", "mlxlm_batch:batch_rotating"})
+
+
 def test_the_readme_counts_real_as_the_librarys_defects_only() -> None:
     readme = (ROOT / "README.md").read_text()
     for target in EXPECTED:
         library, name = target.split(":")
         rows = [line for line in readme.splitlines() if f"conformance.libraries.{library}:{name}`" in line]
+        if target in README_PENDING:
+            assert not rows, (target, "the README has its row now: take it out of README_PENDING")
+            continue
         assert len(rows) == 1, (target, rows)
         assert rows[0].endswith(f"| {readme_cell(target)} |"), (rows[0], readme_cell(target))
 

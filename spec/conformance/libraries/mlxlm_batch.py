@@ -28,7 +28,7 @@ Nothing is validated here: what the library raises is the refusal. `position` is
 is its cache `offset`, the tokens it holds past its pads). Scope: `trusted-args` (model code and BatchGenerator
 are the only callers), `unbounded`, `pad`, `select`, `batch`, `mla`; `no-length`: a batch cache has no one length
 of the op face's `used(layer)` - its `offset` is one count per row (its tokens past its pads), and its shared
-`_idx` is a storage index that `filter` lowers when it drops pad columns every row has (cache.py:993-999), while
+`_idx` is a storage index that `filter` lowers when it drops pad columns every row has (cache.py:992-999), while
 positions are kept. The sizes are not lazy: the batch size is the batch cache's, fixed when it is merged.
 """
 
@@ -111,9 +111,16 @@ def _merged(per_row: Callable[[], list[Any]], batch: int) -> list[Any]:
     return list(_generate_module()._merge_caches([per_row() for _ in range(batch)]))
 
 
+def _no_recording(cfg: JsonConfig) -> JsonConfig:
+    """A spec-4 config may ask rings to record their past (record_past, OP-RECORD): no mlx-lm cache does."""
+    if cfg.get("record_past"):
+        raise ValueError("SCOPE-BORDER: mlx-lm's caches do not record a ring's past (record_past)")
+    return cfg
+
+
 def _batch(cfg: JsonConfig) -> Any:
     module = _cache_module()
-    layers = len(_only(cfg, "flat"))
+    layers = len(_only(_no_recording(cfg), "flat"))
     return MlxBatchCaches(lambda rows: _merged(lambda: [module.KVCache() for _ in range(layers)], rows),
                           cfg["batch_size"], _default_mask())
 
@@ -123,7 +130,7 @@ def _batch_rotating(cfg: JsonConfig) -> Any:
     BatchKVCache and BatchRotatingKVCache(sliding_window); the sliding layers' mask from a sliding cache with
     window_size=sliding_window, as llama's forward builds it. One window, no sinks (a batch ring has no keep)."""
     module = _cache_module()
-    policies = _policies(cfg)
+    policies = _policies(_no_recording(cfg))
     windows = {entry["window"] for entry in policies if entry["kind"] == "ring"}
     if len(windows) > 1 or any(entry.get("keep", 0) or entry["kind"] not in ("flat", "ring") for entry in policies):
         raise ValueError(f"SCOPE-BORDER: full and sliding layers, one sliding_window and no sinks "
@@ -147,9 +154,9 @@ def _declared(factory: Callable[[JsonConfig], Any], scope: tuple[str, ...]) -> C
 
 batch = _declared(library_target("batch", _batch, (), "BatchKVCache per layer, as BatchGenerator merges them."),
                   ("flat", *SCOPE))
-batch_rotating = _declared(library_target("batch_rotating", _batch_rotating, (),
-                                          "BatchKVCache full layers, BatchRotatingKVCache(sliding_window) sliding ones, "
-                                          "as BatchGenerator merges llama's make_cache."),
-                           ("flat", "ring", *SCOPE))
+batch_rotating = _declared(library_target(
+    "batch_rotating", _batch_rotating, (),
+    "BatchKVCache full layers, BatchRotatingKVCache(sliding_window) sliding ones, as BatchGenerator merges llama's "
+    "make_cache."), ("flat", "ring", *SCOPE))
 
 TARGETS = ("batch", "batch_rotating")
