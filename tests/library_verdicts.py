@@ -135,7 +135,8 @@ KINDS: dict[str, Kind] = {
         f"{MLX_CACHE}:1316, make_mask lowers the pads by `_idx - max_size + 1` with `_idx` the rotated ring's write "
         f"index, while _update_concat first restores temporal order ({MLX_CACHE}:1144, `_idx` becomes the length) "
         f"and trims by that ({MLX_CACHE}:1162); a left-padded row is BatchGenerator's own state (finalize, "
-        "generate.py:1219-1236), and its prompt steps mix one-token and longer steps (insert_segments)",
+        "generate.py:1219-1236), whose prompt steps follow each prompt's segments (insert_segments), one-token ones "
+        "included; not run end to end through BatchGenerator here",
         "mlx_batch_rotating_mask_after_wrap"),
 }
 
