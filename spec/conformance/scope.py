@@ -392,7 +392,9 @@ class Scope:
             ([] if self.min_head_dim is None else [f"{MIN_HEAD_DIM}={self.min_head_dim}"]) + \
             ([f"{USER_CONFIG}={'+'.join(sorted(self.user_config))}"] if self.user_config else []) + \
             ([f"{REQUIRES}={'+'.join(sorted(self.requires))}"] if self.requires else [])
-        return [name for name in EVERY_FEATURE if name in self.features] + fixed + relaxed
+        # a feature another declared one includes is not named again (`batch-verbs` says `select`)
+        included = frozenset().union(*(INCLUDES.get(name, frozenset()) for name in self.features))
+        return [name for name in EVERY_FEATURE if name in self.features - included] + fixed + relaxed
 
     def announced(self) -> list[str]:
         """The declaration that reads back as this scope (a served hello): its names, and `spec=N` when its
