@@ -1,11 +1,13 @@
-"""transformers' and mlx-lm's caches judged by the op-face suite (spec/conformance/libraries/hf.py, mlxlm.py): every target
+"""transformers' and mlx-lm's caches judged by the op-face suite (spec/conformance/libraries/hf.py, mlxlm.py,
+mlxlm_batch.py - mlx-lm's batch caches as BatchGenerator drives them): every target
 at strict pre-merge gives the verdict and exactly the distinct causes docs/hf-findings.md and docs/mlxlm-findings.md
 state (tests/library_verdicts.py holds them, each cause classed real or not); and each real defect's standalone repro
 through the library's own model code (tests/library_repros.py) still shows it - a library that fixed one fails here,
 so the pages are brought up to date.
 
-Needs the `hf` and `mlx` extras. Without them the module is skipped with the reason - except where
-KVCACHE_REQUIRE_LIBRARIES=1 (CI's library stage, which installs them): there a missing install fails.
+Needs the `hf` and `mlx` extras, each test the one its name says (hf, mlx; else both). Without it the test is
+skipped with the reason - except where KVCACHE_REQUIRE_LIBRARIES=1 (CI's library stage, which installs them):
+there a missing install fails.
 """
 
 from __future__ import annotations
