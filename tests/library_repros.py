@@ -326,6 +326,36 @@ def mlx_batch_rotating_mask_after_wrap() -> dict[str, Any]:
     return {"first_query_logits_gap": float(mx.abs(batched - single).max())}
 
 
+def mlx_batchgenerator_segments_after_wrap() -> dict[str, Any]:
+    """The same defect through BatchGenerator itself: a qwen2 model, max_kv_size=6 (make_prompt_cache's rings,
+    merged into BatchRotatingKVCache(6)), two requests of segments 3+1+1+2+1 and 5+1+1+2+1 tokens: the shorter
+    prompt is left-padded by 2 (finalize), the one-token segments wrap the ring, the 2-token one is masked wrong.
+    The shorter request's first logprobs differ from the same request run alone; the longer one's (no pads) do not."""
+    mx = importlib.import_module("mlx.core")
+    generate = importlib.import_module("mlx_lm.generate")
+
+    model = _mlx_model("qwen2")
+
+    def first_logprobs(requests: list[list[list[int]]]) -> list[Any]:
+        generator = generate.BatchGenerator(model, max_kv_size=6, max_tokens=1)
+        uids = generator.insert_segments(requests)
+        out: dict[int, Any] = {}
+        for _ in range(40):   # a few prompt steps, then one generated token each
+            for response in generator.next()[1]:
+                out.setdefault(response.uid, response.logprobs)
+            if len(out) == len(uids):
+                break
+        generator.close()
+        return [out[uid] for uid in uids]
+
+    short = [[3, 4, 5], [6], [7], [8, 9], [10]]
+    long = [[20, 21, 22, 23, 24], [25], [26], [27, 28], [29]]
+    batched = first_logprobs([short, long])
+    alone = first_logprobs([short])[0], first_logprobs([long])[0]
+    return {"padded_request_gap": float(mx.abs(batched[0] - alone[0]).max()),
+            "unpadded_request_gap": float(mx.abs(batched[1] - alone[1]).max())}
+
+
 HF: dict[str, Callable[[], dict[str, Any]]] = {
     "static overflow": hf_static_overflow, "static cache of zero length": hf_static_zero_length,
     "sliding window 1": hf_sliding_window_one,
@@ -339,7 +369,8 @@ MLX: dict[str, Callable[[], dict[str, Any]]] = {
     "RotatingKVCache trim after wrap": mlx_rotating_trim_after_wrap, "negative trim": mlx_negative_trim,
     "ChunkedKVCache trim after slide": mlx_chunked_trim_after_slide,
     "BatchKVCache filter of a padded empty cache": mlx_batch_filter_of_padded_empty_cache,
-    "BatchRotatingKVCache mask after wrap": mlx_batch_rotating_mask_after_wrap}
+    "BatchRotatingKVCache mask after wrap": mlx_batch_rotating_mask_after_wrap,
+    "BatchGenerator segments after a wrap": mlx_batchgenerator_segments_after_wrap}
 
 
 # library -> the modules its repros import (a library found whose dependency is not - mlx without mlx-cpu's

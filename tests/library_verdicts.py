@@ -135,8 +135,9 @@ KINDS: dict[str, Kind] = {
         f"{MLX_CACHE}:1316, make_mask lowers the pads by `_idx - max_size + 1` with `_idx` the rotated ring's write "
         f"index, while _update_concat first restores temporal order ({MLX_CACHE}:1144, `_idx` becomes the length) "
         f"and trims by that ({MLX_CACHE}:1162); a left-padded row is BatchGenerator's own state (finalize, "
-        "generate.py:1219-1236), whose prompt steps follow each prompt's segments (insert_segments), one-token ones "
-        "included; not run end to end through BatchGenerator here",
+        "generate.py:1219-1236), whose prompt steps follow each prompt's segments (insert_segments, generate.py:1643): "
+        "BatchGenerator(max_kv_size=6) serving a left-padded request's one-token segments, then a 2-token one, gives "
+        "it other logprobs than alone (repro mlx_batchgenerator_segments_after_wrap)",
         "mlx_batch_rotating_mask_after_wrap"),
 }
 

@@ -229,6 +229,11 @@ def test_mlx_batch_rotating_mask_after_a_wrap_masks_a_real_token() -> None:
     assert repros.mlx_batch_rotating_mask_after_wrap()["first_query_logits_gap"] > 1e-2
 
 
+def test_mlx_batchgenerator_left_padded_request_after_a_wrap_differs_from_alone() -> None:
+    out = repros.mlx_batchgenerator_segments_after_wrap()
+    assert out["padded_request_gap"] > 1e-2 and out["unpadded_request_gap"] < 1e-4, out
+
+
 def test_hf_quantized_cache_says_croppable_and_its_crop_raises() -> None:
     out = repros.hf_quantized_crop()
     assert out == {backend: {"is_croppable": True, "crop(-1)": "IndexError", "held_after": 3}
