@@ -26,7 +26,7 @@ from kvcache_spec.conformance.suite import report_json, run_suite
 from kvcache_spec.conformance.targets import PythonTarget
 
 from . import library_repros as repros
-from .library_verdicts import EXPECTED, LIBRARY_MODULES, PROFILE, cause_key, page_line
+from .library_verdicts import EXPECTED, LIBRARY_MODULES, PROFILE, ROWS_PENDING, cause_key, page_line
 
 INSTALL = "pip install -e '.[hf,mlx]'"
 EXTRAS = {"hf": ("torch", "transformers", "optimum.quanto", "hqq"), "mlx": ("mlx.core", "mlx_lm")}
@@ -73,7 +73,9 @@ def judged(target: str) -> tuple[dict[str, Any], float]:
     started = time.monotonic()
     report = report_json(run_suite(PythonTarget(f"python:kvcache_spec.conformance.libraries.{target}"), PROFILE), True, False)
     folder = os.environ.get("KVCACHE_LIBRARY_REPORTS")
-    if folder:
+    # a target whose matrix row the release has not written yet writes no report: CI's `kvcache matrix --check`
+    # would fail on a row docs/matrix.md lacks (ROWS_PENDING; the release takes it out and regenerates the matrix)
+    if folder and target not in ROWS_PENDING:
         (Path(folder) / f"{target.replace(':', '_')}.json").write_text(json.dumps(report))
     return report, time.monotonic() - started
 
@@ -240,7 +242,8 @@ def test_hf_quantized_cache_says_croppable_and_its_crop_raises() -> None:
                    for backend in ("quanto", "hqq", "fp8")}, out
 
 
-@pytest.mark.parametrize("extra, path", [("hf", "libraries.hf:dynamic_full"), ("mlx", "op.mlxlm:kv")])
+@pytest.mark.parametrize("extra, path", [("hf", "libraries.hf:dynamic_full"), ("mlx", "op.mlxlm:kv"),
+                                         ("mlx", "libraries.mlxlm_batch:batch")])
 def test_an_adapter_on_another_library_version_exits_2_naming_both(tmp_path: Path, extra: str, path: str) -> None:
     """A fake newer release found first on the path: the target does not load, one line names what was found and
     what is supported (exit 2) - rather than a run reporting every call over-strict. ANY_VERSION=1 loads it."""

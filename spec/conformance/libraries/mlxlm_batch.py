@@ -38,9 +38,17 @@ import importlib
 from types import SimpleNamespace
 from typing import Any, Callable, Optional
 
+from ..._extras import missing_line, version_line
 from ..configs import JsonConfig
 from ..op.targets import library_target
-from .mlxlm import _cache_module, _default_mask, _mx, _numpy, _only, _policies
+
+# Without the extra, or on another version of the library, loading a target names this module (as mlxlm.py does).
+_MISSING = (missing_line("mlx", "kvcache_spec.conformance.libraries.mlxlm_batch")
+            or version_line("mlx", "kvcache_spec.conformance.libraries.mlxlm_batch"))
+if _MISSING:
+    raise ImportError(_MISSING)
+
+from .mlxlm import _cache_module, _default_mask, _mx, _numpy, _only, _policies  # noqa: E402  (after the check)
 
 SCOPE = ("batch", "mla", "trusted-args", "unbounded", "no-length", "pad", "select")
 SPEC_VERSION = "spec=4"   # pad and select came with spec 4
