@@ -103,9 +103,9 @@ class MlxBatchCaches:
             cache.prepare(left_padding=left_padding)
 
     def select(self, rows: Any) -> None:
-        """Every layer's filter(rows): BatchGenerator drops finished rows so."""
+        """Every layer's filter(rows), a list of row indices: BatchGenerator drops finished rows so."""
         for cache in self.caches:
-            cache.filter(_mx().array(rows))
+            cache.filter(list(rows))
 
     def reset(self) -> None:
         """BatchGenerator has no reset: a new batch gets new caches, merged as these were, of the rows the batch
