@@ -98,9 +98,9 @@ CLAUSES: tuple[Clause, ...] = (
     Clause("op.pad.left_padding", "OP-PAD", OP_CONTIGUOUS, "pad", "left_padding", INT,
            "pad's counts are ints (not bool) in [0, capacity]", "capacity", feature="pad"),
     Clause("op.select.rows", "OP-ROWS", OP_CONTIGUOUS, "select", "rows", LIST, "select(rows): a non-empty list",
-           feature="batch-verbs"),
+           feature="select"),
     Clause("op.select.rows.id", "OP-ROWS", OP_CONTIGUOUS, "select", "rows", ID,
-           "select's rows are ints (not bool) in [0, batch_size)", "batch_size", feature="batch-verbs"),
+           "select's rows are ints (not bool) in [0, batch_size)", "batch_size", feature="select"),
     Clause("op.reorder.rows.id", "OP-ROWS", OP_CONTIGUOUS, "reorder", "rows", ID,
            "reorder's rows are ints (not bool) in [0, batch_size)", "batch_size", feature="batch-verbs"),
     Clause("op.repeat.times", "OP-ROWS", OP_CONTIGUOUS, "repeat", "times", INT, "repeat's times is an int (not "

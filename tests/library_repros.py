@@ -364,6 +364,79 @@ def mlx_prompt_cache_changed_byte() -> dict[str, Any]:
     return {"offset": loaded.offset, "k_rows": np.array(loaded.keys)[0, 0, :2, 0].tolist()}
 
 
+def mlx_batch_filter_of_padded_empty_cache() -> dict[str, Any]:
+    """BatchKVCache(left_padding=[2, 2]) (its docstring: inputs left-padded, left_padding the amount per row),
+    filter([0]) before the first forward: filter's shift of the padding every row has lowers `_idx` although no
+    key is stored (cache.py:992-999), to -2; the next forward, the row's left-padded prompt, then raises."""
+    mx = importlib.import_module("mlx.core")
+    cache_module = importlib.import_module("mlx_lm.models.cache")
+
+    model = _mlx_model()
+    cache = [cache_module.BatchKVCache([2, 2]) for _ in model.layers]
+    for layer in cache:
+        layer.filter(mx.array([0]))
+    out: dict[str, Any] = {"idx_after_filter": cache[0]._idx}
+    try:
+        mx.eval(model(_mlx_tokens(3), cache=cache))
+        out["forward"] = "served"
+    except Exception as error:
+        out["forward"] = type(error).__name__
+    return out
+
+
+def mlx_batch_rotating_mask_after_wrap() -> dict[str, Any]:
+    """BatchRotatingKVCache(max_size=3, left_padding=[2, 0]): once single-token decodes wrapped the ring, the mask
+    of a multi-token step lowers the pads by `_idx - max_size + 1` (cache.py:1316), `_idx` then the ring's write
+    index, while the update first puts the ring in temporal order (`_idx` its length) and drops another count
+    (cache.py:1144, 1162): row 0's oldest real token is masked as a pad. Row 0's first query of that step gives
+    other logits than the same real tokens of row 0 run alone (no pads, the same steps after them)."""
+    mx = importlib.import_module("mlx.core")
+    cache_module = importlib.import_module("mlx_lm.models.cache")
+
+    model = _mlx_model()
+    ids = _mlx_tokens(6)
+    rows = mx.concatenate([ids, ids + 1])   # row 0: 2 pads then 4 real tokens; row 1: 6 real tokens
+    padded = [cache_module.BatchRotatingKVCache(3, [2, 0]) for _ in model.layers]
+    for i in range(4):   # positions 0-3 decoded one by one: the ring of 3 wraps
+        mx.eval(model(rows[:, i:i + 1], cache=padded))
+    batched = model(rows[:, 4:6], cache=padded)[0, 0]   # row 0's query at position 4
+    alone = [cache_module.BatchRotatingKVCache(3, [0]) for _ in model.layers]
+    for i in range(2, 4):   # row 0's real tokens, the same steps
+        mx.eval(model(ids[:, i:i + 1], cache=alone))
+    single = model(ids[:, 4:6], cache=alone)[0, 0]
+    return {"first_query_logits_gap": float(mx.abs(batched - single).max())}
+
+
+def mlx_batchgenerator_segments_after_wrap() -> dict[str, Any]:
+    """The same defect through BatchGenerator itself: a qwen2 model, max_kv_size=6 (make_prompt_cache's rings,
+    merged into BatchRotatingKVCache(6)), two requests of segments 3+1+1+2+1 and 5+1+1+2+1 tokens: the shorter
+    prompt is left-padded by 2 (finalize), the one-token segments wrap the ring, the 2-token one is masked wrong.
+    The shorter request's first logprobs differ from the same request run alone; the longer one's (no pads) do not."""
+    mx = importlib.import_module("mlx.core")
+    generate = importlib.import_module("mlx_lm.generate")
+
+    model = _mlx_model("qwen2")
+
+    def first_logprobs(requests: list[list[list[int]]]) -> list[Any]:
+        generator = generate.BatchGenerator(model, max_kv_size=6, max_tokens=1)
+        uids = generator.insert_segments(requests)
+        out: dict[int, Any] = {}
+        for _ in range(40):   # a few prompt steps, then one generated token each
+            for response in generator.next()[1]:
+                out.setdefault(response.uid, response.logprobs)
+            if len(out) == len(uids):
+                break
+        generator.close()
+        return [out[uid] for uid in uids]
+
+    short = [[3, 4, 5], [6], [7], [8, 9], [10]]
+    long = [[20, 21, 22, 23, 24], [25], [26], [27, 28], [29]]
+    batched = first_logprobs([short, long])
+    alone = first_logprobs([short])[0], first_logprobs([long])[0]
+    return {"padded_request_gap": float(mx.abs(batched[0] - alone[0]).max()),
+            "unpadded_request_gap": float(mx.abs(batched[1] - alone[1]).max())}
+
+
 HF: dict[str, Callable[[], dict[str, Any]]] = {
     "static overflow": hf_static_overflow, "static cache of zero length": hf_static_zero_length,
     "sliding window 1": hf_sliding_window_one,
@@ -377,7 +450,10 @@ MLX: dict[str, Callable[[], dict[str, Any]]] = {
     "RotatingKVCache trim after wrap": mlx_rotating_trim_after_wrap, "negative trim": mlx_negative_trim,
     "ChunkedKVCache trim after slide": mlx_chunked_trim_after_slide,
     "llama4 trim across a chunk": mlx_llama4_trim_across_chunk, "llama4 partial trim": mlx_llama4_partial_trim,
-    "prompt cache file with a changed byte": mlx_prompt_cache_changed_byte}
+    "prompt cache file with a changed byte": mlx_prompt_cache_changed_byte,
+    "BatchKVCache filter of a padded empty cache": mlx_batch_filter_of_padded_empty_cache,
+    "BatchRotatingKVCache mask after wrap": mlx_batch_rotating_mask_after_wrap,
+    "BatchGenerator segments after a wrap": mlx_batchgenerator_segments_after_wrap}
 
 
 # library -> the modules its repros import (a library found whose dependency is not - mlx without mlx-cpu's

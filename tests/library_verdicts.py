@@ -19,7 +19,8 @@ import sys
 from typing import Any, NamedTuple
 
 PROFILE = "pre-merge"
-LIBRARY_MODULES = {"hf": "kvcache_spec.conformance.libraries.hf", "mlxlm": "kvcache_spec.conformance.libraries.mlxlm"}
+LIBRARY_MODULES = {"hf": "kvcache_spec.conformance.libraries.hf", "mlxlm": "kvcache_spec.conformance.libraries.mlxlm",
+                   "mlxlm_batch": "kvcache_spec.conformance.libraries.mlxlm_batch"}
 
 
 def cause_key(finding: dict[str, Any]) -> str:
@@ -144,6 +145,23 @@ KINDS: dict[str, Kind] = {
         "lie inside the file: a truncated file is refused) then each class's from_state, with nothing compared; its "
         "docstring promises only \"Load a prompt cache from a file\". The safetensors format carries no checksum: "
         "OP-STATE's refusal of a changed byte asks more than the format can", "mlx_prompt_cache_changed_byte"),
+    'batch_filter_empty': Kind(
+        "defect", "BatchKVCache.filter on a left-padded cache holding nothing yet lowers its write index below 0 "
+        "(the shift of the padding every kept row has): the next forward raises",
+        f"{MLX_CACHE}:883-899, BatchKVCache's docstring: inputs are left-padded and `left_padding` gives each row's "
+        f"amount; {MLX_CACHE}:982-999, filter (\"In-place filter to keep just the given indices\") lowers `_idx` by "
+        "the smallest kept pad whether or not keys are stored; BatchGenerator itself never filters an empty padded "
+        "cache (its empty merges have no padding, generate.py:826-839)", "mlx_batch_filter_of_padded_empty_cache"),
+    'batch_ring_wrap_mask': Kind(
+        "defect", "BatchRotatingKVCache's mask for a multi-token step after single-token steps wrapped the ring "
+        "masks a left-padded row's oldest real token as a pad",
+        f"{MLX_CACHE}:1316, make_mask lowers the pads by `_idx - max_size + 1` with `_idx` the rotated ring's write "
+        f"index, while _update_concat first restores temporal order ({MLX_CACHE}:1144, `_idx` becomes the length) "
+        f"and trims by that ({MLX_CACHE}:1162); a left-padded row is BatchGenerator's own state (finalize, "
+        "generate.py:1219-1236), whose prompt steps follow each prompt's segments (insert_segments, generate.py:1643): "
+        "BatchGenerator(max_kv_size=6) serving a left-padded request's one-token segments, then a 2-token one, gives "
+        "it other logprobs than alone (repro mlx_batchgenerator_segments_after_wrap)",
+        "mlx_batch_rotating_mask_after_wrap"),
 }
 
 EXPECTED: dict[str, dict[str, Any]] = {
@@ -237,7 +255,22 @@ EXPECTED: dict[str, dict[str, Any]] = {
         'lenient OP-CONFIG: lenient OP-CONFIG: at create (keep); ring | cap 4, ring(4, keep 4)':
             'keep_at_window',
     }},
+    'mlxlm_batch:batch': {"verdict": 'NOT CONFORMING', "causes": {
+        'over-strict OP-ATTEND: over-strict OP-ATTEND: at fetch; flat | cap 2, flat, batch 2':
+            'batch_filter_empty',
+    }},
+    'mlxlm_batch:batch_rotating': {"verdict": 'NOT CONFORMING', "causes": {
+        "wrong OP-ATTEND: wrong OP-ATTEND: at fetch (a row's history not its own); ring | cap 2, ring(3), batch 2":
+            'batch_ring_wrap_mask',
+    }},
 }
+
+# Judged targets whose rows in README.md and docs/matrix.md are not written yet: those files are the release's (the
+# matrix is regenerated from CI's runs), not the branch's that adds a target (issue 42's batch caches). Each must
+# have no row there yet (tests/test_library_pages.py, tests/test_report_page.py), and its run writes no report for
+# CI's matrix (tests/test_library_targets.py): once the rows are written, it leaves this set.
+ROWS_PENDING = frozenset({"mlxlm_batch:batch", "mlxlm_batch:batch_rotating"})
+
 
 def counts(target: str) -> dict[str, int]:
     """The target's distinct causes counted by class (CLASSES' order)."""

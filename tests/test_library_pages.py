@@ -8,10 +8,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from .library_verdicts import CLASSES, EXPECTED, KINDS, kind_heading, readme_cell, row
+from .library_verdicts import CLASSES, EXPECTED, KINDS, ROWS_PENDING, kind_heading, readme_cell, row
 
 ROOT = Path(__file__).resolve().parent.parent
-PAGES = {"hf": ROOT / "docs" / "hf-findings.md", "mlxlm": ROOT / "docs" / "mlxlm-findings.md"}
+PAGES = {"hf": ROOT / "docs" / "hf-findings.md", "mlxlm": ROOT / "docs" / "mlxlm-findings.md",
+         "mlxlm_batch": ROOT / "docs" / "mlxlm-findings.md"}   # mlx-lm's batch caches: the same page
 
 
 def test_every_cause_is_of_a_named_kind() -> None:
@@ -53,6 +54,9 @@ def test_the_readme_counts_real_as_the_librarys_defects_only() -> None:
     for target in EXPECTED:
         library, name = target.split(":")
         rows = [line for line in readme.splitlines() if f"conformance.libraries.{library}:{name}`" in line]
+        if target in ROWS_PENDING:
+            assert not rows, (target, "the README has its row now: take it out of ROWS_PENDING")
+            continue
         assert len(rows) == 1, (target, rows)
         assert rows[0].endswith(f"| {readme_cell(target)} |"), (rows[0], readme_cell(target))
 

@@ -37,9 +37,25 @@ def test_every_feature_is_added_by_exactly_one_version_and_versions_only_add() -
         frozenset(scopes.EVERY_FEATURE)
     assert scopes.version_of("trim") == scopes.version_of("sinks") == 2 and scopes.version_of("batch") == 1
     assert scopes.version_of("chunk") == scopes.version_of("recording") == 3
-    assert scopes.version_of("pad") == scopes.version_of("batch-verbs") == 4
+    assert scopes.version_of("pad") == scopes.version_of("batch-verbs") == scopes.version_of("select") == 4
     assert scopes.later_keys(1) == {"keep", "chunk"} and scopes.later_keys(2) == {"chunk"}
     assert not scopes.later_keys(scopes.CURRENT_VERSION)
+
+
+def test_batch_verbs_include_select_and_select_alone_is_sent_no_reorder_nor_repeat() -> None:
+    """`select` is select(rows) alone (mlx-lm's BatchGenerator filters rows, never reorders nor repeats them);
+    `batch-verbs` includes it, so declaring `batch-verbs` reads as before: named once, select among its features."""
+    from kvcache_spec.conformance.op.programs import reorder, repeat, select, sent_contiguous
+
+    bundled = scopes.parse(["flat", "pad", "batch-verbs", "spec=4"], "test")
+    assert "select" in bundled.features and bundled.names() == ["flat", "pad", "batch-verbs"]
+    assert scopes.parse(bundled.announced(), "test").features == bundled.features
+    alone = scopes.parse(["flat", "select"], "test")
+    assert alone.version == 4 and "batch-verbs" not in alone.features
+    program = [select([0]), reorder([0]), repeat(2)]
+    assert sent_contiguous(program, alone.features) == [select([0])]
+    assert sent_contiguous(program, bundled.features) == program
+    assert sent_contiguous(program, scopes.parse(["flat", "pad"], "test").features) == []
 
 
 @pytest.mark.parametrize("items, version, has_trim", [

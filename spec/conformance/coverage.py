@@ -61,7 +61,8 @@ FEATURE_RULES: dict[str, tuple[str, ...]] = {"positions": ("OP-POS",), "batch": 
                                              "max_write": ("OP-MAX-WRITE",), "trim": ("OP-TRIM",),
                                              "sinks": ("OP-SINKS",), "chunk": ("OP-CHUNK",),
                                              "recording": ("OP-RECORD",), "state": ("OP-STATE",),
-                                             "pad": ("OP-PAD",), "batch-verbs": ("OP-ROWS",)}
+                                             "pad": ("OP-PAD",), "batch-verbs": ("OP-ROWS",),
+                                             "select": ("OP-ROWS",)}
 # A scope relaxation (scope.py; SPEC.md 6.1) -> the rules it leaves unowed, per layout: `trusted-args` is
 # sent no malformed call (OP-ARGS and PAGED-ARGS have no other refusal; PAGED-FREE's count is owed still) and no
 # invalid config (a cell cache's OP-BATCH is only the refusal of batch_size != 1 at construction; PAGED-CONFIG

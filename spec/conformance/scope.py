@@ -112,7 +112,12 @@ OP_FEATURES: dict[str, str] = {
     "state": "state() and load_state(data): the cache's state as bytes, saved and loaded (OP-STATE)",
     "pad": "pad(left_padding): rows of a batch that differ, answered with a mask per row (OP-PAD)",
     "batch-verbs": "the batch verbs select, reorder and repeat: rows moved with their history and pads (OP-ROWS)",
+    # select alone: mlx-lm's BatchGenerator drops finished rows (filter) and never reorders nor repeats them
+    "select": "the batch verb select alone (mlx-lm's filter): rows kept with their history and pads (OP-ROWS); "
+              "`batch-verbs` includes it",
 }
+# A feature that includes others: declaring it declares them (`batch-verbs` is select, reorder and repeat).
+INCLUDES: dict[str, frozenset[str]] = {"batch-verbs": frozenset({"select"})}
 # The recompute face's part a target may leave out (SPEC.md 5.3): llama.cpp keeps each sequence's positions
 # consecutive, so a decode past next_pos ends its program unjudged.
 RECOMPUTE_FEATURES: dict[str, str] = {
@@ -129,13 +134,14 @@ EVERY_FEATURE: dict[str, str] = {**FEATURES, **OP_FEATURES, **RECOMPUTE_FEATURES
 SPEC = "spec"   # "spec=2" in a declaration: the version the target was written against
 SPEC_VERSIONS: dict[int, tuple[str, frozenset[str]]] = {
     1: ("the first release: the sequence, cell, op and recompute faces, before trim and sinks",
-        frozenset(EVERY_FEATURE) - {"trim", "sinks", "chunk", "recording", "state", "pad", "batch-verbs", "pools"}),
+        frozenset(EVERY_FEATURE) - {"trim", "sinks", "chunk", "recording", "state", "pad", "batch-verbs", "select",
+                                    "pools"}),
     2: ("the op face's trim(n) verb (OP-TRIM) and ring layers with attention sinks (OP-SINKS)",
         frozenset({"trim", "sinks"})),
     3: ("chunk layers (OP-CHUNK), rings recording their past for a trim (OP-RECORD), a state saved and loaded "
         "(OP-STATE)", frozenset({"chunk", "recording", "state"})),
-    4: ("left-padded batch rows (OP-PAD), the batch verbs (OP-ROWS) and the paged layout's per-group pools "
-        "(PAGED-CONFIG)", frozenset({"pad", "batch-verbs", "pools"})),
+    4: ("left-padded batch rows (OP-PAD), the batch verbs (OP-ROWS; `select` alone too) and the paged layout's "
+        "per-group pools (PAGED-CONFIG)", frozenset({"pad", "batch-verbs", "select", "pools"})),
 }
 CHUNK, RECORD_PAST = "chunk", "record_past"   # a layer entry's chunk size; the config's recording flag
 VERSION_LAYER_KEYS: dict[int, frozenset[str]] = {2: frozenset({KEEP}), 3: frozenset({CHUNK})}   # config keys a version added
@@ -205,7 +211,7 @@ LAYOUT_FEATURES: dict[str, frozenset[str]] = {
     "sequence": frozenset(FEATURES),
     "cell": frozenset(FEATURES),
     "op-contiguous": frozenset({"flat", "ring", "max_write", "batch", "mla", "positions", "steps", "trim", "sinks",
-                                "chunk", "recording", "state", "pad", "batch-verbs"}),
+                                "chunk", "recording", "state", "pad", "batch-verbs", "select"}),
     "op-cell": frozenset({"flat", "ring", "mla", "positions", "steps", "declarations"}),
     "cell-recompute": frozenset({"flat", "ring", "position-gaps"}),
     "paged": frozenset({"flat", "ring", "pools"}),   # full groups need `flat`, window ones `ring`; "pools" `pools`
@@ -386,7 +392,9 @@ class Scope:
             ([] if self.min_head_dim is None else [f"{MIN_HEAD_DIM}={self.min_head_dim}"]) + \
             ([f"{USER_CONFIG}={'+'.join(sorted(self.user_config))}"] if self.user_config else []) + \
             ([f"{REQUIRES}={'+'.join(sorted(self.requires))}"] if self.requires else [])
-        return [name for name in EVERY_FEATURE if name in self.features] + fixed + relaxed
+        # a feature another declared one includes is not named again (`batch-verbs` says `select`)
+        included = frozenset().union(*(INCLUDES.get(name, frozenset()) for name in self.features))
+        return [name for name in EVERY_FEATURE if name in self.features - included] + fixed + relaxed
 
     def announced(self) -> list[str]:
         """The declaration that reads back as this scope (a served hello): its names, and `spec=N` when its
@@ -492,6 +500,7 @@ def parse(value: Any, source: str) -> Scope:
         # out no feature of spec 1, `spec=2` is every feature of spec 2
         items = [name for name in items if name != "all"] + sorted(features_of(version))
     known = frozenset(item for item in items if item in EVERY_FEATURE)
+    known = known.union(*(INCLUDES.get(name, frozenset()) for name in known))   # batch-verbs declares select
     fixed_keep = None if keep is None else _fixed_keep(keep)
     if fixed_keep and "sinks" not in known:
         raise ScopeError(f"{KEEP}={keep}: a keep above 0 is a ring's sinks; the scope must have 'sinks'"[:200])

@@ -195,7 +195,7 @@ FACE_METHODS: dict[str, dict[str, tuple[str, ...]]] = {
 }
 OPTIONAL_PARAMS = ("upto", "p1")
 # The methods a scope feature adds (scope.py): called only on a target that declares the feature.
-FEATURE_METHODS = {"trim": "trim", "state": "state", "load_state": "state", "pad": "pad", "select": "batch-verbs",
+FEATURE_METHODS = {"trim": "trim", "state": "state", "load_state": "state", "pad": "pad", "select": "select",
                    "reorder": "batch-verbs", "repeat": "batch-verbs"}   # method -> the feature it belongs to
 
 

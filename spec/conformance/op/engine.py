@@ -246,7 +246,7 @@ class OpEngine(Caller):
             # the drive first: _after_refusal's second run creates the target's cache afresh
             # the consequences' record has no batch rows that differ: a program whose batch verbs the target is sent
             # is not driven past its finding (a target without the features is sent none: its drive leaves them out)
-            batch = bool({"pad", "batch-verbs"} & self.scope_features()) and \
+            batch = bool({"pad", "select", "batch-verbs"} & self.scope_features()) and \
                 any(step.get("op") in BATCH_OPS for step in program)
             if batch and entry.kind in (LENIENT, OVER_STRICT):
                 self.result.skipped.add("consequences: a program with batch verbs is not driven past its finding")
@@ -515,7 +515,7 @@ class OpEngine(Caller):
 
     def batch_verb(self, step: Step) -> Optional[Step]:
         """pad (OP-PAD) and select, reorder, repeat (OP-ROWS), sent only to a target whose scope has the `pad` /
-        `batch-verbs` feature: for another the step is left out of the program, said in the skipped notes."""
+        `select` / `batch-verbs` feature: for another the step is left out of the program, said in the skipped notes."""
         op = step["op"]
         feature, rule, name = _BATCH_VERBS.get(op, _BATCH_VERBS["select"])
         if not self._batch_verb_sent(op):

@@ -167,7 +167,8 @@ RESET: Step = {"op": "reset"}
 # OP-PAD, OP-ROWS: the batch verbs (a target without `pad` / `batch-verbs` is sent none: the engine leaves them out)
 BATCH_OPS = ("pad", "select", "reorder", "repeat")
 # the scope feature each batch verb needs (the engine sends none to an op-cell cache)
-BATCH_FEATURES = {"pad": "pad", "select": "batch-verbs", "reorder": "batch-verbs", "repeat": "batch-verbs"}
+# (`batch-verbs` includes `select`, scope.INCLUDES: a target declaring it has both)
+BATCH_FEATURES = {"pad": "pad", "select": "select", "reorder": "batch-verbs", "repeat": "batch-verbs"}
 
 
 def sent_contiguous(program: list[Step], features: frozenset[str]) -> list[Step]:
