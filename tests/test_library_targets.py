@@ -37,7 +37,8 @@ except ImportError as missing:
 
 pytestmark = pytest.mark.filterwarnings("ignore::Warning")
 ROOT = Path(__file__).resolve().parent.parent
-PAGES = {"hf": ROOT / "docs" / "hf-findings.md", "mlxlm": ROOT / "docs" / "mlxlm-findings.md"}
+PAGES = {"hf": ROOT / "docs" / "hf-findings.md", "hf_batch": ROOT / "docs" / "hf-findings.md",
+         "mlxlm": ROOT / "docs" / "mlxlm-findings.md"}
 
 
 def judged(target: str) -> tuple[dict[str, Any], float]:
@@ -155,12 +156,43 @@ def test_a_targets_trim_scope_is_the_librarys_own_word(target: str) -> None:
     library, name = target.split(":")
     factory = getattr(importlib.import_module(LIBRARY_MODULES[library]), name)
     cache = _fresh(factory)
-    if library == "hf":
+    if library in ("hf", "hf_batch"):
         says = bool(cache.cache.is_croppable)
     else:
         says = bool(importlib.import_module("mlx_lm.models.cache").can_trim_prompt_cache(cache.caches))
     assert ("trim" in factory.kvcache_scope) == says, (target, "library says trimmable" if says else "library says not")
     assert callable(getattr(cache, "trim", None)) == says, target
+
+
+@pytest.mark.parametrize("name", importlib.import_module("kvcache_spec.conformance.libraries.hf_batch").TARGETS)
+def test_an_hf_batch_targets_row_verbs_are_the_librarys_own(name: str) -> None:
+    """Issue 42: an hf_batch target declares `batch-verbs` exactly where every layer of its cache has the three
+    row verbs (reorder_cache, batch_select_indices, batch_repeat_interleave: StaticLayer lacks the last two), and
+    `recording` exactly where a layer has activate_past_recording. Read from the installed library."""
+    factory = getattr(importlib.import_module("kvcache_spec.conformance.libraries.hf_batch"), name)
+    flat, ring = {"kind": "flat", "window": 0}, {"kind": "ring", "window": 4}
+    cfg = {"n_layers": 2, "n_kv_heads": 1, "head_dim": 64, "capacity": 8, "batch_size": 1,
+           "layers": [flat, ring] if "ring" in factory.kvcache_scope else [flat]}
+    layers = factory(cfg).cache.layers
+    verbs = all(callable(getattr(layer, verb, None)) for layer in layers
+                for verb in ("reorder_cache", "batch_select_indices", "batch_repeat_interleave"))
+    assert ("batch-verbs" in factory.kvcache_scope) == verbs, (name, verbs)
+    records = any(callable(getattr(layer, "activate_past_recording", None)) for layer in layers)
+    assert ("recording" in factory.kvcache_scope) == records, (name, records)
+    assert "pad" in factory.kvcache_scope and "spec=4" in factory.kvcache_scope, name
+
+
+def test_hf_row_verbs_after_a_crop_to_empty_raise_at_the_next_forward() -> None:
+    out = repros.hf_rows_after_crop_to_empty()
+    assert out == {"batch_repeat_interleave(2)": {"held": 0, "next forward of batch 2": "RuntimeError"},
+                   "batch_select_indices([0])": {"held": 0, "next forward of batch 1": "RuntimeError"}}, out
+
+
+def test_hf_quantized_cache_row_verbs_leave_the_quantized_states() -> None:
+    out = repros.hf_quantized_rows()
+    assert out == {backend: {"batch_select_indices([0])": "IndexError",
+                             "forward of batch 2 after batch_repeat_interleave(2)": "RuntimeError"}
+                   for backend in ("quanto", "hqq", "fp8")}, out
 
 
 def test_hf_quantized_cache_says_croppable_and_its_crop_raises() -> None:
