@@ -21,10 +21,10 @@ and the verbs are the library's own calls, nothing added to them:
   (generation/utils.py:4168).
 The AttendSpec of a padded batch is one mask per row, [B, q_len, rows], what torch's SDPA attends for each row.
 
-The targets, each hf.py's target of the name without `batch_`, with the verbs its cache has (scope: hf.py's,
-`spec=4`, and; the names differ from hf.py's so the matrix's rows and anchors do too):
-- `batch_dynamic_full`, `batch_dynamic_sliding`: `pad`, `batch-verbs`; the sliding one `recording` too (its layers are the ones
-  with `activate_past_recording`, cache_utils.py:211);
+The targets: each is hf.py's target of the name without `batch_` (the names differ, so the matrix's rows and anchors
+do too), its scope hf.py's with `spec=4` and the verbs its cache has:
+- `batch_dynamic_full`, `batch_dynamic_sliding`: `pad`, `batch-verbs`; the sliding one `recording` too (its layers
+  are the ones with `activate_past_recording`, cache_utils.py:211);
 - `batch_static_full`: `pad` only. StaticCache has `reorder_cache` (CacheLayerMixin's, cache_utils.py:97) but its layers
   lack `batch_select_indices` and `batch_repeat_interleave` (DynamicLayer's, cache_utils.py:183-194), which the
   `batch-verbs` feature bundles with reorder: the feature is left out, so its reorder is not judged;
