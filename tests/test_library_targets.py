@@ -1,4 +1,5 @@
-"""transformers' and mlx-lm's caches judged by the op-face suite (spec/conformance/libraries/hf.py, mlxlm.py): every target
+"""transformers' and mlx-lm's caches judged by the op-face suite (spec/conformance/libraries/hf.py, hf_batch.py - its row
+verbs, padding and recording - and mlxlm.py): every target
 at strict pre-merge gives the verdict and exactly the distinct causes docs/hf-findings.md and docs/mlxlm-findings.md
 state (tests/library_verdicts.py holds them, each cause classed real or not); and each real defect's standalone repro
 through the library's own model code (tests/library_repros.py) still shows it - a library that fixed one fails here,
