@@ -183,13 +183,16 @@ def hf_rows_after_crop_to_empty() -> dict[str, Any]:
         cache = transformers.DynamicCache(config=model.config)
         _hf_step(model, _hf_tokens(1).repeat(before, 1), cache)
         cache.crop(-1)   # every token given back: the layers are empty, still initialized
-        cache.batch_repeat_interleave(2) if after > before else cache.batch_select_indices(torch_long([0]))
+        if after > before:
+            cache.batch_repeat_interleave(2)
+        else:
+            cache.batch_select_indices(_long_tensor([0]))
         out[verb] = {"held": int(cache.get_seq_length()),
                      f"next forward of batch {after}": _hf_step(model, _hf_tokens(1).repeat(after, 1), cache)}
     return out
 
 
-def torch_long(values: list[int]) -> Any:
+def _long_tensor(values: list[int]) -> Any:
     import torch
 
     return torch.tensor(values, dtype=torch.long)
@@ -208,7 +211,7 @@ def hf_quantized_rows() -> dict[str, Any]:
         cache = transformers.QuantizedCache(backend, model.config)
         _hf_step(model, _hf_tokens(3).repeat(2, 1), cache)
         try:
-            cache.batch_select_indices(torch_long([0]))
+            cache.batch_select_indices(_long_tensor([0]))
             selected = "served"
         except Exception as error:
             selected = type(error).__name__
