@@ -160,6 +160,70 @@ def hf_quantized_crop() -> dict[str, Any]:
     return out
 
 
+def _hf_step(model: Any, ids: Any, cache: Any) -> str:
+    """One forward through the cache: 'served', or the error's type a user meets."""
+    import torch
+
+    with torch.no_grad():
+        try:
+            model(ids, past_key_values=cache, use_cache=True)
+            return "served"
+        except Exception as error:
+            return type(error).__name__
+
+
+def hf_rows_after_crop_to_empty() -> dict[str, Any]:
+    """DynamicLayer.batch_repeat_interleave / batch_select_indices skip a layer holding no rows, but a layer that
+    `crop` emptied still holds tensors of the old batch size: the next forward of the new batch raises."""
+    transformers = importlib.import_module("transformers")
+
+    model = _hf_model("Llama")
+    out: dict[str, Any] = {}
+    for verb, before, after in (("batch_repeat_interleave(2)", 1, 2), ("batch_select_indices([0])", 2, 1)):
+        cache = transformers.DynamicCache(config=model.config)
+        _hf_step(model, _hf_tokens(1).repeat(before, 1), cache)
+        cache.crop(-1)   # every token given back: the layers are empty, still initialized
+        if after > before:
+            cache.batch_repeat_interleave(2)
+        else:
+            cache.batch_select_indices(_long_tensor([0]))
+        out[verb] = {"held": int(cache.get_seq_length()),
+                     f"next forward of batch {after}": _hf_step(model, _hf_tokens(1).repeat(after, 1), cache)}
+    return out
+
+
+def _long_tensor(values: list[int]) -> Any:
+    import torch
+
+    return torch.tensor(values, dtype=torch.long)
+
+
+def hf_quantized_rows() -> dict[str, Any]:
+    """QuantizedCache's layers inherit DynamicLayer's batch_select_indices and batch_repeat_interleave, which move
+    `self.keys` - for a quantized layer the residual, an empty 1-d tensor once a prompt is quantized - and never
+    the quantized states: select raises IndexError, repeat leaves the quantized rows at the old batch size (the
+    next forward of the repeated batch raises). A head_dim of 64: the backends quantize groups of 64 channels."""
+    transformers = importlib.import_module("transformers")
+
+    out: dict[str, Any] = {}
+    model = _hf_model("Llama", head_dim=64)
+    for backend in ("quanto", "hqq", "fp8"):
+        cache = transformers.QuantizedCache(backend, model.config)
+        _hf_step(model, _hf_tokens(3).repeat(2, 1), cache)
+        try:
+            cache.batch_select_indices(_long_tensor([0]))
+            selected = "served"
+        except Exception as error:
+            selected = type(error).__name__
+        cache = transformers.QuantizedCache(backend, model.config)
+        _hf_step(model, _hf_tokens(3), cache)
+        cache.batch_repeat_interleave(2)
+        out[backend] = {"batch_select_indices([0])": selected,
+                        "forward of batch 2 after batch_repeat_interleave(2)": _hf_step(model, _hf_tokens(1).repeat(2, 1),
+                                                                                       cache)}
+    return out
+
+
 # --- mlx-lm ------------------------------------------------------------------------------------------------------
 def _mlx_model(kind: str = "llama", **args: Any) -> Any:
     """A tiny random-weight model of mlx-lm's `kind` (llama has make_cache; qwen2 has none, so make_prompt_cache
@@ -442,7 +506,8 @@ HF: dict[str, Callable[[], dict[str, Any]]] = {
     "sliding window 1": hf_sliding_window_one,
     "sliding crop before any token": hf_sliding_crop_before_any_token,
     "static sliding past max_cache_len": hf_static_sliding_past_max_cache_len,
-    "quantized crop": hf_quantized_crop}
+    "quantized crop": hf_quantized_crop, "row verbs after a crop to empty": hf_rows_after_crop_to_empty,
+    "quantized row verbs": hf_quantized_rows}
 MLX: dict[str, Callable[[], dict[str, Any]]] = {
     "make_prompt_cache(max_kv_size=4)": mlx_prompt_cache_small_ring,
     "make_prompt_cache prefill ignores sinks": mlx_prompt_cache_prefill_ignores_sinks,

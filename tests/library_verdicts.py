@@ -19,7 +19,9 @@ import sys
 from typing import Any, NamedTuple
 
 PROFILE = "pre-merge"
-LIBRARY_MODULES = {"hf": "kvcache_spec.conformance.libraries.hf", "mlxlm": "kvcache_spec.conformance.libraries.mlxlm",
+LIBRARY_MODULES = {"hf": "kvcache_spec.conformance.libraries.hf",
+                   "hf_batch": "kvcache_spec.conformance.libraries.hf_batch",
+                   "mlxlm": "kvcache_spec.conformance.libraries.mlxlm",
                    "mlxlm_batch": "kvcache_spec.conformance.libraries.mlxlm_batch"}
 
 
@@ -106,6 +108,25 @@ KINDS: dict[str, Kind] = {
         f"{HF_CACHE}:111 and {HF_CACHE}:714 as for quantized_crop (the crop is DynamicLayer's); an empty step is "
         "nothing model code sends (`trusted-args`), and no standalone repro separates the crop's part from the "
         "empty step's"),
+    'pad_after_step': Kind(
+        "stricter", "the caller's attention_mask takes leading zeros over tokens the cache already holds (pad after "
+        "a step): masking_utils builds the mask from it without a word",
+        "transformers/masking_utils.py:237-246, prepare_padding_mask takes the caller's 2D mask as given, documented "
+        "as \"The 2D attention mask corresponding to padded tokens of shape (batch_size, "
+        "number_of_seen_tokens+q_length)\" (transformers/masking_utils.py:927): padding is an input of every forward, "
+        "not a declaration the cache could refuse; OP-PAD asks for the refusal"),
+    'rows_after_crop_to_empty': Kind(
+        "defect", "a layer `crop` emptied keeps its old batch size: batch_repeat_interleave / batch_select_indices "
+        "skip it, and the next forward of the new batch raises",
+        f"{HF_CACHE}:183-194, DynamicLayer's row verbs act only `if self.get_seq_length() > 0`, and get_seq_length "
+        f"is 0 for an initialized layer of no rows ({HF_CACHE}:148), which crop leaves ({HF_CACHE}:179-181); "
+        "after reset() the same verbs and forward are served", "hf_rows_after_crop_to_empty"),
+    'quantized_rows': Kind(
+        "defect", "QuantizedCache's batch_select_indices and batch_repeat_interleave move the residual only, never "
+        "the quantized states: select raises IndexError, repeat leaves the quantized rows at the old batch size",
+        f"{HF_CACHE}:183-194, DynamicLayer's row verbs index `self.keys`, inherited by BaseQuantizedLayer "
+        f"({HF_CACHE}:714), whose states live in `_quantized_keys` ({HF_CACHE}:724); its reorder_cache is overridden "
+        f"for them ({HF_CACHE}:824, {HF_CACHE}:1024), these two are not", "hf_quantized_rows"),
     'sinks_prefill': Kind(
         "defect", "RotatingKVCache's mask for a step longer than the ring ignores keep: the same prompt prefilled at "
         "once attends other tokens than decoded",
@@ -216,6 +237,54 @@ EXPECTED: dict[str, dict[str, Any]] = {
     'hf:quantized_fp8': {"verdict": 'NOT CONFORMING', "causes": {
         "wrong OP-ATTEND: wrong OP-ATTEND: at fetch (a row not one token's); flat | cap 1, flat":
             'fp8_saturates',
+        'over-strict OP-TRIM: over-strict OP-TRIM: at trim; flat | cap 1, flat':
+            'quantized_crop',
+    }},
+    'hf_batch:batch_dynamic_full': {"verdict": 'NOT CONFORMING', "causes": {
+        'lenient OP-PAD: lenient OP-PAD: at pad OP-PAD not empty; flat | cap 2, flat, batch 2':
+            'pad_after_step',
+        'over-strict OP-ATTEND: over-strict OP-ATTEND: at fetch; flat | cap 1, flat':
+            'rows_after_crop_to_empty',
+    }},
+    'hf_batch:batch_dynamic_sliding': {"verdict": 'NOT CONFORMING', "causes": {
+        'wrong OP-ATTEND: wrong OP-ATTEND: at fetch (attends tokens the spec does not); ring | cap 1, ring(1)':
+            'window1',
+        'lenient OP-PAD: lenient OP-PAD: at pad OP-PAD not empty; flat | cap 2, flat, batch 2':
+            'pad_after_step',
+        'over-strict OP-ATTEND: over-strict OP-ATTEND: at fetch; ring | cap 1, ring(1)':
+            'window1',
+        'over-strict OP-TRIM: over-strict OP-TRIM: at trim; ring | cap 1, ring(1)':
+            'crop_empty',
+    }},
+    'hf_batch:batch_static_full': {"verdict": 'NOT CONFORMING', "causes": {
+        "wrong OP-ATOMIC: wrong OP-ATOMIC: at fetch OP-CAP capacity, which the target refused with 'IndexError: index_copy_(): index 1 is out of bounds for dimension 2 with size 1'; flat | cap 1, flat":
+            'static_overflow',
+        'lenient OP-CONFIG: lenient OP-CONFIG: at create (op.create.capacity 0); flat | cap 0, flat':
+            'static_zero',
+        'lenient OP-CONFIG: lenient OP-CONFIG: at create (op.create.capacity negative); flat | cap -1, flat':
+            'static_zero',
+        'lenient OP-CONFIG: lenient OP-CONFIG: at create (op.create.capacity bool); flat | cap True, flat':
+            'static_capacity_type',
+        'lenient OP-CONFIG: lenient OP-CONFIG: at create (op.create.capacity float); flat | cap 4.0, flat':
+            'static_capacity_type',
+        "lenient OP-CONFIG: lenient OP-CONFIG: at create (op.create.capacity string); flat | cap '4', flat":
+            'static_capacity_type',
+        'lenient OP-CONFIG: lenient OP-CONFIG: at create (op.create.capacity null); flat | cap None, flat':
+            'static_capacity_type',
+        'lenient OP-PAD: lenient OP-PAD: at pad OP-PAD not empty; flat | cap 2, flat, batch 2':
+            'pad_after_step',
+    }},
+    'hf_batch:batch_quantized_fp8': {"verdict": 'NOT CONFORMING', "causes": {
+        "wrong OP-ATTEND: wrong OP-ATTEND: at fetch (a row not one token's); flat | cap 1, flat":
+            'fp8_saturates',
+        'lenient OP-PAD: lenient OP-PAD: at pad OP-PAD not empty; flat | cap 2, flat, batch 2':
+            'pad_after_step',
+        'over-strict OP-ATTEND: over-strict OP-ATTEND: at fetch; flat | cap 1, flat':
+            'quantized_rows',
+        'over-strict OP-ROWS: over-strict OP-ROWS: at select; flat | cap 1, flat':
+            'quantized_rows',
+        'over-strict OP-ROWS: over-strict OP-ROWS: at reorder; flat | cap 1, flat, batch 2':
+            'quantized_rows',
         'over-strict OP-TRIM: over-strict OP-TRIM: at trim; flat | cap 1, flat':
             'quantized_crop',
     }},

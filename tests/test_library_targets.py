@@ -1,5 +1,6 @@
-"""transformers' and mlx-lm's caches judged by the op-face suite (spec/conformance/libraries/hf.py, mlxlm.py,
-mlxlm_batch.py - mlx-lm's batch caches as BatchGenerator drives them): every target
+"""transformers' and mlx-lm's caches judged by the op-face suite (spec/conformance/libraries/hf.py, hf_batch.py - its
+row verbs, padding and recording - mlxlm.py, and mlxlm_batch.py - mlx-lm's batch caches as BatchGenerator drives
+them): every target
 at strict pre-merge gives the verdict and exactly the distinct causes docs/hf-findings.md and docs/mlxlm-findings.md
 state (tests/library_verdicts.py holds them, each cause classed real or not); and each real defect's standalone repro
 through the library's own model code (tests/library_repros.py) still shows it - a library that fixed one fails here,
@@ -63,8 +64,8 @@ def _extras_installed(request: pytest.FixtureRequest) -> None:
     if missing:
         pytest.skip(f"not installed ({missing}): {INSTALL}")
 ROOT = Path(__file__).resolve().parent.parent
-PAGES = {"hf": ROOT / "docs" / "hf-findings.md", "mlxlm": ROOT / "docs" / "mlxlm-findings.md",
-         "mlxlm_batch": ROOT / "docs" / "mlxlm-findings.md"}   # mlx-lm's batch caches: the same page
+PAGES = {"hf": ROOT / "docs" / "hf-findings.md", "hf_batch": ROOT / "docs" / "hf-findings.md",
+         "mlxlm": ROOT / "docs" / "mlxlm-findings.md", "mlxlm_batch": ROOT / "docs" / "mlxlm-findings.md"}
 
 
 def judged(target: str) -> tuple[dict[str, Any], float]:
@@ -207,7 +208,7 @@ def test_a_targets_trim_scope_is_the_librarys_own_word(target: str) -> None:
     library, name = target.split(":")
     factory = getattr(importlib.import_module(LIBRARY_MODULES[library]), name)
     cache = _fresh(factory)
-    if library == "hf":
+    if library in ("hf", "hf_batch"):
         says = bool(cache.cache.is_croppable)
     else:
         says = bool(importlib.import_module("mlx_lm.models.cache").can_trim_prompt_cache(cache.caches))
@@ -252,6 +253,37 @@ def test_mlx_batch_rotating_mask_after_a_wrap_masks_a_real_token() -> None:
 def test_mlx_batchgenerator_left_padded_request_after_a_wrap_differs_from_alone() -> None:
     out = repros.mlx_batchgenerator_segments_after_wrap()
     assert out["padded_request_gap"] > 1e-2 and out["unpadded_request_gap"] < 1e-4, out
+
+
+@pytest.mark.parametrize("name", importlib.import_module("kvcache_spec.conformance.libraries.hf_batch").TARGETS)
+def test_an_hf_batch_targets_row_verbs_are_the_librarys_own(name: str) -> None:
+    """Issue 42: an hf_batch target declares `batch-verbs` exactly where every layer of its cache has the three
+    row verbs (reorder_cache, batch_select_indices, batch_repeat_interleave: StaticLayer lacks the last two), and
+    `recording` exactly where a layer has activate_past_recording. Read from the installed library."""
+    factory = getattr(importlib.import_module("kvcache_spec.conformance.libraries.hf_batch"), name)
+    flat, ring = {"kind": "flat", "window": 0}, {"kind": "ring", "window": 4}
+    cfg = {"n_layers": 2, "n_kv_heads": 1, "head_dim": 64, "capacity": 8, "batch_size": 1,
+           "layers": [flat, ring] if "ring" in factory.kvcache_scope else [flat]}
+    layers = factory(cfg).cache.layers
+    verbs = all(callable(getattr(layer, verb, None)) for layer in layers
+                for verb in ("reorder_cache", "batch_select_indices", "batch_repeat_interleave"))
+    assert ("batch-verbs" in factory.kvcache_scope) == verbs, (name, verbs)
+    records = any(callable(getattr(layer, "activate_past_recording", None)) for layer in layers)
+    assert ("recording" in factory.kvcache_scope) == records, (name, records)
+    assert "pad" in factory.kvcache_scope and "spec=4" in factory.kvcache_scope, name
+
+
+def test_hf_row_verbs_after_a_crop_to_empty_raise_at_the_next_forward() -> None:
+    out = repros.hf_rows_after_crop_to_empty()
+    assert out == {"batch_repeat_interleave(2)": {"held": 0, "next forward of batch 2": "RuntimeError"},
+                   "batch_select_indices([0])": {"held": 0, "next forward of batch 1": "RuntimeError"}}, out
+
+
+def test_hf_quantized_cache_row_verbs_leave_the_quantized_states() -> None:
+    out = repros.hf_quantized_rows()
+    assert out == {backend: {"batch_select_indices([0])": "IndexError",
+                             "forward of batch 2 after batch_repeat_interleave(2)": "RuntimeError"}
+                   for backend in ("quanto", "hqq", "fp8")}, out
 
 
 def test_hf_quantized_cache_says_croppable_and_its_crop_raises() -> None:

@@ -29,6 +29,7 @@ from .report_page import cause_section, class_css, load, page
 LIBRARIES: tuple[tuple[str, str, str, str], ...] = (
     # the adapters' paths in kvcache_spec.conformance.libraries, then the earlier paths that re-export them
     (".libraries.hf:", "transformers", "5.23.0", "hf-findings.md"),
+    (".libraries.hf_batch:", "transformers", "5.23.0", "hf-findings.md"),   # its row verbs, padding, recording
     (".libraries.mlxlm:", "mlx-lm", "0.32.2", "mlxlm-findings.md"),
     (".libraries.mlxlm_batch:", "mlx-lm", "0.32.2", "mlxlm-findings.md"),   # its batch caches (BatchGenerator's)
     (".libraries.executorch:", "executorch", "1.5.1", "upstream-findings.md"),
