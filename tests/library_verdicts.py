@@ -334,12 +334,6 @@ EXPECTED: dict[str, dict[str, Any]] = {
     }},
 }
 
-# Judged targets whose rows in README.md and docs/matrix.md are not written yet: those files are the release's (the
-# matrix is regenerated from CI's runs), not the branch's that adds a target (issue 42's batch caches). Each must
-# have no row there yet (tests/test_library_pages.py, tests/test_report_page.py), and its run writes no report for
-# CI's matrix (tests/test_library_targets.py): once the rows are written, it leaves this set.
-ROWS_PENDING = frozenset({"mlxlm_batch:batch", "mlxlm_batch:batch_rotating"})
-
 
 def counts(target: str) -> dict[str, int]:
     """The target's distinct causes counted by class (CLASSES' order)."""

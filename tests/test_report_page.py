@@ -19,7 +19,7 @@ from kvcache_spec.conformance.cli import main as conformance_main
 from kvcache_spec.conformance.suite import replay
 from kvcache_spec.rules import RULES
 
-from .library_verdicts import EXPECTED, ROWS_PENDING
+from .library_verdicts import EXPECTED
 
 ROOT = Path(__file__).resolve().parent.parent
 STANDIN = "python:tests.op_standin:CellWindowOffByOne"   # a window one position too long (OP-ATTEND)
@@ -177,15 +177,10 @@ def test_the_committed_matrix_holds_the_libraries_documented_causes() -> None:
     text = (ROOT / "docs" / "matrix.md").read_text()
     names = list(matrix.FAMILIES)
     for target, expected in EXPECTED.items():
-        if target.startswith("hf_batch:"):   # docs/matrix.md gains their rows when next regenerated from CI's reports
-            continue
-        library = "transformers" if target.startswith("hf:") else "mlx-lm"
+        library = "transformers" if target.startswith(("hf:", "hf_batch:")) else "mlx-lm"
         name = target.split(":", 1)[1]
         row = next((line for line in text.splitlines() if line.startswith(f"| {library} |")
                     and f"| `{name}` |" in line), None)
-        if target in ROWS_PENDING:
-            assert row is None, (target, "docs/matrix.md has its row now: take it out of ROWS_PENDING")
-            continue
         assert row is not None, target
         fields = [field.strip() for field in row.strip("|").split("|")]
         assert fields[3] == f"{expected['verdict']} (strict)", (target, fields[3])
