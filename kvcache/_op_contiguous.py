@@ -172,9 +172,7 @@ class ContiguousReferenceCache(BatchRows):
         plan = self._layout.plan(layer_id, first, q_len)
         assert plan is not None  # OP-CAP was checked
         if self._bits is not None:   # OP-QUANTIZE: a quantized cache holds what it writes quantized
-            dtype = self._pools.dtype
-            k_values, v_values = quantized(k_values.astype(dtype), self._bits), quantized(v_values.astype(dtype),
-                                                                                          self._bits)
+            k_values, v_values = self._held_as(k_values, self._bits), self._held_as(v_values, self._bits)
         self._pools.write(layer_id, rows_of(plan.write), k_values, v_values)
         self._layout.commit(plan)
         served = frozenset({layer_id}) if step is None else step.served | {layer_id}
@@ -269,6 +267,10 @@ class ContiguousReferenceCache(BatchRows):
         restore(self._layout, self._pools, held)
 
     # --- quantize (OP-QUANTIZE; the quantizer: _op_quantize.py) --------------------------------------------
+
+    def _held_as(self, values: Any, bits: int) -> Any:
+        """OP-QUANTIZE: a step's K or V as this cache, quantized to `bits`, holds it (in its dtype)."""
+        return quantized(np.asarray(values).astype(self._pools.dtype), bits)
 
     def _quantize_error(self, bits: Any) -> Optional[KVCacheError]:
         return bits_error(bits, self._bits)

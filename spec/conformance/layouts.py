@@ -56,6 +56,7 @@ class Layout:
     # edge programs of a later spec version, run after every other edge program (suite/plan.py, `interleaved`):
     # adding them leaves the earlier programs' order, and so what each run finds first and shrinks, as it was
     later_edge_programs: Optional[Callable[[JsonConfig], list[tuple[str, list[Step]]]]] = None
+    latest_edge_programs: Optional[Callable[[JsonConfig], list[tuple[str, list[Step]]]]] = None   # after those
     # the program as a target whose scope has these features is sent it (steps of a verb it lacks left out up
     # front): the program a finding is stored, shrunk and compared with (--against) is the one its step index counts
     sent: Optional[Callable[[list[Step], frozenset[str]], list[Step]]] = None

@@ -112,6 +112,7 @@ OP_FEATURES: dict[str, str] = {
     "state": "state() and load_state(data): the cache's state as bytes, saved and loaded (OP-STATE)",
     "pad": "pad(left_padding): rows of a batch that differ, answered with a mask per row (OP-PAD)",
     "batch-verbs": "the batch verbs select, reorder and repeat: rows moved with their history and pads (OP-ROWS)",
+    "quantize": "quantize(bits): the cache quantized mid-generation, every row read within its bound (OP-QUANTIZE)",
 }
 # The recompute face's part a target may leave out (SPEC.md 5.3): llama.cpp keeps each sequence's positions
 # consecutive, so a decode past next_pos ends its program unjudged.
@@ -129,13 +130,14 @@ EVERY_FEATURE: dict[str, str] = {**FEATURES, **OP_FEATURES, **RECOMPUTE_FEATURES
 SPEC = "spec"   # "spec=2" in a declaration: the version the target was written against
 SPEC_VERSIONS: dict[int, tuple[str, frozenset[str]]] = {
     1: ("the first release: the sequence, cell, op and recompute faces, before trim and sinks",
-        frozenset(EVERY_FEATURE) - {"trim", "sinks", "chunk", "recording", "state", "pad", "batch-verbs", "pools"}),
+        frozenset(EVERY_FEATURE) - {"trim", "sinks", "chunk", "recording", "state", "pad", "batch-verbs", "pools",
+                                    "quantize"}),
     2: ("the op face's trim(n) verb (OP-TRIM) and ring layers with attention sinks (OP-SINKS)",
         frozenset({"trim", "sinks"})),
     3: ("chunk layers (OP-CHUNK), rings recording their past for a trim (OP-RECORD), a state saved and loaded "
         "(OP-STATE)", frozenset({"chunk", "recording", "state"})),
-    4: ("left-padded batch rows (OP-PAD), the batch verbs (OP-ROWS) and the paged layout's per-group pools "
-        "(PAGED-CONFIG)", frozenset({"pad", "batch-verbs", "pools"})),
+    4: ("left-padded batch rows (OP-PAD), the batch verbs (OP-ROWS), the paged layout's per-group pools "
+        "(PAGED-CONFIG) and a quantize mid-generation (OP-QUANTIZE)", frozenset({"pad", "batch-verbs", "pools", "quantize"})),
 }
 CHUNK, RECORD_PAST = "chunk", "record_past"   # a layer entry's chunk size; the config's recording flag
 VERSION_LAYER_KEYS: dict[int, frozenset[str]] = {2: frozenset({KEEP}), 3: frozenset({CHUNK})}   # config keys a version added
@@ -205,7 +207,7 @@ LAYOUT_FEATURES: dict[str, frozenset[str]] = {
     "sequence": frozenset(FEATURES),
     "cell": frozenset(FEATURES),
     "op-contiguous": frozenset({"flat", "ring", "max_write", "batch", "mla", "positions", "steps", "trim", "sinks",
-                                "chunk", "recording", "state", "pad", "batch-verbs"}),
+                                "chunk", "recording", "state", "pad", "batch-verbs", "quantize"}),
     "op-cell": frozenset({"flat", "ring", "mla", "positions", "steps", "declarations"}),
     "cell-recompute": frozenset({"flat", "ring", "position-gaps"}),
     "paged": frozenset({"flat", "ring", "pools"}),   # full groups need `flat`, window ones `ring`; "pools" `pools`
