@@ -137,7 +137,8 @@ SPEC_VERSIONS: dict[int, tuple[str, frozenset[str]]] = {
     3: ("chunk layers (OP-CHUNK), rings recording their past for a trim (OP-RECORD), a state saved and loaded "
         "(OP-STATE)", frozenset({"chunk", "recording", "state"})),
     4: ("left-padded batch rows (OP-PAD), the batch verbs (OP-ROWS), the paged layout's per-group pools "
-        "(PAGED-CONFIG) and a quantize mid-generation (OP-QUANTIZE)", frozenset({"pad", "batch-verbs", "pools", "quantize"})),
+        "(PAGED-CONFIG) and a quantize mid-generation (OP-QUANTIZE)",
+        frozenset({"pad", "batch-verbs", "pools", "quantize"})),
 }
 CHUNK, RECORD_PAST = "chunk", "record_past"   # a layer entry's chunk size; the config's recording flag
 VERSION_LAYER_KEYS: dict[int, frozenset[str]] = {2: frozenset({KEEP}), 3: frozenset({CHUNK})}   # config keys a version added

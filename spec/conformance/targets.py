@@ -196,7 +196,8 @@ FACE_METHODS: dict[str, dict[str, tuple[str, ...]]] = {
 OPTIONAL_PARAMS = ("upto", "p1")
 # The methods a scope feature adds (scope.py): called only on a target that declares the feature.
 FEATURE_METHODS = {"trim": "trim", "state": "state", "load_state": "state", "pad": "pad", "select": "batch-verbs",
-                   "reorder": "batch-verbs", "repeat": "batch-verbs", "quantize": "quantize"}   # method -> the feature it belongs to
+                   "reorder": "batch-verbs", "repeat": "batch-verbs",
+                   "quantize": "quantize"}   # method -> the feature it belongs to
 
 
 class Target(abc.ABC):

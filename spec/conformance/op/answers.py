@@ -76,7 +76,8 @@ class Labels:
             x = values.astype(np.float64)
             finite = np.all(np.isfinite(x), axis=1)
             first = np.rint(np.where(finite, x[:, 0], 0)) - 1
-            guess = np.where(finite & (first >= 0), first, -1).clip(-1, 2.0**62).astype(np.int64) // W // (2 * H * B * L)
+            first = np.where(finite & (first >= 0), first, -1).clip(-1, 2.0**62)
+            guess = first.astype(np.int64) // W // (2 * H * B * L)
             expected = 1 + (((((guess.reshape(-1, 1) * L + layer) * B + b) * H + h) * 2 + is_v) * W
                             + np.arange(width)).astype(np.float64)
             bound = op_model.quantize_bound(self.bits, 0, width - 1) + \

@@ -1,4 +1,4 @@
-"""OP-QUANTIZE on the op engine: a contiguous cache quantized mid-generation, every later answer judged within the bound.
+"""OP-QUANTIZE on the op engine: a contiguous cache quantized mid-generation, every later answer read within the bound.
 
 A program's `quantize` step calls the target's `quantize(bits)`. Past it the engine reads every row within the
 rule's bound instead of exactly: an element written as the label x of a row whose labels span [low, high] must
@@ -94,7 +94,8 @@ def quantize_programs(cfg: dict[str, Any]) -> list[tuple[str, list[Step]]]:
     """OP-QUANTIZE's edges on a contiguous config: a conversion after a prefill, then decodes (past a ring's
     window); one of an empty cache; one mid-step; a trim and a reset after one; a second quantize refused; each
     malformed bits refused, nothing changed, every later answer judged."""
-    from .programs import RESET, cases, fetch, forward, malformed_call, trim_most
+    from ..malform import cases
+    from .programs import RESET, fetch, forward, malformed_call, trim_most
 
     layers, cap = cfg["n_layers"], cfg["capacity"]
     window = max([entry["window"] for entry in cfg["layers"] if entry["kind"] == "ring"], default=1)

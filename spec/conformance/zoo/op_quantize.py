@@ -60,11 +60,12 @@ class _CoarseSteps(op.ContiguousReferenceCache):
 def _coarse(values: np.ndarray, bits: int) -> np.ndarray:
     x = values.astype(np.float64)
     if not x.shape[-1]:
-        return values
+        return np.asarray(values)
     low, high = x.min(axis=-1, keepdims=True), x.max(axis=-1, keepdims=True)
     scale = (high - low) / (1 << bits)
     codes = np.clip(np.rint((x - low) / np.where(scale > 0, scale, 1.0)), 0, (1 << bits) - 1)
-    return (low + codes * scale).astype(values.dtype)
+    out: np.ndarray = (low + codes * scale).astype(values.dtype)
+    return out
 
 
 def _factory(cls: type[op.ContiguousReferenceCache], doc: str) -> Any:
