@@ -3,8 +3,8 @@
 found with a short program (tests/test_op_quantize.py). Use one as a target:
 `--target python:kvcache_spec.conformance.zoo.op_quantize:bits_truthy`.
 
-- `bits_truthy`: a bits check by isinstance(bits, int) that lets True (1 bit) through, and 4.0 read as 4:
-  lenient.
+- `bits_truthy`: a bits check by isinstance(bits, (int, float)) that serves True (as its least bits, 2) and 4.0 as
+  4: lenient.
 - `drops_a_row`: a conversion that copies all but the oldest row of every layer into the quantized layer (a
   slice one off, as `keys[..., 1:offset, :]` does): the length one short, wrong.
 - `coarse_steps`: a quantizer with a scale over 2^bits steps instead of 2^bits - 1, the top code clipped: the
