@@ -33,6 +33,7 @@ from ._op_arrays import found, layer_error, to_kind, to_numpy
 from ._op_pools import KVPools, checked_step, fetch_contracts, step_positions_or_error
 from ._op_types import AttendSpec, CacheConfig, CacheSizing, attended_by_formula, layout_config, mask_of, \
     spec_for, takes_op_config, validated
+from ._op_quantize import bits_error, quantized, within_bound
 from ._op_state import decode, encode, held_now, restore, state_error
 from .backends.numpy_backend import rows_of
 
@@ -74,6 +75,7 @@ class ContiguousReferenceCache(BatchRows):
         self._depth = tuple(self._layout.depth(layer) for layer in range(config.n_layers))
         self._step: Optional[_OpenStep] = None
         self._pools = KVPools(config, self._depth)
+        self._bits: Optional[int] = None   # OP-QUANTIZE: the bits every row is held at (None: as written)
 
     def __delattr__(self, name: str) -> None:
         """Deleting an attribute would break the invariants behind the API's back, so it is refused.
@@ -100,7 +102,7 @@ class ContiguousReferenceCache(BatchRows):
 
     def _state(self) -> tuple[Any, ...]:
         """Everything a later call can observe, as values (the tests' before/after snapshots)."""
-        return self._layout._state(), self._step, self._pools.snapshot(), self._batch_state()
+        return self._layout._state(), self._step, self._pools.snapshot(), self._batch_state(), self._bits
 
     # --- validation (before anything changes) -----------------------------------------------------------
 
@@ -169,6 +171,8 @@ class ContiguousReferenceCache(BatchRows):
         first, q_len = positions[0], len(positions)
         plan = self._layout.plan(layer_id, first, q_len)
         assert plan is not None  # OP-CAP was checked
+        if self._bits is not None:   # OP-QUANTIZE: a quantized cache holds what it writes quantized
+            k_values, v_values = self._held_as(k_values, self._bits), self._held_as(v_values, self._bits)
         self._pools.write(layer_id, rows_of(plan.write), k_values, v_values)
         self._layout.commit(plan)
         served = frozenset({layer_id}) if step is None else step.served | {layer_id}
@@ -261,3 +265,37 @@ class ContiguousReferenceCache(BatchRows):
         assert not isinstance(held, KVCacheError)   # the precondition decoded it already
         self._step = None
         restore(self._layout, self._pools, held)
+
+    # --- quantize (OP-QUANTIZE; the quantizer: _op_quantize.py) --------------------------------------------
+
+    def _held_as(self, values: Any, bits: int) -> Any:
+        """OP-QUANTIZE: a step's K or V as this cache, quantized to `bits`, holds it (in its dtype)."""
+        return quantized(np.asarray(values).astype(self._pools.dtype), bits)
+
+    def _quantize_error(self, bits: Any) -> Optional[KVCacheError]:
+        return bits_error(bits, self._bits)
+
+    @icontract.require(lambda self, bits: self._quantize_error(bits) is None,
+                       "OP-QUANTIZE: bits is an int in [2, 8] and the cache is not quantized yet",
+                       error=lambda self, bits: found(self._quantize_error(bits)), enabled=True)
+    @icontract.snapshot(lambda self: [(k.copy(), v.copy()) for k, v in zip(self._pools.k, self._pools.v)],
+                        name="rows")
+    @icontract.snapshot(lambda self: self._step.start if self._step is not None else self._layout.length(),
+                        name="held")
+    @icontract.ensure(lambda self, OLD, bits: self._bits == bits and self._step is None and all(
+        self._used(layer) == OLD.held for layer in range(self.config.n_layers)),
+                      "OP-QUANTIZE: the cache is quantized, holding the tokens it held between steps")
+    @icontract.ensure(lambda self, OLD, bits: all(
+        within_bound(k, self._pools.k[layer], bits) and within_bound(v, self._pools.v[layer], bits)
+        for layer, (k, v) in enumerate(OLD.rows)), "OP-QUANTIZE: every row held reads back within its bound")
+    def quantize(self, bits: int) -> None:
+        """Turn this cache into one quantized to `bits` (an int in [2, 8]), as mlx-lm's to_quantized does
+        mid-generation: every row held, and every row written later, reads back within (max - min) / (2 (2^bits -
+        1)) of what was written (max and min over the row). Positions and lengths stay; an open step is abandoned
+        first (OP-STEP); a reset keeps the cache quantized. A bits that is no int or out of range, or a second
+        quantize, is refused and nothing changes."""
+        self._abandon()
+        self._bits = bits
+        pools = self._pools
+        pools.k = [quantized(k, bits) for k in pools.k]
+        pools.v = [quantized(v, bits) for v in pools.v]

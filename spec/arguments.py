@@ -105,6 +105,9 @@ CLAUSES: tuple[Clause, ...] = (
            "reorder's rows are ints (not bool) in [0, batch_size)", "batch_size", feature="batch-verbs"),
     Clause("op.repeat.times", "OP-ROWS", OP_CONTIGUOUS, "repeat", "times", INT, "repeat's times is an int (not "
            "bool) >= 1", low="1", feature="batch-verbs"),
+    # OP-QUANTIZE: quantize(bits) (a second quantize is the programs' case, not an argument's)
+    Clause("op.quantize.bits", "OP-QUANTIZE", OP_CONTIGUOUS, "quantize", "bits", INT,
+           "quantize's bits is an int (not bool) in [2, 8]", "8", low="2", feature="quantize"),
     Clause("op.begin_step.seq_ids", "OP-STEP", OP_CELL, "begin_step", "seq_ids", LIST,
            "begin_step(seq_ids): a non-empty list"),
     Clause("op.begin_step.seq_ids.id", "OP-STEP", OP_CELL, "begin_step", "seq_ids", ID,

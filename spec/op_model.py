@@ -167,6 +167,16 @@ STATE_FORMS: dict[str, str] = {
 }
 
 
+# OP-QUANTIZE: the bits a quantize(bits) takes, and the error it may leave in an element of a row written
+QUANTIZE_BITS = range(2, 9)
+
+
+def quantize_bound(bits: int, low: float, high: float) -> float:
+    """OP-QUANTIZE: how far an element of a row whose written values span [low, high] may read back after a
+    quantize(bits): half a step of 2^bits - 1 steps over the row's range (float32 rounding aside)."""
+    return (high - low) / (2 * ((1 << bits) - 1))
+
+
 @dataclass(frozen=True)
 class SavedState:
     """OP-STATE: a state as the model knows one: the config it was taken under, the model as it stood then with
@@ -196,6 +206,7 @@ class OpModel:
         self.pads: list[int] = [0] * cfg.batch_size
         self.row_labels: list[dict[int, Label]] = [{} for _ in range(cfg.batch_size)]
         self.rows_moved = False   # a batch verb moved rows since the last reset (a finding then names OP-ROWS)
+        self.bits: Optional[int] = None   # OP-QUANTIZE: the bits the cache was quantized to (None: exact)
 
     def snapshot(self) -> "OpModel":
         """A copy of the state (a call refused that the model served is followed from the state before it)."""
@@ -205,7 +216,7 @@ class OpModel:
         copy.dropped_declaration, copy.abandoned = self.dropped_declaration, self.abandoned
         copy.floors, copy.unrecorded = list(self.floors), list(self.unrecorded)
         copy.pads, copy.row_labels = list(self.pads), [dict(labels) for labels in self.row_labels]
-        copy.rows_moved = self.rows_moved
+        copy.rows_moved, copy.bits = self.rows_moved, self.bits
         return copy
 
     # --- observations ------------------------------------------------------------------------------
@@ -327,6 +338,23 @@ class OpModel:
                        if self.cfg.windows[l] and self.cfg.record_past else min(floor, end)
                        for l, floor in enumerate(self.floors)]
         self.unrecorded = [min(floor, end) for floor in self.unrecorded]
+        return None
+
+    def quantize(self, bits: Any) -> Optional[Rejected]:
+        """Contiguous (OP-QUANTIZE): every token held, and every one written later, is held within
+        quantize_bound(bits, ...) of what was written; positions and lengths stay, an open step is abandoned first
+        (OP-STEP). A bits that is no int in QUANTIZE_BITS, or a second quantize, is refused (nothing changes)."""
+        if self.cfg.kind != CONTIGUOUS:
+            return Rejected("OP-QUANTIZE", "the cell cache has no quantize", case="cell")
+        if not _is_int(bits):
+            return Rejected("OP-QUANTIZE", f"bits {bits!r} is not an int", case="bits type")
+        if bits not in QUANTIZE_BITS:
+            return Rejected("OP-QUANTIZE", f"bits {bits} is not in [{QUANTIZE_BITS[0]}, {QUANTIZE_BITS[-1]}]",
+                            case="bits range")
+        if self.bits is not None:
+            return Rejected("OP-QUANTIZE", f"the cache is quantized already (to {self.bits} bits)", case="twice")
+        self._abandon()
+        self.bits = bits
         return None
 
     def begin_step(self, seq_ids: Any) -> Optional[Rejected]:

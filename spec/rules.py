@@ -417,6 +417,18 @@ OP_RULES: tuple[Rule, ...] = (
          "files): a state that loads wrong gives wrong attention for the rest of a generation without a sound, "
          "while a refused one costs only a recompute.",
          "A round trip that loses a ring's position or a row; a corrupted, truncated or foreign state accepted."),
+    Rule("OP-QUANTIZE",
+         "Contiguous: quantize(bits) (an int in [2, 8]) turns the cache, between steps or mid-generation, into a "
+         "quantized one: every token it holds, and every token written to it later, reads back within "
+         "(max - min) / (2 (2^bits - 1)) of what was written in every element (max and min over that token's row "
+         "as written: one layer, batch row, head, K or V), plus float32 rounding; its positions, used lengths and "
+         "masks are unchanged (an open step is abandoned: OP-STEP), and a reset keeps it quantized. A bits that is "
+         "no int (a bool, a float) or out of range, or a second quantize, is refused and nothing changes.",
+         "mlx-lm converts its KVCache to a QuantizedKVCache mid-generation (to_quantized(group_size, bits), "
+         "--quantized-kv-start) and transformers quantizes its caches: a conversion that loses a row, keeps the "
+         "wrong one, or rounds coarser than its bits say degrades every later token without a sound.",
+         "A conversion that drops or shifts a row; one rounding coarser than its bits (an error past the bound); "
+         "bits=True taken for 1, or 4.0 served."),
 )
 
 # --- a cell cache seen only through its outputs (SPEC.md section 5.3): the op face's cell verbs, and a decode

@@ -269,8 +269,8 @@ def test_every_rule_is_in_scope_or_says_why_not() -> None:
     assert "ref_counts" in uncounted["PAGED-REFCOUNT"] and not uncounted["PAGED-HIT"]
     ops = in_scope(config_validation=True, optional=frozenset(), layout="op-cell")
     contiguous_only = ("OP-MAX-WRITE", "OP-TRIM", "OP-SINKS", "OP-CHUNK", "OP-RECORD", "OP-STATE", "OP-PAD",
-                       "OP-ROWS")   # cells have no rings to bound, trim, sinks, chunks, recording, saved state or
-    # batch rows
+                       "OP-ROWS", "OP-QUANTIZE")   # cells have no rings to bound, trim, sinks, chunks, recording,
+    # saved state, batch rows or quantize
     assert all(not ops[rule] for rule in op_rules if rule not in contiguous_only) and ops["CELL-MASK"] and \
         ops["REWIND-SOUND"] and all("other op cache" in ops[rule] for rule in contiguous_only)
     cells = in_scope(config_validation=True, optional=frozenset(), layout="cell")

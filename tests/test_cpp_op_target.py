@@ -79,10 +79,10 @@ def test_the_cpp_op_target_conforms_within_its_scope_and_its_broken_window_is_ca
     correct, broken = binaries["contiguous"], binaries["contiguous_window"]
     code, judged = _judge(correct, tmp_path)
     assert code == 0 and capsys.readouterr().out.strip().splitlines()[-1] == \
-        "  CONFORMING (strict) within the scope flat,ring,batch,mla,trim,sinks,state,pad,batch-verbs only"
+        "  CONFORMING (strict) within the scope flat,ring,batch,mla,trim,sinks,state,pad,batch-verbs,quantize only"
     assert judged["verdict"] == CONFORMING and not judged["coverage"]["incomplete"]
     assert {"OP-ATTEND", "OP-MASK", "OP-HIST", "OP-ARGS", "OP-CAP", "OP-ATOMIC", "OP-BATCH", "OP-TRIM", "OP-SINKS",
-            "OP-STATE", "OP-PAD", "OP-ROWS"} <= set(judged["coverage"]["rules"]["exercised"])
+            "OP-STATE", "OP-PAD", "OP-ROWS", "OP-QUANTIZE"} <= set(judged["coverage"]["rules"]["exercised"])
 
     code, judged = _judge(broken, tmp_path)
     found = [f for f in judged["semantic"]["findings"] if (f["class"], f["rule"]) == ("wrong", "OP-ATTEND")]

@@ -62,7 +62,7 @@ FEATURE_RULES: dict[str, tuple[str, ...]] = {"positions": ("OP-POS",), "batch": 
                                              "sinks": ("OP-SINKS",), "chunk": ("OP-CHUNK",),
                                              "recording": ("OP-RECORD",), "state": ("OP-STATE",),
                                              "pad": ("OP-PAD",), "batch-verbs": ("OP-ROWS",),
-                                             "select": ("OP-ROWS",)}
+                                             "select": ("OP-ROWS",), "quantize": ("OP-QUANTIZE",)}
 # A scope relaxation (scope.py; SPEC.md 6.1) -> the rules it leaves unowed, per layout: `trusted-args` is
 # sent no malformed call (OP-ARGS and PAGED-ARGS have no other refusal; PAGED-FREE's count is owed still) and no
 # invalid config (a cell cache's OP-BATCH is only the refusal of batch_size != 1 at construction; PAGED-CONFIG
@@ -116,8 +116,8 @@ def _layout_rule(rule_id: str, layout: str) -> str:
         binds = layout.startswith("op-") == rule_id.startswith(OP_PREFIX) or rule_id == "SCOPE-BORDER"
         other_kind = layout == "op-contiguous" and rule_id in ("OP-FORK", "OP-RM") or \
             layout == "op-cell" and rule_id in ("OP-MAX-WRITE", "OP-TRIM", "OP-SINKS", "OP-CHUNK", "OP-RECORD",
-                                                 "OP-STATE", "OP-PAD", "OP-ROWS")   # no rings to bound, trim,
-        # sinks, chunks, recording, saved state or batch rows
+                                                 "OP-STATE", "OP-PAD", "OP-ROWS", "OP-QUANTIZE")   # no rings to
+        # bound, trim, sinks, chunks, recording, saved state, batch rows or quantize
         if binds and other_kind:
             return f"a rule of the other op cache: this run drives the {layout} layout"
         return "" if binds else f"a rule of another face: this run drives the {layout} layout"

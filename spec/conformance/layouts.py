@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from .configs import JsonConfig
+from .scope import Scope
 from .engine import RunResult, Step
 from .targets import FACE_METHODS, FEATURE_METHODS, OPTIONAL_METHODS, PythonTarget, Target, TargetCrash
 
@@ -56,9 +57,10 @@ class Layout:
     # edge programs of a later spec version, run after every other edge program (suite/plan.py, `interleaved`):
     # adding them leaves the earlier programs' order, and so what each run finds first and shrinks, as it was
     later_edge_programs: Optional[Callable[[JsonConfig], list[tuple[str, list[Step]]]]] = None
-    # the program as a target whose scope has these features is sent it (steps of a verb it lacks left out up
-    # front): the program a finding is stored, shrunk and compared with (--against) is the one its step index counts
-    sent: Optional[Callable[[list[Step], frozenset[str]], list[Step]]] = None
+    latest_edge_programs: Optional[Callable[[JsonConfig], list[tuple[str, list[Step]]]]] = None   # after those
+    # the program as a target of this scope is sent it (steps of a verb it lacks left out up front): the program a
+    # finding is stored, shrunk and compared with (--against) is the one its step index counts in
+    sent: Optional[Callable[[list[Step], Scope], list[Step]]] = None
 
 
 @functools.cache

@@ -49,7 +49,7 @@ FAMILIES: dict[str, tuple[str, ...]] = {
     "attention": ("DATA-SOUND", "CELL-DATA-SOUND", "OP-ATTEND", "OP-MASK", "OP-HIST", "OP-BATCH", "OP-SINKS", "OP-CHUNK", "OP-PAD",
                   "CELL-MASK", "CELL-WINDOW-POS", "CELL-KEEP", "CELL-RECOMPUTE", "PLAN-PURE", "PLAN-SHAPE",
                   "PLAN-WRITE", "PLAN-READ", "STEP-APPEND", "RETAINED", "CELL-PLACE", "CELL-FORWARD",
-                  "PAGED-DATA-SOUND", "PAGED-HIT", "PAGED-HIT-GROUPS", "PAGED-WINDOW-RELEASE"),
+                  "PAGED-DATA-SOUND", "PAGED-HIT", "PAGED-HIT-GROUPS", "PAGED-WINDOW-RELEASE", "OP-QUANTIZE"),
     "layout": ("LAYOUT-CANON", "DEPTH", "CELL-LAYOUT-CANON"),
     "steps and atomicity": ("ATOMIC", "CELL-ATOMIC", "OP-ATOMIC", "OP-STEP", "COMMIT-ISSUED", "COMMIT-ADVANCE",
                             "PROTO-COMMIT", "PAGED-ATOMIC", "OP-STATE"),

@@ -181,7 +181,7 @@ FACE_METHODS: dict[str, dict[str, tuple[str, ...]]] = {
     # the op face (spec/op_model.py; PROTOCOL.md, "Op-face targets"): upstream's method names, arguments in order
     "op-contiguous": {"update_and_fetch": ("layer_id", "k", "v", "position"), "used": ("layer_id",), "reset": (),
                       "trim": ("n",), "state": (), "load_state": ("data",), "pad": ("left_padding",),
-                      "select": ("rows",), "reorder": ("rows",), "repeat": ("times",)},
+                      "select": ("rows",), "reorder": ("rows",), "repeat": ("times",), "quantize": ("bits",)},
     "op-cell": {"update_and_fetch": ("layer_id", "k", "v", "position"), "begin_step": ("seq_ids",),
                 "seq_cp": ("src", "dst", "upto"), "seq_rm": ("seq", "p0", "p1"), "seq_len": ("seq",),
                 "free_cells": (), "reset": ()},
@@ -196,7 +196,8 @@ FACE_METHODS: dict[str, dict[str, tuple[str, ...]]] = {
 OPTIONAL_PARAMS = ("upto", "p1")
 # The methods a scope feature adds (scope.py): called only on a target that declares the feature.
 FEATURE_METHODS = {"trim": "trim", "state": "state", "load_state": "state", "pad": "pad", "select": "select",
-                   "reorder": "batch-verbs", "repeat": "batch-verbs"}   # method -> the feature it belongs to
+                   "reorder": "batch-verbs", "repeat": "batch-verbs",
+                   "quantize": "quantize"}   # method -> the feature it belongs to
 
 
 class Target(abc.ABC):

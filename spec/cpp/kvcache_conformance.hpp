@@ -1348,14 +1348,15 @@ struct Scope {
     return whole;
   }
   // full(3) adds `state` (OP-STATE; spec 3's `chunk` and `recording` the Config does not carry, so full(3) and
-  // full(4) leave them out and the driver refuses such configs at the border); full(4) adds `pad` and
-  // `batch-verbs` (OP-PAD, OP-ROWS). A driver given no callable for a verb drops its feature from the hello.
+  // full(4) leave them out and the driver refuses such configs at the border); full(4) adds `pad`, `batch-verbs`
+  // and `quantize` (OP-PAD, OP-ROWS, OP-QUANTIZE). A driver given no callable for a verb drops its feature from the
+  // hello.
   static Scope full(int spec_version) {
     if (spec_version < 1 || spec_version > 4) throw std::invalid_argument("op::Scope::full: spec versions are 1 to 4");
     Scope whole = full();
     if (spec_version >= 2) whole.features.insert(whole.features.end(), {"trim", "sinks"});
     if (spec_version >= 3) whole.features.push_back("state");
-    if (spec_version >= 4) whole.features.insert(whole.features.end(), {"pad", "batch-verbs"});
+    if (spec_version >= 4) whole.features.insert(whole.features.end(), {"pad", "batch-verbs", "quantize"});
     whole.spec = spec_version;
     return whole;
   }
@@ -1427,14 +1428,18 @@ class Driver {
     std::function<std::string(Cache&)> save;
     std::function<void(Cache&, const std::string&)> load;
   };
+  // optional (OP-QUANTIZE, the scope feature `quantize`): quantize(bits) mid-generation (an exception refuses it,
+  // the cache unchanged); a bits no C++ int holds (true, 2.0) is refused by the driver
+  using Quantize = std::function<void(Cache&, int)>;
 
   Driver(std::string name, Scope scope, Factory factory, Fetch fetch, Trim trim = nullptr, Batch batch = nullptr,
-         State state = {})
+         State state = {}, Quantize quantize = nullptr)
       : name_(std::move(name)), scope_(trimmed(batch ? std::move(scope) : scope.without("pad").without("batch-verbs"),
                                                trim != nullptr)),
         factory_(std::move(factory)), fetch_(std::move(fetch)), trim_(std::move(trim)), batch_(std::move(batch)),
-        state_(std::move(state)) {
+        state_(std::move(state)), quantize_(std::move(quantize)) {
     if (!state_.save || !state_.load) scope_ = scope_.without("state");
+    if (!quantize_) scope_ = scope_.without("quantize");
   }
 
   Response handle(const std::string& method, const Json& params) {
@@ -1459,6 +1464,7 @@ class Driver {
   Trim trim_;
   Batch batch_;
   State state_;
+  Quantize quantize_;
   std::unique_ptr<Cache> cache_;
 
   static Scope trimmed(Scope scope, bool has_trim) { return has_trim ? scope : scope.without("trim"); }
@@ -1690,6 +1696,13 @@ class Driver {
       batch_(*cache_, method, batch_ints(method, params));
       return Response::result(Json::null());
     }
+    if (method == "quantize") {   // OP-QUANTIZE
+      if (!quantize_) return Response::error("unsupported", "", "quantize is not implemented");
+      std::optional<int> bits = as_int(params.get("bits"));
+      if (!bits) throw std::invalid_argument("OP-QUANTIZE: bits is not a C++ int");   // true, 2.0: none to hand over
+      quantize_(*cache_, *bits);
+      return Response::result(Json::null());
+    }
     if (method == "state" || method == "load_state") {   // OP-STATE: bytes as base64 both ways
       if (!state_.save || !state_.load) return Response::error("unsupported", "", method + " is not implemented");
       if (method == "state") return Response::result(Json::of(base64_encode(state_.save(*cache_))));
@@ -1712,7 +1725,8 @@ class Driver {
 template <class Cache>
 int run_main(int argc, char** argv, const char* name, Scope scope, typename Driver<Cache>::Factory factory,
              typename Driver<Cache>::Fetch fetch, typename Driver<Cache>::Trim trim = nullptr,
-             typename Driver<Cache>::Batch batch = nullptr, typename Driver<Cache>::State state = {}) {
+             typename Driver<Cache>::Batch batch = nullptr, typename Driver<Cache>::State state = {},
+             typename Driver<Cache>::Quantize quantize = nullptr) {
   if (argc >= 2) {
     const std::string arg = argv[1];
     const char* usage = " - an op-face cache served over spec/PROTOCOL.md on stdin/stdout.\n"
@@ -1729,7 +1743,7 @@ int run_main(int argc, char** argv, const char* name, Scope scope, typename Driv
     return 2;
   }
   Driver<Cache> driver(name, std::move(scope), std::move(factory), std::move(fetch), std::move(trim), std::move(batch),
-                       std::move(state));
+                       std::move(state), std::move(quantize));
   std::ios::sync_with_stdio(false);
   return driver.serve(std::cin, std::cout);
 }

@@ -17,7 +17,7 @@ from ..configs import JsonConfig
 from ..engine import RunResult, Step
 from ..layouts import Layout, RunProgram
 from ..targets import Target, TargetError
-from . import persist, programs
+from . import persist, programs, quantize
 from .glue import (EVERY_ROW, LOWER_RIGHT, UPPER_LEFT, LayerLengths, attended_rows, explicit_spec, layer_policies,
                    refuse_outside_scope)
 from .targets import library_target
@@ -41,6 +41,7 @@ def _runner(kind: str) -> RunProgram:
 LAYOUTS = (Layout("op-contiguous", programs.CONTIGUOUS_CONFIGS, programs.bad_contiguous_configs,
                   programs.edge_contiguous_programs, programs.random_contiguous_program, _runner("contiguous"),
                   later_edge_programs=persist.state_programs,   # OP-STATE's (persist.py), after the others
+                  latest_edge_programs=quantize.quantize_programs,   # OP-QUANTIZE's (quantize.py), after those
                   sent=programs.sent_contiguous),
            Layout("op-cell", programs.CELL_CONFIGS, programs.bad_cell_configs, programs.edge_cell_programs,
                   programs.random_cell_program, _runner("cell"), sent=programs.sent_cell))

@@ -30,6 +30,7 @@ class Labels:
         self.radix = (cfg.n_layers + 1, cfg.batch_size + 1, cfg.n_kv_heads + 1,
                       max(cfg.head_dim, cfg.v_head_dim) + 1)
         self.tolerance = tolerance
+        self.bits: Optional[int] = None   # OP-QUANTIZE: exact labels read within quantize(bits)'s bound
 
     def array(self, uids: list[int], layer: int, shape: tuple[int, ...], is_v: int) -> np.ndarray:
         """[B, H, q, W] labels for the step's tokens `uids` (uid -1 pads a row past them)."""
@@ -56,11 +57,32 @@ class Labels:
             return np.full(values.shape[0], -1)
         if self.tolerance is not None:
             return self._uid_of_code(values, layer, b, h, is_v)
+        if self.bits is not None:
+            return self._uid_within(values, layer, b, h, is_v)
         first = values[:, 0].astype(np.float64) - 1
         guess = first.astype(np.int64) // W // (2 * H * B * L)
         expected = 1 + (((((guess.reshape(-1, 1) * L + layer) * B + b) * H + h) * 2 + is_v) * W
                         + np.arange(values.shape[1]))
         ok = (guess >= 0) & np.all(values == expected.astype(np.float32), axis=1) & (values[:, 0] >= 1)
+        return np.where(ok, guess, -1)
+
+    def _uid_within(self, values: np.ndarray, layer: int, b: int, h: int, is_v: int) -> np.ndarray:
+        """OP-QUANTIZE: the uid whose labels each element lies within quantize(bits)'s bound of (a row's labels
+        span its width less one), plus float32 rounding; the engine sends bits that keep the bound below a half."""
+        L, B, H, W = self.radix
+        assert self.bits is not None
+        width = values.shape[1]
+        with np.errstate(invalid="ignore", over="ignore"):
+            x = values.astype(np.float64)
+            finite = np.all(np.isfinite(x), axis=1)
+            first = np.rint(np.where(finite, x[:, 0], 0)) - 1
+            first = np.where(finite & (first >= 0), first, -1).clip(-1, 2.0**62)
+            guess = first.astype(np.int64) // W // (2 * H * B * L)
+            expected = 1 + (((((guess.reshape(-1, 1) * L + layer) * B + b) * H + h) * 2 + is_v) * W
+                            + np.arange(width)).astype(np.float64)
+            bound = op_model.quantize_bound(self.bits, 0, width - 1) + \
+                np.spacing(np.abs(expected).astype(np.float32)).astype(np.float64)
+            ok = finite & (guess >= 0) & np.all(np.abs(np.where(np.isfinite(x), x, -1e30) - expected) <= bound, axis=1)
         return np.where(ok, guess, -1)
 
     def labels_of(self, values: np.ndarray, layer: int, h: int, is_v: int) -> list[Optional[tuple[int, int]]]:

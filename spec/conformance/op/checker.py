@@ -26,10 +26,14 @@ states and programs it checked, and how many states it left unexpanded at the bo
     python -m kvcache_spec.conformance.op.checker --target python:kvcache_spec.conformance.op.targets:contiguous --chunk
     python -m kvcache_spec.conformance.op.checker --target python:kvcache_spec.conformance.op.targets:contiguous --batch
     python -m kvcache_spec.conformance.op.checker --target python:kvcache_spec.conformance.op.targets:contiguous --state
+    python -m kvcache_spec.conformance.op.checker --target python:kvcache_spec.conformance.op.targets:contiguous --quantize
 
 With --state (OP-STATE) the alphabet also saves a state and loads it - whole into a fresh cache or the live one,
 with a byte flipped, or another config's - and a program's key holds the state saved as well (a later load
 brings it back), a load counting as something the model let go.
+
+With --quantize (OP-QUANTIZE) the alphabet also quantizes to 2 and 8 bits and with each malformed bits (True, 2.0, 1,
+9), over one ring of 2 with rows of 3: the bits the model holds are part of a program's key.
 """
 
 from __future__ import annotations
@@ -46,7 +50,9 @@ from ..engine import Finding, Step
 from ..malform import INT32_LIMIT
 from .consequences import drive_on
 from .engine import OpEngine
+from ..malform import cases
 from .persist import LOAD, load, save
+from .quantize import quantize
 from .programs import RESET, at, begin, cp, fetch, op_config, pad, reorder, repeat, rm, select, trim
 from ..targets import Target, TargetCrash, TargetError, parse_target
 
@@ -67,12 +73,15 @@ RECORD_CONFIG = op_config(4, (2,), record_past=True)
 BATCH_CONFIG = op_config(3, (0,), batch=2)
 # OP-STATE (--state): one ring of 2, so a state saved one token in and loaded shows a lost row or ring slot in 4 steps
 STATE_CONFIG = op_config(4, (2,))
+# OP-QUANTIZE (--quantize): one ring of 2 with rows of 3 (a rounding past the bound shows), one layer, so a step,
+# a quantize and the query after it fit in 3 steps
+QUANTIZE_CONFIG = op_config(4, (2,), head_dim=3)
 EXTRA_CONFIGS = {"sinks": SINKS_CONFIG, "chunk": CHUNK_CONFIG, "record": RECORD_CONFIG, "batch": BATCH_CONFIG,
-                 "state": STATE_CONFIG}
+                 "state": STATE_CONFIG, "quantize": QUANTIZE_CONFIG}
 
 
 def alphabet(kind: str, cfg: dict[str, Any], trims: bool = False, batch: bool = False,
-             states: bool = False) -> list[Step]:
+             states: bool = False, quantizes: bool = False) -> list[Step]:
     """The steps a program is made of: each layer with next positions, and the calls around them; with
     `trims` (a contiguous target with the `trim` feature) trims of 0, 1 and 2 tokens and a negative one; with
     `batch` (a contiguous target with `pad` and `batch-verbs`, a config of two batch rows) a pad of the first row,
@@ -80,6 +89,9 @@ def alphabet(kind: str, cfg: dict[str, Any], trims: bool = False, batch: bool = 
     --state) a save, and loads whole into a fresh and the live cache, flipped, and another config's."""
     if states:
         return alphabet(kind, cfg, trims) + [save(), load(fresh=True), load(), load("flipped"), load("foreign-config")]
+    if quantizes:   # OP-QUANTIZE (--quantize): 2 and 8 bits, and each malformed bits
+        return alphabet(kind, cfg, trims) + [quantize(2), quantize(8)] + \
+            [quantize(None, **case.tag()) for case in cases("op-contiguous", cfg) if case.clause.call == "quantize"]
     layers = [fetch(layer) for layer in range(cfg["n_layers"])]
     if kind == "op-contiguous" and batch:
         return layers + [fetch(0, 2), RESET, pad([1, 0]), reorder([1, 0]), select([1]), repeat(2), select([-1])]
@@ -136,7 +148,7 @@ def state_key(model: op_model.OpModel, steps: Optional[list[Step]] = None) -> Ha
                                     for uid, label in ((uid, model.label(row, uid)) for uid in positions))))
                  for row, pad in enumerate(model.pads))
     # the floors decide which trims are owed (OP-TRIM)
-    return held, open_step, tuple(model.floors), written, rows
+    return held, open_step, tuple(model.floors), written, rows, model.bits   # OP-QUANTIZE: the bits held at
 
 
 @dataclass
@@ -178,7 +190,8 @@ def check(target: Target, depth: int, cfg: Optional[dict[str, Any]] = None) -> C
     features = target.scope.features
     letters = alphabet(layout, cfg, trims="trim" in features,
                        batch=cfg["batch_size"] > 1 and {"pad", "batch-verbs"} <= features,
-                       states="state" in features and cfg is STATE_CONFIG)
+                       states="state" in features and cfg is STATE_CONFIG,
+                       quantizes="quantize" in features and cfg is QUANTIZE_CONFIG)
     start = OpEngine(target, cfg, kind)
     seen: set[Hashable] = set()
     frontier: deque[Visit] = deque([Visit([], (state_key(start.model), None), frozenset(), 0)])
@@ -223,6 +236,8 @@ def main(argv: Optional[list[str]] = None) -> int:
                         help="op-contiguous: check two batch rows with a pad and the batch verbs (OP-PAD, OP-ROWS)")
     parser.add_argument("--state", action="store_true",
                         help="op-contiguous: check states saved and loaded, over one ring of 2 (OP-STATE)")
+    parser.add_argument("--quantize", action="store_true",
+                        help="op-contiguous: check quantize(bits) mid-generation, over one ring of 2 (OP-QUANTIZE)")
     args = parser.parse_args(argv)
     try:
         target = parse_target(args.target, timeout=args.timeout)
@@ -236,7 +251,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             return 2
         chosen = [EXTRA_CONFIGS[name] for name in EXTRA_CONFIGS if getattr(args, name)]
         if len(chosen) > 1:
-            print("--sinks, --chunk, --record, --batch and --state each choose the configuration: give one",
+            print("--sinks, --chunk, --record, --batch, --state and --quantize each choose the configuration: give one",
                   file=sys.stderr)
             return 2
         result = check(target, args.depth, chosen[0] if chosen and target.layout == "op-contiguous" else None)

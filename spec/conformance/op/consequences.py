@@ -18,7 +18,7 @@ from .answers import allowed_rows, as_array, row_text, show_args
 from .engine import KV_LENGTHS, OpEngine
 from .persist import STATE_OPS
 from .pictures import attend_picture
-from .programs import BATCH_OPS, trim_n
+from .programs import BATCH_OPS, QUANTIZE, trim_n
 
 
 class OpConsequences(Consequences):
@@ -100,6 +100,8 @@ class OpConsequences(Consequences):
             return
         if op in BATCH_OPS:   # sent to no target driven here (OpEngine.run: only one without the batch features)
             return
+        if op == QUANTIZE:   # OP-QUANTIZE: sent to no target driven here (OpEngine.run drives no such program)
+            raise ValueError("a quantize: the record reads every row exactly")
         if op in STATE_OPS:   # OP-STATE: the record cannot see into a state (said in the report, never a pass)
             raise ValueError("a state saved or loaded: the record does not follow a cache's state across a load")
         method, args = {"begin": ("begin_step", {"seq_ids": step.get("seqs")}),

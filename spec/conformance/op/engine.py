@@ -40,6 +40,7 @@ from ..wire import Unreadable
 from . import pictures
 from .answers import Labels, allowed_rows, as_array, mask_kind, refusal_text, row_text, show_args
 from .persist import STATE_OPS, state_step, take_foreign_state
+from .quantize import QUANTIZE, quantize_step
 from .programs import BATCH_FEATURES, BATCH_OPS, MAX_BATCH, batch_value, trim_n, well_formed_step
 
 RULE_WORD = re.compile(r"(?<![A-Z0-9-])[A-Z][A-Z0-9]*(?:-[A-Z0-9]+)+(?![A-Z0-9-])")   # a rule id in a text
@@ -95,6 +96,7 @@ class OpEngine(Caller):
         # OP-STATE (persist.py): the last state saved, and a foreign config's, each its bytes with the model's state
         self.saved: Optional[tuple[bytes, op_model.SavedState]] = None
         self.foreign_state: Optional[tuple[bytes, op_model.SavedState]] = None
+        self.quantized_uids: set[int] = set()   # OP-QUANTIZE (quantize.py): the tokens held when it was quantized
 
     # --- helpers -----------------------------------------------------------------------------------
     def show(self, args: dict[str, Any]) -> str:
@@ -223,6 +225,7 @@ class OpEngine(Caller):
         # batch verbs a target without their feature is never sent leave the program up front, not only when reached:
         # the drive past a finding and the blame's reruns then see the same program (step indexes agree)
         program = [step for step in program if step.get("op") not in BATCH_OPS or self._batch_verb_sent(step["op"])]
+        program = [step for step in program if step.get("op") != QUANTIZE or self._quantize_sent()]   # alike
         self.program = program
         try:
             if self.start():
@@ -250,6 +253,10 @@ class OpEngine(Caller):
                 any(step.get("op") in BATCH_OPS for step in program)
             if batch and entry.kind in (LENIENT, OVER_STRICT):
                 self.result.skipped.add("consequences: a program with batch verbs is not driven past its finding")
+            quantized = any(step.get("op") == QUANTIZE for step in program)   # the record reads labels exactly
+            if quantized and entry.kind in (LENIENT, OVER_STRICT):
+                self.result.skipped.add("consequences: a program with quantize is not driven past its finding")
+            batch = batch or quantized
             if entry.kind in (LENIENT, OVER_STRICT) and entry.step_index >= 0 and not self.nested \
                     and not self.outside and entry.step_index == len(self.result.steps) - 1 and not batch:
                 self.drive_on(program, entry)
@@ -370,6 +377,8 @@ class OpEngine(Caller):
             return self.batch_verb(step)
         if op in STATE_OPS:
             return state_step(self, step)
+        if op == QUANTIZE:
+            return quantize_step(self, step)
         verdicts = {"begin": ("begin_step", {"seq_ids": step.get("seqs")}, "OP-STEP"),
                     "cp": ("seq_cp", {"src": step.get("src"), "dst": step.get("dst"), "upto": step.get("upto")},
                            "OP-FORK"),
@@ -512,6 +521,23 @@ class OpEngine(Caller):
         self.result.skipped.add(f"scope: {op} steps not sent: the target's scope leaves out '{feature}' "
                                 f"({scopes.OP_FEATURES[feature]})")
         return False
+
+    def _quantize_sent(self) -> bool:
+        """Whether quantize goes to this target (OP-QUANTIZE): a contiguous one with the feature (a skipped note if
+        not), not declaring `lossy=<tol>` (its rows are read within its own tolerance already)."""
+        if "quantize" in self.scope_features() and self.kind == op_model.CONTIGUOUS and \
+                self.declared_scope().lossy is None:
+            return True
+        self.result.skipped.add("scope: quantize steps not sent: the target's scope leaves out 'quantize' "
+                                f"({scopes.OP_FEATURES['quantize']}), or it declares '{scopes.LOSSY}'")
+        return False
+
+    def after_quantize(self, rule: str, missing: Any = ()) -> str:
+        """OP-QUANTIZE: a row not one token's once the cache is quantized, or a token missing that it held when it
+        was quantized, is the conversion's; else `rule`."""
+        if self.model.bits is None:
+            return rule
+        return "OP-QUANTIZE" if missing is None or set(missing) & self.quantized_uids else rule
 
     def batch_verb(self, step: Step) -> Optional[Step]:
         """pad (OP-PAD) and select, reorder, repeat (OP-ROWS), sent only to a target whose scope has the `pad` /
@@ -818,7 +844,8 @@ class OpEngine(Caller):
                     for row in seen:
                         if k_uids[row] < 0 or v_uids[row] != k_uids[row]:
                             raise self._pictured(self._fail(
-                                WRONG, "OP-ATTEND", f"query {i} (batch {b}, head {h}) attends row {row}, whose K "
+                                WRONG, self.after_quantize("OP-ATTEND", None),
+                                f"query {i} (batch {b}, head {h}) attends row {row}, whose K "
                                                     f"{row_text(k_hist[b, h, row])} / V {row_text(v_hist[b, h, row])} "
                                                     f"are not one token's, written on layer {layer} for this batch "
                                                     "row and head", "a row not one token's"),
@@ -826,7 +853,8 @@ class OpEngine(Caller):
                     got = sorted(int(u) for u in k_uids[seen])
                     if got != attends[i]:
                         raise self._pictured(self._fail(
-                            WRONG, "OP-ATTEND", f"query {i} (batch {b}, head {h}) attends tokens {got}, the spec says "
+                            WRONG, self.after_quantize("OP-ATTEND", set(attends[i]) - set(got)),
+                            f"query {i} (batch {b}, head {h}) attends tokens {got}, the spec says "
                                                 f"{attends[i]} (token numbers in the order written)",
                             attend_detail(got, attends[i])),
                                              layer, b, h, i, attends, k_uids, v_uids, allowed)

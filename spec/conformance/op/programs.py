@@ -24,6 +24,7 @@ from ...arguments import DIM, ID, INT, LIST, POSITIONS, TENSOR
 from ..configs import JsonConfig, config, layer
 from ..engine import Step
 from ..malform import Case, case_of, cases, config_cases, id_value, int_value, step_bound, tokens_of
+from ..scope import Scope
 
 
 def op_config(capacity: int, windows: tuple[int, ...] = (0,), n_layers: Optional[int] = None, heads: int = 1,
@@ -166,21 +167,25 @@ RESET: Step = {"op": "reset"}
 
 # OP-PAD, OP-ROWS: the batch verbs (a target without `pad` / `batch-verbs` is sent none: the engine leaves them out)
 BATCH_OPS = ("pad", "select", "reorder", "repeat")
+QUANTIZE = "quantize"   # OP-QUANTIZE (quantize.py): sent only to a contiguous cache with the feature of that name
 # the scope feature each batch verb needs (the engine sends none to an op-cell cache)
 # (`batch-verbs` includes `select`, scope.INCLUDES: a target declaring it has both)
 BATCH_FEATURES = {"pad": "pad", "select": "select", "reorder": "batch-verbs", "repeat": "batch-verbs"}
 
 
-def sent_contiguous(program: list[Step], features: frozenset[str]) -> list[Step]:
-    """The program as a contiguous op cache with these scope features is sent it: without the batch verbs whose
-    feature it leaves out (the engine would skip them when reached, OpEngine._batch_verb_sent; leaving them out up
-    front keeps a finding's step index, its shrinking and --against on the program as run)."""
-    return [step for step in program if step.get("op") not in BATCH_OPS or BATCH_FEATURES[step["op"]] in features]
+def sent_contiguous(program: list[Step], scope: Scope) -> list[Step]:
+    """The program as a contiguous op cache of this scope is sent it: without the batch verbs whose feature it
+    leaves out, and without quantize (OP-QUANTIZE) unless it has the feature and declares no `lossy=<tol>` (the
+    engine would skip them when reached, OpEngine._batch_verb_sent and _quantize_sent; leaving them out up front
+    keeps a finding's step index, its shrinking and --against on the program as run)."""
+    features, quantized = scope.features, QUANTIZE in scope.features and scope.lossy is None
+    return [step for step in program if (step.get("op") not in BATCH_OPS or BATCH_FEATURES[step["op"]] in features)
+            and (step.get("op") != QUANTIZE or quantized)]
 
 
-def sent_cell(program: list[Step], features: frozenset[str]) -> list[Step]:
-    """The program as an op-cell cache is sent it: no batch verbs (they are the contiguous cache's)."""
-    return [step for step in program if step.get("op") not in BATCH_OPS]
+def sent_cell(program: list[Step], scope: Scope) -> list[Step]:
+    """The program as an op-cell cache is sent it: no batch verbs nor quantize (they are the contiguous cache's)."""
+    return [step for step in program if step.get("op") not in (*BATCH_OPS, QUANTIZE)]
 
 
 MAX_BATCH = 8   # the most batch rows a program makes (repeat grows the batch; the labels' radix is sized for it)
@@ -336,8 +341,8 @@ def edge_contiguous_programs(cfg: JsonConfig) -> list[tuple[str, list[Step]]]:
     out += trim_programs(cfg)
     out += batch_programs(cfg)
     for case in cases("op-contiguous", cfg):   # one program per malformation (malform.py)
-        if case.clause.call in ("trim", *BATCH_OPS):
-            continue   # trim_programs', batch_programs'
+        if case.clause.call in ("trim", *BATCH_OPS, QUANTIZE):
+            continue   # trim_programs', batch_programs', quantize_programs'
         out.append((f"malformed {case.name}", forward(cfg, 1) + malformed_call(cfg, case) + forward(cfg, 1) * 2))
     if layers > 1:
         out += [("stopped step", [fetch(0, 2), fetch(0, 1)] + [fetch(l, 1) for l in range(1, layers)] + forward(cfg, 1)),
@@ -402,7 +407,7 @@ def random_contiguous_program(cfg: JsonConfig, rng: random.Random, size: int) ->
             program.append(RESET)
         else:   # trim's cases are with_trims' (drawn apart, so the other draws are what they were)
             program += malformed_call(cfg, rng.choice([case for case in cases("op-contiguous", cfg)
-                                                       if case.clause.call not in ("trim", *BATCH_OPS)]))
+                                                       if case.clause.call not in ("trim", *BATCH_OPS, QUANTIZE)]))
     # the side generator's seed: the hash of the Mersenne state's 625 ints, the same in every process (the whole
     # state's hash is not: its last item may be None, whose hash is its address)
     side = random.Random(hash(rng.getstate()[1]))
@@ -491,6 +496,8 @@ def malformed_call(cfg: JsonConfig, case: Case, cell: bool = False, seq: int = 0
         return ([begin(*[seq] * n)] if cell else []) + [fetch(layer_id, n, **tag) for layer_id in layer_ids]
     if clause.call in BATCH_OPS:   # the value is resolved against the batch when the step runs (batch_value)
         return [{"op": clause.call, **tag}]
+    if clause.call == QUANTIZE:   # bits resolved when the step runs (quantize.quantize_step)
+        return [{"op": QUANTIZE, "bits": None, **tag}]
     if clause.kind == LIST:
         return [{"op": "begin", "seqs": [] if variant == "empty" else str(seq), **tag}]
     value = id_value(variant, 63) if clause.kind == ID else None

@@ -102,7 +102,7 @@ class SuiteRun(Shrinking):
         those relaxations leave out (malform.sendable)."""
         program = sendable(program, self.scope.relaxations())
         if self.drive.sent is not None:
-            program = self.drive.sent(program, self.scope.features)
+            program = self.drive.sent(program, self.scope)
         self.program_number += 1
         self.planned_program = (cfg, program)
         finding = self.one_run(cfg, program, counted=True)

@@ -12,12 +12,15 @@
 // n in [0, held], those a ring of the least size could not give back included (optional there); and left padding
 // with the batch verbs (OP-PAD, OP-ROWS: spec 4, Scope::full(4)): a mask per batch row while a row has pads. Its
 // state is saved and loaded (OP-STATE, the feature `state` of spec 3, in Scope::full(4)) in a text format of its own, checksummed.
+// quantize(bits) turns it into a quantized cache mid-generation (OP-QUANTIZE, spec 4): each row of a batch row and head
+// held as affine codes of `bits` bits over its range, what it holds and what it is written later.
 // Build with -DKVCACHE_EXAMPLE_WINDOW_OFF_BY_ONE, -DKVCACHE_EXAMPLE_RING_LOSES_ROWS,
 // -DKVCACHE_EXAMPLE_REORDER_DROPS_PADS or -DKVCACHE_EXAMPLE_STATE_UNCHECKED (a loader that never checks the
 // checksum) for a broken variant the suite must catch.
 // (spec/cpp/example/serve_mlx_shaped.cpp is the other shape: the MLX runtime's, positions and rings.)
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <memory>
@@ -88,6 +91,25 @@ class ContiguousCache {
 #endif
     pads_ = pads;
     c_.batch_size = static_cast<int>(rows.size());
+  }
+
+  // OP-QUANTIZE: every row held, and every one written later, as `bits`-bit codes over its own range (low + code *
+  // scale, scale = (max - min) / (2^bits - 1)): each value within scale / 2 of what was written. Checks first.
+  void quantize(int bits) {
+    if (bits < 2 || bits > 8) throw std::invalid_argument("OP-QUANTIZE: bits lies in [2, 8]");
+    if (bits_) throw std::invalid_argument("OP-QUANTIZE: the cache is quantized already");
+    bits_ = bits;
+    for (size_t l = 0; l < k_.size(); ++l)
+      for (size_t r = 0; r < k_[l].size(); ++r) quantized(k_[l][r], c_.head_dim), quantized(v_[l][r], c_.v_head_dim);
+  }
+  void quantized(std::vector<double>& row, long long width) const {   // each batch row and head's values on their own
+    for (size_t start = 0; bits_ && width > 0 && start < row.size(); start += static_cast<size_t>(width)) {
+      const auto first = row.begin() + static_cast<long long>(start), last = first + width;
+      const double low = *std::min_element(first, last), high = *std::max_element(first, last);
+      const double scale = (high - low) / ((1 << bits_) - 1);
+      for (auto x = first; x != last; ++x)   // held as the float32 the answer carries
+        *x = static_cast<float>(scale > 0 ? low + std::nearbyint((*x - low) / scale) * scale : low);
+    }
   }
 
   // OP-TRIM: drop the newest n tokens of every layer (each layer is its own history: each drops its own).
@@ -168,6 +190,7 @@ class ContiguousCache {
         for (long long d = 0; d < D; ++d) k_[layer].back().push_back(k.data[(bh * q + i) * D + d]);
         for (long long d = 0; d < Dv; ++d) v_[layer].back().push_back(v.data[(bh * q + i) * Dv + d]);
       }
+      quantized(k_[layer].back(), D), quantized(v_[layer].back(), Dv);   // OP-QUANTIZE: once quantized, held so
     }
     op::Fetched out{history(k_[layer], B * H, D, "float32"), history(v_[layer], B * H, Dv, "float32"),
                     op::Mask::Explicit, {}};
@@ -233,6 +256,7 @@ class ContiguousCache {
   op::Config c_;
   std::vector<Rows> k_, v_;
   std::vector<long long> pads_ = std::vector<long long>(c_.batch_size > 0 ? c_.batch_size : 0, 0);   // OP-PAD
+  int bits_ = 0;   // OP-QUANTIZE: the bits every row is held at (0: as written)
 };
 
 int main(int argc, char** argv) {
@@ -246,5 +270,6 @@ int main(int argc, char** argv) {
       [](ContiguousCache& cache, int n) { cache.trim(n); },
       [](ContiguousCache& cache, const std::string& verb, const std::vector<int>& ints) { cache.batch(verb, ints); },
       {[](ContiguousCache& cache) { return cache.state(); },
-       [](ContiguousCache& cache, const std::string& data) { cache.load_state(data); }});
+       [](ContiguousCache& cache, const std::string& data) { cache.load_state(data); }},
+      [](ContiguousCache& cache, int bits) { cache.quantize(bits); });
 }
