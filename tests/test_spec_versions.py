@@ -53,9 +53,9 @@ def test_batch_verbs_include_select_and_select_alone_is_sent_no_reorder_nor_repe
     alone = scopes.parse(["flat", "select"], "test")
     assert alone.version == 4 and "batch-verbs" not in alone.features
     program = [select([0]), reorder([0]), repeat(2)]
-    assert sent_contiguous(program, alone.features) == [select([0])]
-    assert sent_contiguous(program, bundled.features) == program
-    assert sent_contiguous(program, scopes.parse(["flat", "pad"], "test").features) == []
+    assert sent_contiguous(program, alone) == [select([0])]
+    assert sent_contiguous(program, bundled) == program
+    assert sent_contiguous(program, scopes.parse(["flat", "pad"], "test")) == []
 
 
 @pytest.mark.parametrize("items, version, has_trim", [
