@@ -117,6 +117,8 @@ OP_FEATURES: dict[str, str] = {
 # consecutive, so a decode past next_pos ends its program unjudged.
 RECOMPUTE_FEATURES: dict[str, str] = {
     "position-gaps": "a decode at a position past the sequence's next one (llama.cpp's positions are consecutive)",
+    # additive (spec 5): without it no seq_save / seq_load is sent, and the target is judged as before
+    "seq-state": "seq_save(seq) and seq_load(seq, data): one sequence's state saved and restored (CELL-STATE)",
 }
 # The paged layout's additive part (SPEC.md part 7, PAGED-CONFIG): a target without it is sent no config with "pools".
 PAGED_FEATURES: dict[str, str] = {
@@ -129,13 +131,15 @@ EVERY_FEATURE: dict[str, str] = {**FEATURES, **OP_FEATURES, **RECOMPUTE_FEATURES
 SPEC = "spec"   # "spec=2" in a declaration: the version the target was written against
 SPEC_VERSIONS: dict[int, tuple[str, frozenset[str]]] = {
     1: ("the first release: the sequence, cell, op and recompute faces, before trim and sinks",
-        frozenset(EVERY_FEATURE) - {"trim", "sinks", "chunk", "recording", "state", "pad", "batch-verbs", "pools"}),
+        frozenset(EVERY_FEATURE) - {"trim", "sinks", "chunk", "recording", "state", "pad", "batch-verbs", "pools",
+                                    "seq-state"}),
     2: ("the op face's trim(n) verb (OP-TRIM) and ring layers with attention sinks (OP-SINKS)",
         frozenset({"trim", "sinks"})),
     3: ("chunk layers (OP-CHUNK), rings recording their past for a trim (OP-RECORD), a state saved and loaded "
         "(OP-STATE)", frozenset({"chunk", "recording", "state"})),
     4: ("left-padded batch rows (OP-PAD), the batch verbs (OP-ROWS) and the paged layout's per-group pools "
         "(PAGED-CONFIG)", frozenset({"pad", "batch-verbs", "pools"})),
+    5: ("one sequence's state saved and restored on the cell-recompute face (CELL-STATE)", frozenset({"seq-state"})),
 }
 CHUNK, RECORD_PAST = "chunk", "record_past"   # a layer entry's chunk size; the config's recording flag
 VERSION_LAYER_KEYS: dict[int, frozenset[str]] = {2: frozenset({KEEP}), 3: frozenset({CHUNK})}   # config keys a version added
@@ -207,7 +211,7 @@ LAYOUT_FEATURES: dict[str, frozenset[str]] = {
     "op-contiguous": frozenset({"flat", "ring", "max_write", "batch", "mla", "positions", "steps", "trim", "sinks",
                                 "chunk", "recording", "state", "pad", "batch-verbs"}),
     "op-cell": frozenset({"flat", "ring", "mla", "positions", "steps", "declarations"}),
-    "cell-recompute": frozenset({"flat", "ring", "position-gaps"}),
+    "cell-recompute": frozenset({"flat", "ring", "position-gaps", "seq-state"}),
     "paged": frozenset({"flat", "ring", "pools"}),   # full groups need `flat`, window ones `ring`; "pools" `pools`
 }
 
