@@ -21,7 +21,7 @@ MODULE = "kvcache_spec.conformance.cell.llamacpp"
 MODES = ("default", "unified", "swa_small", "unified_swa_small")
 UNIFIED, SWA_SMALL = ("unified", "unified_swa_small"), ("swa_small", "unified_swa_small")
 FLAT, SLIDING, ISWA_LONG = r.recompute_config(256, 0), r.recompute_config(256, 3), r.recompute_config(r.LONG, 4, 0)
-UNDECLARED = scopes.Scope(frozenset({"flat", "ring"}))   # the targets' scope without their preconditions
+UNDECLARED = scopes.Scope(frozenset({"flat", "ring", "seq-state"}))   # the targets' scope without their preconditions
 
 
 @pytest.fixture(scope="module", params=MODES)
@@ -46,7 +46,7 @@ def test_each_target_declares_the_preconditions_its_mode_asserts(target: Subproc
     ("seq_cp() is only supported for full KV buffers")."""
     want = {"ids-in-range"} | (set() if mode(target) in UNIFIED else {"whole-copies"})
     scope = target.declared_scope()
-    assert scope.requires == want and scope.features == {"flat", "ring"}, scope
+    assert scope.requires == want and scope.features == {"flat", "ring", "seq-state"}, scope
 
 
 def test_agreeing_programs_find_nothing(target: SubprocessTarget) -> None:

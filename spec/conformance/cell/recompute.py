@@ -264,6 +264,9 @@ class RecomputeEngine(Engine):
         # CELL-STATE: the last state saved - its bytes, whether through a file, and the (uid, position) rows it holds
         self.saved: Optional[tuple[bytes, bool, list[tuple[int, int]]]] = None
         self.restored: dict[int, int] = {}   # the uids a load being judged gives the saved rows: saved uid -> new
+        # a finding past a load names it (its detail): the restore is then the cause to look at, kept apart from one
+        # the same call shows without a state restored (suite/account.py keys causes by their detail)
+        self.past_load = ""
 
     # --- the model --------------------------------------------------------------------------------------
     def entries(self, table: om.OpModel, seq: int) -> list[cm.Entry]:
@@ -379,6 +382,9 @@ class RecomputeEngine(Engine):
         except Unjudged:
             return self.result
 
+    def _fail(self, kind: str, rule: str, message: str, detail: str = "") -> Stop:
+        return super()._fail(kind, rule, message, detail or self.past_load)
+
     def show(self, args: dict[str, Any]) -> str:
         """A call's arguments, a state's base64 text shortened to its length."""
         return _show({name: f"<{len(value)} chars>" if name == "data" and isinstance(value, str) else value
@@ -446,7 +452,7 @@ class RecomputeEngine(Engine):
             return NOT_SENT
         if step["op"] == "load" and self.saved is None:
             return NOT_SENT
-        seq = step.get("seq")
+        seq: Any = step.get("seq")
         self.result.steps.append(dict(step))
         if step["op"] == "save":
             args: dict[str, Any] = {"seq": seq, "file": bool(step.get("file"))}
@@ -467,6 +473,7 @@ class RecomputeEngine(Engine):
         args = {"seq": seq, "data": base64.b64encode(broken_state(data, form)).decode(), "file": file}
         self.result.steps[-1] = {**step, "case": form}   # a broken form is a cause of its own (suite/account.py)
         verdict, outcome = self.checked("seq_load", args)
+        self.past_load = "after a state restored" if isinstance(verdict, Accepted) else f"after a {form} state refused"
         if isinstance(verdict, Accepted):
             for uid, new in self.restored.items():   # the saved rows' K/V, in new cells: alike but for their uids
                 self.tokens[new] = self.tokens[uid]
