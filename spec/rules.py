@@ -449,8 +449,9 @@ RECOMPUTE_RULES: tuple[Rule, ...] = (
          "A shift that moves a shared cell for every owner, keys left at their old positions, or two tokens of one "
          "sequence shifted onto one position."),
     Rule("CELL-STATE",
-         "seq_save(s) answers the state of sequence s as bytes, and seq_load(d, data) of a state so taken makes d (an "
-         "int in [0, 63), the same sequence or another, live or not) hold exactly the saved tokens at their positions - "
+         "seq_save(s) answers the state of sequence s as bytes, and seq_load(d, data) of a state so taken makes d "
+         "(an int in [0, 63), the same sequence or another, live or not) hold exactly the saved tokens at their "
+         "positions - "
          "what d held before is gone, other sequences are untouched - so that every later decode of d answers as the "
          "saved sequence's would (CELL-RECOMPUTE over the saved rows); through a file alike. data cut short or "
          "changed in any byte is refused, and nothing changes.",

@@ -97,7 +97,8 @@ EVENTS: dict[str, tuple[str, ...]] = {
 RECOMPUTE_ONLY = ("CELL-RECOMPUTE", "CELL-KEEP", "CELL-SHIFT", "CELL-STATE")   # bind the recompute face alone
 # The recompute face's additive features (scope.RECOMPUTE_FEATURES) -> the rules a target without one is not judged on
 RECOMPUTE_FEATURE_RULES: dict[str, tuple[str, ...]] = {"seq-state": ("CELL-STATE",)}
-RECOMPUTE_RULES = ("CELL-RECOMPUTE", "CELL-KEEP", "CELL-SHIFT", "CELL-STATE", "CELL-OWNERS", "CELL-CLEAR", "OP-FORK", "OP-RM", "OP-POS", "OP-STEP", "OP-CAP",
+RECOMPUTE_RULES = ("CELL-RECOMPUTE", "CELL-KEEP", "CELL-SHIFT", "CELL-STATE", "CELL-OWNERS", "CELL-CLEAR", "OP-FORK",
+                   "OP-RM", "OP-POS", "OP-STEP", "OP-CAP",
                    "OP-ATOMIC", "OP-CONFIG", "OP-BATCH", "SCOPE-BORDER")
 
 

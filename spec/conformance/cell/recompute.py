@@ -21,8 +21,8 @@ The target's calls (targets.FACE_METHODS["cell-recompute"]), positionally:
 
 Programs are JSON steps: {"op": "decode", "seqs": [...], "positions": [...]?} (positions default to each
 sequence's next, token by token; {"next": d} is next + d, {"back": k} next - k), {"op": "cp", "src", "dst",
-"upto"}, {"op": "rm", "seq", "p0", "p1"}, {"op": "next_pos", "seq"}, {"op": "clear"}, {"op": "save", "seq", "file"}, {"op": "load", "seq", "form"} (the last
-state saved, whole or broken: STATE_FORMS). Tokens are the
+"upto"}, {"op": "rm", "seq", "p0", "p1"}, {"op": "next_pos", "seq"}, {"op": "clear"}, {"op": "save", "seq",
+"file"}, {"op": "load", "seq", "form"} (the last state saved, whole or broken: STATE_FORMS). Tokens are the
 engine's: token(uid) of a fresh uid per token written, in [0, VOCAB).
 
 Checked tokens per decode are bounded by counts (every token of a decode of at most CHECK_ALL tokens, else
