@@ -267,6 +267,7 @@ class RecomputeEngine(Engine):
         # a finding past a load names it (its detail): the restore is then the cause to look at, kept apart from one
         # the same call shows without a state restored (suite/account.py keys causes by their detail)
         self.past_load = ""
+        self.named: set[int] = set()   # the sequences a save or load step named
 
     # --- the model --------------------------------------------------------------------------------------
     def entries(self, table: om.OpModel, seq: int) -> list[cm.Entry]:
@@ -337,7 +338,9 @@ class RecomputeEngine(Engine):
 
     # --- observation ------------------------------------------------------------------------------------
     def in_play(self) -> list[int]:
-        return sorted(set(self.table.held) | {0})
+        """The sequences observed after each call: those the model holds, 0, and those a state step named (a refused
+        load that left tokens in an empty destination is seen at once)."""
+        return sorted(set(self.table.held) | {0} | self.named)
 
     def observe(self, context: str, rule: str, lenient_rule: Optional[str] = None, retained: bool = True) -> None:
         """next_pos of every sequence in play against the model; after a rejected call a difference is
@@ -453,6 +456,8 @@ class RecomputeEngine(Engine):
         if step["op"] == "load" and self.saved is None:
             return NOT_SENT
         seq: Any = step.get("seq")
+        if om._is_int(seq) and 0 <= seq < om.MAX_SEQS:
+            self.named.add(seq)
         self.result.steps.append(dict(step))
         if step["op"] == "save":
             args: dict[str, Any] = {"seq": seq, "file": bool(step.get("file"))}
