@@ -434,6 +434,22 @@ class OpModel:
             self.held[seq] = after
         return None
 
+    def seq_load(self, seq: Any, rows: Sequence[tuple[int, int]], first_uid: int) -> Optional[Rejected]:
+        """CELL-STATE: seq holds exactly the saved rows ((uid, position) pairs, as seq_save found them) in new
+        cells - uids first_uid, first_uid + 1, ... - and nothing it held before; OP-CAP when the free cells, seq's
+        own counted free, are too few (nothing changed)."""
+        if not _is_int(seq) or not 0 <= seq < MAX_SEQS:
+            return Rejected("CELL-STATE", f"seq {seq!r} is not an int in [0, {MAX_SEQS})")
+        own = self.held.pop(seq, {})
+        if self.free_cells() < len(rows):
+            if own:
+                self.held[seq] = own
+            return Rejected("OP-CAP", f"{len(rows)} rows, {self.free_cells()} free cells")
+        self._abandon_started()
+        if rows:
+            self.held[seq] = {first_uid + i: pos for i, (_, pos) in enumerate(rows)}
+        return None
+
     def _abandon_started(self) -> None:
         """A verb abandons the step in progress (OP-STEP): served partway, or only declared - a declaration
         no layer has used is a step not every layer served too. Dropping a bare declaration is the

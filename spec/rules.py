@@ -460,6 +460,19 @@ RECOMPUTE_RULES: tuple[Rule, ...] = (
          "conversation inside the cache; RoPE makes a key's position part of what it is.",
          "A shift that moves a shared cell for every owner, keys left at their old positions, or two tokens of one "
          "sequence shifted onto one position."),
+    Rule("CELL-STATE",
+         "seq_save(s) answers the state of sequence s as bytes, and seq_load(d, data) of a state so taken makes d "
+         "(an int in [0, 63), the same sequence or another, live or not) hold exactly the saved tokens at their "
+         "positions - "
+         "what d held before is gone, other sequences are untouched - so that every later decode of d answers as the "
+         "saved sequence's would (CELL-RECOMPUTE over the saved rows); through a file alike. data cut short or "
+         "changed in any byte is refused, and nothing changes.",
+         "Runners save a conversation's sequence and restore it later, or into another slot (llama.cpp's "
+         "llama_state_seq_get_data / set_data and its state files, a server's slot save and restore): a state that "
+         "loads wrong gives wrong outputs for the rest of the conversation without a sound.",
+         "A restored sequence missing rows a sliding layer dropped from the state, rows restored at other positions "
+         "or into another sequence's cells; a truncated or corrupted state accepted, or refused after it emptied "
+         "the destination."),
 )
 
 # --- conformance scope (SPEC.md section 6.1): what a target declares it implements, and what it owes less

@@ -98,6 +98,10 @@ EXEMPTIONS: dict[tuple[str, str], str] = {
     ("CELL-SHIFT", "kvcache"):
         "A verb of llama.cpp's face only (SPEC.md 5.3): the reference keeps a position per cell and shifts none; the "
         "op model states it (op_model.OpModel.seq_add) and the recompute engine checks targets by it.",
+    ("CELL-STATE", "kvcache"):
+        "A verb of llama.cpp's face only (SPEC.md 5.3): the reference's cell cache saves no sequence alone (its op "
+        "face saves the whole cache, OP-STATE); the op model states the restore (op_model.OpModel.seq_load) and the "
+        "recompute engine checks targets by it, tests/test_cell_recompute.py on stand-ins.",
 }
 # The declaration rules (SPEC.md section 6.1) say what the suite sends a target that declares a scope item and
 # what it owes: they bind the suite, not a cache, so neither the model nor the reference has anything to cite.

@@ -48,6 +48,7 @@ class Cause:
 
 H, KV, CELLS, ISWA, BATCH = "include/llama.h", "src/llama-kv-cache.cpp", "src/llama-kv-cells.h", \
     "src/llama-kv-cache-iswa.cpp", "src/llama-batch.cpp"
+CTX, MMAP = "src/llama-context.cpp", "src/llama-mmap.cpp"
 IDS_ASSERTED = (f"`GGML_ASSERT(seq_id >= 0 && seq_id < seq_to_stream.size())`, an explicit precondition on the caller "
                 f"({KV}:389 seq_rm, :457-458 seq_cp, :549 seq_keep, :576 seq_add); declared `requires=ids-in-range` "
                 f"on every target")
@@ -108,6 +109,45 @@ CAUSES: tuple[Cause, ...] = (
           f"{H}:777 \"Removes all tokens that do not belong to the specified sequence\"; {KV}:549-553 walks the "
           f"cells of s's own stream only (`v_cells[seq_to_stream[seq_id]]`): with a stream per sequence no other "
           f"sequence's token is removed. One stream (`kv_unified`) serves it as documented", STREAMS),
+    # CELL-STATE (issue 42): a sequence's state saved (llama_state_seq_get_data, or a state file) and restored
+    Cause("15", "wrong CELL-STATE: the state of an empty sequence restored over a live one leaves the destination's "
+                "tokens", "c",
+          f"{H}:893 \"Copy the sequence data (originally copied with `llama_state_seq_get_data`) into the specified "
+          f"sequence\": whether the destination's own tokens go is not said; {KV}:2354 removes them when the state "
+          f"holds cells, but {KV}:2179-2185 skips a stream whose state holds none before that, so an empty state "
+          f"keeps them", TARGETS),
+    Cause("16", "wrong OP-RM after a state restored: a restored sequence of a sliding model rewound below its window "
+                "answers true, `seq_pos_max` then -1 while the dense cache keeps the kept positions", "a",
+          f"{KV}:2092-2097: a sequence's state leaves out the cells the sliding window masks for its newest position, "
+          f"so restored, the sliding cache holds the window only; then as cause 2: {H}:757 \"Returns false if a "
+          f"partial sequence cannot be removed\", {ISWA}:113-119 answers true and {ISWA}:147-148 answers "
+          f"`seq_pos_max` from the sliding cache alone (-1) - now with `swa_full` too (it sizes the cache, not what "
+          f"a state restores): a caller continuing at `seq_pos_max + 1` writes a second position 0", TARGETS),
+    Cause("17", "lenient CELL-STATE: a state cut short is refused (0) after it changed the destination: one stream "
+                "empties a live destination, a stream per sequence restores it anyway", "c",
+          f"{H}:895-896 \"Zero: Failed to load\", nothing said of what a failed load leaves. One stream: {KV}:2354 "
+          f"removes the destination's tokens before the state's cells are read, and {KV}:2200-2203 clears the cells "
+          f"of the failed read; a stream per sequence: the state's trailing streams' counts are read at {KV}:2177, "
+          f"outside the try of {KV}:2197-2203, so the restored stream stays while the call answers 0. A state cut "
+          f"short is not one \"originally copied with `llama_state_seq_get_data`\" ({H}:893)", TARGETS),
+    Cause("18", "crash CELL-STATE: a state file cut short aborts the process (`GGML_ASSERT(nread <= state_size)`)",
+          "a",
+          f"`llama_state_seq_load_file` answers 0 on a bad file by design ({CTX}:4365-4372 catches every exception, "
+          f"{CTX}:3331-3334 an unknown magic or version, {CTX}:3343-3353 a token count past the file), but a file "
+          f"cut short is read short without an error ({MMAP}:272: `fread` of min(len, size - offset)) and "
+          f"{CTX}:3370 `GGML_ASSERT(nread <= state_size)` aborts: an interrupted save kills the process that "
+          f"loads it", TARGETS),
+    Cause("19", "lenient CELL-STATE: a state with a byte flipped is restored", "b",
+          f"{H}:893: the data is \"originally copied with `llama_state_seq_get_data`\" - a changed copy is outside "
+          f"the documented input; the format has no checksum: {CTX}:3249 checks the magic, {KV}:2349-2352 and the "
+          f"reads after it counts and sizes, never the K/V values", TARGETS),
+    Cause("20", "wrong CELL-RECOMPUTE after a state cut short refused: the dense half of a sliding model's state stays "
+                "restored, and the next decode attends it", "c",
+          f"{ISWA}:267-272 restores the dense cache, then the sliding one; the sliding one's failed read clears only "
+          f"its own cells ({KV}:2200-2203), the dense cache keeps the restored rows, `seq_pos_max` answers from the "
+          f"sliding cache (-1, {ISWA}:147-148), and a decode at position 0 attends the leftover row there. The "
+          f"trigger is cause 17's (a state cut short, outside {H}:893's documented input); only with one stream",
+          UNIFIED),
 )
 
 # A report's cause key (cause_key) -> its cause's number. A key missing here is a cause with no class.
@@ -128,6 +168,14 @@ KEYS: dict[str, str] = {
     "over-strict CELL-RECOMPUTE: over-strict CELL-RECOMPUTE: at decode; ring": "14",   # the position a sequence
     "over-strict CELL-RECOMPUTE: over-strict CELL-RECOMPUTE: at decode; flat+ring": "14",   # seq_keep left holds
     "crash OP-ATOMIC: crash OP-ATOMIC, after lenient OP-FORK in seq_cp: at decode; ring": "9",   # a decode after
+    # CELL-STATE (issue 42); a finding past a load names it (its detail)
+    "wrong CELL-STATE: wrong CELL-STATE: at load whole (after a state restored); flat": "15",
+    "wrong OP-RM: wrong OP-RM: at rm (after a state restored); ring": "16",
+    "wrong OP-RM: wrong OP-RM: at rm (after a state restored); flat+ring": "16",
+    "lenient CELL-STATE: lenient CELL-STATE: at load truncated; flat": "17",
+    "crash CELL-STATE: crash CELL-STATE: at load truncated; flat": "18",
+    "lenient CELL-STATE: lenient CELL-STATE: at load flipped; flat": "19",
+    "wrong CELL-RECOMPUTE: wrong CELL-RECOMPUTE: at decode (after a truncated state refused); flat+ring": "20",
 }                                                                                       # a shift, sliding only
 # A key that names another cause on one target: with one stream and full-size sliding caches, a removal's wrong
 # next_pos comes from a cell another sequence reused (cause 13's find_slot), not from a small sliding cache

@@ -9,6 +9,9 @@ might; the tests show the suite finds each through the outputs alone.
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import json
 from typing import Any, Optional
 
 import numpy as np
@@ -32,7 +35,7 @@ def _rotate(x: np.ndarray, position: int) -> np.ndarray:
 
 class TinyAttentionCells:
     kvcache_layout = "cell-recompute"
-    kvcache_scope = ("flat", "ring", "position-gaps")
+    kvcache_scope = ("flat", "ring", "position-gaps", "seq-state")
 
     def __init__(self, config: dict[str, Any]) -> None:
         sizes = [config.get(key) for key in ("capacity", "n_layers", "n_kv_heads", "head_dim", "batch_size")]
@@ -124,6 +127,33 @@ class TinyAttentionCells:
 
     def move(self, cell: dict[str, Any], seq: int, delta: int) -> None:
         cell["pos"][seq] += delta
+
+    # --- a sequence's state (CELL-STATE): its rows' positions, K and V, behind a SHA-256 of them ------------
+    def seq_save(self, seq: Any, file: Any) -> str:
+        self._id(seq, "seq")
+        rows = [[cell["pos"][seq], [k.tolist() for k in cell["k"]], [v.tolist() for v in cell["v"]]]
+                for cell in self.cells if cell is not None and seq in cell["pos"]]
+        payload = json.dumps(rows).encode()
+        return base64.b64encode(hashlib.sha256(payload).digest() + payload).decode()
+
+    def rows_of(self, data: Any) -> list[Any]:
+        """The rows of a state, or a refusal (ValueError) of one cut short or changed (its digest differs)."""
+        raw = base64.b64decode(data)
+        if hashlib.sha256(raw[32:]).digest() != raw[:32]:
+            raise ValueError("[CELL-STATE] the state is truncated or corrupted: its digest does not match")
+        return json.loads(raw[32:])   # type: ignore[no-any-return]
+
+    def seq_load(self, seq: Any, data: Any, file: Any) -> bool:
+        self._id(seq, "seq")
+        rows = self.rows_of(data)
+        mine = [j for j, cell in enumerate(self.cells) if cell is not None and set(cell["pos"]) == {seq}]
+        if sum(cell is None for cell in self.cells) + len(mine) < len(rows):
+            return False   # OP-CAP: nothing changed
+        self.seq_rm(seq, 0, None)
+        free = [j for j, cell in enumerate(self.cells) if cell is None]
+        for j, (pos, ks, vs) in zip(free, rows):
+            self.cells[j] = {"pos": {seq: pos}, "k": [np.array(k) for k in ks], "v": [np.array(v) for v in vs]}
+        return True
 
     # --- the model -------------------------------------------------------------------------------------
     def decode(self, seq_ids: Any, positions: Any, tokens: Any) -> Any:
@@ -270,3 +300,38 @@ class ReplacingFork(TinyAttentionCells):
             if cell is not None and src in cell["pos"] and (upto is None or cell["pos"][src] < upto):
                 cell["pos"][dst] = cell["pos"][src]
         return True
+
+
+class UncheckedState(TinyAttentionCells):
+    """seq_load reads a state without its digest: a changed byte is loaded (lenient CELL-STATE)."""
+
+    def rows_of(self, data: Any) -> list[Any]:
+        return json.loads(base64.b64decode(data)[32:])   # type: ignore[no-any-return]
+
+
+class EmptiesBeforeChecking(TinyAttentionCells):
+    """seq_load removes the destination's tokens before it checks the state (llama.cpp's order): a refused load
+    has emptied a live destination (lenient CELL-STATE: it served part of the call)."""
+
+    def seq_load(self, seq: Any, data: Any, file: Any) -> bool:
+        self.seq_rm(seq, 0, None)
+        return super().seq_load(seq, data, file)
+
+
+class RestoresWindowOnly(TinyAttentionCells):
+    """seq_save keeps, of a sliding model, only the rows the next token's window attends (llama.cpp drops the
+    cells its sliding cache masks): a restored sequence rewound attends rows it no longer has."""
+
+    def seq_save(self, seq: Any, file: Any) -> str:
+        window = max(self.windows)
+        if window and min(self.windows):
+            newest = max(self.held(seq), default=-1)
+            for j, cell in enumerate(self.cells):
+                if cell is not None and seq in cell["pos"] and cell["pos"][seq] <= newest - window:
+                    kept = dict(cell)
+                    self.cells[j] = None   # left out of the state only: put back below
+                    try:
+                        return self.seq_save(seq, file)
+                    finally:
+                        self.cells[j] = kept
+        return super().seq_save(seq, file)

@@ -324,5 +324,5 @@ def test_execute_step_catches_a_bad_shape(cfg: c.CellConfig, change: dict[str, A
 def test_every_cell_rule_says_what_it_prevents() -> None:
     from kvcache_spec.rules import RULES
     cell_rules = [rule for rule in RULES if rule.id.startswith("CELL-")]
-    assert len(cell_rules) == 23   # 20 of the cell layout, 3 of the cell layout seen through outputs (SPEC.md 5.3)
+    assert len(cell_rules) == 24   # 20 of the cell layout, 4 of the cell layout seen through outputs (SPEC.md 5.3)
     assert all(len(rule.prevents.split()) >= 6 and rule.why for rule in cell_rules), "statement, why, bug class"

@@ -80,11 +80,30 @@ def test_a_conforming_standin_is_CONFORMING_strict() -> None:
     ("IgnoresWindow", "wrong", "CELL-RECOMPUTE"),        # a sliding layer served as a full one
     ("StalePosMax", "wrong", "OP-RM"),                   # next_pos not lowered by a removal at the end
     ("ShiftsEveryOwner", "wrong", "CELL-SHIFT"),         # seq_add moves a shared cell for every owner
+    ("UncheckedState", "lenient", "CELL-STATE"),         # a state with a byte flipped is loaded
+    ("EmptiesBeforeChecking", "lenient", "CELL-STATE"),  # a refused load has emptied the live destination
+    ("RestoresWindowOnly", "wrong", "OP-RM"),            # a restored sliding sequence rewound has lost rows
 ])
 def test_a_broken_standin_is_found(name: str, kind: str, rule: str) -> None:
     result = run_suite(PythonTarget(STANDINS + name), "quick", seed=0, configs=SMALL)
-    assert result.verdict() == NOT_CONFORMING
+    assert result.verdict(strict=True) == NOT_CONFORMING
     assert (kind, rule) in result.findings, sorted(result.findings)
+
+
+def test_CELL_STATE_a_restore_replaces_the_destination_in_new_cells_and_refuses_what_does_not_fit() -> None:
+    table = om.OpModel(om.OpConfig(om.CELL, 1, (0,), 1, 1, 1, 8, 1))   # 8 cells
+    table.held = {0: {10: 0, 11: 1, 12: 2}, 1: {10: 0, 13: 1}}
+    saved = sorted(table.held[0].items())
+    assert table.seq_load(1, saved, 20) is None and table.held == {0: {10: 0, 11: 1, 12: 2}, 1: {20: 0, 21: 1, 22: 2}}
+    refused = table.seq_load(2, saved, 30)   # 3 rows, 2 cells free (6 live): refused, nothing changes
+    assert refused is not None and refused.rule == "OP-CAP" and 2 not in table.held
+    assert table.seq_load(0, [], 40) is None and 0 not in table.held   # an empty sequence's state empties it
+
+
+def test_CELL_STATE_steps_are_not_sent_without_the_scope_feature() -> None:
+    program = [recompute.decode(0), recompute.save(0), recompute.load(1), recompute.decode(1)]
+    assert recompute.sent(program, frozenset({"flat", "seq-state"})) == program
+    assert recompute.sent(program, frozenset({"flat"})) == [program[0], program[3]]
 
 
 def test_a_merging_fork_is_lenient_and_its_consequence_is_two_rows_at_one_position() -> None:

@@ -21,7 +21,7 @@ MODULE = "kvcache_spec.conformance.cell.llamacpp"
 MODES = ("default", "unified", "swa_small", "unified_swa_small")
 UNIFIED, SWA_SMALL = ("unified", "unified_swa_small"), ("swa_small", "unified_swa_small")
 FLAT, SLIDING, ISWA_LONG = r.recompute_config(256, 0), r.recompute_config(256, 3), r.recompute_config(r.LONG, 4, 0)
-UNDECLARED = scopes.Scope(frozenset({"flat", "ring"}))   # the targets' scope without their preconditions
+UNDECLARED = scopes.Scope(frozenset({"flat", "ring", "seq-state"}))   # the targets' scope without their preconditions
 
 
 @pytest.fixture(scope="module", params=MODES)
@@ -46,7 +46,7 @@ def test_each_target_declares_the_preconditions_its_mode_asserts(target: Subproc
     ("seq_cp() is only supported for full KV buffers")."""
     want = {"ids-in-range"} | (set() if mode(target) in UNIFIED else {"whole-copies"})
     scope = target.declared_scope()
-    assert scope.requires == want and scope.features == {"flat", "ring"}, scope
+    assert scope.requires == want and scope.features == {"flat", "ring", "seq-state"}, scope
 
 
 def test_agreeing_programs_find_nothing(target: SubprocessTarget) -> None:
@@ -155,3 +155,58 @@ def test_CELL_SHIFT_a_context_shift_on_a_model_of_sliding_layers_only_aborts(tar
 def test_CELL_SHIFT_a_shift_below_0_is_served(target: SubprocessTarget) -> None:
     result = run(target, FLAT, [r.decode(0, 0, 0), r.add(0, 0, None, -1), r.decode(0)])
     assert result.finding is not None and (result.finding.kind, result.finding.rule) == ("lenient", "CELL-SHIFT")
+
+
+# --- CELL-STATE: a sequence's state saved and restored (issue 42) ------------------------------------------------
+ROUND_TRIPS = ("a sequence restored into itself after it went on", "a sequence restored into another, cleared",
+               "a sequence restored after a clear", "a sequence restored over a live one", "a fork's state restored",
+               "a state file restored into itself", "a state file restored into another")
+
+
+def state_program(cfg: dict, name: str) -> list:   # type: ignore[type-arg]
+    return dict(r.state_programs(cfg))[name]
+
+
+def test_CELL_STATE_round_trips_are_served_as_the_spec_says(target: SubprocessTarget) -> None:
+    """llama_state_seq_get_data / set_data and the state files: a sequence restored into itself after it went on,
+    into another (cleared, or live: src/llama-kv-cache.cpp:2354 empties it first), after a clear, a fork's; every
+    later decode equals its recompute over the saved rows."""
+    for cfg in (FLAT, r.recompute_config(256, 0, 0), r.recompute_config(256, 3, 0)):
+        for name in ROUND_TRIPS:
+            result = run(target, cfg, state_program(cfg, name))
+            assert result.finding is None, (name, cfg["layers"], result.finding)
+            assert {"CELL-STATE", "CELL-RECOMPUTE"} <= result.exercised, name
+
+
+@pytest.mark.parametrize("cfg", [SLIDING, r.recompute_config(256, 3, 0)])
+def test_CELL_STATE_a_restored_sliding_sequence_rewound_has_lost_its_rows(target: SubprocessTarget,
+                                                                          cfg: dict) -> None:   # type: ignore[type-arg]
+    """The state leaves out the cells the sliding window masks (src/llama-kv-cache.cpp:2092): restored, the sliding
+    cache holds the window only, and a rewind below it answers true with next_pos 0 while the dense cache keeps 0-1
+    (cause 2's path, in every mode: swa_full sizes the cache, not what a state restores)."""
+    result = run(target, cfg, state_program(cfg, "a restored sequence rewound"))
+    assert result.finding is not None and (result.finding.kind, result.finding.rule) == ("wrong", "OP-RM")
+    assert result.finding.detail == "after a state restored"
+    assert "next_pos(0) is 0, the spec says 2" in result.finding.message
+
+
+def test_CELL_STATE_an_empty_sequences_state_leaves_the_destination_as_it_was(target: SubprocessTarget) -> None:
+    """A stream whose state holds no cell is skipped (src/llama-kv-cache.cpp:2179) before the destination is emptied
+    (:2354): restoring an empty sequence's state over a live one keeps its tokens."""
+    result = run(target, FLAT, state_program(FLAT, "an empty sequence's state restored over a live one"))
+    assert result.finding is not None and (result.finding.kind, result.finding.rule) == ("wrong", "CELL-STATE")
+    assert "next_pos(0) is 6, the spec says 0" in result.finding.message
+
+
+def test_CELL_STATE_broken_states(target: SubprocessTarget) -> None:
+    """A byte flipped is loaded (no checksum); cut short, set_data answers 0 after it changed the destination (one
+    stream: emptied it; a stream per sequence: restored it), and a state file cut short aborts the process."""
+    flipped = run(target, FLAT, state_program(FLAT, "a flipped state refused by an empty sequence"))
+    assert flipped.finding is not None and (flipped.finding.kind, flipped.finding.rule) == ("lenient", "CELL-STATE")
+    assert "the target accepted it: True" in flipped.finding.message
+    cut = run(target, FLAT, state_program(FLAT, "a truncated state refused by a live sequence"))
+    assert cut.finding is not None and (cut.finding.kind, cut.finding.rule) == ("lenient", "CELL-STATE")
+    left = "next_pos(0) is 0" if mode(target) in UNIFIED else "next_pos(0) is 6"
+    assert f"{left}, the spec says 7" in cut.finding.message, cut.finding.message
+    cut_file = run(target, FLAT, state_program(FLAT, "a truncated state (a file) refused by an empty sequence"))
+    assert cut_file.finding is not None and cut_file.finding.kind == "crash" and "SIGABRT" in cut_file.finding.message

@@ -217,14 +217,16 @@ def test_user_pages_name_no_issue_numbers() -> None:
     assert len(pages) > 10 and named == []
 
 
-def test_the_spec_is_at_most_2000_lines(document: str) -> None:
+def test_the_spec_is_at_most_2016_lines(document: str) -> None:
     """Each fact said once keeps the document readable in one sitting: 2,129 lines before its second pass, then at
-    most 1,700. The cap rose three times: by 18 for OP-PAD and OP-ROWS (29 lines, 11 made up nearby), for a new
+    most 1,700. The cap rose five times: by 18 for OP-PAD and OP-ROWS (29 lines, 11 made up nearby), for a new
     layout: part 7 (the paged layout: its objects, ground truth, policy and 15 rules with their examples) takes
-    214 lines; 1,718 + 214 + about 20 lines of headroom is 1,953; and by the 29 lines OP-STATE's section adds
-    (its rule, why, and its executed example of a state saved, loaded and refused): 1,982; and by the 18 lines
-    OP-QUANTIZE's section adds (its rule, why, and its executed example of rows quantized and bits refused): 2,000."""
-    assert len(document.splitlines()) <= 2000
+    214 lines; 1,718 + 214 + about 20 lines of headroom is 1,953; by the 29 lines OP-STATE's section adds
+    (its rule, why, and its executed example of a state saved, loaded and refused): 1,982; by the 18 lines
+    OP-QUANTIZE's section adds (its rule, why, and its executed example of rows quantized and bits refused): 2,000;
+    and by 16 for CELL-STATE (its rule, why, a face row, a scope word and its executed example of a restore and the
+    broken forms the suite sends, 19 lines, the rest made up in it): 2,016."""
+    assert len(document.splitlines()) <= 2016
 
 
 def test_the_index_lists_every_rule_under_its_section(document: str) -> None:

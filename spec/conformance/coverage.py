@@ -95,8 +95,11 @@ EVENTS: dict[str, tuple[str, ...]] = {
 
 # The rules a cell cache seen through its outputs is judged by (SPEC.md 5.3): the op face's cell verbs, the
 # recompute, next_pos, clear and a declared scope's border.
-RECOMPUTE_ONLY = ("CELL-RECOMPUTE", "CELL-KEEP", "CELL-SHIFT")   # bind the recompute face alone
-RECOMPUTE_RULES = ("CELL-RECOMPUTE", "CELL-KEEP", "CELL-SHIFT", "CELL-OWNERS", "CELL-CLEAR", "OP-FORK", "OP-RM", "OP-POS", "OP-STEP", "OP-CAP",
+RECOMPUTE_ONLY = ("CELL-RECOMPUTE", "CELL-KEEP", "CELL-SHIFT", "CELL-STATE")   # bind the recompute face alone
+# The recompute face's additive features (scope.RECOMPUTE_FEATURES) -> the rules a target without one is not judged on
+RECOMPUTE_FEATURE_RULES: dict[str, tuple[str, ...]] = {"seq-state": ("CELL-STATE",)}
+RECOMPUTE_RULES = ("CELL-RECOMPUTE", "CELL-KEEP", "CELL-SHIFT", "CELL-STATE", "CELL-OWNERS", "CELL-CLEAR", "OP-FORK",
+                   "OP-RM", "OP-POS", "OP-STEP", "OP-CAP",
                    "OP-ATOMIC", "OP-CONFIG", "OP-BATCH", "SCOPE-BORDER")
 
 
@@ -148,7 +151,9 @@ def in_scope(config_validation: bool, optional: frozenset[str], layout: str = "s
     for rule in RULES:
         left_out = [name for name, rules in FEATURE_RULES.items()   # the op face's features (the recompute
                     if rule.id in rules and features is not None and name not in features   # face has its own)
-                    and layout != "cell-recompute"]
+                    and layout != "cell-recompute"] + \
+            [name for name, rules in RECOMPUTE_FEATURE_RULES.items()
+             if rule.id in rules and features is not None and name not in features and layout == "cell-recompute"]
         if rule.id in OUT_OF_SCOPE:
             scope[rule.id] = OUT_OF_SCOPE[rule.id]
         elif _layout_rule(rule.id, layout):

@@ -279,7 +279,7 @@ class Engine(Caller):
         rule = verdict.rule
         outcome = self._call(method, args, rule)
         self.judged = (method, args, outcome)
-        shown = f"{method}({_show(args)})"
+        shown = f"{method}({self.show(args)})"   # a layout may shorten what it shows (a state's bytes)
         if isinstance(verdict, model.Rejected):
             if not _is_refusal(outcome):
                 raise self._fail(LENIENT, rule, f"{shown} is a caller error ({rule}, {verdict.argument}) "

@@ -52,7 +52,7 @@ FAMILIES: dict[str, tuple[str, ...]] = {
                   "PAGED-DATA-SOUND", "PAGED-HIT", "PAGED-HIT-GROUPS", "PAGED-WINDOW-RELEASE", "OP-QUANTIZE"),
     "layout": ("LAYOUT-CANON", "DEPTH", "CELL-LAYOUT-CANON"),
     "steps and atomicity": ("ATOMIC", "CELL-ATOMIC", "OP-ATOMIC", "OP-STEP", "COMMIT-ISSUED", "COMMIT-ADVANCE",
-                            "PROTO-COMMIT", "PAGED-ATOMIC", "OP-STATE"),
+                            "PROTO-COMMIT", "PAGED-ATOMIC", "OP-STATE", "CELL-STATE"),
     "trim and removal": ("REWIND-GROW", "REWIND-SOUND", "CLEAR", "CELL-CLEAR", "CELL-RM", "CELL-SHIFT", "OP-RM",
                          "OP-TRIM", "OP-RECORD"),
     # a paged layout's requests: their lifetime, the blocks they share and the counts and eviction of those

@@ -123,6 +123,8 @@ INCLUDES: dict[str, frozenset[str]] = {"batch-verbs": frozenset({"select"})}
 # consecutive, so a decode past next_pos ends its program unjudged.
 RECOMPUTE_FEATURES: dict[str, str] = {
     "position-gaps": "a decode at a position past the sequence's next one (llama.cpp's positions are consecutive)",
+    # additive (spec 5): without it no seq_save / seq_load is sent, and the target is judged as before
+    "seq-state": "seq_save(seq) and seq_load(seq, data): one sequence's state saved and restored (CELL-STATE)",
 }
 # The paged layout's additive part (SPEC.md part 7, PAGED-CONFIG): a target without it is sent no config with "pools".
 PAGED_FEATURES: dict[str, str] = {
@@ -136,7 +138,7 @@ SPEC = "spec"   # "spec=2" in a declaration: the version the target was written 
 SPEC_VERSIONS: dict[int, tuple[str, frozenset[str]]] = {
     1: ("the first release: the sequence, cell, op and recompute faces, before trim and sinks",
         frozenset(EVERY_FEATURE) - {"trim", "sinks", "chunk", "recording", "state", "pad", "batch-verbs", "select",
-                                    "pools", "quantize"}),
+                                    "pools", "quantize", "seq-state"}),
     2: ("the op face's trim(n) verb (OP-TRIM) and ring layers with attention sinks (OP-SINKS)",
         frozenset({"trim", "sinks"})),
     3: ("chunk layers (OP-CHUNK), rings recording their past for a trim (OP-RECORD), a state saved and loaded "
@@ -144,6 +146,7 @@ SPEC_VERSIONS: dict[int, tuple[str, frozenset[str]]] = {
     4: ("left-padded batch rows (OP-PAD), the batch verbs (OP-ROWS; `select` alone too), the paged layout's "
         "per-group pools (PAGED-CONFIG) and a quantize mid-generation (OP-QUANTIZE)",
         frozenset({"pad", "batch-verbs", "select", "pools", "quantize"})),
+    5: ("one sequence's state saved and restored on the cell-recompute face (CELL-STATE)", frozenset({"seq-state"})),
 }
 CHUNK, RECORD_PAST = "chunk", "record_past"   # a layer entry's chunk size; the config's recording flag
 VERSION_LAYER_KEYS: dict[int, frozenset[str]] = {2: frozenset({KEEP}), 3: frozenset({CHUNK})}   # config keys a version added
@@ -215,7 +218,7 @@ LAYOUT_FEATURES: dict[str, frozenset[str]] = {
     "op-contiguous": frozenset({"flat", "ring", "max_write", "batch", "mla", "positions", "steps", "trim", "sinks",
                                 "chunk", "recording", "state", "pad", "batch-verbs", "select", "quantize"}),
     "op-cell": frozenset({"flat", "ring", "mla", "positions", "steps", "declarations"}),
-    "cell-recompute": frozenset({"flat", "ring", "position-gaps"}),
+    "cell-recompute": frozenset({"flat", "ring", "position-gaps", "seq-state"}),
     "paged": frozenset({"flat", "ring", "pools"}),   # full groups need `flat`, window ones `ring`; "pools" `pools`
 }
 

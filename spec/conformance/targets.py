@@ -188,7 +188,8 @@ FACE_METHODS: dict[str, dict[str, tuple[str, ...]]] = {
     # a cell cache seen only through its outputs (SPEC.md 5.3; cell/recompute.py): llama.cpp's verbs
     "cell-recompute": {"decode": ("seq_ids", "positions", "tokens"), "recompute": ("tokens", "positions"),
                        "seq_cp": ("src", "dst", "upto"), "seq_rm": ("seq", "p0", "p1"), "next_pos": ("seq",),
-                       "seq_keep": ("seq",), "seq_add": ("seq", "p0", "p1", "delta"), "clear": ()},
+                       "seq_keep": ("seq",), "seq_add": ("seq", "p0", "p1", "delta"), "clear": (),
+                       "seq_save": ("seq", "file"), "seq_load": ("seq", "data", "file")},
     # a serving engine's paged KV memory (spec/paged_model.py; paged/engine.py): requests over a block pool
     "paged": {"admit": ("request", "tokens", "keys", "budget"), "extend": ("request", "tokens", "budget"),
               "free": ("request",), "table": ("request",), "available": (), "ref_counts": ()},
@@ -196,8 +197,8 @@ FACE_METHODS: dict[str, dict[str, tuple[str, ...]]] = {
 OPTIONAL_PARAMS = ("upto", "p1")
 # The methods a scope feature adds (scope.py): called only on a target that declares the feature.
 FEATURE_METHODS = {"trim": "trim", "state": "state", "load_state": "state", "pad": "pad", "select": "select",
-                   "reorder": "batch-verbs", "repeat": "batch-verbs",
-                   "quantize": "quantize"}   # method -> the feature it belongs to
+                   "reorder": "batch-verbs", "repeat": "batch-verbs", "quantize": "quantize",
+                   "seq_save": "seq-state", "seq_load": "seq-state"}   # method -> the feature it belongs to
 
 
 class Target(abc.ABC):

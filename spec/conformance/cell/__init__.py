@@ -29,4 +29,6 @@ LAYOUTS = (Layout("cell", programs.CELL_CONFIGS, programs.bad_cell_configs, prog
                   programs.random_cell_program, run_program, _golden),
            # the cell layout seen only through its outputs (SPEC.md 5.3): llama.cpp's face
            Layout("cell-recompute", recompute.CONFIGS, recompute.bad_configs, recompute.edge_programs,
-                  recompute.random_program, recompute.run_program))
+                  recompute.random_program, recompute.run_program,
+                  later_edge_programs=recompute.state_programs,   # CELL-STATE's (spec 5), after the others
+                  sent=recompute.sent))

@@ -14,11 +14,15 @@ The target's calls (targets.FACE_METHODS["cell-recompute"]), positionally:
 - `recompute(tokens, positions)`: the output of the last token after decoding all of them as one sequence
   into a fresh state (positions strictly increasing, maybe with gaps); a refusal leaves the check undecided;
 - `seq_cp(src, dst, upto)`, `seq_rm(seq, p0, p1)`: True when served (OP-FORK, OP-RM);
-- `next_pos(seq)`: one past the newest position seq holds, 0 when none (CELL-OWNERS); `clear()`.
+- `next_pos(seq)`: one past the newest position seq holds, 0 when none (CELL-OWNERS); `clear()`;
+- with the scope feature `seq-state` (CELL-STATE): `seq_save(seq, file)`, seq's state as base64 text (through a
+  file when `file`), and `seq_load(seq, data, file)`, True when seq now holds exactly the saved tokens; a
+  refusal for a state cut short or changed in a byte, nothing changed.
 
 Programs are JSON steps: {"op": "decode", "seqs": [...], "positions": [...]?} (positions default to each
 sequence's next, token by token; {"next": d} is next + d, {"back": k} next - k), {"op": "cp", "src", "dst",
-"upto"}, {"op": "rm", "seq", "p0", "p1"}, {"op": "next_pos", "seq"}, {"op": "clear"}. Tokens are the
+"upto"}, {"op": "rm", "seq", "p0", "p1"}, {"op": "next_pos", "seq"}, {"op": "clear"}, {"op": "save", "seq",
+"file"}, {"op": "load", "seq", "form"} (the last state saved, whole or broken: STATE_FORMS). Tokens are the
 engine's: token(uid) of a fresh uid per token written, in [0, VOCAB).
 
 Checked tokens per decode are bounded by counts (every token of a decode of at most CHECK_ALL tokens, else
@@ -27,6 +31,7 @@ the first one and each sequence's last), never by clocks. A recompute is asked o
 
 from __future__ import annotations
 
+import base64
 import random
 from typing import Any, Optional
 
@@ -36,17 +41,21 @@ from ... import op_model as om
 from ..configs import JsonConfig, config, layer
 from ..consequences import Consequences
 from ..engine import LENIENT, NOT_SENT, WRONG, Accepted, Drive, Engine, Finding, Refused, RunResult, Step, Stop, \
-    Verdict, _same
+    Verdict, _same, _show
 from ..preconditions import broken, not_sent_note
 
 VOCAB = 32          # tokens are ints in [0, VOCAB): a target's vocabulary holds at least these
 CHECK_ALL = 4       # a decode of at most this many tokens has every output checked
 GAPS = "position-gaps"   # the scope feature: a decode at a position past next_pos (a gap)
 RULES = {"decode": "CELL-RECOMPUTE", "seq_cp": "OP-FORK", "seq_rm": "OP-RM", "next_pos": "CELL-OWNERS",
-         "clear": "CELL-CLEAR", "recompute": "CELL-RECOMPUTE", "seq_keep": "CELL-KEEP", "seq_add": "CELL-SHIFT"}
+         "clear": "CELL-CLEAR", "recompute": "CELL-RECOMPUTE", "seq_keep": "CELL-KEEP", "seq_add": "CELL-SHIFT",
+         "seq_save": "CELL-STATE", "seq_load": "CELL-STATE"}
 ANSWER_TYPES: dict[str, tuple[type, ...]] = {"decode": (list, bool),   # False: refused
                                              "recompute": (list,), "seq_cp": (bool,), "seq_rm": (bool,),
-                                             "seq_keep": (bool,), "seq_add": (bool,), "next_pos": (int,)}
+                                             "seq_keep": (bool,), "seq_add": (bool,), "next_pos": (int,),
+                                             "seq_save": (str,), "seq_load": (bool,)}
+STATE = "seq-state"   # the scope feature of seq_save / seq_load (spec 5): without it those steps are not sent
+WHOLE, STATE_FORMS = "whole", ("truncated", "flipped")   # the broken forms the suite makes of a target's bytes
 SHIFTED = (-1,)   # the written_over of a row a seq_add moved: no rows below it can be its oracle's (uids >= 0)
 
 
@@ -111,6 +120,28 @@ def add(seq: Any, p0: Any, p1: Any, delta: Any) -> Step:
 CLEAR: Step = {"op": "clear"}
 
 
+def save(seq: Any, file: bool = False) -> Step:
+    """CELL-STATE: seq_save(seq, file); the state is kept for the program's later loads (the last one saved)."""
+    return {"op": "save", "seq": seq, "file": file}
+
+
+def load(seq: Any, form: str = WHOLE) -> Step:
+    """CELL-STATE: seq_load of the last state saved, whole or broken (STATE_FORMS), into seq (through a file
+    when it was saved through one)."""
+    return {"op": "load", "seq": seq, "form": form}
+
+
+def broken_state(data: bytes, form: str) -> bytes:
+    """`data` broken as the suite can break it without knowing its format: its last byte cut off, or its middle
+    byte's lowest bit flipped."""
+    if form == "truncated":
+        return data[:-1]
+    if form == "flipped" and data:
+        middle = len(data) // 2
+        return data[:middle] + bytes([data[middle] ^ 0x01]) + data[middle + 1:]
+    return data
+
+
 def edge_programs(cfg: JsonConfig) -> list[tuple[str, list[Step]]]:
     cap = cfg["capacity"]
     out: list[tuple[str, list[Step]]] = [
@@ -157,6 +188,38 @@ def edge_programs(cfg: JsonConfig) -> list[tuple[str, list[Step]]]:
     return out
 
 
+def state_programs(cfg: JsonConfig) -> list[tuple[str, list[Step]]]:
+    """CELL-STATE's edges (run after every other edge program: spec 5's): a sequence saved, then restored into
+    itself after it went on (a rollback), into another sequence (cleared first, or live), after a clear, the
+    state of a fork and of an empty sequence, through a file too; a restored sequence rewound; each broken form
+    refused by a live destination and by an empty one. Every later decode is judged (CELL-RECOMPUTE)."""
+    prefix = [decode(0, 0, 0, 0, 0, 0)]   # longer than the sliding configs' windows (3 and 4)
+    out = [("a sequence restored into itself after it went on", prefix + [save(0), decode(0), decode(0), load(0),
+                                                                            decode(0), decode(0)]),
+           ("a sequence restored into another, cleared", prefix + [save(0), rm(1), load(1), decode(1), decode(0)]),
+           ("a sequence restored after a clear", prefix + [save(0), CLEAR, load(0), decode(0), decode(0)]),
+           ("a sequence restored over a live one", prefix + [decode(1, 1), save(0), load(1), decode(1)]),
+           ("a fork's state restored", prefix + [cp(0, 1), decode(1), save(1), rm(1), load(2), decode(2), decode(0)]),
+           ("an empty sequence's state restored over a live one", prefix + [save(3), load(0), decode(0)]),
+           ("a restored sequence rewound", prefix + [save(0), rm(0), load(0), rm(0, 2), decode(0)]),
+           ("a state file restored into itself", prefix + [save(0, True), decode(0), load(0), decode(0)]),
+           ("a state file restored into another", prefix + [save(0, True), load(1), decode(1), decode(0)])]
+    for form in STATE_FORMS:
+        for file in (False, True):
+            how = " (a file)" if file else ""
+            out += [(f"a {form} state{how} refused by a live sequence", prefix + [save(0, file), decode(0),
+                                                                                  load(0, form), decode(0)]),
+                    (f"a {form} state{how} refused by an empty sequence", prefix + [save(0, file), load(1, form),
+                                                                                    decode(1), decode(0)])]
+    return out
+
+
+def sent(program: list[Step], features: frozenset[str]) -> list[Step]:
+    """The program as a target with these scope features is sent it: without save and load steps when it leaves
+    out `seq-state` (left out up front, so a finding's step index and its shrinking count the program as run)."""
+    return program if STATE in features else [step for step in program if step.get("op") not in ("save", "load")]
+
+
 def random_program(cfg: JsonConfig, rng: random.Random, size: int) -> list[Step]:
     program: list[Step] = []
     while len(program) < size:
@@ -198,6 +261,13 @@ class RecomputeEngine(Engine):
         self.tokens: dict[int, int] = {}                      # uid -> token
         self.written_over: dict[int, tuple[int, ...]] = {}    # uid -> the uids below it in its sequence then
         self.recomputed: dict[tuple[tuple[int, ...], tuple[int, ...]], Any] = {}
+        # CELL-STATE: the last state saved - its bytes, whether through a file, and the (uid, position) rows it holds
+        self.saved: Optional[tuple[bytes, bool, list[tuple[int, int]]]] = None
+        self.restored: dict[int, int] = {}   # the uids a load being judged gives the saved rows: saved uid -> new
+        # a finding past a load names it (its detail): the restore is then the cause to look at, kept apart from one
+        # the same call shows without a state restored (suite/account.py keys causes by their detail)
+        self.past_load = ""
+        self.named: set[int] = set()   # the sequences a save or load step named
 
     # --- the model --------------------------------------------------------------------------------------
     def entries(self, table: om.OpModel, seq: int) -> list[cm.Entry]:
@@ -215,6 +285,8 @@ class RecomputeEngine(Engine):
             if not om._is_int(seq) or not 0 <= seq < om.MAX_SEQS:
                 return model.Rejected("OP-STEP", "seq")
             return Accepted(max(table.held.get(seq, {}).values(), default=-1) + 1, rule)
+        if method in ("seq_save", "seq_load"):
+            return self._state_verdict(table, method, args)
         if method == "seq_keep":
             rejected = table.seq_keep(args["seq"])
         elif method == "seq_add":
@@ -228,6 +300,24 @@ class RecomputeEngine(Engine):
         if rejected is not None:
             return Refused(rejected.rule) if rejected.rule == "OP-CAP" else model.Rejected(rejected.rule, rejected.why)
         return Accepted(True, rule)
+
+    def _state_verdict(self, table: om.OpModel, method: str, args: dict[str, Any]) -> Verdict:
+        """CELL-STATE on the model: a save changes nothing; a whole load makes seq hold exactly the saved rows (new
+        cells: fresh uids, the saved rows' tokens), a broken one is refused."""
+        seq = args["seq"]
+        if not om._is_int(seq) or not 0 <= seq < om.MAX_SEQS:
+            return model.Rejected("CELL-STATE", "seq")
+        if method == "seq_save":
+            return Accepted(True, "CELL-STATE")
+        assert self.saved is not None
+        data, _, rows = self.saved
+        if args["data"] != base64.b64encode(data).decode():
+            return model.Rejected("CELL-STATE", "data")
+        rejected = table.seq_load(seq, rows, self.uids)
+        if rejected is not None:
+            return Refused(rejected.rule)   # OP-CAP: the seq id was checked above
+        self.restored = {uid: self.uids + i for i, (uid, _) in enumerate(rows)}
+        return Accepted(True, "CELL-STATE")
 
     def _decode(self, table: om.OpModel, args: dict[str, Any]) -> Optional[om.Rejected]:
         """The decode on the model: a step declared and served on every layer (the op face's cell verbs)."""
@@ -248,7 +338,9 @@ class RecomputeEngine(Engine):
 
     # --- observation ------------------------------------------------------------------------------------
     def in_play(self) -> list[int]:
-        return sorted(set(self.table.held) | {0})
+        """The sequences observed after each call: those the model holds, 0, and those a state step named (a refused
+        load that left tokens in an empty destination is seen at once)."""
+        return sorted(set(self.table.held) | {0} | self.named)
 
     def observe(self, context: str, rule: str, lenient_rule: Optional[str] = None, retained: bool = True) -> None:
         """next_pos of every sequence in play against the model; after a rejected call a difference is
@@ -293,10 +385,20 @@ class RecomputeEngine(Engine):
         except Unjudged:
             return self.result
 
+    def _fail(self, kind: str, rule: str, message: str, detail: str = "") -> Stop:
+        return super()._fail(kind, rule, message, detail or self.past_load)
+
+    def show(self, args: dict[str, Any]) -> str:
+        """A call's arguments, a state's base64 text shortened to its length."""
+        return _show({name: f"<{len(value)} chars>" if name == "data" and isinstance(value, str) else value
+                      for name, value in args.items()})
+
     def run_step(self, step: Step) -> Optional[Step]:
         op = step["op"]
         if op == "decode":
             return self.decode(step)
+        if op in ("save", "load"):
+            return self.state_step(step)
         names = {"cp": ("src", "dst", "upto"), "rm": ("seq", "p0", "p1"), "next_pos": ("seq",), "clear": (),
                  "keep": ("seq",), "add": ("seq", "p0", "p1", "delta")}[op]
         args: dict[str, Any] = {name: step.get(name) for name in names}
@@ -342,6 +444,48 @@ class RecomputeEngine(Engine):
             self.table = self.next_table
             self.check_outputs(seqs, positions, outcome.value)
             self.observe(f"after decode({seqs}, {positions})", "CELL-OWNERS")
+        return self.result.steps.pop()
+
+    def state_step(self, step: Step) -> Optional[Step]:
+        """A save or load step (CELL-STATE); NOT_SENT when the scope leaves out seq-state or a load has nothing
+        to load (a shrunk program without its save)."""
+        if STATE not in (self.scope or self.target.scope).features:
+            self.result.skipped.add(f"scope: seq_save and seq_load not sent: the target's scope leaves out "
+                                    f"'{STATE}'")
+            return NOT_SENT
+        if step["op"] == "load" and self.saved is None:
+            return NOT_SENT
+        seq: Any = step.get("seq")
+        if om._is_int(seq) and 0 <= seq < om.MAX_SEQS:
+            self.named.add(seq)
+        self.result.steps.append(dict(step))
+        if step["op"] == "save":
+            args: dict[str, Any] = {"seq": seq, "file": bool(step.get("file"))}
+            verdict, outcome = self.checked("seq_save", args)
+            if isinstance(verdict, Accepted):
+                try:
+                    data = base64.b64decode(outcome.value, validate=True)
+                except (ValueError, TypeError):
+                    raise self._fail(WRONG, "CELL-STATE", f"seq_save({seq!r}) answered {str(outcome.value)[:60]!r}: "
+                                                          "not a state's bytes in base64") from None
+                rows = sorted(self.table.held.get(seq, {}).items(), key=lambda row: row[1])
+                self.saved = (data, args["file"], rows)
+                self.observe(f"after seq_save({seq!r})", "CELL-STATE")   # saving changes nothing
+            return self.result.steps.pop()
+        assert self.saved is not None
+        data, file, rows = self.saved
+        form = step.get("form", WHOLE)
+        args = {"seq": seq, "data": base64.b64encode(broken_state(data, form)).decode(), "file": file}
+        self.result.steps[-1] = {**step, "case": form}   # a broken form is a cause of its own (suite/account.py)
+        verdict, outcome = self.checked("seq_load", args)
+        self.past_load = "after a state restored" if isinstance(verdict, Accepted) else f"after a {form} state refused"
+        if isinstance(verdict, Accepted):
+            for uid, new in self.restored.items():   # the saved rows' K/V, in new cells: alike but for their uids
+                self.tokens[new] = self.tokens[uid]
+                self.written_over[new] = tuple(self.restored.get(below, below) for below in self.written_over[uid])
+            self.uids += len(self.restored)
+            self.table = self.next_table
+            self.observe(f"after seq_load({seq!r}, <{form} state>)", "CELL-STATE")
         return self.result.steps.pop()
 
     def kept_back(self, method: str, args: dict[str, Any]) -> bool:
@@ -472,4 +616,5 @@ def run_program(target: Any, cfg: JsonConfig, program: list[Step], exact: bool =
     return RecomputeEngine(target, cfg, exact, scope=scope, row_budget=row_budget, drive=drive_on).run(program)
 
 
-__all__ = ["CONFIGS", "RecomputeEngine", "Stop", "bad_configs", "edge_programs", "random_program", "run_program"]
+__all__ = ["CONFIGS", "RecomputeEngine", "Stop", "bad_configs", "edge_programs", "random_program", "run_program",
+           "sent", "state_programs"]

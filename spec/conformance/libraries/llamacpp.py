@@ -29,11 +29,15 @@ recompute runs in a second context of the same model, cleared before each recomp
 recompute spans are decoded as one sequence (a filler token at each gap, removed again before the last
 token), then the last.
 
-Scope: flat, ring; not position-gaps (llama.cpp keeps each sequence's positions consecutive).
+Scope: flat, ring, seq-state; not position-gaps (llama.cpp keeps each sequence's positions consecutive). A
+sequence's state (CELL-STATE) is saved with llama_state_seq_get_size / get_data, or llama_state_seq_save_file (no
+prompt tokens) read back, and restored with llama_state_seq_set_data or llama_state_seq_load_file: their own calls,
+the bytes as they are (base64 on the wire), 0 from a restore answered as a refusal.
 """
 
 from __future__ import annotations
 
+import base64
 import ctypes
 import os
 import sys
@@ -159,7 +163,7 @@ class LlamaCppCells:
     (swa_full true)."""
 
     kvcache_layout = "cell-recompute"
-    kvcache_scope: tuple[str, ...] = ("flat", "ring", f"requires={STREAMS_REQUIRE}")
+    kvcache_scope: tuple[str, ...] = ("flat", "ring", "seq-state", f"requires={STREAMS_REQUIRE}")
     kv_unified = False
     swa_full = True
 
@@ -241,6 +245,42 @@ class LlamaCppCells:
     def clear(self) -> None:
         self.lc.llama_memory_clear(self.memory(), True)
 
+    # --- a sequence's state (CELL-STATE): llama.cpp's state calls, as they are ------------------------------
+    def _state_file(self) -> str:
+        return os.path.join(_Llama.folder or tempfile.gettempdir(), f"seq-state-{os.getpid()}.bin")
+
+    def seq_save(self, seq: Any, file: Any) -> str:
+        """The state of seq as base64: llama_state_seq_get_data (sized by llama_state_seq_get_size), or the file
+        llama_state_seq_save_file writes (with no prompt tokens), read back."""
+        lc = self.lc
+        if file:
+            path = self._state_file()
+            if not lc.llama_state_seq_save_file(self.ctx, path.encode(), seq, (lc.llama_token * 1)(), 0):
+                raise RuntimeError("llama_state_seq_save_file returned 0")
+            with open(path, "rb") as handle:
+                return base64.b64encode(handle.read()).decode()
+        size = int(lc.llama_state_seq_get_size(self.ctx, seq))
+        buffer = (ctypes.c_uint8 * size)()
+        written = int(lc.llama_state_seq_get_data(self.ctx, buffer, size, seq))
+        if written != size:
+            raise RuntimeError(f"llama_state_seq_get_data wrote {written} bytes of {size}")
+        return base64.b64encode(bytes(buffer)).decode()
+
+    def seq_load(self, seq: Any, data: Any, file: Any) -> bool:
+        """llama_state_seq_set_data of the bytes into seq, or llama_state_seq_load_file of them written to a file:
+        0 ("Failed to load", include/llama.h) is False, a refusal."""
+        lc = self.lc
+        raw = base64.b64decode(data)
+        if file:
+            path = self._state_file()
+            with open(path, "wb") as handle:
+                handle.write(raw)
+            count = ctypes.c_size_t(0)
+            return bool(lc.llama_state_seq_load_file(self.ctx, path.encode(), seq, (lc.llama_token * 1)(), 1,
+                                                     ctypes.byref(count)))
+        buffer = (ctypes.c_uint8 * len(raw)).from_buffer_copy(raw)
+        return bool(lc.llama_state_seq_set_data(self.ctx, buffer, len(raw), seq))
+
     def decode(self, seq_ids: Any, positions: Any, tokens: Any) -> Any:
         """llama_decode of one batch, logits for every token: 0 the outputs, 1 no free cells (False)."""
         if not isinstance(seq_ids, list) or not isinstance(positions, list) or not isinstance(tokens, list) \
@@ -298,7 +338,7 @@ class Unified(LlamaCppCells):
     """kv_unified: one stream of n_ctx cells for every sequence; a fork shares cells (the ids asserted below
     LLAMA_MAX_SEQ, 256, in this mode: src/llama-kv-cache.cpp keeps 256 ids on the one stream)."""
 
-    kvcache_scope = ("flat", "ring", f"requires={EVERY_MODE_REQUIRES}")
+    kvcache_scope = ("flat", "ring", "seq-state", f"requires={EVERY_MODE_REQUIRES}")
     kv_unified = True
 
 
