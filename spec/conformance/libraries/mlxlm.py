@@ -64,6 +64,7 @@ COMMON_SCOPE = ("batch", "mla", "trusted-args", "lazy-shapes")
 PROMPT_CACHE_KEEP = 4            # make_prompt_cache's RotatingKVCache(max_size=max_kv_size, keep=4)
 QUANTIZED_GROUP_SIZE, QUANTIZED_BITS = 64, 8   # QuantizedKVCache's defaults
 QUANTIZED_TOLERANCE = 0.25
+KV_GROUP_SIZE = 64   # generate_step's kv_group_size default (mlx_lm/generate.py:325), --kv-group-size's too
 CHUNK = 1 << 16   # the chunked target's attention_chunk_size: past any position a run reaches (see _chunked)
 
 
@@ -121,7 +122,7 @@ class MlxCaches:
         q_len = k.shape[-2]
         mask = self.make_mask(cache, q_len)
         keys, values = cache.update_and_fetch(mx.array(k), mx.array(v))
-        if self.dequantize:
+        if self.dequantize or isinstance(keys, (tuple, list)):
             keys = mx.dequantize(*keys, group_size=cache.group_size, bits=cache.bits)
             values = mx.dequantize(*values, group_size=cache.group_size, bits=cache.bits)
         keys, values = _numpy(keys), _numpy(values)
@@ -175,6 +176,23 @@ class MlxSavedCaches(MlxTrimmableCaches):
         self.caches = caches
 
 
+class MlxQuantizableCaches(MlxTrimmableCaches):
+    """KVCache per layer, as make_prompt_cache builds them, that generate_step quantizes mid-generation
+    (OP-QUANTIZE): `quantize(bits)` is mlx_lm/generate.py:305-310's maybe_quantize_kv_cache(prompt_cache,
+    quantized_kv_start, kv_group_size, kv_bits), which generate_step calls after every forward
+    (generate.py:388-391): each cache with a `to_quantized` whose offset reached quantized_kv_start is replaced by
+    `c.to_quantized(group_size=kv_group_size, bits=kv_bits)` (cache.py:396-404). Here quantized_kv_start is 0 (the
+    step the suite quantizes at is the one the caller's flag names) and kv_group_size generate's default, 64
+    (generate.py:325, --kv-group-size). From then on each layer is a QuantizedKVCache, read dequantized as
+    quantized attention reads it (update_and_fetch above). Nothing is validated: what mx.quantize raises is the
+    refusal, and a cache it already replaced stays replaced (the caller's list is changed in place)."""
+
+    def quantize(self, bits: int) -> None:
+        generate = importlib.import_module("mlx_lm.generate")
+        generate.maybe_quantize_kv_cache(self.caches, quantized_kv_start=0, kv_group_size=KV_GROUP_SIZE,
+                                         kv_bits=bits)
+
+
 def _copy_empty(cache: Any) -> Any:
     """A new cache of the same class and construction arguments (what a caller makes for a new conversation)."""
     module = _cache_module()
@@ -218,6 +236,10 @@ def _only(cfg: JsonConfig, kind: str) -> list[dict[str, Any]]:
 
 def _kv(cfg: JsonConfig) -> Any:
     return MlxTrimmableCaches([_cache_module().KVCache() for _ in _only(cfg, "flat")], _default_mask())
+
+
+def _kv_to_quantized(cfg: JsonConfig) -> Any:
+    return MlxQuantizableCaches([_cache_module().KVCache() for _ in _only(cfg, "flat")], _default_mask())
 
 
 def _concatenate(cfg: JsonConfig) -> Any:
@@ -342,5 +364,13 @@ prompt_cache_saved = library_target("prompt_cache_saved", _prompt_cache_saved,
                                     "make_prompt_cache(model, max_kv_size=window), saved with save_prompt_cache and "
                                     "loaded with load_prompt_cache through a file.", spec=3)
 
+# Spec 4's quantize is generate's --kv-bits: KVCache.to_quantized(group_size=64, bits) mid-generation. mx.quantize
+# takes widths that are multiples of the group size only (as `quantized`): min_head_dim=64, and no `mla`.
+kv_to_quantized = library_target("kv_to_quantized", _kv_to_quantized,
+                                 ("flat", "batch", "trusted-args", "lazy-shapes", "unbounded", "trim", "quantize",
+                                  f"min_head_dim={KV_GROUP_SIZE}"),
+                                 "KVCache per layer, quantized mid-generation as generate_step's "
+                                 "maybe_quantize_kv_cache does (to_quantized(group_size=64, bits)).", spec=4)
+
 TARGETS = ("kv", "llama_sliding", "prompt_cache", "quantized", "chunked", "concatenate", "llama4_chunked",
-           "llama_sliding_saved", "prompt_cache_saved")
+           "llama_sliding_saved", "prompt_cache_saved", "kv_to_quantized")
