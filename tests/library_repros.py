@@ -428,6 +428,51 @@ def mlx_prompt_cache_changed_byte() -> dict[str, Any]:
     return {"offset": loaded.offset, "k_rows": np.array(loaded.keys)[0, 0, :2, 0].tolist()}
 
 
+def _mlx_row(mx: Any, low: int, width: int = 64) -> Any:
+    return mx.arange(low, low + width, dtype=mx.float32).reshape(1, 1, 1, width)
+
+
+def mlx_to_quantized_bound() -> dict[str, Any]:
+    """generate_step's --kv-bits mid-generation (maybe_quantize_kv_cache: KVCache.to_quantized(64, bits)), read
+    back as quantized attention reads it (mx.dequantize): a row of 1..64 at 8 bits is off by more than half the
+    step mx.quantize's docstring gives, (max - min) / (2 (2^bits - 1)); 4 bits alike."""
+    mx = importlib.import_module("mlx.core")
+    cache_module = importlib.import_module("mlx_lm.models.cache")
+    generate = importlib.import_module("mlx_lm.generate")
+    out: dict[str, Any] = {}
+    for bits in (8, 4):
+        row = _mlx_row(mx, 1)
+        cache = [cache_module.KVCache()]
+        cache[0].update_and_fetch(row, row)
+        generate.maybe_quantize_kv_cache(cache, quantized_kv_start=0, kv_group_size=64, kv_bits=bits)
+        keys, _ = cache[0].update_and_fetch(row, row)   # the next token, written quantized
+        read = mx.dequantize(*keys, group_size=cache[0].group_size, bits=cache[0].bits)
+        error = float(mx.abs(read - mx.concatenate([row, row], axis=-2)).max())
+        out[bits] = {"error": round(error, 5), "bound": round(63 / (2 * ((1 << bits) - 1)), 5)}
+    return out
+
+
+def mlx_to_quantized_bits7() -> dict[str, Any]:
+    """--kv-bits 7: maybe_quantize_kv_cache's to_quantized raises on a cache holding a token; on an empty one it
+    builds QuantizedKVCache(bits=7) and the first update raises."""
+    mx = importlib.import_module("mlx.core")
+    cache_module = importlib.import_module("mlx_lm.models.cache")
+    generate = importlib.import_module("mlx_lm.generate")
+    out: dict[str, Any] = {}
+    for held in (1, 0):
+        cache = [cache_module.KVCache()]
+        row = _mlx_row(mx, 1)
+        if held:
+            cache[0].update_and_fetch(row, row)
+        try:
+            generate.maybe_quantize_kv_cache(cache, quantized_kv_start=0, kv_group_size=64, kv_bits=7)
+            cache[0].update_and_fetch(row, row)
+            out[held] = "served"
+        except ValueError:
+            out[held] = f"{'quantize' if type(cache[0]).__name__ == 'KVCache' else 'update'}: ValueError"
+    return out
+
+
 def mlx_batch_filter_of_padded_empty_cache() -> dict[str, Any]:
     """BatchKVCache(left_padding=[2, 2]) (its docstring: inputs left-padded, left_padding the amount per row),
     filter([0]) before the first forward: filter's shift of the padding every row has lowers `_idx` although no
@@ -518,7 +563,8 @@ MLX: dict[str, Callable[[], dict[str, Any]]] = {
     "prompt cache file with a changed byte": mlx_prompt_cache_changed_byte,
     "BatchKVCache filter of a padded empty cache": mlx_batch_filter_of_padded_empty_cache,
     "BatchRotatingKVCache mask after wrap": mlx_batch_rotating_mask_after_wrap,
-    "BatchGenerator segments after a wrap": mlx_batchgenerator_segments_after_wrap}
+    "BatchGenerator segments after a wrap": mlx_batchgenerator_segments_after_wrap,
+    "to_quantized past its bits' half step": mlx_to_quantized_bound, "to_quantized at 7 bits": mlx_to_quantized_bits7}
 
 
 # library -> the modules its repros import (a library found whose dependency is not - mlx without mlx-cpu's

@@ -183,6 +183,25 @@ KINDS: dict[str, Kind] = {
         "BatchGenerator(max_kv_size=6) serving a left-padded request's one-token segments, then a 2-token one, gives "
         "it other logprobs than alone (repro mlx_batchgenerator_segments_after_wrap)",
         "mlx_batch_rotating_mask_after_wrap"),
+    'quantize_bound': Kind(
+        "uncertain", "to_quantized / QuantizedKVCache round a row coarser than its bits' half step: mx.quantize's "
+        "affine scale is stretched so that 0 is a code (a row of 1..64 at 8 bits reads back 0.12355 off, past "
+        "(64 - 1) / (2 * 255) = 0.12353 and float32 rounding)",
+        f"{MLX_CACHE}:396-404, to_quantized, and {MLX_CACHE}:296-297, every later update, call `mx.quantize(x, "
+        "group_size, bits)`, whose docstring (mlx.core.quantize, affine mode) gives s = (max - min) / (2^b - 1), "
+        "code = round((w - min) / s), bias min: half a step at most, the rule's bound; the installed kernel "
+        "(mlx/include/mlx/backend/metal/kernels/quantized.h:2771-2779) instead takes the edge of larger magnitude as "
+        "the bias and scale = edge / round(edge / s), on purpose (0 exactly representable); mlx's own test "
+        "tolerance is half the stored scale (ml-explore/mlx PR 295). Docs and kernel disagree, neither says which "
+        "is the contract", "mlx_to_quantized_bound"),
+    'quantize_bits7': Kind(
+        "stricter", "bits 7, which OP-QUANTIZE takes (and the suite sends to read a row of 64 labels), is refused "
+        "by mx.quantize: at the quantize of a non-empty cache, or - an empty cache's to_quantized builds "
+        "QuantizedKVCache(bits=7) unchecked - at the first update after it",
+        f"{MLX_CACHE}:396-404 and {MLX_CACHE}:296-297 pass bits to mx.quantize, whose docstring's table of modes "
+        "lists the affine bits as \"1, 2, 3, 4, 5, 6, 8\" (ValueError \"The supported bits are 1, 2, 3, 4, 5, 6 "
+        "and 8\"); mlx_lm/generate.py:200-202, --kv-bits, \"Number of bits for KV cache quantization\", is passed "
+        "on to it: 7 is outside mlx's documented contract, OP-QUANTIZE's [2, 8] asks more", "mlx_to_quantized_bits7"),
 }
 
 EXPECTED: dict[str, dict[str, Any]] = {
@@ -299,6 +318,14 @@ EXPECTED: dict[str, dict[str, Any]] = {
             'keep_at_window',
     }},
     'mlxlm:quantized': {"verdict": 'CONFORMING', "causes": {
+    }},
+    'mlxlm:kv_to_quantized': {"verdict": 'NOT CONFORMING', "causes": {
+        "wrong OP-QUANTIZE: wrong OP-QUANTIZE: at fetch (a row not one token's); flat | cap 1, flat":
+            'quantize_bound',
+        'over-strict OP-ATTEND: over-strict OP-ATTEND: at fetch; flat | cap 1, flat':
+            'quantize_bits7',
+        'over-strict OP-QUANTIZE: over-strict OP-QUANTIZE: at quantize; flat | cap 1, flat':
+            'quantize_bits7',
     }},
     'mlxlm:chunked': {"verdict": 'CONFORMING', "causes": {
     }},

@@ -164,6 +164,15 @@ def test_mlx_rotating_cache_refuses_a_trim_after_it_wrapped() -> None:
     assert repros.mlx_rotating_trim_after_wrap() == {"trimmable_after_wrap": False}
 
 
+def test_mlx_to_quantized_reads_back_past_its_bits_half_step() -> None:
+    out = repros.mlx_to_quantized_bound()
+    assert all(entry["error"] > entry["bound"] for entry in out.values()), out
+
+
+def test_mlx_to_quantized_refuses_7_bits() -> None:
+    assert repros.mlx_to_quantized_bits7() == {1: "quantize: ValueError", 0: "update: ValueError"}
+
+
 def test_hf_targets_run_torch_on_one_thread() -> None:
     """spec/conformance/libraries/hf.py sets one intra-op thread: the thread pool's wake-ups on tensors of a few dozen
     elements made the quantized targets' strict pre-merge runs 2-4 times slower on a loaded 2-core machine."""
