@@ -11,8 +11,9 @@ ChunkedKVCache(attention_chunk_size), its chunk past every position: spec 2) and
 (ConcatenateKVCache); and two judged on spec 3: `llama4_chunked` (llama4's make_cache, ChunkedKVCache at the
 config's own chunk beside KVCache global layers: the op face's chunk layer, OP-CHUNK) and `llama_sliding_saved`
 (llama_sliding's caches saved and loaded through a prompt cache file: the `state` verbs, OP-STATE, as
-MlxSavedCaches says), `prompt_cache_saved` (prompt_cache's rings, keep 4, saved and loaded so). Needs the `mlx`
-extra.
+MlxSavedCaches says), `prompt_cache_saved` (prompt_cache's rings, keep 4, saved and loaded so); and one judged on
+spec 4: `kv_to_quantized` (kv's caches quantized mid-generation as generate's --kv-bits does, OP-QUANTIZE, as
+MlxQuantizableCaches says). Needs the `mlx` extra.
 
 One cache object per layer, as make_prompt_cache builds them; what one `update_and_fetch(layer_id, k, v, position)`
 does is what a forward of mlx-lm's model code does for that layer:
