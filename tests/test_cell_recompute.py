@@ -10,6 +10,7 @@ from kvcache_spec import cell_model as cm
 from kvcache_spec import op_model as om
 from kvcache_spec.conformance import PythonTarget, layouts, run_suite
 from kvcache_spec.conformance.cell import recompute
+from kvcache_spec.conformance import scope as scopes
 from kvcache_spec.conformance.suite.plan import CONFORMING, NOT_CONFORMING
 
 STANDINS = "python:tests.recompute_standins:"
@@ -102,8 +103,8 @@ def test_CELL_STATE_a_restore_replaces_the_destination_in_new_cells_and_refuses_
 
 def test_CELL_STATE_steps_are_not_sent_without_the_scope_feature() -> None:
     program = [recompute.decode(0), recompute.save(0), recompute.load(1), recompute.decode(1)]
-    assert recompute.sent(program, frozenset({"flat", "seq-state"})) == program
-    assert recompute.sent(program, frozenset({"flat"})) == [program[0], program[3]]
+    assert recompute.sent(program, scopes.parse(["flat", "seq-state"], "test")) == program
+    assert recompute.sent(program, scopes.parse(["flat"], "test")) == [program[0], program[3]]
 
 
 def test_a_merging_fork_is_lenient_and_its_consequence_is_two_rows_at_one_position() -> None:

@@ -43,6 +43,7 @@ from ..consequences import Consequences
 from ..engine import LENIENT, NOT_SENT, WRONG, Accepted, Drive, Engine, Finding, Refused, RunResult, Step, Stop, \
     Verdict, _same, _show
 from ..preconditions import broken, not_sent_note
+from ..scope import Scope
 
 VOCAB = 32          # tokens are ints in [0, VOCAB): a target's vocabulary holds at least these
 CHECK_ALL = 4       # a decode of at most this many tokens has every output checked
@@ -214,10 +215,10 @@ def state_programs(cfg: JsonConfig) -> list[tuple[str, list[Step]]]:
     return out
 
 
-def sent(program: list[Step], features: frozenset[str]) -> list[Step]:
-    """The program as a target with these scope features is sent it: without save and load steps when it leaves
-    out `seq-state` (left out up front, so a finding's step index and its shrinking count the program as run)."""
-    return program if STATE in features else [step for step in program if step.get("op") not in ("save", "load")]
+def sent(program: list[Step], scope: Scope) -> list[Step]:
+    """The program as a target of this scope is sent it: without save and load steps when it leaves out
+    `seq-state` (left out up front, so a finding's step index and its shrinking count the program as run)."""
+    return program if STATE in scope.features else [step for step in program if step.get("op") not in ("save", "load")]
 
 
 def random_program(cfg: JsonConfig, rng: random.Random, size: int) -> list[Step]:
