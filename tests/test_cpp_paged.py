@@ -258,7 +258,7 @@ def test_the_example_answers_the_protocols_session(binaries: dict[str, Path]) ->
 
 def _protocol_session(session: Session) -> None:
     assert session.hello == {"protocol": "kvcache-conformance", "version": 1, "implementation": "example paged cache",
-                             "methods": ["ref_counts"], "layout": "paged", "scope": ["flat", "ring", "pools"]}   # pools: a spec-4 feature
+                             "methods": ["ref_counts"], "layout": "paged"}
     runner = Runner(session, {"block_size": 2, "num_blocks": 4, "max_model_len": 16, "groups": [{"kind": "full"}],
                               "prefix_caching": True})
     assert runner.admit("a", [5, 6, 7], [], 8) == 0 and runner.admit("b", [5, 6, 9], [], 8) == 2
