@@ -5,7 +5,6 @@ spec/conformance/zoo/op_chunk.py found with a short program that replays, and th
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import numpy as np
@@ -19,10 +18,11 @@ from kvcache_spec.conformance import layouts, scope as scopes
 from kvcache_spec.conformance.op import checker as op_checker
 from kvcache_spec.conformance.op.programs import BAD_CHUNK_CONFIGS, CONTIGUOUS_CONFIGS, edge_contiguous_programs, \
     op_config
-from kvcache_spec.conformance.suite import CONFORMING, NOT_CONFORMING, replay, report_json, run_suite
+from kvcache_spec.conformance.suite import CONFORMING, report_json, run_suite
 from kvcache_spec.conformance.targets import PythonTarget
 from kvcache_spec.conformance.zoo.op_chunk import FOUND_AS
 from tests.test_op_trim_sinks import _steps   # contiguous steps on every layer, the last one's attends
+from tests.standin_found import assert_found_short
 
 REFERENCE = "python:kvcache_spec.conformance.op.targets:contiguous"
 STANDINS = "python:kvcache_spec.conformance.zoo.op_chunk:{}"
@@ -212,17 +212,7 @@ def test_the_reference_is_conforming_strict_with_chunk_and_recording_in_scope() 
 def test_each_chunk_and_recording_standin_is_found_with_a_short_program_that_replays(name: str) -> None:
     """OP-CHUNK, OP-RECORD: each stand-in is found as FOUND_AS says, with a program of at most 4 steps, replayed
     the same; the reference serves that program with no finding."""
-    spec = STANDINS.format(name)
-    report = _report(spec)
-    found = [f for f in report["semantic"]["findings"] if (f["class"], f["rule"]) == FOUND_AS[name]]
-    assert report["verdict"] == NOT_CONFORMING and found, [(f["class"], f["rule"]) for f in
-                                                           report["semantic"]["findings"]]
-    first = min(found, key=lambda f: len(f["steps"]))
-    assert len(first["steps"]) <= 4, first["steps"]
-    json.dumps(first)
-    again = replay(spec, first["config"], first["steps"])
-    assert again is not None and (again["class"], again["rule"]) == FOUND_AS[name]
-    assert replay(REFERENCE, first["config"], first["steps"]) is None
+    assert_found_short(STANDINS.format(name), FOUND_AS[name], REFERENCE)
 
 
 # --- the exhaustive checker ---------------------------------------------------------------------------------

@@ -4,7 +4,6 @@ spec/conformance/zoo/op_state.py, each found with a short program."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -18,11 +17,12 @@ from kvcache_spec import op_model
 from kvcache_spec.conformance import scope as scopes, wire
 from kvcache_spec.conformance.op.persist import load, save
 from kvcache_spec.conformance.op.programs import CONTIGUOUS_CONFIGS, forward, op_config, trim
-from kvcache_spec.conformance.suite import CONFORMING, NOT_CONFORMING, replay, report_json, run_suite
+from kvcache_spec.conformance.suite import CONFORMING, replay, report_json, run_suite
 from kvcache_spec.conformance.targets import PythonTarget, parse_target
 from kvcache_spec.conformance.zoo import op_state
 from kvcache_spec.conformance.zoo.op_state import FOUND_AS
 from tests.test_op_trim_sinks import _steps   # contiguous steps on every layer, the last one's attends
+from tests.standin_found import assert_found_short
 
 REFERENCE = "python:kvcache_spec.conformance.op.targets:contiguous"
 STANDINS = "python:kvcache_spec.conformance.zoo.op_state:{}"
@@ -313,17 +313,7 @@ def test_the_reference_is_conforming_strict_with_state_in_scope() -> None:
 def test_each_state_standin_is_found_with_a_short_program_that_replays(name: str) -> None:
     """OP-STATE: each stand-in is found as FOUND_AS says, with a program of at most 4 steps, replayed the same;
     the reference serves that program with no finding."""
-    spec = STANDINS.format(name)
-    report = _report(spec)
-    found = [f for f in report["semantic"]["findings"] if (f["class"], f["rule"]) == FOUND_AS[name]]
-    assert report["verdict"] == NOT_CONFORMING and found, [(f["class"], f["rule"]) for f in
-                                                           report["semantic"]["findings"]]
-    first = min(found, key=lambda f: len(f["steps"]))
-    assert len(first["steps"]) <= 4, first["steps"]
-    json.dumps(first)
-    again = replay(spec, first["config"], first["steps"])
-    assert again is not None and (again["class"], again["rule"]) == FOUND_AS[name]
-    assert replay(REFERENCE, first["config"], first["steps"]) is None
+    assert_found_short(STANDINS.format(name), FOUND_AS[name], REFERENCE)
 
 
 # --- the exhaustive checker ---------------------------------------------------------------------------------
