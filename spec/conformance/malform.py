@@ -236,10 +236,22 @@ def sendable(program: list[dict[str, Any]], relaxed: frozenset[str]) -> list[dic
     return out
 
 
+def broken_state(data: bytes, form: str) -> bytes:
+    """A saved state (OP-STATE, CELL-STATE) broken as the suite can break it without knowing its format: its last
+    byte cut off ("truncated"), or its middle byte's lowest bit flipped ("flipped"); any other form leaves it whole."""
+    if form == "truncated":
+        return data[:-1]
+    if form == "flipped" and data:
+        middle = len(data) // 2
+        return data[:middle] + bytes([data[middle] ^ 0x01]) + data[middle + 1:]
+    return data
+
+
 def faces() -> set[str]:
     return {face for clause in CLAUSES for face in clause.faces}
 
 
-__all__ = ["CLAUSE_PREFIX", "CONFIG", "MULTI_TOKEN", "Case", "DIM", "ID", "INT", "LIST", "POSITIONS", "TENSOR", "case_of",
-           "cases", "config_case", "config_cases", "config_of", "dim_value", "dim_values", "id_value", "int_value",
-           "malformation", "malformed_positions", "op_base_config", "sendable", "sizes_of", "step_bound", "tokens_of"]
+__all__ = ["CLAUSE_PREFIX", "CONFIG", "MULTI_TOKEN", "Case", "DIM", "ID", "INT", "LIST", "POSITIONS", "TENSOR",
+           "broken_state", "case_of", "cases", "config_case", "config_cases", "config_of", "dim_value", "dim_values",
+           "id_value", "int_value", "malformation", "malformed_positions", "op_base_config", "sendable", "sizes_of",
+           "step_bound", "tokens_of"]

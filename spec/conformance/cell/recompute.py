@@ -39,6 +39,7 @@ from ... import cell_model as cm
 from ... import model
 from ... import op_model as om
 from ..configs import JsonConfig, config, layer
+from ..malform import broken_state   # a saved state broken without knowing its format (OP-STATE too)
 from ..consequences import Consequences
 from ..engine import LENIENT, NOT_SENT, WRONG, Accepted, Drive, Engine, Finding, Refused, RunResult, Step, Stop, \
     Verdict, _same, _show
@@ -130,17 +131,6 @@ def load(seq: Any, form: str = WHOLE) -> Step:
     """CELL-STATE: seq_load of the last state saved, whole or broken (STATE_FORMS), into seq (through a file
     when it was saved through one)."""
     return {"op": "load", "seq": seq, "form": form}
-
-
-def broken_state(data: bytes, form: str) -> bytes:
-    """`data` broken as the suite can break it without knowing its format: its last byte cut off, or its middle
-    byte's lowest bit flipped."""
-    if form == "truncated":
-        return data[:-1]
-    if form == "flipped" and data:
-        middle = len(data) // 2
-        return data[:middle] + bytes([data[middle] ^ 0x01]) + data[middle + 1:]
-    return data
 
 
 def edge_programs(cfg: JsonConfig) -> list[tuple[str, list[Step]]]:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Optional
 from ... import op_model
 from .. import scope as scopes
 from ..engine import NOT_SENT, OVER_STRICT, WRONG, Step
+from ..malform import broken_state   # a saved state broken without knowing its format (CELL-STATE too)
 
 if TYPE_CHECKING:
     from .engine import OpEngine
@@ -43,16 +44,6 @@ def load(form: str = op_model.WHOLE, fresh: bool = False) -> Step:
 def foreign_config(cfg: dict[str, Any]) -> dict[str, Any]:
     """Another config a state may come from: the same with one token more capacity (the least difference)."""
     return {**cfg, "capacity": cfg["capacity"] + 1}
-
-
-def broken(data: bytes, form: str) -> bytes:
-    """`data` in a broken form the suite can make without knowing its format."""
-    if form == "truncated":
-        return data[:-1]
-    if form == "flipped" and data:
-        middle = len(data) // 2
-        return data[:middle] + bytes([data[middle] ^ 0x01]) + data[middle + 1:]
-    return data
 
 
 def take_foreign_state(engine: "OpEngine") -> None:
@@ -118,7 +109,7 @@ def _load(engine: "OpEngine", step: Step) -> Optional[Step]:
             raise engine._fail(OVER_STRICT, "OP-CONFIG", f"create refused the config it took before: {created.error}")
         engine.model = op_model.OpModel(engine.mcfg)
         engine.observe("after create", "OP-STATE")
-    args = {"data": broken(data, form)}
+    args = {"data": broken_state(data, form)}
     engine.before_call = engine.model.snapshot()
     rejected = engine.model.load_state(saved if form == "foreign-config" else
                                        op_model.SavedState(saved.cfg, saved.held, form))

@@ -19,9 +19,7 @@ import numpy as np
 
 from kvcache import op
 
-from .. import scope as scopes
-from ..configs import JsonConfig
-from .op_chunk import _config   # the reference's config of a JSON op config (the zoo reaches no layout)
+from .op_state import _factory   # a stand-in class as a python: factory of the whole spec's scope
 
 
 class _BitsTruthy(op.ContiguousReferenceCache):
@@ -66,15 +64,6 @@ def _coarse(values: np.ndarray, bits: int) -> np.ndarray:
     codes = np.clip(np.rint((x - low) / np.where(scale > 0, scale, 1.0)), 0, (1 << bits) - 1)
     out: np.ndarray = (low + codes * scale).astype(values.dtype)
     return out
-
-
-def _factory(cls: type[op.ContiguousReferenceCache], doc: str) -> Any:
-    def factory(cfg: JsonConfig) -> op.ContiguousReferenceCache:
-        return cls(_config(cfg))
-    factory.__doc__ = doc
-    factory.kvcache_layout = "op-contiguous"   # type: ignore[attr-defined]
-    factory.kvcache_scope = (f"spec={scopes.CURRENT_VERSION}",)   # type: ignore[attr-defined]
-    return factory
 
 
 bits_truthy = _factory(_BitsTruthy, "quantize(True) and quantize(4.0) served: lenient.")
