@@ -42,6 +42,10 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Optional, Sequence, Union
 
+if __name__ == "__main__":   # before the imports that need the extra: one line instead of a traceback
+    from kvcache_spec._extras import exit_unless_installed
+    exit_unless_installed("verify", "python -m kvcache_proofs.paged_checker")
+
 from kvcache_proofs.model_search import Layout
 from kvcache_spec import paged_model as pm
 from kvcache_spec.model import Rejected

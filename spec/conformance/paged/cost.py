@@ -8,12 +8,13 @@ process's: a loaded machine inflates wall time, not this much). A measurement to
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import time
-from typing import Any
+from typing import Any, Optional
 
-from ..targets import Outcome, parse_target
+from ..targets import Outcome, TargetError, parse_target
 from . import programs
 from .consequences import drive_on
 from .engine import PagedEngine
@@ -51,5 +52,19 @@ def harness_cost(spec: str = "python:kvcache_spec.conformance.zoo.paged:paged_po
     return best
 
 
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m kvcache_spec.conformance.paged.cost",
+                                     description="The paged harness's CPU cost per request cycle, beside the target's "
+                                                 "(a measurement, never a verdict).")
+    parser.add_argument("target", nargs="?", default="python:kvcache_spec.conformance.zoo.paged:paged_pool",
+                        help="a paged target, python:MODULE:FACTORY or cmd:COMMAND (default: the zoo's correct pool)")
+    args = parser.parse_args(argv)
+    try:
+        print(json.dumps(harness_cost(args.target), indent=1))
+    except TargetError as error:   # an unknown target is a usage error: one line, exit 2
+        parser.exit(2, f"{parser.prog}: {error}\n")
+    return 0
+
+
 if __name__ == "__main__":
-    print(json.dumps(harness_cost(sys.argv[1]) if len(sys.argv) > 1 else harness_cost(), indent=1))
+    sys.exit(main())
