@@ -1,9 +1,17 @@
-"""Today's target path for ExecuTorch's released caches, kept: `python:kvcache_spec.conformance.op.upstream:NAME`
-loads the factory `kvcache_spec.conformance.libraries.executorch` defines (the adapter lives there, beside the
-other judged libraries)."""
+"""Today's target path for ExecuTorch's released caches, kept: `python:kvcache_spec.conformance.op.upstream:NAME` loads
+the factory `kvcache_spec.conformance.libraries.executorch` defines (the adapter lives there, beside the other judged
+libraries). Every name is forwarded, so a target added there loads here too without a list to keep in step."""
 
 from __future__ import annotations
 
-from ..libraries.executorch import MODULE, TARGETS, cell, contiguous
+from typing import Any
 
-__all__ = ["MODULE", "TARGETS", "cell", "contiguous"]
+from ..libraries import executorch as _library
+from ..libraries.executorch import TARGETS
+
+__all__ = ["TARGETS"]
+
+
+def __getattr__(name: str) -> Any:
+    """A factory (or any name) of the adapter's module, looked up when asked for: the list cannot go stale."""
+    return getattr(_library, name)
