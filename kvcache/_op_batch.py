@@ -164,7 +164,9 @@ class BatchRows:
             return ArgumentValueError("OP-ROWS", "other", "must be another cache (a cache's own rows: repeat)")
         if replace(other.config, batch_size=1) != replace(self.config, batch_size=1):
             return ArgumentValueError("OP-ROWS", "other", "must have this cache's config but for batch_size")
-        mine, theirs = self._layout.length(), other._layout.length()   # type: ignore[attr-defined]
+        step = self._step   # type: ignore[attr-defined]   # an open step of this cache is abandoned first (OP-STEP)
+        mine = step.start if step is not None else self._layout.length()   # type: ignore[attr-defined]
+        theirs = other._layout.length()   # type: ignore[attr-defined]
         if mine != theirs or other._step is not None:   # type: ignore[attr-defined]
             return StepError("OP-ROWS", "other", "must hold the same positions and no open step (rows of different "
                                                  "lengths differ by their pads)", held=mine, other=theirs)

@@ -105,6 +105,9 @@ CLAUSES: tuple[Clause, ...] = (
            "reorder's rows are ints (not bool) in [0, batch_size)", "batch_size", feature="batch-verbs"),
     Clause("op.repeat.times", "OP-ROWS", OP_CONTIGUOUS, "repeat", "times", INT, "repeat's times is an int (not "
            "bool) >= 1", low="1", feature="batch-verbs"),
+    # OP-ROWS: extract(row), one row out as a cache of its own (extend's other is the programs' case: its forms)
+    Clause("op.extract.row", "OP-ROWS", OP_CONTIGUOUS, "extract", "row", ID,
+           "extract's row is an int (not bool) in [0, batch_size)", "batch_size", feature="merge"),
     # OP-QUANTIZE: quantize(bits) (a second quantize is the programs' case, not an argument's)
     Clause("op.quantize.bits", "OP-QUANTIZE", OP_CONTIGUOUS, "quantize", "bits", INT,
            "quantize's bits is an int (not bool) in [2, 8]", "8", low="2", feature="quantize"),

@@ -58,6 +58,8 @@ class Layout:
     # adding them leaves the earlier programs' order, and so what each run finds first and shrinks, as it was
     later_edge_programs: Optional[Callable[[JsonConfig], list[tuple[str, list[Step]]]]] = None
     latest_edge_programs: Optional[Callable[[JsonConfig], list[tuple[str, list[Step]]]]] = None   # after those
+    # and the edge programs of still later versions, each a diagonal of its own after those (OP-ROWS' merges)
+    newer_edge_programs: tuple[Callable[[JsonConfig], list[tuple[str, list[Step]]]], ...] = ()
     # the program as a target of this scope is sent it (steps of a verb it lacks left out up front): the program a
     # finding is stored, shrunk and compared with (--against) is the one its step index counts in
     sent: Optional[Callable[[list[Step], Scope], list[Step]]] = None

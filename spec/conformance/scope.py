@@ -116,6 +116,10 @@ OP_FEATURES: dict[str, str] = {
     "select": "the batch verb select alone (mlx-lm's filter): rows kept with their history and pads (OP-ROWS); "
               "`batch-verbs` includes it",
     "quantize": "quantize(bits): the cache quantized mid-generation, every row read within its bound (OP-QUANTIZE)",
+    # spec 5: a second cache, the side cache, held by the harness (PROTOCOL.md: aside, swap, extend, extract);
+    # not in `batch-verbs`: a library with select, reorder and repeat but no extend is judged as before
+    "merge": "extend and extract: another cache's rows appended, one row out as a cache of its own (mlx-lm's "
+             "BatchKVCache extend / merge / extract) (OP-ROWS)",
 }
 # A feature that includes others: declaring it declares them (`batch-verbs` is select, reorder and repeat).
 INCLUDES: dict[str, frozenset[str]] = {"batch-verbs": frozenset({"select"})}
@@ -138,7 +142,7 @@ SPEC = "spec"   # "spec=2" in a declaration: the version the target was written 
 SPEC_VERSIONS: dict[int, tuple[str, frozenset[str]]] = {
     1: ("the first release: the sequence, cell, op and recompute faces, before trim and sinks",
         frozenset(EVERY_FEATURE) - {"trim", "sinks", "chunk", "recording", "state", "pad", "batch-verbs", "select",
-                                    "pools", "quantize", "seq-state"}),
+                                    "pools", "quantize", "seq-state", "merge"}),
     2: ("the op face's trim(n) verb (OP-TRIM) and ring layers with attention sinks (OP-SINKS)",
         frozenset({"trim", "sinks"})),
     3: ("chunk layers (OP-CHUNK), rings recording their past for a trim (OP-RECORD), a state saved and loaded "
@@ -146,7 +150,8 @@ SPEC_VERSIONS: dict[int, tuple[str, frozenset[str]]] = {
     4: ("left-padded batch rows (OP-PAD), the batch verbs (OP-ROWS; `select` alone too), the paged layout's "
         "per-group pools (PAGED-CONFIG) and a quantize mid-generation (OP-QUANTIZE)",
         frozenset({"pad", "batch-verbs", "select", "pools", "quantize"})),
-    5: ("one sequence's state saved and restored on the cell-recompute face (CELL-STATE)", frozenset({"seq-state"})),
+    5: ("one sequence's state saved and restored on the cell-recompute face (CELL-STATE), and the op face's extend "
+        "and extract (OP-ROWS)", frozenset({"seq-state", "merge"})),
 }
 CHUNK, RECORD_PAST = "chunk", "record_past"   # a layer entry's chunk size; the config's recording flag
 VERSION_LAYER_KEYS: dict[int, frozenset[str]] = {2: frozenset({KEEP}), 3: frozenset({CHUNK})}   # config keys a version added
@@ -216,7 +221,7 @@ LAYOUT_FEATURES: dict[str, frozenset[str]] = {
     "sequence": frozenset(FEATURES),
     "cell": frozenset(FEATURES),
     "op-contiguous": frozenset({"flat", "ring", "max_write", "batch", "mla", "positions", "steps", "trim", "sinks",
-                                "chunk", "recording", "state", "pad", "batch-verbs", "select", "quantize"}),
+                                "chunk", "recording", "state", "pad", "batch-verbs", "select", "quantize", "merge"}),
     "op-cell": frozenset({"flat", "ring", "mla", "positions", "steps", "declarations"}),
     "cell-recompute": frozenset({"flat", "ring", "position-gaps", "seq-state"}),
     "paged": frozenset({"flat", "ring", "pools"}),   # full groups need `flat`, window ones `ring`; "pools" `pools`

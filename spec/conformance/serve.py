@@ -20,7 +20,7 @@ from . import scope as scopes
 from . import wire
 from .configs import config, layer
 from .targets import (FACE_METHODS, OP_LAYOUTS, OPTIONAL_METHODS, OPTIONAL_PARAMS, PROTOCOL_NAME, PROTOCOL_VERSION,
-                      PythonTarget, TargetCrash, TargetError)
+                      SIDE_VERBS, PythonTarget, TargetCrash, TargetError)
 
 
 # the smallest paged config (PROTOCOL.md, "Paged targets"): built once to see which optional methods it has
@@ -78,7 +78,8 @@ class Server:
             return error("protocol", f"unknown method {method!r}")
         if method in OPTIONAL_METHODS and method not in self.methods:
             return error("unsupported", f"{method} is not implemented")
-        if not self.created:
+        side = self.op and method in SIDE_VERBS   # the side cache's verbs: aside and swap need no live cache
+        if not self.created and not (side and method in ("aside", "swap")):
             return error("protocol", "no cache: send create first")
         names = self.face_methods[method]
         if any(name not in params and name not in OPTIONAL_PARAMS for name in names):
@@ -92,6 +93,8 @@ class Server:
             except wire.WireError as wrong:
                 return error("protocol", str(wrong))
         outcome = self.target.call(method, args)
+        if side:
+            self.created = self.target.cache is not None
         if not outcome.ok:
             return error("rejected", outcome.error, _rule(outcome.error))
         if self.op and method == "state" and isinstance(outcome.value, (bytes, bytearray)):   # OP-STATE: base64

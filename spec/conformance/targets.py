@@ -181,7 +181,9 @@ FACE_METHODS: dict[str, dict[str, tuple[str, ...]]] = {
     # the op face (spec/op_model.py; PROTOCOL.md, "Op-face targets"): upstream's method names, arguments in order
     "op-contiguous": {"update_and_fetch": ("layer_id", "k", "v", "position"), "used": ("layer_id",), "reset": (),
                       "trim": ("n",), "state": (), "load_state": ("data",), "pad": ("left_padding",),
-                      "select": ("rows",), "reorder": ("rows",), "repeat": ("times",), "quantize": ("bits",)},
+                      "select": ("rows",), "reorder": ("rows",), "repeat": ("times",), "quantize": ("bits",),
+                      # OP-ROWS' extend and extract (feature `merge`): the harness verbs of the side cache
+                      "aside": (), "swap": (), "extend": (), "extract": ("row",)},
     "op-cell": {"update_and_fetch": ("layer_id", "k", "v", "position"), "begin_step": ("seq_ids",),
                 "seq_cp": ("src", "dst", "upto"), "seq_rm": ("seq", "p0", "p1"), "seq_len": ("seq",),
                 "free_cells": (), "reset": ()},
@@ -198,7 +200,13 @@ OPTIONAL_PARAMS = ("upto", "p1")
 # The methods a scope feature adds (scope.py): called only on a target that declares the feature.
 FEATURE_METHODS = {"trim": "trim", "state": "state", "load_state": "state", "pad": "pad", "select": "select",
                    "reorder": "batch-verbs", "repeat": "batch-verbs", "quantize": "quantize",
-                   "seq_save": "seq-state", "seq_load": "seq-state"}   # method -> the feature it belongs to
+                   "seq_save": "seq-state", "seq_load": "seq-state",
+                   "aside": "merge", "swap": "merge", "extend": "merge", "extract": "merge"}   # method -> its feature
+# The side cache's verbs (feature `merge`; PROTOCOL.md, "Op-face targets"): a target holds a second cache beside
+# the live one. aside(): the live cache becomes the side cache (the previous one dropped), none live until the
+# next create; swap(): live and side exchange; extend(): the live cache's extend(side), the side cache left as it
+# is; extract(row): the live cache's extract(row) becomes the side cache. create replaces the live cache only.
+SIDE_VERBS = ("aside", "swap", "extend", "extract")
 
 
 class Target(abc.ABC):
@@ -326,6 +334,7 @@ class PythonTarget(Target):
         except scopes.ScopeError as error:
             raise TargetError(f"{spec}: kvcache_scope: {error}") from error
         self.cache: Any = None
+        self.side: Any = None   # the side cache (SIDE_VERBS): dropped by fresh(), kept by create
         self.issued: dict[str, Any] = {}   # plan JSON -> the target's own plan object
         # an op-face factory gets the JSON config (it builds its own config object, so it validates it)
         # and says which tensors it takes: "numpy" (the default) or "torch"
@@ -333,6 +342,9 @@ class PythonTarget(Target):
         self.tensors = getattr(self.factory, "kvcache_tensors", "numpy")
         if self.tensors not in ("numpy", "torch"):
             raise TargetError(f"{spec}: kvcache_tensors is {self.tensors!r}, not 'numpy' or 'torch'")
+
+    def fresh(self) -> None:
+        self.side = None   # a new program starts with no side cache
 
     def create(self, cfg: JsonConfig) -> Outcome:
         kept = harness_handlers()
@@ -402,6 +414,8 @@ class PythonTarget(Target):
                 return Outcome(True, value)
             if method == "commit":
                 return Outcome(True, cache.commit(self._plan_object(args["plan"])))
+            if method in SIDE_VERBS and self.layout == "op-contiguous":
+                return self._side_verb(method, args)
             if method == "update_and_fetch" and self.tensors == "torch":
                 import torch   # only a target that asks for torch tensors needs torch installed
                 args = {name: torch.from_numpy(value) if name in ("k", "v", "position") else value
@@ -415,6 +429,20 @@ class PythonTarget(Target):
             return Outcome(False, error=f"{type(error).__name__}: {error}")
         except BaseException as error:   # SystemExit, KeyboardInterrupt, ... raised by the target itself
             raise _base_crash(error) from None
+
+    def _side_verb(self, method: str, args: dict[str, Any]) -> Outcome:
+        """The side cache's verbs (SIDE_VERBS) on the objects themselves: the cache's own extend and extract."""
+        if method == "aside":
+            self.side, self.cache = self.cache, None
+        elif method == "swap":
+            self.cache, self.side = self.side, self.cache
+        elif self.cache is None:
+            raise RuntimeError(f"{method}: no live cache (create it first)")
+        elif method == "extend":
+            return Outcome(True, self.cache.extend(self.side))
+        else:
+            self.side = self.cache.extract(args.get("row"))
+        return Outcome(True, None)
 
 
 def _base_crash(error: BaseException) -> TargetCrash:

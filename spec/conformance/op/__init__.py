@@ -42,6 +42,7 @@ LAYOUTS = (Layout("op-contiguous", programs.CONTIGUOUS_CONFIGS, programs.bad_con
                   programs.edge_contiguous_programs, programs.random_contiguous_program, _runner("contiguous"),
                   later_edge_programs=persist.state_programs,   # OP-STATE's (persist.py), after the others
                   latest_edge_programs=quantize.quantize_programs,   # OP-QUANTIZE's (quantize.py), after those
+                  newer_edge_programs=(programs.merge_programs,),   # OP-ROWS' extend and extract (merge.py), last
                   sent=programs.sent_contiguous),
            Layout("op-cell", programs.CELL_CONFIGS, programs.bad_cell_configs, programs.edge_cell_programs,
                   programs.random_cell_program, _runner("cell"), sent=programs.sent_cell))

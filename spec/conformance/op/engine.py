@@ -41,6 +41,8 @@ from . import pictures
 from .answers import Labels, allowed_rows, as_array, mask_kind, refusal_text, row_text, show_args
 from .persist import STATE_OPS, state_step, take_foreign_state
 from .quantize import QUANTIZE, quantize_step
+from . import merge
+from .merge import MERGE_OPS, merge_step
 from .programs import BATCH_FEATURES, BATCH_OPS, MAX_BATCH, batch_value, trim_n, well_formed_step
 
 RULE_WORD = re.compile(r"(?<![A-Z0-9-])[A-Z][A-Z0-9]*(?:-[A-Z0-9]+)+(?![A-Z0-9-])")   # a rule id in a text
@@ -79,7 +81,8 @@ class OpEngine(Caller):
         self.model = op_model.OpModel(self.mcfg)
         # OP-ROWS: repeat grows the batch, so a target with the batch verbs gets labels for MAX_BATCH rows
         self.labels = Labels(replace(self.mcfg, batch_size=max(self.mcfg.batch_size, MAX_BATCH))
-                             if "batch-verbs" in self.scope_features() else self.mcfg, self.declared_scope().lossy)
+                             if {"batch-verbs", merge.MERGE} & self.scope_features() else self.mcfg,
+                             self.declared_scope().lossy)
         self.rejudging = False   # a run that re-judges a consequence (`_recharged`): not re-judged again
         self.index = -1
         self.next_uid = 0
@@ -97,6 +100,11 @@ class OpEngine(Caller):
         self.saved: Optional[tuple[bytes, op_model.SavedState]] = None
         self.foreign_state: Optional[tuple[bytes, op_model.SavedState]] = None
         self.quantized_uids: set[int] = set()   # OP-QUANTIZE (quantize.py): the tokens held when it was quantized
+        # OP-ROWS' extend and extract (merge.py): what the live cache was sent (replayed on a cache to extend it
+        # with), the cache beside it, and what a merge just changed (a finding before its first read is the merge's)
+        self.track = merge.Track()
+        self.side: Optional[merge.Side] = None
+        self.merged: Optional[str] = None
 
     # --- helpers -----------------------------------------------------------------------------------
     def show(self, args: dict[str, Any]) -> str:
@@ -226,6 +234,7 @@ class OpEngine(Caller):
         # the drive past a finding and the blame's reruns then see the same program (step indexes agree)
         program = [step for step in program if step.get("op") not in BATCH_OPS or self._batch_verb_sent(step["op"])]
         program = [step for step in program if step.get("op") != QUANTIZE or self._quantize_sent()]   # alike
+        program = [step for step in program if step.get("op") not in MERGE_OPS or merge.sent(self)]   # alike
         self.program = program
         try:
             if self.start():
@@ -256,12 +265,15 @@ class OpEngine(Caller):
             quantized = any(step.get("op") == QUANTIZE for step in program)   # the record reads labels exactly
             if quantized and entry.kind in (LENIENT, OVER_STRICT):
                 self.result.skipped.add("consequences: a program with quantize is not driven past its finding")
-            batch = batch or quantized
+            merged = any(step.get("op") in MERGE_OPS for step in program)   # a second cache the record has not
+            if merged and entry.kind in (LENIENT, OVER_STRICT):
+                self.result.skipped.add("consequences: a program with extend or extract is not driven past its finding")
+            batch = batch or quantized or merged
             if entry.kind in (LENIENT, OVER_STRICT) and entry.step_index >= 0 and not self.nested \
                     and not self.outside and entry.step_index == len(self.result.steps) - 1 and not batch:
                 self.drive_on(program, entry)
                 self._recharge(program, entry)
-            self.result.finding = self._after_refusal(self.capacity_refusal(entry))
+            self.result.finding = merge.charged(self, self._after_refusal(self.capacity_refusal(entry)))
         if self.outside:
             self.result.finding = self.border_finding(self.result.finding, len(program))
         return self.result
@@ -369,6 +381,7 @@ class OpEngine(Caller):
             return self.fetch(step)
         if op == "reset":
             self.model.reset()
+            self.track.reset()
             self._accepted("reset", {}, "OP-STEP")
             return dict(step)
         if op == "trim":
@@ -379,6 +392,8 @@ class OpEngine(Caller):
             return state_step(self, step)
         if op == QUANTIZE:
             return quantize_step(self, step)
+        if op in MERGE_OPS:
+            return merge_step(self, step)
         verdicts = {"begin": ("begin_step", {"seq_ids": step.get("seqs")}, "OP-STEP"),
                     "cp": ("seq_cp", {"src": step.get("src"), "dst": step.get("dst"), "upto": step.get("upto")},
                            "OP-FORK"),
@@ -508,6 +523,7 @@ class OpEngine(Caller):
         recorded = self._owed_by_recording()
         self._accepted("trim", args, "OP-STEP" if self.model.abandoned != before else
                        "OP-RECORD" if recorded else "OP-TRIM")
+        self.track.trimmed(n)
         self.result.exercised.add("OP-TRIM")
         if recorded:
             self.result.exercised.add("OP-RECORD")
@@ -587,6 +603,7 @@ class OpEngine(Caller):
         self.result.exercised.add("OP-TRIM")
         if got.ok and got.value is not False:
             self.observe(f"after trim({show_args(args)})", "OP-TRIM")
+            self.track.trimmed(args["n"])
             return concrete
         assert self.before_call is not None
         self.model = self.before_call.snapshot()
@@ -673,6 +690,8 @@ class OpEngine(Caller):
         assert type(layer) is int   # the model served it (OP-ARGS)
         self.check_answer(got.value, layer, verdict)
         self.observe(f"after update_and_fetch(layer {layer}, positions {positions})", "OP-STEP")
+        self.track.fetched(layer, positions, continuing, self.model.step is None)
+        self.merged = None   # the first read past a merge served as the spec says
         return concrete
 
     def _window_step(self, layer: Any, q: int) -> bool:

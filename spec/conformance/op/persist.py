@@ -118,6 +118,7 @@ def _load(engine: "OpEngine", step: Step) -> Optional[Step]:
         engine._refused("load_state", args, rejected, concrete)
         return concrete
     engine._accepted("load_state", args, "OP-STATE")
+    engine.track.known = False   # what it holds now is the state's: no history an extend replays (merge.py)
     return concrete
 
 

@@ -9,7 +9,9 @@ Programs are JSON step lists (spec/PROTOCOL.md, "Op-face programs"):
 - begin(...), {"op": "cp", "src", "dst", "upto"}, {"op": "rm", "seq", "p0", "p1"}:
   the cell cache's begin_step, seq_cp, seq_rm; {"op": "reset"};
 - contiguous: {"op": "trim", "n"}; {"op": "pad", "left_padding"}, {"op": "select" / "reorder", "rows"},
-  {"op": "repeat", "times"} (OP-PAD, OP-ROWS: sent only to a target with the `pad` / `batch-verbs` feature).
+  {"op": "repeat", "times"} (OP-PAD, OP-ROWS: sent only to a target with the `pad` / `batch-verbs` feature);
+  {"op": "extend", "batch", "pads", "form"}, {"op": "extract", "row"}, {"op": "swap"} (OP-ROWS on a second
+  cache, the side cache: sent only to a target with the `merge` feature; merge.py).
 
 "Next" positions are resolved against the model when the step runs, so a program the shrinker cut
 still means a well-formed step where it meant one; `RunResult.steps` holds the concrete positions.
@@ -168,6 +170,9 @@ RESET: Step = {"op": "reset"}
 # OP-PAD, OP-ROWS: the batch verbs (a target without `pad` / `batch-verbs` is sent none: the engine leaves them out)
 BATCH_OPS = ("pad", "select", "reorder", "repeat")
 QUANTIZE = "quantize"   # OP-QUANTIZE (quantize.py): sent only to a contiguous cache with the feature of that name
+# OP-ROWS' extend and extract on the side cache (merge.py): sent only to a contiguous cache with the `merge` feature
+MERGE = "merge"
+MERGE_OPS = ("extend", "extract", "swap")
 # the scope feature each batch verb needs (the engine sends none to an op-cell cache)
 # (`batch-verbs` includes `select`, scope.INCLUDES: a target declaring it has both)
 BATCH_FEATURES = {"pad": "pad", "select": "select", "reorder": "batch-verbs", "repeat": "batch-verbs"}
@@ -180,12 +185,12 @@ def sent_contiguous(program: list[Step], scope: Scope) -> list[Step]:
     keeps a finding's step index, its shrinking and --against on the program as run)."""
     features, quantized = scope.features, QUANTIZE in scope.features and scope.lossy is None
     return [step for step in program if (step.get("op") not in BATCH_OPS or BATCH_FEATURES[step["op"]] in features)
-            and (step.get("op") != QUANTIZE or quantized)]
+            and (step.get("op") != QUANTIZE or quantized) and (step.get("op") not in MERGE_OPS or MERGE in features)]
 
 
 def sent_cell(program: list[Step], scope: Scope) -> list[Step]:
-    """The program as an op-cell cache is sent it: no batch verbs nor quantize (they are the contiguous cache's)."""
-    return [step for step in program if step.get("op") not in (*BATCH_OPS, QUANTIZE)]
+    """The program as an op-cell cache is sent it: no batch verbs, quantize nor merges (the contiguous cache's)."""
+    return [step for step in program if step.get("op") not in (*BATCH_OPS, QUANTIZE, *MERGE_OPS)]
 
 
 MAX_BATCH = 8   # the most batch rows a program makes (repeat grows the batch; the labels' radix is sized for it)
@@ -255,6 +260,65 @@ def batch_programs(cfg: JsonConfig) -> list[tuple[str, list[Step]]]:
             out.append((f"malformed {case.name}", forward(cfg, 1) * (case.clause.call != "pad")
                         + malformed_call(cfg, case) + forward(cfg, 1)))
     out.append(("pad after a step", forward(cfg, 1) + [pad(pads)] + forward(cfg, 1)))
+    return out
+
+
+def extend(batch: int = 1, pads: Optional[list[int]] = None, form: str = "whole") -> Step:
+    """OP-ROWS: the live cache's extend(other), other a cache of `batch` rows (padded by `pads`) that the engine builds
+    beside it and replays the live cache's history on (merge.py); `form` "foreign-config" builds it with one more
+    capacity, "short" replays one step fewer: both refused, nothing changed."""
+    return {"op": "extend", "batch": batch, **({"pads": pads} if pads is not None else {}),
+            **({"form": form} if form != "whole" else {})}
+
+
+def extract(row: Any) -> Step:
+    """OP-ROWS: extract(row) as a cache of its own; the program goes on with it, the original kept beside."""
+    return {"op": "extract", "row": row}
+
+
+SWAP: Step = {"op": "swap"}   # the live cache and the one kept beside exchange (merge.py)
+
+
+def merge_programs(cfg: JsonConfig) -> list[tuple[str, list[Step]]]:
+    """OP-ROWS' extend and extract (feature `merge`): an extend after decodes, each cache with its pads; one of a
+    ring past its wrap; one mid-step, after a trim, of an empty cache, then an appended row extracted; an extract of a
+    padded row, then decodes, and the original brought back (swap) and read; the refused forms (another config,
+    another length) and each malformed row, nothing changed, every later answer judged."""
+    b, cap, layers = cfg["batch_size"], cfg["capacity"], cfg["n_layers"]
+    n = max(1, min(2, MAX_BATCH - b))
+    held = max(1, min(3, cap - 2))   # tokens before a merge, room left for two decodes
+    pad_live = [min(1, held - 1)] + [0] * (b - 1)
+    pad_other = [min(2, held - 1)] + [0] * (n - 1)
+    before = forward(cfg, max(1, held - 1)) + forward(cfg, 1) * (held > 1)   # a prefill, then a decode
+    out: list[tuple[str, list[Step]]] = [
+        ("extend after decodes, pads on both sides", [pad(pad_live)] + before + [extend(n, pad_other)]
+         + forward(cfg, 1) * min(2, cap - held)),
+        ("extend, no pads", before + [extend(n)] + forward(cfg, 1)),
+        ("extend of an empty cache", [extend(n, pad_other)] + forward(cfg, min(2, cap - 1)) + forward(cfg, 1)),
+        ("extend after a trim", before + [trim_most(1), extend(n, pad_other)] + forward(cfg, 1)),
+        ("extend, then the appended row extracted", before + [extend(n, pad_other), extract(b)] + forward(cfg, 1)),
+        ("extract a padded row, then decode", [pad([0] * (b - 1) + [min(2, held - 1)])] + before + [extract(b - 1)]
+         + forward(cfg, 1) * min(2, cap - held)),
+        ("extract, swap back, decode", [pad(pad_live)] + before + [extract(b - 1)] + forward(cfg, 1)
+         * (cap - held > 1) + [SWAP] + forward(cfg, 1)),
+        ("extract of an empty cache, swap back", [extract(0), SWAP] + forward(cfg, 1)),
+        ("an extend of another config refused", before + [extend(n, form="foreign-config")] + forward(cfg, 1)),
+        ("an extend of another length refused", before + [extend(n, form="short")] + forward(cfg, 1)),
+    ]
+    rings = [entry["window"] for entry in cfg["layers"] if entry["kind"] == "ring"]
+    if rings:   # a ring past its wrap: the other cache's ring wrapped alike, each row its own history
+        decodes = max(1, min(cap - 2, max(rings) + 2))
+        out += [("extend of a ring past its wrap", forward(cfg, 1) * decodes + [extend(n, pad_other)]
+                 + forward(cfg, 1) * min(2, cap - decodes)),
+                ("extract of a ring past its wrap, swap back", forward(cfg, 1) * decodes + [extract(0)]
+                 + forward(cfg, 1) * (cap - decodes > 1) + [SWAP] + forward(cfg, 1))]
+    if layers > 1:   # mid-step: extend abandons the open step; extract leaves it open on the original
+        out += [("extend mid-step", forward(cfg, 1) + [fetch(0), extend(n)] + forward(cfg, 1)),
+                ("extract mid-step, swap back", forward(cfg, 1) + [fetch(0), extract(0), SWAP]
+                 + [fetch(layer_id) for layer_id in range(1, layers)] + forward(cfg, 1))]
+    for case in cases("op-contiguous", cfg):
+        if case.clause.call == "extract":
+            out.append((f"malformed {case.name}", forward(cfg, 1) + malformed_call(cfg, case) + forward(cfg, 1)))
     return out
 
 
@@ -341,8 +405,8 @@ def edge_contiguous_programs(cfg: JsonConfig) -> list[tuple[str, list[Step]]]:
     out += trim_programs(cfg)
     out += batch_programs(cfg)
     for case in cases("op-contiguous", cfg):   # one program per malformation (malform.py)
-        if case.clause.call in ("trim", *BATCH_OPS, QUANTIZE):
-            continue   # trim_programs', batch_programs', quantize_programs'
+        if case.clause.call in ("trim", *BATCH_OPS, QUANTIZE, *MERGE_OPS):
+            continue   # trim_programs', batch_programs', quantize_programs', merge_programs'
         out.append((f"malformed {case.name}", forward(cfg, 1) + malformed_call(cfg, case) + forward(cfg, 1) * 2))
     if layers > 1:
         out += [("stopped step", [fetch(0, 2), fetch(0, 1)] + [fetch(l, 1) for l in range(1, layers)] + forward(cfg, 1)),
@@ -407,7 +471,8 @@ def random_contiguous_program(cfg: JsonConfig, rng: random.Random, size: int) ->
             program.append(RESET)
         else:   # trim's cases are with_trims' (drawn apart, so the other draws are what they were)
             program += malformed_call(cfg, rng.choice([case for case in cases("op-contiguous", cfg)
-                                                       if case.clause.call not in ("trim", *BATCH_OPS, QUANTIZE)]))
+                                                       if case.clause.call not in ("trim", *BATCH_OPS, QUANTIZE,
+                                                                                   *MERGE_OPS)]))
     # the side generator's seed: the hash of the Mersenne state's 625 ints, the same in every process (the whole
     # state's hash is not: its last item may be None, whose hash is its address)
     side = random.Random(hash(rng.getstate()[1]))
@@ -498,6 +563,8 @@ def malformed_call(cfg: JsonConfig, case: Case, cell: bool = False, seq: int = 0
         return [{"op": clause.call, **tag}]
     if clause.call == QUANTIZE:   # bits resolved when the step runs (quantize.quantize_step)
         return [{"op": QUANTIZE, "bits": None, **tag}]
+    if clause.call in MERGE_OPS:   # extract's row resolved against the batch when the step runs (merge.py)
+        return [{"op": clause.call, **tag}]
     if clause.kind == LIST:
         return [{"op": "begin", "seqs": [] if variant == "empty" else str(seq), **tag}]
     value = id_value(variant, 63) if clause.kind == ID else None

@@ -72,8 +72,8 @@ def interleaved(configs: tuple[JsonConfig, ...], layout: layouts.Layout) -> list
     are different programs, not one kind of program that happens to come first everywhere. The layout's
     later edge programs (a later spec version's) follow, on a diagonal of their own."""
     out = _diagonal(configs, layout.edge_programs)
-    for later in (layout.later_edge_programs, layout.latest_edge_programs):   # each a diagonal of its own
-        out += _diagonal(configs, later) if later else []
+    for later in (layout.later_edge_programs, layout.latest_edge_programs, *layout.newer_edge_programs):
+        out += _diagonal(configs, later) if later else []   # each a diagonal of its own
     return out
 
 
@@ -88,10 +88,11 @@ def _diagonal(configs: tuple[JsonConfig, ...], programs_of: Callable[[JsonConfig
 def without_missing_verbs(target: Target, scope: scopes.Scope, configs: tuple[JsonConfig, ...]) -> scopes.Scope:
     """The scope less the verbs a python: target's caches do not have: a contiguous op cache without a `trim`
     method is not judged on trim, one without `state` and `load_state` methods not on state (OP-STATE), nor one
-    without `quantize` on quantize (OP-QUANTIZE), whatever
+    without `quantize` on quantize (OP-QUANTIZE), nor one without `extend` and `extract` on merge (OP-ROWS), whatever
     its scope says (as the C++ op driver leaves them out of its hello without their callables). The factory is
     called once, on the first configuration inside the scope; a refused one leaves the scope as declared."""
-    verbs = {"trim": ("trim",), "state": ("state", "load_state"), "quantize": ("quantize",)}
+    verbs = {"trim": ("trim",), "state": ("state", "load_state"), "quantize": ("quantize",),
+             "merge": ("extend", "extract")}
     if not isinstance(target, PythonTarget) or target.layout != "op-contiguous" or \
             not any(feature in scope.features for feature in verbs):
         return scope
