@@ -48,24 +48,25 @@ def masks_agree(answered: Mask, wanted: Mask) -> bool:
     return bool(np.array_equal(left, right))
 
 
-def _rows_error(verb: str, rows: Any, batch: int, *, distinct: bool, length: Optional[int]) -> Optional[KVCacheError]:
+def _rows_error(verb: str, rows: Any, batch: int, *, distinct: bool, length: Optional[int],
+                argument: str = "rows") -> Optional[KVCacheError]:
     """OP-ROWS: rows is a non-empty list or tuple of ints (not bools) in [0, batch); distinct where the verb keeps a
-    row at most once; `length` of them where the batch keeps its size."""
+    row at most once; `length` of them where the batch keeps its size. The error names `argument` (extract's `row`)."""
     if type(rows) not in (list, tuple):
-        return ArgumentTypeError("OP-ROWS", "rows", f"{verb} takes a list of batch-row indices", type=type(rows).__name__)
+        return ArgumentTypeError("OP-ROWS", argument, f"{verb} takes a list of batch-row indices", type=type(rows).__name__)
     if not rows:
-        return ArgumentValueError("OP-ROWS", "rows", f"{verb} would leave an empty batch")
+        return ArgumentValueError("OP-ROWS", argument, f"{verb} would leave an empty batch")
     for row in rows:
         if not is_int(row):
-            return ArgumentTypeError("OP-ROWS", "rows", "every index is an int (bool is not an int here)", value=row,
+            return ArgumentTypeError("OP-ROWS", argument, "every index is an int (bool is not an int here)", value=row,
                                      type=type(row).__name__)
         if not 0 <= row < batch:
-            return ArgumentValueError("OP-ROWS", "rows", f"every index lies in [0, batch_size {batch})", value=row)
+            return ArgumentValueError("OP-ROWS", argument, f"every index lies in [0, batch_size {batch})", value=row)
     if length is not None and len(rows) != length:
-        return ArgumentValueError("OP-ROWS", "rows", f"{verb} names one source row per batch row", size=len(rows),
+        return ArgumentValueError("OP-ROWS", argument, f"{verb} names one source row per batch row", size=len(rows),
                                   batch_size=length)
     if distinct and len(set(rows)) != len(rows):
-        return ArgumentValueError("OP-ROWS", "rows", f"{verb} keeps each row at most once (reorder repeats rows)",
+        return ArgumentValueError("OP-ROWS", argument, f"{verb} keeps each row at most once (reorder repeats rows)",
                                   rows=list(rows))
     return None
 
@@ -190,10 +191,10 @@ class BatchRows:
         pools.config = self.config
 
     @icontract.require(lambda self, row: _rows_error("extract", [row], self.config.batch_size, distinct=True,
-                                                     length=None) is None,
+                                                     length=None, argument="row") is None,
                        "OP-ROWS: row is an int in [0, batch_size)",
                        error=lambda self, row: found(_rows_error("extract", [row], self.config.batch_size,
-                                                                 distinct=True, length=None)), enabled=True)
+                                                                 distinct=True, length=None, argument="row")), enabled=True)
     @icontract.ensure(lambda result: result.config.batch_size == 1, "OP-ROWS: a cache of one batch row")
     def extract(self, row: int) -> Any:
         """Batch row `row` as a cache of its own (batch 1, its history and pads); this cache unchanged. An open

@@ -29,6 +29,7 @@ _ACCEPTED: dict[str, Callable[[Any], Any]] = {
     "begin_step": lambda inner: None, "seq_cp": lambda inner: None, "seq_rm": lambda inner: True,
     "trim": lambda inner: None, "pad": lambda inner: None, "select": lambda inner: None,
     "reorder": lambda inner: None, "repeat": lambda inner: None, "quantize": lambda inner: None,
+    "extract": lambda inner: inner.extract(0),
     "plan": lambda inner: inner.plan(0, inner.length(), 1) if inner.can_extend(1) else None,
     "can_extend": lambda inner: True, "rewind": lambda inner: True, "depth": lambda inner: 0,
     "retained_from": lambda inner: 0, "seq_len": lambda inner: 0, "next_pos": lambda inner: 0,
@@ -55,6 +56,8 @@ class Lenient:
 
     def __getattr__(self, name: str) -> Any:
         method = getattr(self.inner, name)
+        if name == "extend" and name != self.clause.call:   # the side cache is a stand-in too: its cache taken
+            return lambda other: method(other.inner if isinstance(other, Lenient) else other)
         if name != self.clause.call:
             return method
 

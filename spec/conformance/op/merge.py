@@ -40,7 +40,10 @@ if TYPE_CHECKING:
     from .engine import OpEngine
 
 RULE = "OP-ROWS"
-__all__ = ["MERGE", "MERGE_OPS", "Side", "Track", "charged", "merge_step", "sent"]
+# What this process's op engines merged, served as the spec says: extends and extracts accepted, and those refused
+# (a foreign config, another length, a malformed row) - read by the tests, as engine.CHECKED is by whoever runs
+MERGED = {"extend": 0, "extract": 0, "refused": 0}
+__all__ = ["MERGE", "MERGED", "MERGE_OPS", "Side", "Track", "charged", "merge_step", "sent"]
 
 
 @dataclass
@@ -143,6 +146,7 @@ def _extract(engine: "OpEngine", step: Step, concrete: Step) -> Optional[Step]:
                                       f"declares '{scopes.TRUSTED_ARGS}'")
             return NOT_SENT
         engine._refused("extract", args, out, concrete)
+        MERGED["refused"] += 1
         return concrete
     engine._accepted("extract", args, RULE)   # the original observed: unchanged
     _harness_call(engine, "swap")
@@ -150,6 +154,7 @@ def _extract(engine: "OpEngine", step: Step, concrete: Step) -> Optional[Step]:
     engine.model, engine.track, engine.mcfg = out, engine.track.committed(), out.cfg
     engine.merged = None
     engine.observe(f"after extract({row}) and swap() (the extracted cache live)", RULE)
+    MERGED["extract"] += 1
     return concrete
 
 
@@ -206,11 +211,13 @@ def _extend(engine: "OpEngine", step: Step, concrete: Step) -> Optional[Step]:
     engine.result.exercised.add(RULE)
     if rejected is not None:
         engine._refused("extend", {}, rejected, concrete)
+        MERGED["refused"] += 1
         return concrete
     engine.mcfg = engine.model.cfg
     engine.track.open = []   # the open step abandoned
     engine.merged = "the cache just extended"
     engine._accepted("extend", {}, RULE)
+    MERGED["extend"] += 1
     return concrete
 
 

@@ -316,7 +316,7 @@ def merge_programs(cfg: JsonConfig) -> list[tuple[str, list[Step]]]:
         out += [("extend mid-step", forward(cfg, 1) + [fetch(0), extend(n)] + forward(cfg, 1)),
                 ("extract mid-step, swap back", forward(cfg, 1) + [fetch(0), extract(0), SWAP]
                  + [fetch(layer_id) for layer_id in range(1, layers)] + forward(cfg, 1))]
-    for case in cases("op-contiguous", cfg):
+    for case in cases("op-contiguous", cfg) if b > 1 else ():   # each malformed row, where rows differ
         if case.clause.call == "extract":
             out.append((f"malformed {case.name}", forward(cfg, 1) + malformed_call(cfg, case) + forward(cfg, 1)))
     return out
