@@ -6,7 +6,9 @@ compiled with g++ and judged over the protocol, as a C++ `update_and_fetch` cach
   strictly inside its scope, serving every trim (it keeps every row); with its window one too wide, the suite
   and the exhaustive checker catch it; with its ring losing the rows a ring of the least size drops, the
   trim it still serves there shows in the next answer (wrong OP-ATTEND); with left padding and the batch verbs
-  through the driver's optional batch callable (spec 4), a reorder that leaves the pads behind is caught.
+  through the driver's optional batch callable (spec 4), a reorder that leaves the pads behind is caught; with
+  extend and extract through the driver's optional merge callables (spec 5, the side cache the driver's), an
+  extend whose appended rows lose their pads is caught.
 - spec/cpp/example/serve_mlx_shaped.cpp: a stand-in shaped like the MLX runtime's cache (batch-1 pools that
   grow from empty, max_write, positions read off the step) behind at most 30 lines of glue. Correct, it is
   CONFORMING (strict) within its declared scope - no INCOMPLETE from batch, no over-strict finding for its
@@ -29,6 +31,7 @@ import pytest
 from kvcache_spec.conformance import cli
 from kvcache_spec.conformance import scope as scopes
 from kvcache_spec.conformance.op import checker as op_checker
+from kvcache_spec.conformance.op import merge
 from kvcache_spec.conformance.suite import CONFORMING, NOT_CONFORMING
 from tests.cpp_builds import compile_all
 
@@ -51,6 +54,7 @@ BUILDS = {"contiguous": (CONTIGUOUS, ()), "contiguous_window": (CONTIGUOUS, ("KV
           "contiguous_ring_loses_rows": (CONTIGUOUS, ("KVCACHE_EXAMPLE_RING_LOSES_ROWS",)),
           "contiguous_reorder_drops_pads": (CONTIGUOUS, ("KVCACHE_EXAMPLE_REORDER_DROPS_PADS",)),
           "contiguous_state_unchecked": (CONTIGUOUS, ("KVCACHE_EXAMPLE_STATE_UNCHECKED",)),
+          "contiguous_extend_drops_pads": (CONTIGUOUS, ("KVCACHE_EXAMPLE_EXTEND_DROPS_PADS",)),
           "mlx": (MLX, ()), **{bug: (MLX, (bug,)) for bug in (*MLX_BUGS, CRASHES)}, "relaxed": (RELAXED, ())}
 
 
@@ -77,9 +81,11 @@ def _session(binary: Path, requests: list[tuple[str, dict[str, Any]]]) -> list[d
 def test_the_cpp_op_target_conforms_within_its_scope_and_its_broken_window_is_caught(
         binaries: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     correct, broken = binaries["contiguous"], binaries["contiguous_window"]
+    merged = dict(merge.MERGED)
     code, judged = _judge(correct, tmp_path)
     assert code == 0 and capsys.readouterr().out.strip().splitlines()[-1] == \
-        "  CONFORMING (strict) within the scope flat,ring,batch,mla,trim,sinks,state,pad,batch-verbs,quantize only"
+        "  CONFORMING (strict) within the scope flat,ring,batch,mla,trim,sinks,state,pad,batch-verbs,quantize,merge only"
+    assert all(merge.MERGED[key] > merged[key] for key in merged), (merged, merge.MERGED)   # extends, extracts served
     assert judged["verdict"] == CONFORMING and not judged["coverage"]["incomplete"]
     assert {"OP-ATTEND", "OP-MASK", "OP-HIST", "OP-ARGS", "OP-CAP", "OP-ATOMIC", "OP-BATCH", "OP-TRIM", "OP-SINKS",
             "OP-STATE", "OP-PAD", "OP-ROWS", "OP-QUANTIZE"} <= set(judged["coverage"]["rules"]["exercised"])
@@ -120,6 +126,17 @@ def test_a_cpp_state_loader_that_skips_its_checksum_is_found(binaries: dict[str,
     lenient = [f for f in judged["semantic"]["findings"] if (f["class"], f["rule"]) == ("lenient", "OP-STATE")]
     assert code == 1 and judged["verdict"] == NOT_CONFORMING and lenient
     assert min(len(f["steps"]) for f in lenient) <= 4
+
+
+def test_a_cpp_extend_that_drops_the_appended_rows_pads_is_found(binaries: dict[str, Path], tmp_path: Path) -> None:
+    """OP-ROWS through the driver's optional merge callables (aside, swap, extend, extract on the side cache the
+    driver holds): the example's extend that gives the appended rows no pads is wrong at the next read (OP-PAD)
+    within 4 steps (the first test: the example itself is CONFORMING with `merge` in its scope)."""
+    code, judged = _judge(binaries["contiguous_extend_drops_pads"], tmp_path)
+    found = [f for f in judged["semantic"]["findings"] if (f["class"], f["rule"]) == ("wrong", "OP-PAD")]
+    assert code == 1 and judged["verdict"] == NOT_CONFORMING and found
+    first = min(found, key=lambda f: len(f["steps"]))
+    assert len(first["steps"]) <= 4 and any(step["op"] == "extend" for step in first["steps"]), first["steps"]
 
 
 def test_the_mlx_glue_is_at_most_30_lines() -> None:

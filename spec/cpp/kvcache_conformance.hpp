@@ -1349,14 +1349,15 @@ struct Scope {
   }
   // full(3) adds `state` (OP-STATE; spec 3's `chunk` and `recording` the Config does not carry, so full(3) and
   // full(4) leave them out and the driver refuses such configs at the border); full(4) adds `pad`, `batch-verbs`
-  // and `quantize` (OP-PAD, OP-ROWS, OP-QUANTIZE). A driver given no callable for a verb drops its feature from the
-  // hello.
+  // and `quantize` (OP-PAD, OP-ROWS, OP-QUANTIZE); full(5) adds `merge` (OP-ROWS' extend and extract). A driver given
+  // no callable for a verb drops its feature from the hello.
   static Scope full(int spec_version) {
-    if (spec_version < 1 || spec_version > 4) throw std::invalid_argument("op::Scope::full: spec versions are 1 to 4");
+    if (spec_version < 1 || spec_version > 5) throw std::invalid_argument("op::Scope::full: spec versions are 1 to 5");
     Scope whole = full();
     if (spec_version >= 2) whole.features.insert(whole.features.end(), {"trim", "sinks"});
     if (spec_version >= 3) whole.features.push_back("state");
     if (spec_version >= 4) whole.features.insert(whole.features.end(), {"pad", "batch-verbs", "quantize"});
+    if (spec_version >= 5) whole.features.push_back("merge");
     whole.spec = spec_version;
     return whole;
   }
@@ -1431,15 +1432,24 @@ class Driver {
   // optional (OP-QUANTIZE, the scope feature `quantize`): quantize(bits) mid-generation (an exception refuses it,
   // the cache unchanged); a bits no C++ int holds (true, 2.0) is refused by the driver
   using Quantize = std::function<void(Cache&, int)>;
+  // optional (OP-ROWS' extend and extract, the scope feature `merge`): extend(live, other) appends other's rows to
+  // the live cache, other left as it is; extract(live, row) returns row `row` as a cache of its own, the live one
+  // unchanged (an exception refuses either, nothing changed). The driver holds the side cache the harness's verbs
+  // name (PROTOCOL.md: aside, swap, extend, extract); a row no C++ int holds (true, 0.0) is refused by the driver.
+  struct Merge {
+    std::function<void(Cache&, Cache&)> extend;
+    std::function<std::unique_ptr<Cache>(Cache&, int)> extract;
+  };
 
   Driver(std::string name, Scope scope, Factory factory, Fetch fetch, Trim trim = nullptr, Batch batch = nullptr,
-         State state = {}, Quantize quantize = nullptr)
+         State state = {}, Quantize quantize = nullptr, Merge merge = {})
       : name_(std::move(name)), scope_(trimmed(batch ? std::move(scope) : scope.without("pad").without("batch-verbs"),
                                                trim != nullptr)),
         factory_(std::move(factory)), fetch_(std::move(fetch)), trim_(std::move(trim)), batch_(std::move(batch)),
-        state_(std::move(state)), quantize_(std::move(quantize)) {
+        state_(std::move(state)), quantize_(std::move(quantize)), merge_(std::move(merge)) {
     if (!state_.save || !state_.load) scope_ = scope_.without("state");
     if (!quantize_) scope_ = scope_.without("quantize");
+    if (!merge_.extend || !merge_.extract) scope_ = scope_.without("merge");
   }
 
   Response handle(const std::string& method, const Json& params) {
@@ -1465,7 +1475,9 @@ class Driver {
   Batch batch_;
   State state_;
   Quantize quantize_;
+  Merge merge_;
   std::unique_ptr<Cache> cache_;
+  std::unique_ptr<Cache> side_;   // the side cache (feature `merge`): create replaces the live cache only
 
   static Scope trimmed(Scope scope, bool has_trim) { return has_trim ? scope : scope.without("trim"); }
 
@@ -1663,7 +1675,27 @@ class Driver {
       if (!cache_) return Response::error("rejected", "", "the factory built no cache");
       return Response::result(Json::null());
     }
+    if (method == "aside" || method == "swap") {   // the side cache's verbs that need no live cache
+      if (!merge_.extend || !merge_.extract) return Response::error("unsupported", "", method + " is not implemented");
+      if (method == "aside") side_ = std::move(cache_);
+      else std::swap(cache_, side_);
+      return Response::result(Json::null());
+    }
     if (!cache_) return Response::error("protocol", "", "no cache: send create first");
+    if (method == "extend" || method == "extract") {   // OP-ROWS on the side cache
+      if (!merge_.extend || !merge_.extract) return Response::error("unsupported", "", method + " is not implemented");
+      if (method == "extend") {
+        if (!side_) throw std::invalid_argument("OP-ROWS: extend: no side cache to append");
+        merge_.extend(*cache_, *side_);
+        return Response::result(Json::null());
+      }
+      std::optional<int> row = as_int(params.get("row"));
+      if (!row) throw std::invalid_argument("OP-ROWS: row is not a C++ int");   // true, 0.0: none to hand over
+      std::unique_ptr<Cache> out = merge_.extract(*cache_, *row);
+      if (!out) throw std::invalid_argument("OP-ROWS: extract built no cache");
+      side_ = std::move(out);
+      return Response::result(Json::null());
+    }
     if (method == "update_and_fetch") {
       int layer = layer_id(params);
       Tensor k, v, position;
@@ -1726,7 +1758,7 @@ template <class Cache>
 int run_main(int argc, char** argv, const char* name, Scope scope, typename Driver<Cache>::Factory factory,
              typename Driver<Cache>::Fetch fetch, typename Driver<Cache>::Trim trim = nullptr,
              typename Driver<Cache>::Batch batch = nullptr, typename Driver<Cache>::State state = {},
-             typename Driver<Cache>::Quantize quantize = nullptr) {
+             typename Driver<Cache>::Quantize quantize = nullptr, typename Driver<Cache>::Merge merge = {}) {
   if (argc >= 2) {
     const std::string arg = argv[1];
     const char* usage = " - an op-face cache served over spec/PROTOCOL.md on stdin/stdout.\n"
@@ -1743,7 +1775,7 @@ int run_main(int argc, char** argv, const char* name, Scope scope, typename Driv
     return 2;
   }
   Driver<Cache> driver(name, std::move(scope), std::move(factory), std::move(fetch), std::move(trim), std::move(batch),
-                       std::move(state), std::move(quantize));
+                       std::move(state), std::move(quantize), std::move(merge));
   std::ios::sync_with_stdio(false);
   return driver.serve(std::cin, std::cout);
 }

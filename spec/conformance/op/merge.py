@@ -137,6 +137,9 @@ def _extract(engine: "OpEngine", step: Step, concrete: Step) -> Optional[Step]:
         else step.get("row")
     concrete["row"] = row
     args = {"row": row}
+    pending = engine.model.step   # the extracted cache has no open step: a cache of per-layer histories has one here
+    if pending is not None and pending.served and engine._excused("steps", "an extract in the middle of a step"):
+        return None
     engine.before_call = engine.model.snapshot()
     out = engine.model.extract(row)
     engine.result.exercised.add(RULE)

@@ -13,10 +13,13 @@
 // with the batch verbs (OP-PAD, OP-ROWS: spec 4, Scope::full(4)): a mask per batch row while a row has pads. Its
 // state is saved and loaded (OP-STATE, the feature `state` of spec 3, in Scope::full(4)) in a text format of its own, checksummed.
 // quantize(bits) turns it into a quantized cache mid-generation (OP-QUANTIZE, spec 4): each row of a batch row and head
-// held as affine codes of `bits` bits over its range, what it holds and what it is written later.
+// held as affine codes of `bits` bits over its range, what it holds and what it is written later. extend and extract
+// (OP-ROWS, the feature `merge` of spec 5, Scope::full(5)): another cache's rows appended, one row out as a cache of
+// its own, the side cache held by the driver.
 // Build with -DKVCACHE_EXAMPLE_WINDOW_OFF_BY_ONE, -DKVCACHE_EXAMPLE_RING_LOSES_ROWS,
-// -DKVCACHE_EXAMPLE_REORDER_DROPS_PADS or -DKVCACHE_EXAMPLE_STATE_UNCHECKED (a loader that never checks the
-// checksum) for a broken variant the suite must catch.
+// -DKVCACHE_EXAMPLE_REORDER_DROPS_PADS, -DKVCACHE_EXAMPLE_STATE_UNCHECKED (a loader that never checks the
+// checksum) or -DKVCACHE_EXAMPLE_EXTEND_DROPS_PADS (the appended rows lose their pads) for a broken variant the
+// suite must catch.
 // (spec/cpp/example/serve_mlx_shaped.cpp is the other shape: the MLX runtime's, positions and rings.)
 
 #include <algorithm>
@@ -91,6 +94,34 @@ class ContiguousCache {
 #endif
     pads_ = pads;
     c_.batch_size = static_cast<int>(rows.size());
+  }
+
+  // OP-ROWS: extend appends other's rows (each with its history and pads) after this cache's: a cache of this config
+  // but batch_size, holding as many rows on every layer; extract(row) is row `row` as a cache of its own, this one
+  // unchanged. Every check first (OP-ATOMIC).
+  void extend(const ContiguousCache& other) {
+    if (&other == this) throw std::invalid_argument("OP-ROWS: extend takes another cache");
+    if (other.describe(0) != describe(0) || other.bits_ != bits_)
+      throw std::invalid_argument("OP-ROWS: other is a cache of another config");
+    for (size_t l = 0; l < k_.size(); ++l)
+      if (other.k_[l].size() != k_[l].size()) throw std::invalid_argument("OP-ROWS: other holds other positions");
+    for (size_t l = 0; l < k_.size(); ++l)   // a row holds [B][H][width] values: other's batch rows after these
+      for (size_t r = 0; r < k_[l].size(); ++r) {
+        k_[l][r].insert(k_[l][r].end(), other.k_[l][r].begin(), other.k_[l][r].end());
+        v_[l][r].insert(v_[l][r].end(), other.v_[l][r].begin(), other.v_[l][r].end());
+      }
+#ifdef KVCACHE_EXAMPLE_EXTEND_DROPS_PADS   // the appended rows come without their pads
+    pads_.insert(pads_.end(), other.pads_.size(), 0);
+#else
+    pads_.insert(pads_.end(), other.pads_.begin(), other.pads_.end());
+#endif
+    c_.batch_size += other.c_.batch_size;
+  }
+  std::unique_ptr<ContiguousCache> extract(int row) const {
+    if (row < 0 || row >= c_.batch_size) throw std::invalid_argument("OP-ROWS: a row index lies in [0, batch_size)");
+    auto out = std::make_unique<ContiguousCache>(*this);
+    out->batch("select", {row});
+    return out;
   }
 
   // OP-QUANTIZE: every row held, and every one written later, as `bits`-bit codes over its own range (low + code *
@@ -234,9 +265,10 @@ class ContiguousCache {
       row = moved;
     }
   }
-  std::string describe() const {   // the config, one line: a state names the one it was taken under
-    std::ostringstream line;
-    line << c_.n_layers << ' ' << c_.n_kv_heads << ' ' << c_.head_dim << ' ' << c_.v_head_dim << ' ' << c_.batch_size
+  std::string describe(int batch = -1) const {   // the config, one line: a state names the one it was taken under
+    std::ostringstream line;   // (`batch`: in place of batch_size, when not -1: extend compares configs but for it)
+    line << c_.n_layers << ' ' << c_.n_kv_heads << ' ' << c_.head_dim << ' ' << c_.v_head_dim << ' '
+         << (batch < 0 ? c_.batch_size : batch)
          << ' ' << c_.capacity << ' ' << c_.sizing << ' ' << (c_.max_write ? *c_.max_write : 0);
     for (const op::Policy& p : c_.layers) line << ' ' << p.kind << ':' << p.window << ':' << p.keep;
     return line.str();
@@ -262,7 +294,7 @@ class ContiguousCache {
 int main(int argc, char** argv) {
   return op::run_main<ContiguousCache>(
       argc, argv, "serve_op_contiguous (C++ example)",
-      op::Scope::full(4).without("positions").without("steps").without("max_write"),
+      op::Scope::full(5).without("positions").without("steps").without("max_write"),
       [](const op::Config& c) { return std::make_unique<ContiguousCache>(c); },
       [](ContiguousCache& cache, int layer, const op::Tensor& k, const op::Tensor& v, const op::Tensor& position) {
         return cache.update_and_fetch(layer, k, v, position);
@@ -271,5 +303,7 @@ int main(int argc, char** argv) {
       [](ContiguousCache& cache, const std::string& verb, const std::vector<int>& ints) { cache.batch(verb, ints); },
       {[](ContiguousCache& cache) { return cache.state(); },
        [](ContiguousCache& cache, const std::string& data) { cache.load_state(data); }},
-      [](ContiguousCache& cache, int bits) { cache.quantize(bits); });
+      [](ContiguousCache& cache, int bits) { cache.quantize(bits); },
+      {[](ContiguousCache& cache, ContiguousCache& other) { cache.extend(other); },
+       [](ContiguousCache& cache, int row) { return cache.extract(row); }});
 }
