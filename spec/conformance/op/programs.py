@@ -475,8 +475,40 @@ def random_contiguous_program(cfg: JsonConfig, rng: random.Random, size: int) ->
                                                                                    *MERGE_OPS)]))
     # the side generator's seed: the hash of the Mersenne state's 625 ints, the same in every process (the whole
     # state's hash is not: its last item may be None, whose hash is its address)
-    side = random.Random(hash(rng.getstate()[1]))
-    return with_batch_verbs(cfg, with_trims(cfg, program, side), side)
+    state = hash(rng.getstate()[1])
+    side = random.Random(state)
+    return with_merges(cfg, with_batch_verbs(cfg, with_trims(cfg, program, side), side), random.Random(state + 1))
+
+
+def with_merges(cfg: JsonConfig, program: list[Step], draws: random.Random) -> list[Step]:
+    """OP-ROWS' extend and extract (merge.py): the program with a few merges after its last batch verb (the batch
+    size the verbs before meet stays theirs), drawn from `draws`, a generator of their own: an extend of one or two
+    rows (padded half the time; one in ten of another config or length), an extract of a row, a swap back after an
+    extract. The other steps are what they were, and a target without `merge` is sent none of them."""
+    after = max((i + 1 for i, step in enumerate(program) if step.get("op") in BATCH_OPS), default=0)
+    batch, beside = cfg["batch_size"], 0   # the live cache's rows; an extract's original's (0: none)
+    for step in program[:after]:
+        batch = len(step["rows"]) if step.get("op") == "select" and isinstance(step.get("rows"), list) else \
+            batch * 2 if step.get("op") == "repeat" and step.get("times") == 2 else batch
+    out = program[:after]
+    for step in program[after:]:
+        out.append(step)
+        if draws.random() >= 0.05:
+            continue
+        roll = draws.random()
+        if roll < 0.5 and batch < MAX_BATCH:
+            n = draws.choice([1, 1, 2][:MAX_BATCH - batch + 1])
+            pads = [draws.randrange(min(3, cfg["capacity"])) for _ in range(n)] if draws.random() < 0.5 else None
+            form = draws.choice(["foreign-config", "short"]) if draws.random() < 0.1 else "whole"
+            out.append(extend(n, pads, form))
+            batch += n if form == "whole" else 0
+        elif roll < 0.8 or not beside:
+            out.append(extract(draws.randrange(batch)))
+            batch, beside = 1, batch
+        else:
+            out.append(SWAP)
+            batch, beside = beside, batch
+    return out
 
 
 def with_batch_verbs(cfg: JsonConfig, program: list[Step], side: random.Random) -> list[Step]:
