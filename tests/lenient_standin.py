@@ -56,11 +56,17 @@ class Lenient:
 
     def __getattr__(self, name: str) -> Any:
         method = getattr(self.inner, name)
-        if name == "extend" and name != self.clause.call:   # the side cache is a stand-in too: its cache taken
+        if name == "extend":   # (the merge verbs) the side cache is a stand-in too: its cache is taken
             return lambda other: method(other.inner if isinstance(other, Lenient) else other)
+        if name == "extract":   # the cache extracted is a stand-in too, lenient on the same clause
+            if name == self.clause.call:
+                return lambda *args: Lenient(self._lenient(name, method)(*args), self.clause)
+            return lambda *args: Lenient(method(*args), self.clause)
         if name != self.clause.call:
             return method
+        return self._lenient(name, method)
 
+    def _lenient(self, name: str, method: Any) -> Any:
         def lenient(*args: Any, **kwargs: Any) -> Any:
             if self.clause.argument == "k, v" and not self._joint(*args):   # k and v together, only
                 return method(*args, **kwargs)
