@@ -16,10 +16,12 @@ from kvcache_spec import op_model
 from kvcache_spec.conformance import layouts
 from kvcache_spec.conformance import scope as scopes
 from kvcache_spec.conformance.op import merge
+from kvcache_spec.conformance.op import targets as op_targets
 from kvcache_spec.conformance.op.engine import OpEngine
 from kvcache_spec.conformance.op.programs import (CONTIGUOUS_CONFIGS, MERGE_OPS, SWAP, extend, extract, forward,
                                                   merge_programs, op_config, sent_contiguous)
 from kvcache_spec.conformance.suite import CONFORMING, report_json, run_suite
+from kvcache_spec.conformance.suite.plan import without_missing_verbs
 from kvcache_spec.conformance.targets import FEATURE_METHODS, PythonTarget, parse_target
 from kvcache_spec.conformance.zoo.op_merge import FOUND_AS
 from tests.standin_found import assert_found_short
@@ -65,6 +67,29 @@ def test_a_spec_4_target_is_judged_on_no_merge_and_says_so() -> None:
             assert result.finding is None, (name, result.finding)
             assert all(step["op"] not in MERGE_OPS for step in result.steps)
             assert any("extend, extract and swap steps not sent" in note for note in result.skipped), name
+
+
+class _NoMerge(ContiguousReferenceCache):
+    extend = None   # type: ignore[assignment]   # a spec-5 cache of a library that has no extend
+
+
+def no_merge(cfg: Any) -> _NoMerge:
+    return _NoMerge(op_targets.contiguous(cfg).config)
+
+
+no_merge.kvcache_layout = "op-contiguous"   # type: ignore[attr-defined]
+no_merge.kvcache_scope = ("spec=5",)   # type: ignore[attr-defined]
+
+
+def test_a_python_cache_without_extend_and_extract_is_not_judged_on_merge() -> None:
+    """As one without quantize is not judged on quantize: the scope the run judges by leaves `merge` out, saying
+    why; the reference keeps it."""
+    target = PythonTarget(f"python:{__name__}:no_merge")
+    judged = without_missing_verbs(target, target.scope, CONTIGUOUS_CONFIGS)
+    assert "merge" in target.scope.features and "merge" not in judged.features and "batch-verbs" in judged.features
+    assert "no extend and extract methods" in judged.source
+    reference = PythonTarget(REFERENCE)
+    assert "merge" in without_missing_verbs(reference, reference.scope, CONTIGUOUS_CONFIGS).features
 
 
 # --- the side cache's verbs ------------------------------------------------------------------------------

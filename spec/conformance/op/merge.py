@@ -120,7 +120,8 @@ def _swap(engine: "OpEngine", step: Step) -> Step:
     _harness_call(engine, "swap")
     engine.side = Side(engine.model, engine.track)
     engine.model, engine.track, engine.mcfg = side.model, side.track, side.model.cfg
-    engine.merged = "the cache an extract left beside, brought back" if side.extracted_from else None
+    engine.merged = "the cache an extract left beside, brought back: extract leaves its cache unchanged" \
+        if side.extracted_from else None
     engine.observe("after swap()", RULE)
     return dict(step)
 
@@ -218,7 +219,7 @@ def _extend(engine: "OpEngine", step: Step, concrete: Step) -> Optional[Step]:
         return concrete
     engine.mcfg = engine.model.cfg
     engine.track.open = []   # the open step abandoned
-    engine.merged = "the cache just extended"
+    engine.merged = "the cache just extended: extend appends other's rows as they are"
     engine._accepted("extend", {}, RULE)
     MERGED["extend"] += 1
     return concrete
@@ -237,5 +238,4 @@ def charged(engine: "OpEngine", finding: Finding) -> Finding:
     if engine.merged is None or finding.kind not in (WRONG, OVER_STRICT) or finding.rule in (RULE, "OP-PAD",
                                                                                              "OP-ATOMIC"):
         return finding
-    return replace(finding, rule=RULE, message=f"{finding.message} - on {engine.merged}: extend appends other's rows "
-                                               "as they are, extract leaves its cache unchanged (OP-ROWS)")
+    return replace(finding, rule=RULE, message=f"{finding.message} - on {engine.merged} (OP-ROWS)")
