@@ -411,7 +411,37 @@ def random_contiguous_program(cfg: JsonConfig, rng: random.Random, size: int) ->
     # the side generator's seed: the hash of the Mersenne state's 625 ints, the same in every process (the whole
     # state's hash is not: its last item may be None, whose hash is its address)
     side = random.Random(hash(rng.getstate()[1]))
-    return with_batch_verbs(cfg, with_trims(cfg, program, side), side)
+    program = with_batch_verbs(cfg, with_trims(cfg, program, side), side)
+    # states and quantize from a third generator, drawn after the rest: every other step is what it was before
+    return with_states_and_quantize(program, random.Random(hash((side.getstate()[1], "states"))))
+
+
+def with_states_and_quantize(program: list[Step], side: random.Random) -> list[Step]:
+    """OP-STATE, OP-QUANTIZE: the program with a few saved states loaded back later (whole, into the live cache
+    or a fresh one; now and then one cut short or with a byte flipped, which must be refused) and, in one program
+    in six, a quantize at some step (in one of those, a second one, which must be refused), drawn from `side`: a
+    target without the features is sent none of them (persist.state_step, programs.sent_contiguous)."""
+    from .persist import load, save
+    from .quantize import quantize
+
+    out: list[Step] = []
+    saved = False
+    quantize_at = side.randrange(len(program) + 1) if side.random() < 1 / 6 else -1
+    again = quantize_at >= 0 and side.random() < 1 / 6
+    for index, step in enumerate(program):
+        if index == quantize_at:
+            out.append(quantize(side.choice([4, 8])))
+        out.append(step)
+        roll = side.random()
+        if roll < 0.04:
+            out.append(save())
+            saved = True
+        elif saved and roll < 0.08:
+            form = side.choice(["whole"] * 4 + ["truncated", "flipped"])
+            out.append(load(form, fresh=side.random() < 0.5))
+    if again:
+        out.append(quantize(side.choice([4, 8])))
+    return out
 
 
 def with_batch_verbs(cfg: JsonConfig, program: list[Step], side: random.Random) -> list[Step]:
