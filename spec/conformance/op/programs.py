@@ -477,7 +477,9 @@ def random_contiguous_program(cfg: JsonConfig, rng: random.Random, size: int) ->
     # state's hash is not: its last item may be None, whose hash is its address)
     state = hash(rng.getstate()[1])
     side = random.Random(state)
-    return with_merges(cfg, with_batch_verbs(cfg, with_trims(cfg, program, side), side), random.Random(state + 1))
+    program = with_merges(cfg, with_batch_verbs(cfg, with_trims(cfg, program, side), side), random.Random(state + 1))
+    # states and quantize from a third generator, drawn after the rest: every other step is what it was before
+    return with_states_and_quantize(program, random.Random(state + 2))
 
 
 def with_merges(cfg: JsonConfig, program: list[Step], draws: random.Random) -> list[Step]:
@@ -508,6 +510,36 @@ def with_merges(cfg: JsonConfig, program: list[Step], draws: random.Random) -> l
         else:
             out.append(SWAP)
             batch, beside = beside, batch
+    return out
+
+
+def with_states_and_quantize(program: list[Step], side: random.Random) -> list[Step]:
+    """OP-STATE, OP-QUANTIZE: the program with a few saved states loaded back later (whole, into the live cache
+    or a fresh one; now and then one cut short or with a byte flipped, which must be refused) and, in one program
+    in six, a quantize at some step (in one of those, a second one, which must be refused), drawn from `side`, all
+    after the program's last extend, extract or swap (merge.py judges no merge past a quantize or a load): a target
+    without the features is sent none of them (persist.state_step, programs.sent_contiguous)."""
+    from .persist import load, save
+    from .quantize import quantize
+
+    after = max((i + 1 for i, step in enumerate(program) if step.get("op") in MERGE_OPS), default=0)
+    out: list[Step] = program[:after]
+    saved = False
+    quantize_at = after + side.randrange(len(program) - after + 1) if side.random() < 1 / 6 else -1
+    again = quantize_at >= 0 and side.random() < 1 / 6
+    for index, step in enumerate(program[after:], after):
+        if index == quantize_at:
+            out.append(quantize(side.choice([4, 8])))
+        out.append(step)
+        roll = side.random()
+        if roll < 0.04:
+            out.append(save())
+            saved = True
+        elif saved and roll < 0.08:
+            form = side.choice(["whole"] * 4 + ["truncated", "flipped"])
+            out.append(load(form, fresh=side.random() < 0.5))
+    if again:
+        out.append(quantize(side.choice([4, 8])))
     return out
 
 
