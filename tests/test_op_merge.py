@@ -206,3 +206,21 @@ def test_each_merge_standin_is_found_with_a_short_program_that_replays(name: str
 @pytest.mark.slow   # a quick run, ~30 s
 def test_a_target_accepting_a_malformed_extract_row_is_found_lenient() -> None:
     assert_found_short("python:tests.lenient_standin:op.extract.row", ("lenient", "OP-ROWS"), REFERENCE)
+
+
+# --- the exhaustive checker ---------------------------------------------------------------------------------
+
+@pytest.mark.slow   # ~25 s for the reference, ~20 s a stand-in
+def test_the_exhaustive_checker_finds_each_merge_standin_within_4_steps() -> None:
+    """--merge: every program to depth 4 over one ring of 2 with extends, extracts and swaps: the reference passes
+    (thousands of states); each stand-in is found as FOUND_AS says, with a program of at most 4 steps that merges."""
+    from kvcache_spec.conformance.op import checker as op_checker
+
+    config = op_checker.EXTRA_CONFIGS["merge"]
+    passed = op_checker.check(PythonTarget(REFERENCE), 4, config)
+    assert not passed.findings and passed.states > 2000, passed.summary()
+    for name in sorted(FOUND_AS):
+        found = op_checker.check(PythonTarget(STANDINS.format(name)), 4, config)
+        assert FOUND_AS[name] in found.findings, (name, found.summary())
+        steps = found.findings[FOUND_AS[name]][1]
+        assert len(steps) <= 4 and any(step["op"] in ("extend", "extract") for step in steps), steps

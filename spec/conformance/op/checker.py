@@ -27,6 +27,7 @@ states and programs it checked, and how many states it left unexpanded at the bo
     python -m kvcache_spec.conformance.op.checker --target python:kvcache_spec.conformance.op.targets:contiguous --batch
     python -m kvcache_spec.conformance.op.checker --target python:kvcache_spec.conformance.op.targets:contiguous --state
     python -m kvcache_spec.conformance.op.checker --target python:kvcache_spec.conformance.op.targets:contiguous --quantize
+    python -m kvcache_spec.conformance.op.checker --target python:kvcache_spec.conformance.op.targets:contiguous --merge
 
 With --state (OP-STATE) the alphabet also saves a state and loads it - whole into a fresh cache or the live one,
 with a byte flipped, or another config's - and a program's key holds the state saved as well (a later load
@@ -34,6 +35,11 @@ brings it back), a load counting as something the model let go.
 
 With --quantize (OP-QUANTIZE) the alphabet also quantizes to 2 and 8 bits and with each malformed bits (True, 2.0, 1,
 9), over one ring of 2 with rows of 3: the bits the model holds are part of a program's key.
+
+With --merge (OP-ROWS' extend and extract, merge.py) the alphabet also extends with a row (padded or not, one step
+short, of another config), extracts each of two rows and swaps, over one batch row and one ring of 2: the side
+cache's state is part of a program's key. Depth 4 (2,942 states, about 25 s) finds an extend that drops the appended
+rows' pads or takes this cache's history, an extract that changes the original and an extend of another config.
 """
 
 from __future__ import annotations
@@ -53,7 +59,7 @@ from .engine import OpEngine
 from ..malform import cases
 from .persist import LOAD, load, save
 from .quantize import quantize
-from .programs import RESET, at, begin, cp, fetch, op_config, pad, reorder, repeat, rm, select, trim
+from .programs import RESET, SWAP, at, begin, cp, extend, extract, fetch, op_config, pad, reorder, repeat, rm, select, trim
 from ..targets import Target, TargetCrash, TargetError, parse_target
 
 # Small configurations: two layers (so a step can stop partway), a flat and a windowed layer.
@@ -76,17 +82,26 @@ STATE_CONFIG = op_config(4, (2,))
 # OP-QUANTIZE (--quantize): one ring of 2 with rows of 3 (a rounding past the bound shows), one layer, so a step,
 # a quantize and the query after it fit in 3 steps
 QUANTIZE_CONFIG = op_config(4, (2,), head_dim=3)
+# OP-ROWS' extend and extract (--merge): one batch row over a ring of 2, so a step, an extend of a padded row and the
+# query after it (appended rows that lost their pads or took this cache's history), or an extract, a swap back and
+# a query (an original the extract changed), fit in 3 steps; the ring's wrap in 4
+MERGE_CONFIG = op_config(4, (2,))
 EXTRA_CONFIGS = {"sinks": SINKS_CONFIG, "chunk": CHUNK_CONFIG, "record": RECORD_CONFIG, "batch": BATCH_CONFIG,
-                 "state": STATE_CONFIG, "quantize": QUANTIZE_CONFIG}
+                 "state": STATE_CONFIG, "quantize": QUANTIZE_CONFIG, "merge": MERGE_CONFIG}
 
 
 def alphabet(kind: str, cfg: dict[str, Any], trims: bool = False, batch: bool = False,
-             states: bool = False, quantizes: bool = False) -> list[Step]:
+             states: bool = False, quantizes: bool = False, merges: bool = False) -> list[Step]:
     """The steps a program is made of: each layer with next positions, and the calls around them; with
     `trims` (a contiguous target with the `trim` feature) trims of 0, 1 and 2 tokens and a negative one; with
     `batch` (a contiguous target with `pad` and `batch-verbs`, a config of two batch rows) a pad of the first row,
     the rows swapped, the second kept, each repeated, and a negative index; with `states` (the `state` feature,
-    --state) a save, and loads whole into a fresh and the live cache, flipped, and another config's."""
+    --state) a save, and loads whole into a fresh and the live cache, flipped, and another config's; with `merges`
+    (the `merge` feature, --merge) an extend of a row with and without a pad, one of another length and one of another
+    config, an extract of each of two rows (the second refused on a batch of one), and a swap."""
+    if merges:   # OP-ROWS' extend and extract on the side cache (merge.py)
+        return alphabet(kind, cfg, trims) + [extend(1), extend(1, [1]), extend(1, form="short"),
+                                             extend(1, form="foreign-config"), extract(0), extract(1), SWAP]
     if states:
         return alphabet(kind, cfg, trims) + [save(), load(fresh=True), load(), load("flipped"), load("foreign-config")]
     if quantizes:   # OP-QUANTIZE (--quantize): 2 and 8 bits, and each malformed bits
@@ -191,10 +206,11 @@ def check(target: Target, depth: int, cfg: Optional[dict[str, Any]] = None) -> C
     letters = alphabet(layout, cfg, trims="trim" in features,
                        batch=cfg["batch_size"] > 1 and {"pad", "batch-verbs"} <= features,
                        states="state" in features and cfg is STATE_CONFIG,
-                       quantizes="quantize" in features and cfg is QUANTIZE_CONFIG)
+                       quantizes="quantize" in features and cfg is QUANTIZE_CONFIG,
+                       merges="merge" in features and cfg is MERGE_CONFIG)
     start = OpEngine(target, cfg, kind)
     seen: set[Hashable] = set()
-    frontier: deque[Visit] = deque([Visit([], (state_key(start.model), None), frozenset(), 0)])
+    frontier: deque[Visit] = deque([Visit([], (state_key(start.model), None, None), frozenset(), 0)])
     while frontier:
         prefix = frontier.popleft()
         for letter in letters:
@@ -207,7 +223,8 @@ def check(target: Target, depth: int, cfg: Optional[dict[str, Any]] = None) -> C
                 continue
             gone = let_go(prefix.state, prefix.abandoned, engine, letter)
             saved = None if engine.saved is None else state_key(engine.saved[1].held)   # a later load's state
-            visit = Visit(program, (state_key(engine.model, run.steps), saved),
+            side = None if engine.side is None else state_key(engine.side.model)   # a later swap's or extend's
+            visit = Visit(program, (state_key(engine.model, run.steps), saved, side),
                           frozenset({gone}) if gone is not None else prefix.let_go, engine.model.abandoned)
             if (visit.state, visit.let_go) in seen:
                 continue
@@ -238,6 +255,8 @@ def main(argv: Optional[list[str]] = None) -> int:
                         help="op-contiguous: check states saved and loaded, over one ring of 2 (OP-STATE)")
     parser.add_argument("--quantize", action="store_true",
                         help="op-contiguous: check quantize(bits) mid-generation, over one ring of 2 (OP-QUANTIZE)")
+    parser.add_argument("--merge", action="store_true",
+                        help="op-contiguous: check extend and extract on a side cache, over one ring of 2 (OP-ROWS)")
     args = parser.parse_args(argv)
     try:
         target = parse_target(args.target, timeout=args.timeout)
@@ -251,7 +270,8 @@ def main(argv: Optional[list[str]] = None) -> int:
             return 2
         chosen = [EXTRA_CONFIGS[name] for name in EXTRA_CONFIGS if getattr(args, name)]
         if len(chosen) > 1:
-            print("--sinks, --chunk, --record, --batch, --state and --quantize each choose the configuration: give one",
+            print("--sinks, --chunk, --record, --batch, --state, --quantize and --merge each choose the configuration: "
+                  "give one",
                   file=sys.stderr)
             return 2
         result = check(target, args.depth, chosen[0] if chosen and target.layout == "op-contiguous" else None)
