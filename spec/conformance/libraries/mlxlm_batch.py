@@ -24,9 +24,12 @@ What BatchGenerator does to its caches (generate.py, 0.32.2), and what each op-f
   cache's own `make_mask`, an array [B, 1, q_len, rows] that differs per row by its left padding; then each layer's
   `update_and_fetch`. The AttendSpec is what `mx.fast.scaled_dot_product_attention` attends under that mask, an
   EXPLICIT [B, q_len, rows] mask, one per batch row (OP-PAD).
+- it adds rows with `extend` (`_extend_cache`, generate.py:842-849) and hands a request's cache back with
+  `extract` (`extract_cache`, generate.py:1144-1145, 1445-1446): the op face's `extend(other)` and `extract(row)`
+  (scope feature `merge`, spec 5); an extracted request cache goes back into a batch only merged (insert).
 Nothing is validated here: what the library raises is the refusal. `position` is not read (a row's RoPE position
 is its cache `offset`, the tokens it holds past its pads). Scope: `trusted-args` (model code and BatchGenerator
-are the only callers), `unbounded`, `pad`, `select`, `batch`, `mla`; `no-length`: a batch cache has no one length
+are the only callers), `unbounded`, `pad`, `select`, `merge`, `batch`, `mla`; `no-length`: a batch cache has no one length
 of the op face's `used(layer)` - its `offset` is one count per row (its tokens past its pads), and its shared
 `_idx` is a storage index that `filter` lowers when it drops pad columns every row has (cache.py:992-999), while
 positions are kept. The sizes are not lazy: the batch size is the batch cache's, fixed when it is merged.
