@@ -546,6 +546,49 @@ def mlx_batchgenerator_segments_after_wrap() -> dict[str, Any]:
             "unpadded_request_gap": float(mx.abs(batched[1] - alone[1]).max())}
 
 
+def mlx_batch_extract_of_empty_cache() -> dict[str, Any]:
+    """BatchKVCache.extract / BatchRotatingKVCache.extract of a batch that holds no keys yet (merged from empty
+    request caches, as _merge_caches builds it) raises TypeError on `self.keys[...]` (cache.py:1047-1055, 1392-1409),
+    changing nothing; BatchGenerator.extract_cache hands an unprocessed request's caches back without extract
+    (generate.py:1730-1731), so it never extracts from an empty batch."""
+    cache_module = importlib.import_module("mlx_lm.models.cache")
+    generate = importlib.import_module("mlx_lm.generate")
+
+    out: dict[str, Any] = {}
+    for name, request in (("BatchKVCache", cache_module.KVCache), ("BatchRotatingKVCache",
+                                                                   lambda: cache_module.RotatingKVCache(max_size=4))):
+        batch = generate._merge_caches([[request()], [request()]])[0]
+        try:
+            batch.extract(0)
+            out[name] = "served"
+        except Exception as error:
+            out[name] = type(error).__name__
+    return out
+
+
+def mlx_batch_extend_of_other_length() -> dict[str, Any]:
+    """BatchKVCache.extend of a batch holding fewer positions is served, right-justified (cache.py:1021-1045, "Pad
+    the keys and values so they are right-justified"): BatchGenerator extends its running generation batch with a
+    newly prefilled one of other lengths (generate.py:1864, _extend_cache). The shorter batch's rows gain left
+    padding, each row keeping its own tokens (offset), so its next logits equal the row's run alone."""
+    mx = importlib.import_module("mlx.core")
+    cache_module = importlib.import_module("mlx_lm.models.cache")
+
+    model = _mlx_model()
+    ids = _mlx_tokens(5)
+    long = [cache_module.BatchKVCache([0]) for _ in model.layers]
+    short = [cache_module.BatchKVCache([0]) for _ in model.layers]
+    mx.eval(model(ids[:, :4], cache=long), model(ids[:, :2] + 1, cache=short))
+    for mine, theirs in zip(long, short):
+        mine.extend(theirs)
+    batched = model(mx.concatenate([ids[:, 4:5], ids[:, 2:3] + 1]), cache=long)[1, 0]
+    alone = [cache_module.BatchKVCache([0]) for _ in model.layers]
+    mx.eval(model(ids[:, :2] + 1, cache=alone))
+    single = model(ids[:, 2:3] + 1, cache=alone)[0, 0]
+    return {"left_padding": long[0].left_padding.tolist(), "offset": long[0].offset.tolist(),
+            "short_row_logits_gap": float(mx.abs(batched - single).max())}
+
+
 HF: dict[str, Callable[[], dict[str, Any]]] = {
     "static overflow": hf_static_overflow, "static cache of zero length": hf_static_zero_length,
     "sliding window 1": hf_sliding_window_one,
@@ -564,6 +607,8 @@ MLX: dict[str, Callable[[], dict[str, Any]]] = {
     "BatchKVCache filter of a padded empty cache": mlx_batch_filter_of_padded_empty_cache,
     "BatchRotatingKVCache mask after wrap": mlx_batch_rotating_mask_after_wrap,
     "BatchGenerator segments after a wrap": mlx_batchgenerator_segments_after_wrap,
+    "BatchKVCache extract of an empty batch": mlx_batch_extract_of_empty_cache,
+    "BatchKVCache extend by a batch of another length": mlx_batch_extend_of_other_length,
     "to_quantized past its bits' half step": mlx_to_quantized_bound, "to_quantized at 7 bits": mlx_to_quantized_bits7}
 
 

@@ -183,6 +183,22 @@ KINDS: dict[str, Kind] = {
         "BatchGenerator(max_kv_size=6) serving a left-padded request's one-token segments, then a 2-token one, gives "
         "it other logprobs than alone (repro mlx_batchgenerator_segments_after_wrap)",
         "mlx_batch_rotating_mask_after_wrap"),
+    'batch_extend_other_length': Kind(
+        "stricter", "BatchKVCache.extend / BatchRotatingKVCache.extend of a batch holding other positions is "
+        "served, right-justified: the shorter batch's rows gain left padding",
+        f"{MLX_CACHE}:1001-1045 and {MLX_CACHE}:1343-1390, extend: \"Pad the keys and values so they are "
+        "right-justified with the index and the same size\" - caches of different lengths are its purpose: "
+        "BatchGenerator extends its running generation batch with a newly prefilled one (generate.py:1864, "
+        "_extend_cache generate.py:842-849) and its prompt batch with new requests (generate.py:1837); each row keeps "
+        "its tokens and offset (the repro's shorter row's next logits equal its run alone). OP-ROWS' extend takes "
+        "only a cache of the same positions", "mlx_batch_extend_of_other_length"),
+    'batch_extract_empty': Kind(
+        "uncertain", "BatchKVCache.extract / BatchRotatingKVCache.extract of a batch holding no keys yet raises "
+        "TypeError (changing nothing)",
+        f"{MLX_CACHE}:1047-1055 and {MLX_CACHE}:1392-1409, extract slices `self.keys` unguarded, no docstring; its "
+        "only caller, BatchGenerator.extract_cache (generate.py:1727-1742), hands an unprocessed request's caches back "
+        "as they are (generate.py:1730-1731) and extracts only from batches a forward has filled: whether an empty "
+        "batch's extract is owed is not said", "mlx_batch_extract_of_empty_cache"),
     'quantize_bound': Kind(
         "uncertain", "to_quantized / QuantizedKVCache round a row coarser than its bits' half step: mx.quantize's "
         "affine scale is stretched so that 0 is a code (a row of 1..64 at 8 bits reads back 0.12355 off, past "
@@ -354,10 +370,22 @@ EXPECTED: dict[str, dict[str, Any]] = {
     'mlxlm_batch:batch': {"verdict": 'NOT CONFORMING', "causes": {
         'over-strict OP-ATTEND: over-strict OP-ATTEND: at fetch; flat | cap 2, flat, batch 2':
             'batch_filter_empty',
+        'lenient OP-ROWS: lenient OP-ROWS: at extend OP-ROWS length; flat | cap 1, flat':
+            'batch_extend_other_length',
+        'over-strict OP-ROWS: over-strict OP-ROWS: at extract; flat | cap 1, flat':
+            'batch_extract_empty',
     }},
     'mlxlm_batch:batch_rotating': {"verdict": 'NOT CONFORMING', "causes": {
         "wrong OP-ATTEND: wrong OP-ATTEND: at fetch (a row's history not its own); ring | cap 2, ring(3), batch 2":
             'batch_ring_wrap_mask',
+        "wrong OP-ATTEND: wrong OP-ATTEND: at extend (a row's history not its own); ring | cap 3, ring(4), static":
+            'batch_ring_wrap_mask',
+        "wrong OP-ROWS: wrong OP-ROWS: at fetch (a row's history not its own); ring | cap 2, ring(4)":
+            'batch_ring_wrap_mask',
+        'lenient OP-ROWS: lenient OP-ROWS: at extend OP-ROWS length; flat | cap 1, flat':
+            'batch_extend_other_length',
+        'over-strict OP-ROWS: over-strict OP-ROWS: at extract; flat | cap 1, flat':
+            'batch_extract_empty',
     }},
 }
 

@@ -246,6 +246,7 @@ def test_the_batch_targets_declare_the_verbs_batchgenerator_calls(target: str) -
     cache = factory({"n_layers": 1, "n_kv_heads": 1, "head_dim": 2, "capacity": 8, "batch_size": 2,
                      "layers": [{"kind": "flat", "window": 0}]})
     assert callable(cache.pad) and callable(cache.select), target
+    assert "merge" in declared and callable(cache.extend) and callable(cache.extract), target   # extend, extract
     assert not any(hasattr(cache, verb) for verb in ("reorder", "repeat", "trim")), target
 
 
@@ -255,6 +256,36 @@ def test_mlx_batch_filter_of_a_padded_empty_cache_breaks_it() -> None:
 
 def test_mlx_batch_rotating_mask_after_a_wrap_masks_a_real_token() -> None:
     assert repros.mlx_batch_rotating_mask_after_wrap()["first_query_logits_gap"] > 1e-2
+
+
+def test_mlx_batch_extract_of_an_empty_batch_raises() -> None:
+    assert repros.mlx_batch_extract_of_empty_cache() == {"BatchKVCache": "TypeError",
+                                                         "BatchRotatingKVCache": "TypeError"}
+
+
+def test_mlx_batch_extend_by_a_shorter_batch_right_justifies_it() -> None:
+    out = repros.mlx_batch_extend_of_other_length()
+    assert out["left_padding"] == [0, 2] and out["offset"] == [5, 3] and out["short_row_logits_gap"] < 1e-4, out
+
+
+@pytest.mark.parametrize("target", BATCH_TARGETS)
+def test_an_extracted_batch_row_is_the_requests_cache_merged_again_for_a_batch_verb(target: str) -> None:
+    """extract(row) is the library's extract: a request's KVCache / RotatingKVCache of the row, pads stripped; a
+    select of it merges it first, as BatchGenerator's insert(caches=...) does."""
+    import numpy as np
+
+    factory = getattr(importlib.import_module(LIBRARY_MODULES["mlxlm_batch"]), target.split(":")[1])
+    cache = factory({"n_layers": 1, "n_kv_heads": 1, "head_dim": 2, "capacity": 8, "batch_size": 2,
+                     "layers": [{"kind": "flat", "window": 0}]})
+    cache.pad([1, 0])
+    k = np.arange(8, dtype=np.float32).reshape(2, 1, 2, 2)
+    cache.update_and_fetch(0, k, k, np.array([[0, 1], [0, 1]]))
+    one = cache.extract(0)
+    assert type(one.caches[0]).__name__ == "KVCache" and one.caches[0].offset == 1   # the row's real token only
+    keys, _, spec = one.update_and_fetch(0, k[:1, :, :1], k[:1, :, :1], np.array([[2]]))
+    assert keys.shape[-2] == 2 and spec.mask.all()
+    one.select([0])
+    assert type(one.caches[0]).__name__ == "BatchKVCache" and one.caches[0].offset.tolist() == [2]
 
 
 def test_mlx_batchgenerator_left_padded_request_after_a_wrap_differs_from_alone() -> None:

@@ -172,6 +172,17 @@ def test_a_swap_with_nothing_beside_is_not_sent_and_an_extend_past_the_batch_bou
     assert result.finding is None and result.unjudged and any("more than 8 rows" in note for note in result.skipped)
 
 
+def test_an_extend_by_a_cache_of_another_capacity_is_not_judged_on_an_unbounded_target() -> None:
+    """SCOPE-UNBOUNDED: a target without capacity has nothing to refuse it by (mlx-lm's batch caches grow): the
+    program ends there, said; a bounded one owes the refusal."""
+    program = forward(ONE_LAYER, 1) + [extend(1, form="foreign-config")] + forward(ONE_LAYER, 1)
+    result = _run(REFERENCE, ONE_LAYER, program, scopes.parse(["spec=5", "unbounded"], "test"))
+    assert result.finding is None and [step["op"] for step in result.steps] == ["fetch"]
+    assert any("another capacity not judged" in note for note in result.skipped)
+    result = _run(REFERENCE, ONE_LAYER, program)
+    assert result.finding is None and [step["op"] for step in result.steps] == ["fetch", "extend", "fetch"]
+
+
 def test_a_read_after_an_extend_judges_the_appended_rows_pads() -> None:
     """The appended rows keep their pads: a stand-in that drops them is wrong at the next read (OP-PAD), the
     program's three steps."""

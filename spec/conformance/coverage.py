@@ -53,8 +53,8 @@ OP_PREFIX = "OP-"
 # Checked only when the target validates configurations itself (cmd: targets get JSON configs).
 CONFIG_VALIDATION = ("CFG-TYPE", "CFG-CAPACITY", "CFG-LAYERS", "CFG-POLICY", "CFG-MAX-WRITE", "CFG-SHAPE",
                      "CFG-INITIAL-CAPACITY")
-# A scope feature (scope.py) -> the rules only it defines: a target whose scope leaves the feature out
-# is never judged on them (the op engine ends a program unjudged at such a refusal), so they cannot be
+# A scope feature (scope.py) -> the rules only it defines: a target whose scope leaves out every feature naming a
+# rule (OP-ROWS: batch-verbs, select, merge) is never judged on it (the op engine ends a program unjudged at such a refusal), so they cannot be
 # owed. Measured: the op stand-ins without `positions` exercise no OP-POS; without `steps` or
 # `declarations` every rule is still exercised.
 FEATURE_RULES: dict[str, tuple[str, ...]] = {"positions": ("OP-POS",), "batch": ("OP-BATCH",),
@@ -62,7 +62,8 @@ FEATURE_RULES: dict[str, tuple[str, ...]] = {"positions": ("OP-POS",), "batch": 
                                              "sinks": ("OP-SINKS",), "chunk": ("OP-CHUNK",),
                                              "recording": ("OP-RECORD",), "state": ("OP-STATE",),
                                              "pad": ("OP-PAD",), "batch-verbs": ("OP-ROWS",),
-                                             "select": ("OP-ROWS",), "quantize": ("OP-QUANTIZE",)}
+                                             "select": ("OP-ROWS",), "merge": ("OP-ROWS",),
+                                             "quantize": ("OP-QUANTIZE",)}
 # A scope relaxation (scope.py; SPEC.md 6.1) -> the rules it leaves unowed, per layout: `trusted-args` is
 # sent no malformed call (OP-ARGS and PAGED-ARGS have no other refusal; PAGED-FREE's count is owed still) and no
 # invalid config (a cell cache's OP-BATCH is only the refusal of batch_size != 1 at construction; PAGED-CONFIG
@@ -149,9 +150,9 @@ def in_scope(config_validation: bool, optional: frozenset[str], layout: str = "s
     target's declared scope (scope.py; None: every feature); `relaxed`: its declared relaxations."""
     scope: dict[str, str] = {}
     for rule in RULES:
-        left_out = [name for name, rules in FEATURE_RULES.items()   # the op face's features (the recompute
-                    if rule.id in rules and features is not None and name not in features   # face has its own)
-                    and layout != "cell-recompute"] + \
+        naming = [name for name, rules in FEATURE_RULES.items() if rule.id in rules]
+        left_out = [name for name in naming   # the op face's features (the recompute face has its own): all left out
+                    if features is not None and not features & set(naming) and layout != "cell-recompute"] + \
             [name for name, rules in RECOMPUTE_FEATURE_RULES.items()
              if rule.id in rules and features is not None and name not in features and layout == "cell-recompute"]
         if rule.id in OUT_OF_SCOPE:

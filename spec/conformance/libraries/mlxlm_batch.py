@@ -24,9 +24,12 @@ What BatchGenerator does to its caches (generate.py, 0.32.2), and what each op-f
   cache's own `make_mask`, an array [B, 1, q_len, rows] that differs per row by its left padding; then each layer's
   `update_and_fetch`. The AttendSpec is what `mx.fast.scaled_dot_product_attention` attends under that mask, an
   EXPLICIT [B, q_len, rows] mask, one per batch row (OP-PAD).
+- it adds rows with `extend` (`_extend_cache`, generate.py:842-849) and hands a request's cache back with
+  `extract` (`extract_cache`, generate.py:1144-1145, 1445-1446): the op face's `extend(other)` and `extract(row)`
+  (scope feature `merge`, spec 5); an extracted request cache goes back into a batch only merged (insert).
 Nothing is validated here: what the library raises is the refusal. `position` is not read (a row's RoPE position
 is its cache `offset`, the tokens it holds past its pads). Scope: `trusted-args` (model code and BatchGenerator
-are the only callers), `unbounded`, `pad`, `select`, `batch`, `mla`; `no-length`: a batch cache has no one length
+are the only callers), `unbounded`, `pad`, `select`, `merge`, `batch`, `mla`; `no-length`: a batch cache has no one length
 of the op face's `used(layer)` - its `offset` is one count per row (its tokens past its pads), and its shared
 `_idx` is a storage index that `filter` lowers when it drops pad columns every row has (cache.py:992-999), while
 positions are kept. The sizes are not lazy: the batch size is the batch cache's, fixed when it is merged.
@@ -50,8 +53,8 @@ if _MISSING:
 
 from .mlxlm import _cache_module, _default_mask, _mx, _numpy, _only, _policies  # noqa: E402  (after the check)
 
-SCOPE = ("batch", "mla", "trusted-args", "unbounded", "no-length", "pad", "select")
-SPEC_VERSION = "spec=4"   # pad and select came with spec 4
+SCOPE = ("batch", "mla", "trusted-args", "unbounded", "no-length", "pad", "select", "merge")
+SPEC_VERSION = "spec=5"   # pad and select came with spec 4, merge (extend and extract) with spec 5
 
 
 def attended_per_row(mask: Any, batch: int, q_len: int, rows: int) -> Any:
@@ -82,9 +85,10 @@ class MlxBatchCaches:
 
     kvcache_layout = "op-contiguous"
 
-    def __init__(self, build: Callable[[int], list[Any]], batch: int, make_mask: Callable[[Any, int], Any]) -> None:
+    def __init__(self, build: Callable[[int], list[Any]], batch: int, make_mask: Callable[[Any, int], Any],
+                 caches: Optional[list[Any]] = None) -> None:
         self.build, self.make_mask = build, make_mask
-        self.caches = build(batch)
+        self.caches = build(batch) if caches is None else caches
 
     def update_and_fetch(self, layer_id: Any, k: Any, v: Any, position: Any) -> tuple[Any, Any, SimpleNamespace]:
         mx = _mx()
@@ -99,24 +103,55 @@ class MlxBatchCaches:
     def pad(self, left_padding: Any) -> None:
         """Every layer's prepare(left_padding=...): the library's own left padding of an empty batch cache (it
         raises ValueError on one holding tokens)."""
-        for cache in self.caches:
+        for cache in self._batched():
             cache.prepare(left_padding=left_padding)
 
     def select(self, rows: Any) -> None:
         """Every layer's filter(rows), a list of row indices: BatchGenerator drops finished rows so."""
-        for cache in self.caches:
+        for cache in self._batched():
             cache.filter(list(rows))
 
     def reset(self) -> None:
         """BatchGenerator has no reset: a new batch gets new caches, merged as these were, of the rows the batch
-        has now (a select keeps fewer: the cache's `offset` holds one count per row)."""
-        self.caches = self.build(int(self.caches[0].offset.shape[0]))
+        has now (a select keeps fewer: the cache's `offset` holds one count per row; an extracted request's cache
+        is one row)."""
+        offset = self.caches[0].offset
+        self.caches = self.build(int(offset.shape[0]) if hasattr(offset, "shape") else 1)
+
+    def extend(self, other: "MlxBatchCaches") -> None:
+        """generate.py's `_extend_cache` (generate.py:842-849): every layer's `extend(other's)`, as
+        PromptProcessingBatch.extend and GenerationBatch.extend add a batch's rows to a running one."""
+        for mine, theirs in zip(self._batched(), other._batched()):
+            mine.extend(theirs)
+
+    def extract(self, row: Any) -> "MlxBatchCaches":
+        """`extract_cache(idx)` (generate.py:1144-1145, 1445-1446): every layer's `extract(row)`, the request's own
+        caches handed back (BatchGenerator.remove(uids, return_prompt_caches=True), the server's prompt cache): a
+        KVCache (RotatingKVCache for a batch ring) of the row with its left padding stripped, driven from here on
+        as the model drives a request's cache (generate_step's forward: the cache's own make_mask, then
+        update_and_fetch). The op face keeps the row's pads and positions; the request cache's offset is the row's
+        tokens past its pads, which is what the batch cache's offset held for it (RoPE's position), and `position` is
+        not read, so a batch position p is the request's p - pad with nothing to translate. A request's cache has
+        no `prepare`, `filter` nor `extend`: BatchGenerator batches it again by `insert(..., caches=[...])`, whose
+        `_make_batch` merges it (`_merge_caches`, generate.py:1778-1810): a pad, select or extend of an extracted
+        cache merges it so first (_batched)."""
+        return MlxBatchCaches(self.build, 1, self.make_mask, [cache.extract(row) for cache in self.caches])
+
+    def _batched(self) -> list[Any]:
+        """The layers' batch caches; request caches (an extract's) merged first, as BatchGenerator's insert does."""
+        if not hasattr(self.caches[0], "filter"):
+            self.caches = _merged_requests([self.caches])
+        return self.caches
 
 
 def _merged(per_row: Callable[[], list[Any]], batch: int) -> list[Any]:
     """BatchGenerator's batch caches: one request's caches per batch row (make_prompt_cache's), merged layer by
     layer by generate.py's own `_merge_caches`."""
-    return list(_generate_module()._merge_caches([per_row() for _ in range(batch)]))
+    return _merged_requests([per_row() for _ in range(batch)])
+
+
+def _merged_requests(requests: list[list[Any]]) -> list[Any]:
+    return list(_generate_module()._merge_caches(requests))
 
 
 def _no_recording(cfg: JsonConfig) -> JsonConfig:
@@ -151,7 +186,7 @@ def _batch_rotating(cfg: JsonConfig) -> Any:
 
     full, sliding = _default_mask(), _default_mask(window)
     return MlxBatchCaches(lambda rows: _merged(per_row, rows), cfg["batch_size"], lambda cache, q_len: (
-        sliding if isinstance(cache, module.BatchRotatingKVCache) else full)(cache, q_len))
+        sliding if isinstance(cache, (module.BatchRotatingKVCache, module.RotatingKVCache)) else full)(cache, q_len))
 
 
 def _declared(factory: Callable[[JsonConfig], Any], scope: tuple[str, ...]) -> Callable[[JsonConfig], Any]:

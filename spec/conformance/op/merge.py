@@ -10,7 +10,8 @@ but `batch` rows (padded by `pads`), then every accepted update_and_fetch and tr
 creation replayed on it - the same positions and step lengths, fresh token numbers, so its rows hold other data -
 then `swap` and `extend`. The model does the same on a second OpModel and extends the live one by it
 (op_model.OpModel.extend). Each replayed answer is judged as any other. The form "foreign-config" builds the other
-cache with one more capacity, "short" replays one step fewer: both refused, nothing changed (OP-ATOMIC). Past an
+cache with one more capacity, "short" replays one step fewer: both refused, nothing changed (OP-ATOMIC); a target
+declaring `unbounded` has no capacity (SCOPE-UNBOUNDED), so the first is not judged there (a skipped note). Past an
 accepted extend every answer is judged with the appended rows as the model labels them, so appended rows that lost
 their pads or hold this cache's history are found at the next read.
 
@@ -169,6 +170,10 @@ def _extend(engine: "OpEngine", step: Step, concrete: Step) -> Optional[Step]:
     skipped = engine.result.skipped
     if engine.mcfg.batch_size + n > MAX_BATCH:   # past what the labels name: not judged (a stated bound)
         skipped.add(f"harness: programs past a batch of more than {MAX_BATCH} rows not judged")
+        return None
+    if form == "foreign-config" and scopes.UNBOUNDED in engine.relaxed:   # capacity a hint: nothing to refuse by
+        skipped.add("scope: an extend by a cache of another capacity not judged: the target's scope declares "
+                    f"'{scopes.UNBOUNDED}' (SCOPE-UNBOUNDED: no capacity, the config's a hint)")
         return None
     if "batch" not in engine.scope_features():
         skipped.add("scope: programs past an extend not judged: the target's scope leaves out 'batch' "
