@@ -218,6 +218,12 @@ KINDS: dict[str, Kind] = {
         "lists the affine bits as \"1, 2, 3, 4, 5, 6, 8\" (ValueError \"The supported bits are 1, 2, 3, 4, 5, 6 "
         "and 8\"); mlx_lm/generate.py:200-202, --kv-bits, \"Number of bits for KV cache quantization\", is passed "
         "on to it: 7 is outside mlx's documented contract, OP-QUANTIZE's [2, 8] asks more", "mlx_to_quantized_bits7"),
+    'quantize_twice': Kind(
+        "stricter", "a second quantize is accepted and changes nothing: maybe_quantize_kv_cache converts only a cache "
+        "that has `to_quantized`, which a QuantizedKVCache has not",
+        "mlx_lm/generate.py:305-310, maybe_quantize_kv_cache: `if hasattr(c, \"to_quantized\") and c.offset >= "
+        "quantized_kv_start` - generate_step calls it after every forward, so skipping a converted cache is its "
+        "design; OP-QUANTIZE refuses a second quantize (a caller asking twice is told), asking more", ""),
 }
 
 EXPECTED: dict[str, dict[str, Any]] = {
@@ -342,6 +348,8 @@ EXPECTED: dict[str, dict[str, Any]] = {
             'quantize_bits7',
         'over-strict OP-QUANTIZE: over-strict OP-QUANTIZE: at quantize; flat | cap 1, flat':
             'quantize_bits7',
+        'lenient OP-QUANTIZE: lenient OP-QUANTIZE: at quantize OP-QUANTIZE twice; flat | cap 1, flat':
+            'quantize_twice',
     }},
     'mlxlm:chunked': {"verdict": 'CONFORMING', "causes": {
     }},

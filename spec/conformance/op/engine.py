@@ -39,7 +39,7 @@ from ..targets import Outcome, Target
 from ..wire import Unreadable
 from . import pictures
 from .answers import Labels, allowed_rows, as_array, mask_kind, refusal_text, row_text, show_args
-from .persist import STATE_OPS, state_step, take_foreign_state
+from .persist import STATE_OPS, state_sent, state_step, take_foreign_state
 from .quantize import QUANTIZE, quantize_step
 from . import merge
 from .merge import MERGE_OPS, merge_step
@@ -235,6 +235,7 @@ class OpEngine(Caller):
         program = [step for step in program if step.get("op") not in BATCH_OPS or self._batch_verb_sent(step["op"])]
         program = [step for step in program if step.get("op") != QUANTIZE or self._quantize_sent()]   # alike
         program = [step for step in program if step.get("op") not in MERGE_OPS or merge.sent(self)]   # alike
+        program = [step for step in program if step.get("op") not in STATE_OPS or state_sent(self)]   # alike
         self.program = program
         try:
             if self.start():

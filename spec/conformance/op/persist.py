@@ -21,13 +21,15 @@ from ... import op_model
 from .. import scope as scopes
 from ..engine import NOT_SENT, OVER_STRICT, WRONG, Step
 from ..malform import broken_state   # a saved state broken without knowing its format (CELL-STATE too)
+from .programs import STATE as FEATURE, STATE_OPS   # the feature and the two steps, named where programs are
 
 if TYPE_CHECKING:
     from .engine import OpEngine
 
-FEATURE = "state"
-SAVE, LOAD = "save", "load"
-STATE_OPS = (SAVE, LOAD)
+__all__ = ["FEATURE", "LOAD", "SAVE", "SENT_FORMS", "STATE_OPS", "load", "save", "state_programs", "state_sent",
+           "state_step", "take_foreign_state"]
+
+SAVE, LOAD = STATE_OPS
 SENT_FORMS = ("truncated", "flipped", "foreign-config")   # the broken forms the suite can make of a target's bytes
 
 
@@ -73,11 +75,18 @@ def take_foreign_state(engine: "OpEngine") -> None:
 def state_step(engine: "OpEngine", step: Step) -> Optional[Step]:
     """Run a save or load step (OP-STATE); NOT_SENT when the target's scope leaves the feature out, or a load
     has nothing to load (a shrunk program without its save)."""
-    if FEATURE not in engine.scope_features() or engine.kind != op_model.CONTIGUOUS:
-        engine.result.skipped.add(f"scope: state steps not sent: the target's scope leaves out '{FEATURE}' "
-                                  f"({scopes.OP_FEATURES[FEATURE]})")
+    if not state_sent(engine):
         return NOT_SENT
     return _save(engine, step) if step["op"] == SAVE else _load(engine, step)
+
+
+def state_sent(engine: "OpEngine") -> bool:
+    """Whether save and load steps go to this target: a contiguous one with the feature (a skipped note if not)."""
+    if FEATURE in engine.scope_features() and engine.kind == op_model.CONTIGUOUS:
+        return True
+    engine.result.skipped.add(f"scope: state steps not sent: the target's scope leaves out '{FEATURE}' "
+                              f"({scopes.OP_FEATURES[FEATURE]})")
+    return False
 
 
 def _save(engine: "OpEngine", step: Step) -> Optional[Step]:

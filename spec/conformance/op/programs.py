@@ -173,6 +173,8 @@ QUANTIZE = "quantize"   # OP-QUANTIZE (quantize.py): sent only to a contiguous c
 # OP-ROWS' extend and extract on the side cache (merge.py): sent only to a contiguous cache with the `merge` feature
 MERGE = "merge"
 MERGE_OPS = ("extend", "extract", "swap")
+# OP-STATE's save and load (persist.py, which names them too): sent only to a contiguous cache with the `state` feature
+STATE, STATE_OPS = "state", ("save", "load")
 # the scope feature each batch verb needs (the engine sends none to an op-cell cache)
 # (`batch-verbs` includes `select`, scope.INCLUDES: a target declaring it has both)
 BATCH_FEATURES = {"pad": "pad", "select": "select", "reorder": "batch-verbs", "repeat": "batch-verbs"}
@@ -180,17 +182,20 @@ BATCH_FEATURES = {"pad": "pad", "select": "select", "reorder": "batch-verbs", "r
 
 def sent_contiguous(program: list[Step], scope: Scope) -> list[Step]:
     """The program as a contiguous op cache of this scope is sent it: without the batch verbs whose feature it
-    leaves out, and without quantize (OP-QUANTIZE) unless it has the feature and declares no `lossy=<tol>` (the
-    engine would skip them when reached, OpEngine._batch_verb_sent and _quantize_sent; leaving them out up front
+    leaves out, without quantize (OP-QUANTIZE) unless it has the feature and declares no `lossy=<tol>`, and without
+    merges (`merge`) or saves and loads (`state`) unless it has their feature (the engine would skip them when
+    reached, OpEngine._batch_verb_sent, _quantize_sent, merge.sent, persist.state_sent; leaving them out up front
     keeps a finding's step index, its shrinking and --against on the program as run)."""
     features, quantized = scope.features, QUANTIZE in scope.features and scope.lossy is None
     return [step for step in program if (step.get("op") not in BATCH_OPS or BATCH_FEATURES[step["op"]] in features)
-            and (step.get("op") != QUANTIZE or quantized) and (step.get("op") not in MERGE_OPS or MERGE in features)]
+            and (step.get("op") != QUANTIZE or quantized) and (step.get("op") not in MERGE_OPS or MERGE in features)
+            and (step.get("op") not in STATE_OPS or STATE in features)]
 
 
 def sent_cell(program: list[Step], scope: Scope) -> list[Step]:
-    """The program as an op-cell cache is sent it: no batch verbs, quantize nor merges (the contiguous cache's)."""
-    return [step for step in program if step.get("op") not in (*BATCH_OPS, QUANTIZE, *MERGE_OPS)]
+    """The program as an op-cell cache is sent it: no batch verbs, quantize, merges, saves nor loads (the contiguous
+    cache's)."""
+    return [step for step in program if step.get("op") not in (*BATCH_OPS, QUANTIZE, *MERGE_OPS, *STATE_OPS)]
 
 
 MAX_BATCH = 8   # the most batch rows a program makes (repeat grows the batch; the labels' radix is sized for it)
