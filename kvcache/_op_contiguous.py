@@ -246,7 +246,7 @@ class ContiguousReferenceCache(BatchRows):
         between steps - an open step is left out, and stays open here. `load_state` reads it back."""
         step = self._step
         return encode(self.config, held_now(self._layout, None if step is None else step.start,
-                                            self._pools.k, self._pools.v))
+                                            self._pools.k, self._pools.v, self._pads))
 
     def _load_error(self, data: Any) -> Optional[KVCacheError]:
         return state_error(self.config, self._depth, len(self._layout._retained), data)
@@ -265,6 +265,7 @@ class ContiguousReferenceCache(BatchRows):
         assert not isinstance(held, KVCacheError)   # the precondition decoded it already
         self._step = None
         restore(self._layout, self._pools, held)
+        self._pads = held.pads   # OP-PAD: the rows' pads are the state's
 
     # --- quantize (OP-QUANTIZE; the quantizer: _op_quantize.py) --------------------------------------------
 

@@ -8,7 +8,7 @@ with a state before it parses anything into a live cache:
     offset 10  total length     u64 LE   the whole state's bytes: a truncated state is named as such
     offset 18  header length    u32 LE
     offset 22  header           JSON     the config the state was taken under, the length, the retained
-                                         marks, each layer's K and V rows
+                                         marks, each batch row's pads (OP-PAD), each layer's K and V rows
     then       rows             raw      per layer K then V, [batch_size, n_kv_heads, rows, dim], C order,
                                          little-endian, the config's dtype: the bytes the cache holds, bit for bit
     last 32    checksum         SHA-256  of everything before it: any byte changed is found
@@ -20,7 +20,10 @@ it is believed; magic, version and total length come first, so the error says wh
 "another version" and "truncated" it is rather than only "corrupted".
 
 The state is what the cache holds between steps (an open step is abandoned on a copy: OP-STATE); it holds the
-layout's retained marks, so a loaded cache refuses and serves the same trims (OP-TRIM) as the one saved.
+layout's retained marks, so a loaded cache refuses and serves the same trims (OP-TRIM) as the one saved, and each
+batch row's pads, so its rows' queries attend what the saved rows' did (OP-PAD). Version 1 had no pads: a padded
+cache's state loaded with its rows' pads lost (found by the suite's random programs, a save after an extend of
+padded rows); a version-1 state is refused as another version's, not read as unpadded.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from ._errors import ArgumentTypeError, ArgumentValueError, KVCacheError
 from ._op_types import CacheConfig
 
 MAGIC = b"KVOPSTAT"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2   # 2: each batch row's pads (1 had none)
 _FIXED = struct.Struct("<8sHQI")   # magic, format version, total length, header length
 _DIGEST = 32                       # SHA-256
 RULE = "OP-STATE"
@@ -45,12 +48,14 @@ RULE = "OP-STATE"
 
 @dataclass(frozen=True)
 class Held:
-    """What a contiguous cache holds between steps: its length, the layout's retained marks, K and V per layer."""
+    """What a contiguous cache holds between steps: its length, the layout's retained marks, K and V per layer,
+    and each batch row's pads (empty: no row has pads)."""
 
     length: int
     retained: tuple[int, ...]
     k: tuple[np.ndarray, ...]
     v: tuple[np.ndarray, ...]
+    pads: tuple[int, ...] = ()
 
 
 def config_fields(config: CacheConfig) -> dict[str, Any]:
@@ -67,7 +72,7 @@ def config_fields(config: CacheConfig) -> dict[str, Any]:
 def encode(config: CacheConfig, held: Held, version: int = FORMAT_VERSION) -> bytes:
     """The state's bytes (`version` other than FORMAT_VERSION only to show the refusal of another version)."""
     header = json.dumps({"config": config_fields(config), "length": held.length, "retained": list(held.retained),
-                         "rows": [[k.shape[2], v.shape[2]] for k, v in zip(held.k, held.v)]},
+                         "pads": list(held.pads), "rows": [[k.shape[2], v.shape[2]] for k, v in zip(held.k, held.v)]},
                         sort_keys=True, separators=(",", ":")).encode()
     rows = b"".join(np.ascontiguousarray(a).astype(a.dtype.newbyteorder("<")).tobytes()
                     for pair in zip(held.k, held.v) for a in pair)
@@ -104,13 +109,18 @@ def decode(config: CacheConfig, depths: tuple[int, ...], marks: int, data: Any) 
     try:
         header = json.loads(data[_FIXED.size:_FIXED.size + header_size])
         theirs, length, retained, rows = header["config"], header["length"], header["retained"], header["rows"]
+        pads = header["pads"]
     except (ValueError, KeyError, TypeError):
         return _refused("has a header that is not a state's")
     ours = config_fields(config)
     if theirs != ours:
         differ = sorted(key for key in set(ours) | set(theirs) if ours.get(key) != theirs.get(key))
         return _refused("was taken under another config", fields=differ)
-    return _held(config, depths, marks, data, _FIXED.size + header_size, length, retained, rows)
+    if not isinstance(pads, list) or pads and (len(pads) != config.batch_size or not all(
+            type(pad) is int and 0 <= pad <= config.capacity for pad in pads)):
+        return _refused("holds pads its config cannot hold", pads=pads)
+    held = _held(config, depths, marks, data, _FIXED.size + header_size, length, retained, rows)
+    return held if isinstance(held, KVCacheError) else Held(held.length, held.retained, held.k, held.v, tuple(pads))
 
 
 def _held(config: CacheConfig, depths: tuple[int, ...], marks: int, data: bytes, offset: int, length: Any,
@@ -147,7 +157,8 @@ def state_error(config: CacheConfig, depths: tuple[int, ...], marks: int, data: 
     return decoded if isinstance(decoded, KVCacheError) else None
 
 
-def held_now(layout: Any, step_start: Optional[int], k: list[np.ndarray], v: list[np.ndarray]) -> Held:
+def held_now(layout: Any, step_start: Optional[int], k: list[np.ndarray], v: list[np.ndarray],
+             pads: tuple[int, ...] = ()) -> Held:
     """What a contiguous cache holds between steps: with a step open (starting at `step_start`), what its
     abandonment would leave - worked out on a copy of the layout, so the live cache keeps its step open."""
     length, _, retained = layout._state()
@@ -157,7 +168,7 @@ def held_now(layout: Any, step_start: Optional[int], k: list[np.ndarray], v: lis
         rewound = layout.rewind(step_start)
         assert rewound   # a step's own start is always a sound rewind target (REWIND-SOUND)
         length, _, retained = layout._state()
-    return Held(length, tuple(retained), tuple(a.copy() for a in k), tuple(a.copy() for a in v))
+    return Held(length, tuple(retained), tuple(a.copy() for a in k), tuple(a.copy() for a in v), tuple(pads))
 
 
 def restore(layout: Any, pools: Any, held: Held) -> None:

@@ -279,6 +279,9 @@ class OpModel:
         self._abandon()
         self.held = {seq: dict(tokens) for seq, tokens in saved.held.held.items()}
         self.floors, self.unrecorded = list(saved.held.floors), list(saved.held.unrecorded)
+        # OP-PAD, OP-ROWS: each batch row's pads and what it holds are the state's too (rows moved before the save)
+        self.pads, self.row_labels = list(saved.held.pads), [dict(labels) for labels in saved.held.row_labels]
+        self.rows_moved = saved.held.rows_moved
         return None
 
     # --- verbs -------------------------------------------------------------------------------------

@@ -180,7 +180,7 @@ def test_every_truncation_and_every_flipped_byte_is_refused_and_changes_nothing(
 def test_the_refusals_name_what_is_wrong() -> None:
     cache, data = _held_cache()
     other = ContiguousReferenceCache(_config(16, LayerPolicy.flat(), LayerPolicy.ring(4), max_write=2)).state()
-    later = _op_state.encode(cache.config, _op_state.decode(cache.config, cache._depth, 2, data), version=2)  # type: ignore[arg-type]
+    later = _op_state.encode(cache.config, _op_state.decode(cache.config, cache._depth, 2, data), version=3)  # type: ignore[arg-type]
     messages = {}
     for name, state in {"truncated": data[:-5], "flipped": data[:-40] + bytes([data[-40] ^ 4]) + data[-39:],
                         "foreign": other, "version": later, "not a state": b"GGUF" + data[4:],
@@ -190,7 +190,7 @@ def test_the_refusals_name_what_is_wrong() -> None:
         messages[name] = str(refused.value)
     assert "is truncated" in messages["truncated"] and "checksum" in messages["flipped"]
     assert "another config" in messages["foreign"] and "layers" in messages["foreign"]
-    assert "another state format version" in messages["version"] and "version=2" in messages["version"]
+    assert "another state format version" in messages["version"] and "version=3" in messages["version"]
     assert "magic" in messages["not a state"] and "past the state's end" in messages["longer"]
     for value in ("state", bytearray(b"x") * 0, None, 1):
         with pytest.raises(KVCacheError) as refused:
@@ -355,3 +355,57 @@ def test_a_python_cache_without_state_methods_is_not_judged_on_state() -> None:
     assert "no state and load_state methods" in judged.source
     reference = PythonTarget(REFERENCE)
     assert "state" in without_missing_verbs(reference, reference.scope, CONTIGUOUS_CONFIGS).features
+
+
+# --- states meet the batch verbs (found by the deep profile's random programs, where the verbs meet) ------------------
+
+def _one_layer(kind: str, capacity: int, batch: int, **layer: Any) -> dict[str, Any]:
+    return {"capacity": capacity, "n_layers": 1, "initial_capacity": 512, "max_write": None, "n_kv_heads": 1,
+            "head_dim": 1, "v_head_dim": 1, "batch_size": batch, "sizing": "dynamic",
+            "layers": [{"kind": kind, "window": layer.pop("window", 0), "n_kv_heads": 1, "head_dim": 1, **layer}]}
+
+
+def forward_step(position: int) -> dict[str, Any]:
+    return {"op": "fetch", "layer": 0, "positions": [position]}
+
+
+STATES_MEET_ROWS = {
+    # a state holds each row's pads: an extend of padded rows, the row extracted, saved and loaded afresh (the
+    # reference's format 1 lost the pads: the loaded row's query attended its pad)
+    "pads of an extended row": (_one_layer("ring", 2, 1, window=5, keep=4),
+                                [forward_step(0), {"op": "extend", "batch": 1, "pads": [1]}, {"op": "extract", "row": 1},
+                                 save(), load(fresh=True), forward_step(1)]),
+    # a state holds what each row holds after a reorder (the model once restored the tokens, not the rows' labels)
+    "rows reordered before the save": (_one_layer("flat", 2, 2), [forward_step(0), {"op": "reorder", "rows": [0, 0]},
+                                                                 save(), load(fresh=True), forward_step(1)]),
+    "rows reordered after the save": (_one_layer("flat", 2, 1), [{"op": "repeat", "times": 2}, forward_step(0), save(),
+                                                                {"op": "reorder", "rows": [0, 0]}, load(),
+                                                                forward_step(1)]),
+    # a fresh cache is made with the batch size the live cache has now: a state of two rows loads into it ...
+    "a state of a repeated batch loaded afresh": (_one_layer("flat", 1, 1), [{"op": "repeat", "times": 2}, save(),
+                                                                            load(fresh=True)]),
+    # ... and one of another batch size is another config's, refused
+    "a state of two rows loaded into a cache of one": (_one_layer("flat", 1, 2), [save(), {"op": "select", "rows": [0]},
+                                                                                 load(fresh=True)]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(STATES_MEET_ROWS))
+def test_a_state_meets_the_batch_verbs(name: str) -> None:
+    """OP-STATE with OP-PAD and OP-ROWS: the reference serves each program as the model does (no finding)."""
+    cfg, program = STATES_MEET_ROWS[name]
+    assert replay(REFERENCE, cfg, program) is None
+
+
+def test_a_padded_caches_state_keeps_its_pads() -> None:
+    """OP-STATE, OP-PAD: the pads are the state's - a fresh cache loaded with a padded cache's state masks alike."""
+    config = CacheConfig(n_layers=1, n_kv_heads=1, head_dim=1, capacity=4, batch_size=2)
+    saved, fresh = ContiguousReferenceCache(config), ContiguousReferenceCache(config)
+    saved.pad([1, 0])
+    k = np.zeros((2, 1, 2, 1), np.float32)
+    saved.update_and_fetch(0, k, k, np.array([[0], [1]]))
+    fresh.load_state(saved.state())
+    assert fresh.pads() == (1, 0)
+    answers = [c.update_and_fetch(0, k[:, :, :1], k[:, :, :1], np.array([[2]]))[2].mask.tolist()
+               for c in (saved, fresh)]
+    assert answers[0] == answers[1]

@@ -112,8 +112,13 @@ def _load(engine: "OpEngine", step: Step) -> Optional[Step]:
     data, saved = source
     concrete: Step = dict(step)
     engine.current = concrete
-    if fresh:   # a cache created afresh: empty, as the model
-        created = engine._create("OP-STATE")
+    if fresh:   # a cache created afresh, of the config the live cache has now (select, repeat, extend and extract
+        full = engine.cfg   # change its batch size): empty, as the model
+        engine.cfg = {**full, "batch_size": engine.mcfg.batch_size}
+        try:
+            created = engine._create("OP-STATE")
+        finally:
+            engine.cfg = full
         if not created.ok:
             raise engine._fail(OVER_STRICT, "OP-CONFIG", f"create refused the config it took before: {created.error}")
         engine.model = op_model.OpModel(engine.mcfg)
