@@ -387,6 +387,9 @@ STATES_MEET_ROWS = {
     # ... and one of another batch size is another config's, refused
     "a state of two rows loaded into a cache of one": (_one_layer("flat", 1, 2), [save(), {"op": "select", "rows": [0]},
                                                                                  load(fresh=True)]),
+    # a swap brings back the cache of another capacity a refused extend was built with: a fresh cache is of its config
+    "a state of the other capacity's cache loaded afresh": (_one_layer("flat", 1, 1), [
+        {"op": "extend", "batch": 1, "form": "foreign-config"}, {"op": "swap"}, save(), load(fresh=True)]),
 }
 
 

@@ -113,8 +113,8 @@ def _load(engine: "OpEngine", step: Step) -> Optional[Step]:
     concrete: Step = dict(step)
     engine.current = concrete
     if fresh:   # a cache created afresh, of the config the live cache has now (select, repeat, extend and extract
-        full = engine.cfg   # change its batch size): empty, as the model
-        engine.cfg = {**full, "batch_size": engine.mcfg.batch_size}
+        full = engine.cfg   # change its batch size; a swap may bring back a cache of another capacity): empty
+        engine.cfg = {**full, "batch_size": engine.mcfg.batch_size, "capacity": engine.mcfg.capacity}
         try:
             created = engine._create("OP-STATE")
         finally:
