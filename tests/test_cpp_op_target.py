@@ -223,7 +223,7 @@ def test_a_cpp_reorder_that_leaves_the_pads_behind_is_caught(binaries: dict[str,
     replies = _session(binaries["contiguous"], [("create", {"config": config}), ("select", {"rows": [True]}),
                                                 ("pad", {"left_padding": [1, 0.0]}), ("reorder", {"rows": [1, 0]}),
                                                 ("create", {"config": {**config, "record_past": False}})])
-    assert {"pad", "batch-verbs", "spec=4"} <= set(replies[0]["result"]["scope"])
+    assert {"pad", "batch-verbs", "merge", "spec=5"} <= set(replies[0]["result"]["scope"])
     assert [r["error"]["rule"] for r in replies[2:4]] == ["OP-ROWS", "OP-PAD"] and replies[4] == {"id": 5, "result": None}
     assert replies[5]["error"]["rule"] == "SCOPE-BORDER"   # spec 3's recording: no Config field carries it
     unsupported = _session(binaries["mlx"], [("create", {"config": {**config, "batch_size": 1}}), ("pad", {"left_padding": [0]})])
